@@ -1,0 +1,52 @@
+// Command oncegate is an LLM gateway that owns retries: one user action
+// becomes one logical request, a bounded and visible set of attempts, at
+// most one committed answer and one usage receipt.
+//
+// Usage:
+//
+//	oncegate check   --config FILE            validate and print the route tables
+//	oncegate verify  --config FILE RECEIPT    re-run the retry engine over a receipt
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// verbs maps each CLI verb to its implementation. Each returns the exit code.
+var verbs = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) int{
+	"check":  check,
+	"verify": verify,
+}
+
+const usage = `oncegate — an LLM gateway that owns retries
+
+usage:
+  oncegate check   --config FILE             validate a configuration and print its route tables
+  oncegate verify  --config FILE RECEIPT.json re-run the retry engine over a receipt; exit 1 on drift
+`
+
+// run executes one CLI invocation and returns the process exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	verb, ok := verbs[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "oncegate: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	return verb(ctx, args[1:], stdout, stderr)
+}

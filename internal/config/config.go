@@ -1,0 +1,450 @@
+// Package config reads oncegate's YAML configuration (DESIGN §8.1) strictly:
+// unknown fields, wrong types, malformed durations and missing required
+// fields are errors naming file:line:column and the field path, and every
+// problem in a file is reported at once.
+//
+// The struct tree below is the configuration reference: each field's doc
+// comment states its meaning and default. Semantic rules that relate fields
+// to each other (route references, capability coverage, data boundaries)
+// live in package policy, which reports violations with the positions kept
+// here.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is a whole configuration file.
+type Config struct {
+	// Listen is the gateway's HTTP address. Default "127.0.0.1:8080".
+	Listen string `yaml:"listen" default:"127.0.0.1:8080"`
+	// Store is where the ledger, receipts and conversations live:
+	// "sqlite://PATH" or "postgres://…". Default "sqlite://oncegate.db".
+	Store string `yaml:"store" default:"sqlite://oncegate.db"`
+	// Coordination is where in-flight claims, joins, breakers and the fleet
+	// retry budget are shared: "local" (one process) or "redis://…".
+	// Default "local".
+	Coordination string `yaml:"coordination" default:"local"`
+	// SecretEnv names the environment variable holding the fingerprint
+	// HMAC secret. Empty (the default): a secret is generated once and kept
+	// in the store.
+	SecretEnv string `yaml:"secret_env"`
+
+	// Tenants are the gateway's callers, one API key each. Required.
+	Tenants []Tenant `yaml:"tenants" required:"true"`
+	// Providers are the upstream APIs. Required.
+	Providers []Provider `yaml:"providers" required:"true"`
+	// Routes are exact upstream paths: provider, model, release. Required.
+	Routes []Route `yaml:"routes" required:"true"`
+	// Models are the aliases clients name in "model". Required.
+	Models []Model `yaml:"models" required:"true"`
+
+	// Idempotency configures the ledger's key handling (DESIGN §3).
+	Idempotency Idempotency `yaml:"idempotency"`
+	// RetryBudget bounds retries across the fleet (DESIGN §6.2).
+	RetryBudget RetryBudget `yaml:"retry_budget"`
+	// Breaker configures every route's circuit breaker (DESIGN §6.1).
+	Breaker Breaker `yaml:"breaker"`
+	// Limits bounds what one request may carry and receive.
+	Limits Limits `yaml:"limits"`
+
+	file    string
+	present map[string]Pos
+}
+
+// Tenant is one authenticated caller.
+type Tenant struct {
+	// ID names the tenant in receipts and metrics. Required.
+	ID string `yaml:"id" required:"true"`
+	// APIKeyEnv names the environment variable holding the tenant's
+	// gateway API key. Required; the key itself never appears in the file.
+	APIKeyEnv string `yaml:"api_key_env" required:"true"`
+	// MaxDataBoundary is the widest boundary this tenant's data may cross:
+	// local, private or external. Default "external".
+	MaxDataBoundary string `yaml:"max_data_boundary" default:"external"`
+	// Budget limits the tenant's rate and spend. Zero values mean unlimited.
+	Budget TenantBudget `yaml:"budget"`
+}
+
+// TenantBudget limits one tenant (DESIGN §6.3).
+type TenantBudget struct {
+	// RequestsPerMinute caps logical requests per minute. 0 (default): no cap.
+	RequestsPerMinute int `yaml:"requests_per_minute"`
+	// CostUSDPerDay caps the reserved plus charged cost per UTC day.
+	// 0 (default): no cap.
+	CostUSDPerDay float64 `yaml:"cost_usd_per_day"`
+}
+
+// Provider is one upstream API endpoint.
+type Provider struct {
+	// ID names the provider in routes and receipts. Required.
+	ID string `yaml:"id" required:"true"`
+	// Type is the wire protocol: "openai" (Chat Completions), "anthropic"
+	// (Messages) or "openai-responses". Required.
+	Type string `yaml:"type" required:"true"`
+	// BaseURL is the API root, e.g. "https://api.openai.com/v1". Required.
+	BaseURL string `yaml:"base_url" required:"true"`
+	// APIKeyEnv names the environment variable holding the provider key.
+	// Empty (default): requests carry no key (a local server or the mock).
+	APIKeyEnv string `yaml:"api_key_env"`
+	// Timeouts bound each phase of one attempt.
+	Timeouts Timeouts `yaml:"timeouts"`
+}
+
+// Timeouts bound one attempt's phases.
+type Timeouts struct {
+	// Connect bounds TCP and TLS set-up. Default 5s.
+	Connect Duration `yaml:"connect" default:"5s"`
+	// FirstByte bounds the wait for response headers after the request was
+	// sent. Default 30s.
+	FirstByte Duration `yaml:"first_byte" default:"30s"`
+	// Idle bounds the silence between two stream chunks. Default 30s.
+	Idle Duration `yaml:"idle" default:"30s"`
+}
+
+// Route is one exact upstream path with its contract.
+type Route struct {
+	// ID names the route in aliases and receipts. Required, unique.
+	ID string `yaml:"id" required:"true"`
+	// Provider is the ID of the provider serving this route. Required.
+	Provider string `yaml:"provider" required:"true"`
+	// Model is the provider's model name sent upstream. Required.
+	Model string `yaml:"model" required:"true"`
+	// Release pins the exact model release (e.g. "gpt-4o-2024-08-06").
+	// Default: the model name.
+	Release string `yaml:"release"`
+	// Capabilities is what the route can serve.
+	Capabilities Capabilities `yaml:"capabilities"`
+	// BehaviorClass names the evaluated behaviour contract the route meets.
+	// Required.
+	BehaviorClass string `yaml:"behavior_class" required:"true"`
+	// DataBoundary is where data sent to this route travels: local,
+	// private or external. Required.
+	DataBoundary string `yaml:"data_boundary" required:"true"`
+	// SupportsIdempotency: the receiver dedupes by Idempotency-Key.
+	// Default false.
+	SupportsIdempotency bool `yaml:"supports_idempotency"`
+	// MaxAttempts caps attempts on this route per logical request; at
+	// least 1. Required.
+	MaxAttempts int `yaml:"max_attempts" required:"true"`
+	// Price is what the route charges. Default 0 (free, e.g. local).
+	Price Price `yaml:"price"`
+}
+
+// Capabilities is a route's capability contract.
+type Capabilities struct {
+	// Input lists accepted modalities: text, image, audio. Default [text].
+	Input []string `yaml:"input" default:"text"`
+	// Tools: the route accepts tool definitions and emits tool calls.
+	Tools bool `yaml:"tools"`
+	// JSONSchema: the route enforces a strict JSON schema response format.
+	JSONSchema bool `yaml:"json_schema"`
+	// Streaming: the route can stream (SSE).
+	Streaming bool `yaml:"streaming"`
+	// MaxContextTokens is the route's context window. Default 8192.
+	MaxContextTokens int64 `yaml:"max_context_tokens" default:"8192"`
+	// MaxOutputTokens caps one generation. Default 4096.
+	MaxOutputTokens int64 `yaml:"max_output_tokens" default:"4096"`
+	// Continuation is how the route continues a partial answer (DESIGN
+	// §5.3): none, assistant_prefill, prefix_flag, continue_final_message.
+	// Default "none".
+	Continuation string `yaml:"continuation" default:"none"`
+}
+
+// Price is a route's token price.
+type Price struct {
+	// InputUSDPerMTok is USD per million input tokens. Default 0.
+	InputUSDPerMTok float64 `yaml:"input_usd_per_mtok"`
+	// OutputUSDPerMTok is USD per million output tokens. Default 0.
+	OutputUSDPerMTok float64 `yaml:"output_usd_per_mtok"`
+}
+
+// Model is one model alias: ordered routes and a retry policy.
+type Model struct {
+	// Name is what clients put in "model". Required, unique.
+	Name string `yaml:"name" required:"true"`
+	// Routes lists route IDs in priority order (primary first). Required.
+	Routes []string `yaml:"routes" required:"true"`
+	// Require is what every route of the alias must satisfy.
+	Require Require `yaml:"require"`
+	// Retry is the alias's retry policy (DESIGN §2.2).
+	Retry Retry `yaml:"retry"`
+	// Stream configures streaming (DESIGN §5).
+	Stream Stream `yaml:"stream"`
+	// Hedge configures hedging (DESIGN §6.4).
+	Hedge Hedge `yaml:"hedge"`
+}
+
+// Require is an alias's admission contract for its routes.
+type Require struct {
+	// Input lists modalities every route must accept. Default [text].
+	Input []string `yaml:"input" default:"text"`
+	// BehaviorClass every route must carry. Empty (default): all routes of
+	// the alias must share one class.
+	BehaviorClass string `yaml:"behavior_class"`
+	// MaxDataBoundary is the widest route boundary allowed. Default
+	// "external".
+	MaxDataBoundary string `yaml:"max_data_boundary" default:"external"`
+	// Streaming: every route must stream. Default false.
+	Streaming bool `yaml:"streaming"`
+	// Tools: every route must support tools. Default false.
+	Tools bool `yaml:"tools"`
+	// JSONSchema: every route must support strict JSON schema. Default false.
+	JSONSchema bool `yaml:"json_schema"`
+	// Idempotency: every route must dedupe by Idempotency-Key. Default false.
+	Idempotency bool `yaml:"idempotency"`
+}
+
+// Retry is an alias's retry policy.
+type Retry struct {
+	// MaxAttempts caps physical attempts per logical request. Default 3.
+	MaxAttempts int `yaml:"max_attempts" default:"3"`
+	// BaseDelay is the first retry's wait. Default 200ms.
+	BaseDelay Duration `yaml:"base_delay" default:"200ms"`
+	// MaxDelay caps the exponential backoff. Default 1500ms.
+	MaxDelay Duration `yaml:"max_delay" default:"1500ms"`
+	// RetryAfterCap caps a provider's Retry-After hint. Default 5s.
+	RetryAfterCap Duration `yaml:"retry_after_cap" default:"5s"`
+	// Jitter is "full" (uniform in [0, backoff]) or "none". Default "full".
+	Jitter string `yaml:"jitter" default:"full"`
+	// Deadline is the whole logical request's time budget. Default 60s.
+	Deadline Duration `yaml:"deadline" default:"60s"`
+	// MaxCostUSD caps the cost of all attempts of one request, reserved
+	// worst-case before each dispatch. 0 (default): no cap.
+	MaxCostUSD float64 `yaml:"max_cost_usd"`
+}
+
+// Stream configures an alias's streaming behaviour.
+type Stream struct {
+	// AfterOutput is what happens when a stream breaks after visible
+	// output: resume, restart or stop. Default "resume".
+	AfterOutput string `yaml:"after_output" default:"resume"`
+	// RestartMaxTokens: restart only while fewer tokens were emitted.
+	// Default 40.
+	RestartMaxTokens int `yaml:"restart_max_tokens" default:"40"`
+	// Buffer holds the whole answer until the upstream finishes. Default false.
+	Buffer bool `yaml:"buffer"`
+}
+
+// Hedge configures hedging.
+type Hedge struct {
+	// After is how long to wait for a first byte before hedging. 0
+	// (default): hedging off.
+	After Duration `yaml:"after" default:"0s"`
+}
+
+// Idempotency configures the ledger (DESIGN §3.2).
+type Idempotency struct {
+	// Retention is how long terminal outcomes replay. Default 24h.
+	Retention Duration `yaml:"retention" default:"24h"`
+	// OnExpired is "new" or "reject" for a key past retention. Default "new".
+	OnExpired string `yaml:"on_expired" default:"new"`
+	// FingerprintReplayWindow: how long a keyless request replays a
+	// finished twin. Default 0s (in-flight joins only).
+	FingerprintReplayWindow Duration `yaml:"fingerprint_replay_window" default:"0s"`
+	// SDKRetryWindow: how long a keyless official-SDK retry replays its
+	// finished twin. Default 10m.
+	SDKRetryWindow Duration `yaml:"sdk_retry_window" default:"10m"`
+}
+
+// RetryBudget is the fleet retry budget (DESIGN §6.2).
+type RetryBudget struct {
+	// Ratio of retries to first attempts. Default 0.1.
+	Ratio float64 `yaml:"ratio" default:"0.1"`
+	// MinPerSecond retries always allowed. Default 10.
+	MinPerSecond float64 `yaml:"min_per_second" default:"10"`
+	// Window is the rolling window. Default 10s.
+	Window Duration `yaml:"window" default:"10s"`
+}
+
+// Breaker configures circuit breakers (DESIGN §6.1).
+type Breaker struct {
+	// FailureRatio opens the breaker at or above it. Default 0.5.
+	FailureRatio float64 `yaml:"failure_ratio" default:"0.5"`
+	// MinRequests completed in the window before it may open. Default 20.
+	MinRequests int `yaml:"min_requests" default:"20"`
+	// Window is the rolling window. Default 10s.
+	Window Duration `yaml:"window" default:"10s"`
+	// OpenFor is how long it stays open. Default 30s.
+	OpenFor Duration `yaml:"open_for" default:"30s"`
+	// HalfOpenProbes is how many requests a half-open breaker admits.
+	// Default 3.
+	HalfOpenProbes int `yaml:"half_open_probes" default:"3"`
+}
+
+// Limits bounds one request.
+type Limits struct {
+	// MaxBodyBytes caps a request body. Default 4194304 (4 MiB).
+	MaxBodyBytes int64 `yaml:"max_body_bytes" default:"4194304"`
+	// MaxResponseBytes caps an upstream response. Default 16777216 (16 MiB).
+	MaxResponseBytes int64 `yaml:"max_response_bytes" default:"16777216"`
+	// MaxStreamBufferBytes caps the chunks kept for joiners of one stream.
+	// Default 8388608 (8 MiB).
+	MaxStreamBufferBytes int64 `yaml:"max_stream_buffer_bytes" default:"8388608"`
+}
+
+// Duration is a time.Duration written as "500ms", "30s" or "24h".
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+func (d Duration) String() string { return time.Duration(d).String() }
+
+func (d *Duration) decodeScalar(tag, value string) error {
+	if tag != "!!str" {
+		return fmt.Errorf("want a duration such as \"500ms\" or \"30s\", found %s %q", tagName(tag), value)
+	}
+	v, err := time.ParseDuration(value)
+	if err != nil {
+		return fmt.Errorf("malformed duration %q (want e.g. \"500ms\", \"30s\", \"24h\")", value)
+	}
+	if v < 0 {
+		return fmt.Errorf("negative duration %q", value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MaxFileBytes bounds a configuration file.
+const MaxFileBytes = 4 << 20
+
+// Load reads and strictly decodes the file at path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	return Parse(path, data)
+}
+
+// Parse strictly decodes data, naming file in errors. On failure the
+// error is an Errors listing every problem; when the YAML itself was
+// readable, the partially decoded Config is returned too (fields that
+// failed keep their defaults) so that semantic validation can report its
+// findings in the same pass.
+func Parse(file string, data []byte) (*Config, error) {
+	if len(data) > MaxFileBytes {
+		return nil, Errors{{File: file, Msg: fmt.Sprintf("file is %d bytes; the limit is %d", len(data), MaxFileBytes)}}
+	}
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, Errors{{File: file, Msg: "the file is empty"}}
+		}
+		return nil, Errors{syntaxError(file, err)}
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		return nil, Errors{{File: file, Pos: Pos{extra.Line, extra.Column}, Msg: "more than one YAML document; put everything in one"}}
+	}
+	cfg := &Config{file: file}
+	setDefaults(reflect.ValueOf(cfg).Elem())
+	d := &decoder{file: file, present: map[string]Pos{}}
+	root := &doc
+	if root.Kind == yaml.DocumentNode {
+		if len(root.Content) == 0 {
+			return nil, Errors{{File: file, Msg: "the file is empty"}}
+		}
+		root = root.Content[0]
+	}
+	d.decode(root, reflect.ValueOf(cfg).Elem(), "")
+	cfg.present = d.present
+	for i := range cfg.Routes {
+		if cfg.Routes[i].Release == "" {
+			cfg.Routes[i].Release = cfg.Routes[i].Model
+		}
+	}
+	if len(d.errs) > 0 {
+		return cfg, d.errs
+	}
+	return cfg, nil
+}
+
+// File is the path the configuration was read from.
+func (c *Config) File() string { return c.file }
+
+// Has reports whether path (e.g. "routes[0].price") was written in the file.
+func (c *Config) Has(path string) bool {
+	_, ok := c.present[path]
+	return ok
+}
+
+// Pos returns where path was written, or where its nearest written
+// ancestor was, so that a violation about a defaulted field still points
+// somewhere useful.
+func (c *Config) Pos(path string) Pos {
+	for path != "" {
+		if p, ok := c.present[path]; ok {
+			return p
+		}
+		i := strings.LastIndexAny(path, ".[")
+		if i < 0 {
+			break
+		}
+		path = path[:i]
+	}
+	return Pos{}
+}
+
+// ErrorAt builds an Error about path in c's file.
+func (c *Config) ErrorAt(path, format string, args ...any) *Error {
+	return &Error{File: c.file, Pos: c.Pos(path), Path: path, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Secrets are the values read from the environment variables a
+// configuration names. They are never logged.
+type Secrets struct {
+	// TenantKeys maps a tenant's API key to its ID.
+	TenantKeys map[string]string
+	// ProviderKeys maps a provider ID to its key ("" when none is set).
+	ProviderKeys map[string]string
+	// GatewaySecret is the fingerprint HMAC secret ("" means: use the
+	// store's generated one).
+	GatewaySecret string
+}
+
+// ResolveSecrets reads every environment variable the configuration
+// names. Every missing or empty variable is reported at once.
+func (c *Config) ResolveSecrets(lookup func(string) (string, bool)) (*Secrets, error) {
+	s := &Secrets{TenantKeys: map[string]string{}, ProviderKeys: map[string]string{}}
+	var errs Errors
+	get := func(path, name string) string {
+		v, ok := lookup(name)
+		if !ok || v == "" {
+			errs = append(errs, c.ErrorAt(path, "environment variable %s is not set", name))
+		}
+		return v
+	}
+	for i, t := range c.Tenants {
+		key := get(fmt.Sprintf("tenants[%d].api_key_env", i), t.APIKeyEnv)
+		if other, dup := s.TenantKeys[key]; dup && key != "" {
+			errs = append(errs, c.ErrorAt(fmt.Sprintf("tenants[%d].api_key_env", i), "tenant %q has the same API key as tenant %q", t.ID, other))
+		}
+		if key != "" {
+			s.TenantKeys[key] = t.ID
+		}
+	}
+	for i, p := range c.Providers {
+		if p.APIKeyEnv != "" {
+			s.ProviderKeys[p.ID] = get(fmt.Sprintf("providers[%d].api_key_env", i), p.APIKeyEnv)
+		}
+	}
+	if c.SecretEnv != "" {
+		s.GatewaySecret = os.Getenv(c.SecretEnv) // unset: generated and kept in the store
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return s, nil
+}

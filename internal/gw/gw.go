@@ -1,0 +1,220 @@
+// Package gw holds oncegate's shared vocabulary: outcome classes and kinds,
+// terminals and stop reasons, data boundaries and usage. It imports only the
+// standard library so every other package can speak it.
+//
+// The string values of these types are part of the external contract
+// (DESIGN §2.1, §2.2, §9): they appear in receipts, metrics and error bodies.
+package gw
+
+import "fmt"
+
+// Class is the retry family of an observed attempt outcome (DESIGN §2.1).
+type Class string
+
+// The outcome classes. Success is the class of an attempt that completed.
+const (
+	ClassSuccess       Class = "success"
+	ClassRetryable     Class = "retryable"
+	ClassNonRetryable  Class = "non_retryable"
+	ClassIndeterminate Class = "indeterminate"
+)
+
+// Kind is the precise outcome of one attempt. Every kind belongs to exactly
+// one Class; see Kind.Class.
+type Kind string
+
+// The outcome kinds of DESIGN §2.1.
+const (
+	KindOK Kind = "ok"
+
+	KindTimeoutBeforeResponse Kind = "timeout_before_response"
+	KindRateLimited           Kind = "rate_limited"
+	KindUnavailable           Kind = "unavailable"
+
+	KindRejected          Kind = "rejected"
+	KindPolicyDenied      Kind = "policy_denied"
+	KindInvalidRequest    Kind = "invalid_request"
+	KindProtocolViolation Kind = "protocol_violation"
+
+	KindUnknownProviderAcceptance    Kind = "unknown_provider_acceptance"
+	KindStreamInterruptedAfterOutput Kind = "stream_interrupted_after_output"
+
+	// KindCancelled is the outcome of an attempt abandoned because the
+	// caller went away (client disconnect) or lost a hedge race. It is
+	// final for the logical request and never retried.
+	KindCancelled Kind = "cancelled"
+)
+
+// Class reports the retry family of k. Unknown kinds are non-retryable, so
+// a corrupted or future kind can never cause a retry.
+func (k Kind) Class() Class {
+	switch k {
+	case KindOK:
+		return ClassSuccess
+	case KindTimeoutBeforeResponse, KindRateLimited, KindUnavailable:
+		return ClassRetryable
+	case KindUnknownProviderAcceptance, KindStreamInterruptedAfterOutput:
+		return ClassIndeterminate
+	default:
+		return ClassNonRetryable
+	}
+}
+
+// Kinds lists every kind, in DESIGN order.
+func Kinds() []Kind {
+	return []Kind{KindOK, KindTimeoutBeforeResponse, KindRateLimited, KindUnavailable,
+		KindRejected, KindPolicyDenied, KindInvalidRequest, KindProtocolViolation,
+		KindUnknownProviderAcceptance, KindStreamInterruptedAfterOutput, KindCancelled}
+}
+
+// Valid reports whether k is one of Kinds.
+func (k Kind) Valid() bool {
+	for _, v := range Kinds() {
+		if k == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Cause refines a Kind with the detail the retry engine needs to choose
+// between retrying the same route and moving on (DESIGN §2.1 refinements).
+// The empty cause means no refinement.
+type Cause string
+
+// Causes the engine acts on.
+const (
+	// CauseFirstByteTimeout: the provider accepted the request and went
+	// silent. Retryable, but moves to the next route at once.
+	CauseFirstByteTimeout Cause = "first_byte_timeout"
+	// CauseContextLength: the prompt does not fit this route. Rejected, but
+	// may fall back to a route with a strictly larger context window.
+	CauseContextLength Cause = "context_length_exceeded"
+	// CauseClientGone: the caller disconnected; the request is cancelled.
+	CauseClientGone Cause = "client_disconnected"
+	// CauseHedgeLost: the attempt lost a hedge race and was cancelled.
+	CauseHedgeLost Cause = "hedge_lost"
+)
+
+// Terminal is the final state of a logical request (DESIGN §1).
+type Terminal string
+
+// The terminals.
+const (
+	TerminalSucceeded     Terminal = "succeeded"
+	TerminalRejected      Terminal = "rejected"
+	TerminalExhausted     Terminal = "exhausted"
+	TerminalDeadline      Terminal = "deadline"
+	TerminalIndeterminate Terminal = "indeterminate"
+	TerminalCancelled     Terminal = "cancelled"
+)
+
+// Reason says why the engine stopped (DESIGN §2.2). Completed is the reason
+// recorded with a successful terminal.
+type Reason string
+
+// The stop reasons.
+const (
+	ReasonCompleted       Reason = "completed"
+	ReasonNonRetryable    Reason = "non_retryable"
+	ReasonIndeterminate   Reason = "indeterminate"
+	ReasonAttemptBudget   Reason = "attempt_budget"
+	ReasonRouteBudget     Reason = "route_budget"
+	ReasonCostBudget      Reason = "cost_budget"
+	ReasonDeadline        Reason = "deadline"
+	ReasonRoutesExhausted Reason = "routes_exhausted"
+	ReasonCircuitOpen     Reason = "circuit_open"
+	ReasonRetryBudget     Reason = "retry_budget"
+	ReasonCancelled       Reason = "cancelled"
+)
+
+// DataBoundary orders where request data may travel: local < private < external.
+type DataBoundary int
+
+// The data boundaries, in increasing order of exposure.
+const (
+	BoundaryLocal DataBoundary = iota + 1
+	BoundaryPrivate
+	BoundaryExternal
+)
+
+// ParseDataBoundary reads "local", "private" or "external".
+func ParseDataBoundary(s string) (DataBoundary, error) {
+	switch s {
+	case "local":
+		return BoundaryLocal, nil
+	case "private":
+		return BoundaryPrivate, nil
+	case "external":
+		return BoundaryExternal, nil
+	}
+	return 0, fmt.Errorf("unknown data boundary %q (want local, private or external)", s)
+}
+
+// String returns the configuration spelling of b.
+func (b DataBoundary) String() string {
+	switch b {
+	case BoundaryLocal:
+		return "local"
+	case BoundaryPrivate:
+		return "private"
+	case BoundaryExternal:
+		return "external"
+	}
+	return fmt.Sprintf("boundary(%d)", int(b))
+}
+
+// Usage is what one attempt consumed, in provider tokens.
+type Usage struct {
+	InputTokens  int64 `json:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+	CachedTokens int64 `json:"cached_tokens"`
+}
+
+// Add returns u + v.
+func (u Usage) Add(v Usage) Usage {
+	return Usage{u.InputTokens + v.InputTokens, u.OutputTokens + v.OutputTokens, u.CachedTokens + v.CachedTokens}
+}
+
+// Billable is the number of tokens charged: input plus output.
+func (u Usage) Billable() int64 { return u.InputTokens + u.OutputTokens }
+
+// NanoUSD is an amount of money in billionths of a US dollar. Integer money
+// keeps budget comparisons exact; it holds up to about 9.2 billion dollars.
+type NanoUSD int64
+
+// USD converts n to dollars for display and receipts.
+func (n NanoUSD) USD() float64 { return float64(n) / 1e9 }
+
+// NanoFromUSD converts dollars to NanoUSD, rounding to the nearest nano.
+func NanoFromUSD(usd float64) NanoUSD {
+	if usd >= 0 {
+		return NanoUSD(usd*1e9 + 0.5)
+	}
+	return NanoUSD(usd*1e9 - 0.5)
+}
+
+// Price is a route's per-token price in NanoUSD per token (1 USD per
+// million tokens is 1,000 nano-USD per token).
+type Price struct {
+	InputPerToken  NanoUSD
+	OutputPerToken NanoUSD
+}
+
+// PriceFromPerMTok builds a Price from USD per million tokens, as the
+// configuration states prices.
+func PriceFromPerMTok(inUSD, outUSD float64) Price {
+	return Price{InputPerToken: NanoFromUSD(inUSD / 1e6), OutputPerToken: NanoFromUSD(outUSD / 1e6)}
+}
+
+// Cost prices a usage. Cached tokens are charged at the input price: a
+// conservative bill never under-charges.
+func (p Price) Cost(u Usage) NanoUSD {
+	return NanoUSD(u.InputTokens)*p.InputPerToken + NanoUSD(u.OutputTokens)*p.OutputPerToken
+}
+
+// WorstCase is the reservation for an attempt before dispatch: the prompt
+// estimate at the input price plus the output cap at the output price.
+func (p Price) WorstCase(inputTokens, maxOutputTokens int64) NanoUSD {
+	return p.Cost(Usage{InputTokens: inputTokens, OutputTokens: maxOutputTokens})
+}

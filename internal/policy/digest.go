@@ -1,0 +1,95 @@
+package policy
+
+import (
+	"github.com/oncegate/oncegate/internal/identity"
+)
+
+// The digest documents: every field that changes what a request may do
+// or where it may go, and nothing secret (env variable names included, so
+// renaming a variable does not change the policy).
+type routeDoc struct {
+	ID                  string     `json:"id"`
+	Provider            string     `json:"provider"`
+	ProviderType        string     `json:"provider_type"`
+	BaseURL             string     `json:"base_url"`
+	Model               string     `json:"model"`
+	Release             string     `json:"release"`
+	Input               []string   `json:"input"`
+	Tools               bool       `json:"tools"`
+	JSONSchema          bool       `json:"json_schema"`
+	Streaming           bool       `json:"streaming"`
+	MaxContextTokens    int64      `json:"max_context_tokens"`
+	MaxOutputTokens     int64      `json:"max_output_tokens"`
+	Continuation        string     `json:"continuation"`
+	BehaviorClass       string     `json:"behavior_class"`
+	DataBoundary        string     `json:"data_boundary"`
+	SupportsIdempotency bool       `json:"supports_idempotency"`
+	MaxAttempts         int        `json:"max_attempts"`
+	PriceNanoPerToken   [2]int64   `json:"price_nano_usd_per_token"`
+	Timeouts            [3]float64 `json:"timeouts_seconds"`
+}
+
+type aliasDoc struct {
+	Name             string     `json:"name"`
+	Routes           []routeDoc `json:"routes"`
+	MaxDataBoundary  string     `json:"max_data_boundary"`
+	MaxAttempts      int        `json:"max_attempts"`
+	BaseDelayMS      int64      `json:"base_delay_ms"`
+	MaxDelayMS       int64      `json:"max_delay_ms"`
+	RetryAfterCapMS  int64      `json:"retry_after_cap_ms"`
+	Jitter           string     `json:"jitter"`
+	DeadlineMS       int64      `json:"deadline_ms"`
+	MaxCostNanoUSD   int64      `json:"max_cost_nano_usd"`
+	AfterOutput      string     `json:"after_output"`
+	RestartMaxTokens int64      `json:"restart_max_tokens"`
+	Buffer           bool       `json:"buffer"`
+	HedgeAfterMS     int64      `json:"hedge_after_ms"`
+}
+
+func aliasDigest(a *Alias) (string, error) {
+	e := a.Engine
+	doc := aliasDoc{Name: a.Name, MaxDataBoundary: a.MaxBoundary.String(), MaxAttempts: e.MaxAttempts,
+		BaseDelayMS: e.BaseDelay.Milliseconds(), MaxDelayMS: e.MaxDelay.Milliseconds(),
+		RetryAfterCapMS: e.RetryAfterCap.Milliseconds(), Jitter: string(e.Jitter), DeadlineMS: e.Deadline.Milliseconds(),
+		MaxCostNanoUSD: int64(e.MaxCost), AfterOutput: string(e.AfterOutput), RestartMaxTokens: e.RestartMaxTokens,
+		Buffer: a.Buffer, HedgeAfterMS: a.HedgeAfter.Milliseconds(), Routes: []routeDoc{}}
+	for _, r := range a.Routes {
+		p := r.Provider
+		doc.Routes = append(doc.Routes, routeDoc{ID: r.ID, Provider: p.ID, ProviderType: string(p.Type), BaseURL: p.BaseURL,
+			Model: r.Model, Release: r.Release, Input: r.Caps.Input, Tools: r.Caps.Tools, JSONSchema: r.Caps.JSONSchema,
+			Streaming: r.Caps.Streaming, MaxContextTokens: r.Caps.MaxContextTokens, MaxOutputTokens: r.Caps.MaxOutputTokens,
+			Continuation: string(r.Caps.Continuation), BehaviorClass: r.BehaviorClass, DataBoundary: r.Boundary.String(),
+			SupportsIdempotency: r.SupportsIdempotency, MaxAttempts: r.MaxAttempts,
+			PriceNanoPerToken: [2]int64{int64(r.Price.InputPerToken), int64(r.Price.OutputPerToken)},
+			Timeouts:          [3]float64{p.Connect.Seconds(), p.FirstByte.Seconds(), p.Idle.Seconds()}})
+	}
+	return identity.CanonicalSHA256(doc)
+}
+
+type tenantDoc struct {
+	ID                string `json:"id"`
+	MaxDataBoundary   string `json:"max_data_boundary"`
+	RequestsPerMinute int    `json:"requests_per_minute"`
+	CostNanoUSDPerDay int64  `json:"cost_nano_usd_per_day"`
+}
+
+type policyDoc struct {
+	Aliases     map[string]string `json:"aliases"`
+	Tenants     []tenantDoc       `json:"tenants"`
+	Idempotency any               `json:"idempotency"`
+	RetryBudget any               `json:"retry_budget"`
+	Breaker     any               `json:"breaker"`
+	Limits      any               `json:"limits"`
+}
+
+func policyDigest(p *Policy) (string, error) {
+	doc := policyDoc{Aliases: map[string]string{}, Tenants: []tenantDoc{},
+		Idempotency: p.Idempotency, RetryBudget: p.RetryBudget, Breaker: p.Breaker, Limits: p.Limits}
+	for _, a := range p.Aliases {
+		doc.Aliases[a.Name] = a.Digest
+	}
+	for _, t := range p.Tenants {
+		doc.Tenants = append(doc.Tenants, tenantDoc{t.ID, t.MaxBoundary.String(), t.RequestsPerMinute, int64(t.CostPerDay)})
+	}
+	return identity.CanonicalSHA256(doc)
+}

@@ -1,0 +1,51 @@
+package policy
+
+import (
+	"fmt"
+
+	"github.com/oncegate/oncegate/internal/gw"
+)
+
+// Needs is what one request requires of a route, found by inspecting it
+// before the first dispatch.
+type Needs struct {
+	Images        bool
+	Audio         bool
+	Tools         bool
+	JSONSchema    bool
+	Stream        bool
+	ContextTokens int64 // prompt estimate plus requested output
+}
+
+// Ineligible returns, for each of the alias's routes that cannot serve a
+// request with these needs for a tenant allowed up to maxBoundary, the
+// reason why (DESIGN §8.2). Such routes are skipped, never tried. A request
+// whose context exceeds every route is still sent to the largest-context
+// routes: the provider's context_length_exceeded is authoritative, because
+// the gateway's token count is an estimate.
+func (a *Alias) Ineligible(n Needs, maxBoundary gw.DataBoundary) map[string]string {
+	out := map[string]string{}
+	var largest int64
+	for _, r := range a.Routes {
+		largest = max(largest, r.Caps.MaxContextTokens)
+	}
+	for _, r := range a.Routes {
+		switch {
+		case r.Boundary > maxBoundary:
+			out[r.ID] = fmt.Sprintf("data boundary %s exceeds the tenant's %s", r.Boundary, maxBoundary)
+		case n.Images && !r.Caps.Accepts(InputImage):
+			out[r.ID] = "no image input"
+		case n.Audio && !r.Caps.Accepts(InputAudio):
+			out[r.ID] = "no audio input"
+		case n.Tools && !r.Caps.Tools:
+			out[r.ID] = "no tool support"
+		case n.JSONSchema && !r.Caps.JSONSchema:
+			out[r.ID] = "no json_schema support"
+		case n.Stream && !r.Caps.Streaming:
+			out[r.ID] = "no streaming"
+		case n.ContextTokens > r.Caps.MaxContextTokens && r.Caps.MaxContextTokens < largest:
+			out[r.ID] = fmt.Sprintf("context %d tokens exceeds max_context_tokens %d", n.ContextTokens, r.Caps.MaxContextTokens)
+		}
+	}
+	return out
+}

@@ -1,0 +1,42 @@
+package policy
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// WriteTable prints, per alias, its route table in priority order and its
+// policy digest, as `oncegate check` shows it.
+func WriteTable(w io.Writer, p *Policy) error {
+	for _, a := range p.Aliases {
+		e := a.Engine
+		fmt.Fprintf(w, "model %s  (max_attempts %d, backoff %v..%v, jitter %s, deadline %v, max_cost %s, after_output %s, boundary ≤ %s)\n",
+			a.Name, e.MaxAttempts, e.BaseDelay, e.MaxDelay, e.Jitter, e.Deadline, costText(e.MaxCost.USD()), e.AfterOutput, a.MaxBoundary)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  PRIORITY\tROUTE\tPROVIDER\tMODEL\tRELEASE\tBOUNDARY\tINPUT\tCONTINUATION\tMAX ATTEMPTS\tPRICE IN/OUT $/MTok")
+		for i, r := range a.Routes {
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s/%s\n", i+1, r.ID, r.Provider.ID, r.Model, r.Release,
+				r.Boundary, strings.Join(r.Caps.Input, ","), r.Caps.Continuation, r.MaxAttempts,
+				num(r.PriceUSDPerMTok[0]), num(r.PriceUSDPerMTok[1]))
+		}
+		if err := tw.Flush(); err != nil {
+			return fmt.Errorf("write table: %w", err)
+		}
+		fmt.Fprintf(w, "  policy sha256 %s\n\n", a.Digest)
+	}
+	_, err := fmt.Fprintf(w, "policy sha256 %s  (%d tenants, %d providers, %d routes, %d models)\n",
+		p.Digest, len(p.Tenants), len(p.Providers), len(p.Routes), len(p.Aliases))
+	return err
+}
+
+func num(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
+func costText(usd float64) string {
+	if usd == 0 {
+		return "unlimited"
+	}
+	return "$" + num(usd)
+}

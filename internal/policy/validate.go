@@ -1,0 +1,271 @@
+package policy
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/gw"
+	"github.com/oncegate/oncegate/internal/retry"
+)
+
+// validator collects every violation in one pass over the configuration.
+type validator struct {
+	cfg  *config.Config
+	errs config.Errors
+}
+
+func (v *validator) fail(path, format string, args ...any) {
+	v.errs = append(v.errs, v.cfg.ErrorAt(path, format, args...))
+}
+
+func (v *validator) boundary(path, s string) gw.DataBoundary {
+	b, err := gw.ParseDataBoundary(s)
+	if err != nil {
+		v.fail(path, "%v", err)
+	}
+	return b
+}
+
+func (v *validator) oneOf(path, got string, allowed ...string) {
+	if !slices.Contains(allowed, got) {
+		v.fail(path, "unknown value %q (want one of: %s)", got, strings.Join(allowed, ", "))
+	}
+}
+
+func (v *validator) positive(path string, x float64) {
+	if x <= 0 {
+		v.fail(path, "must be greater than 0")
+	}
+}
+
+func (v *validator) nonNegative(path string, x float64) {
+	if x < 0 {
+		v.fail(path, "must not be negative")
+	}
+}
+
+func (v *validator) modalities(path string, in []string) {
+	for i, m := range in {
+		v.oneOf(fmt.Sprintf("%s[%d]", path, i), m, InputText, InputImage, InputAudio)
+	}
+}
+
+func (v *validator) globals() {
+	c := v.cfg
+	if !strings.HasPrefix(c.Store, "sqlite://") && !strings.HasPrefix(c.Store, "postgres://") && !strings.HasPrefix(c.Store, "postgresql://") {
+		v.fail("store", "want sqlite://PATH or postgres://…, found %q", c.Store)
+	}
+	if c.Coordination != "local" && !strings.HasPrefix(c.Coordination, "redis://") {
+		v.fail("coordination", "want local or redis://…, found %q", c.Coordination)
+	}
+	v.oneOf("idempotency.on_expired", c.Idempotency.OnExpired, "new", "reject")
+	v.positive("idempotency.retention", float64(c.Idempotency.Retention))
+	v.nonNegative("retry_budget.ratio", c.RetryBudget.Ratio)
+	v.nonNegative("retry_budget.min_per_second", c.RetryBudget.MinPerSecond)
+	v.positive("retry_budget.window", float64(c.RetryBudget.Window))
+	if r := c.Breaker.FailureRatio; r <= 0 || r > 1 {
+		v.fail("breaker.failure_ratio", "must be in (0, 1], found %v", r)
+	}
+	v.positive("breaker.min_requests", float64(c.Breaker.MinRequests))
+	v.positive("breaker.window", float64(c.Breaker.Window))
+	v.positive("breaker.open_for", float64(c.Breaker.OpenFor))
+	v.positive("breaker.half_open_probes", float64(c.Breaker.HalfOpenProbes))
+	v.positive("limits.max_body_bytes", float64(c.Limits.MaxBodyBytes))
+	v.positive("limits.max_response_bytes", float64(c.Limits.MaxResponseBytes))
+	v.positive("limits.max_stream_buffer_bytes", float64(c.Limits.MaxStreamBufferBytes))
+}
+
+func (v *validator) tenants() []*Tenant {
+	var out []*Tenant
+	seen := map[string]string{}
+	for i, t := range v.cfg.Tenants {
+		path := fmt.Sprintf("tenants[%d]", i)
+		if prev, dup := seen[t.ID]; dup {
+			v.fail(path+".id", "duplicate tenant id %q (first at %s)", t.ID, prev)
+		}
+		seen[t.ID] = path
+		v.nonNegative(path+".budget.requests_per_minute", float64(t.Budget.RequestsPerMinute))
+		v.nonNegative(path+".budget.cost_usd_per_day", t.Budget.CostUSDPerDay)
+		out = append(out, &Tenant{ID: t.ID, APIKeyEnv: t.APIKeyEnv,
+			MaxBoundary:       v.boundary(path+".max_data_boundary", t.MaxDataBoundary),
+			RequestsPerMinute: t.Budget.RequestsPerMinute, CostPerDay: gw.NanoFromUSD(t.Budget.CostUSDPerDay)})
+	}
+	return out
+}
+
+func (v *validator) providers() []*Provider {
+	var out []*Provider
+	seen := map[string]string{}
+	for i, p := range v.cfg.Providers {
+		path := fmt.Sprintf("providers[%d]", i)
+		if prev, dup := seen[p.ID]; dup {
+			v.fail(path+".id", "duplicate provider id %q (first at %s)", p.ID, prev)
+		}
+		seen[p.ID] = path
+		v.oneOf(path+".type", p.Type, string(TypeOpenAI), string(TypeAnthropic), string(TypeOpenAIResponses))
+		if err := validURL(p.BaseURL); err != nil {
+			v.fail(path+".base_url", "%v", err)
+		}
+		v.positive(path+".timeouts.connect", float64(p.Timeouts.Connect))
+		v.positive(path+".timeouts.first_byte", float64(p.Timeouts.FirstByte))
+		v.positive(path+".timeouts.idle", float64(p.Timeouts.Idle))
+		out = append(out, &Provider{ID: p.ID, Type: ProviderType(p.Type), BaseURL: strings.TrimRight(p.BaseURL, "/"),
+			APIKeyEnv: p.APIKeyEnv, Connect: p.Timeouts.Connect.D(), FirstByte: p.Timeouts.FirstByte.D(), Idle: p.Timeouts.Idle.D()})
+	}
+	return out
+}
+
+func (v *validator) routes(providers []*Provider) []*Route {
+	var out []*Route
+	seen := map[string]string{}
+	for i, r := range v.cfg.Routes {
+		path := fmt.Sprintf("routes[%d]", i)
+		if prev, dup := seen[r.ID]; dup {
+			v.fail(path+".id", "duplicate route id %q (first defined at %s)", r.ID, v.cfg.ErrorAt(prev, "").Pos.String())
+		}
+		seen[r.ID] = path + ".id"
+		var prov *Provider
+		for _, p := range providers {
+			if p.ID == r.Provider {
+				prov = p
+			}
+		}
+		if prov == nil {
+			v.fail(path+".provider", "no provider with id %q", r.Provider)
+		}
+		caps := r.Capabilities
+		v.modalities(path+".capabilities.input", caps.Input)
+		v.oneOf(path+".capabilities.continuation", caps.Continuation, string(retry.ContinuationNone),
+			string(retry.ContinuationPrefill), string(retry.ContinuationPrefixFlag), string(retry.ContinuationContinueMsg))
+		v.positive(path+".capabilities.max_context_tokens", float64(caps.MaxContextTokens))
+		v.positive(path+".capabilities.max_output_tokens", float64(caps.MaxOutputTokens))
+		if r.MaxAttempts < 1 {
+			v.fail(path+".max_attempts", "must be at least 1, found %d", r.MaxAttempts)
+		}
+		v.nonNegative(path+".price.input_usd_per_mtok", r.Price.InputUSDPerMTok)
+		v.nonNegative(path+".price.output_usd_per_mtok", r.Price.OutputUSDPerMTok)
+		out = append(out, &Route{
+			ID: r.ID, Provider: prov, Model: r.Model, Release: r.Release, BehaviorClass: r.BehaviorClass,
+			Caps: Capabilities{Input: caps.Input, Tools: caps.Tools, JSONSchema: caps.JSONSchema, Streaming: caps.Streaming,
+				MaxContextTokens: caps.MaxContextTokens, MaxOutputTokens: caps.MaxOutputTokens,
+				Continuation: retry.Continuation(caps.Continuation)},
+			Boundary:            v.boundary(path+".data_boundary", r.DataBoundary),
+			SupportsIdempotency: r.SupportsIdempotency, MaxAttempts: r.MaxAttempts,
+			Price:           gw.PriceFromPerMTok(r.Price.InputUSDPerMTok, r.Price.OutputUSDPerMTok),
+			PriceUSDPerMTok: [2]float64{r.Price.InputUSDPerMTok, r.Price.OutputUSDPerMTok},
+		})
+	}
+	return out
+}
+
+func (v *validator) aliases(routes []*Route) []*Alias {
+	var out []*Alias
+	seen := map[string]bool{}
+	for i, m := range v.cfg.Models {
+		path := fmt.Sprintf("models[%d]", i)
+		if seen[m.Name] {
+			v.fail(path+".name", "duplicate model alias %q", m.Name)
+		}
+		seen[m.Name] = true
+		a := &Alias{Name: m.Name, Require: m.Require, Buffer: m.Stream.Buffer, HedgeAfter: m.Hedge.After.D(),
+			MaxBoundary: v.boundary(path+".require.max_data_boundary", m.Require.MaxDataBoundary)}
+		v.modalities(path+".require.input", m.Require.Input)
+		if len(m.Routes) == 0 {
+			v.fail(path+".routes", "an alias needs at least one route")
+		}
+		refs := map[string]bool{}
+		for j, id := range m.Routes {
+			rpath := fmt.Sprintf("%s.routes[%d]", path, j)
+			if refs[id] {
+				v.fail(rpath, "route %q is listed twice", id)
+				continue
+			}
+			refs[id] = true
+			r := findRoute(routes, id)
+			if r == nil {
+				v.fail(rpath, "no route with id %q", id)
+				continue
+			}
+			v.admit(a, r, rpath)
+			a.Routes = append(a.Routes, r)
+		}
+		if m.Hedge.After > 0 && len(m.Routes) < 2 {
+			v.fail(path+".hedge.after", "hedging needs a second route to hedge to")
+		}
+		a.Engine = v.engine(path, m, a.Routes)
+		out = append(out, a)
+	}
+	return out
+}
+
+// admit checks one route against its alias's contract (DESIGN §8.2).
+func (v *validator) admit(a *Alias, r *Route, rpath string) {
+	req := a.Require
+	where := fmt.Sprintf("route %q", r.ID)
+	for _, m := range req.Input {
+		if !r.Caps.Accepts(m) {
+			v.fail(rpath, "%s lacks %s input required by alias %q (capability gap)", where, m, a.Name)
+		}
+	}
+	gaps := []struct {
+		need, has bool
+		what      string
+	}{{req.Tools, r.Caps.Tools, "tools"}, {req.JSONSchema, r.Caps.JSONSchema, "json_schema"}, {req.Streaming, r.Caps.Streaming, "streaming"}}
+	for _, g := range gaps {
+		if g.need && !g.has {
+			v.fail(rpath, "%s lacks %s required by alias %q (capability gap)", where, g.what, a.Name)
+		}
+	}
+	want := req.BehaviorClass
+	if want == "" && len(a.Routes) > 0 {
+		want = a.Routes[0].BehaviorClass
+	}
+	if want != "" && r.BehaviorClass != want {
+		v.fail(rpath, "%s has behavior_class %q but alias %q requires %q (behaviour-class mismatch)", where, r.BehaviorClass, a.Name, want)
+	}
+	if r.Boundary > a.MaxBoundary && a.MaxBoundary != 0 {
+		v.fail(rpath, "%s sends data to %s but alias %q allows at most %s (data boundary)", where, r.Boundary, a.Name, a.MaxBoundary)
+	}
+	if req.Idempotency && !r.SupportsIdempotency {
+		v.fail(rpath, "%s does not support idempotency keys, which alias %q requires", where, a.Name)
+	}
+	if r.Provider != nil && r.Provider.Type == TypeOpenAIResponses {
+		v.fail(rpath, "%s is an openai-responses route; chat aliases need an openai or anthropic provider", where)
+	}
+}
+
+// engine builds the alias's retry policy and checks its bounds.
+func (v *validator) engine(path string, m config.Model, routes []*Route) *retry.Policy {
+	rt := m.Retry
+	if rt.MaxAttempts < 1 {
+		v.fail(path+".retry.max_attempts", "must be at least 1, found %d", rt.MaxAttempts)
+	}
+	if rt.MaxDelay < rt.BaseDelay {
+		v.fail(path+".retry.max_delay", "max_delay %v is less than base_delay %v", rt.MaxDelay, rt.BaseDelay)
+	}
+	v.positive(path+".retry.deadline", float64(rt.Deadline))
+	v.nonNegative(path+".retry.max_cost_usd", rt.MaxCostUSD)
+	v.oneOf(path+".retry.jitter", rt.Jitter, string(retry.JitterFull), string(retry.JitterNone))
+	v.oneOf(path+".stream.after_output", m.Stream.AfterOutput, string(retry.AfterOutputResume), string(retry.AfterOutputRestart), string(retry.AfterOutputStop))
+	v.nonNegative(path+".stream.restart_max_tokens", float64(m.Stream.RestartMaxTokens))
+	p := &retry.Policy{MaxAttempts: rt.MaxAttempts, BaseDelay: rt.BaseDelay.D(), MaxDelay: rt.MaxDelay.D(),
+		RetryAfterCap: rt.RetryAfterCap.D(), Jitter: retry.Jitter(rt.Jitter), Deadline: rt.Deadline.D(),
+		MaxCost: gw.NanoFromUSD(rt.MaxCostUSD), AfterOutput: retry.AfterOutput(m.Stream.AfterOutput),
+		RestartMaxTokens: int64(m.Stream.RestartMaxTokens)}
+	for _, r := range routes {
+		p.Routes = append(p.Routes, retry.Route{ID: r.ID, MaxAttempts: r.MaxAttempts, MaxContextTokens: r.Caps.MaxContextTokens,
+			MaxOutputTokens: r.Caps.MaxOutputTokens, Price: r.Price, Continuation: r.Caps.Continuation})
+	}
+	return p
+}
+
+func findRoute(routes []*Route, id string) *Route {
+	for _, r := range routes {
+		if r.ID == id {
+			return r
+		}
+	}
+	return nil
+}

@@ -1,0 +1,139 @@
+package receipt
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/oncegate/oncegate/internal/gw"
+	"github.com/oncegate/oncegate/internal/policy"
+	"github.com/oncegate/oncegate/internal/retry"
+)
+
+// Observation is what the dispatcher saw of one attempt; the Recorder
+// fills in everything the route and the decision determine.
+type Observation struct {
+	StartedAt        time.Time
+	FirstByteAt      *time.Time
+	ObservedAt       time.Time
+	Kind             gw.Kind
+	Cause            gw.Cause
+	HTTPStatus       int
+	RetryAfter       *time.Duration
+	VisibleOutput    bool
+	EmittedTokens    int64
+	InToolCall       bool
+	ProtocolWarnings int
+	Usage            gw.Usage
+	UsageEstimated   bool
+	Breaker          BreakerState
+	Error            *AttemptError
+}
+
+// Recorder drives the retry engine for one logical request and writes its
+// receipt as it goes, so the receipt and the engine cannot disagree. It is
+// not safe for concurrent use.
+type Recorder struct {
+	R     *Receipt
+	alias *policy.Alias
+	run   *retry.Run
+	req   *retry.Request
+}
+
+// NewRecorder starts a receipt from its header fields (request id, tenant,
+// operation, model, digests, created_at, deadline, facts). It fills
+// policy_sha256 and retry_owner.
+func NewRecorder(alias *policy.Alias, header Receipt) *Recorder {
+	r := header
+	r.PolicySHA256 = alias.Digest
+	r.RetryOwner = RetryOwner
+	r.CreatedAt, r.Deadline = r.CreatedAt.UTC(), r.Deadline.UTC()
+	rc := &Recorder{R: &r, alias: alias}
+	rc.req = r.EngineRequest()
+	rc.run = retry.NewRun(alias.Engine, rc.req)
+	return rc
+}
+
+// Request is the engine's view of the request.
+func (rc *Recorder) Request() *retry.Request { return rc.req }
+
+// Start takes the first decision at now and records it.
+func (rc *Recorder) Start(adm retry.Admission, now time.Time) retry.Decision {
+	d := rc.run.Start(adm, now)
+	rc.R.Decisions = append(rc.R.Decisions, NewDecision(0, d, adm))
+	rc.terminal(d)
+	return d
+}
+
+// Observe records the attempt the last decision scheduled, with what the
+// dispatcher observed, and takes and records the next decision.
+func (rc *Recorder) Observe(o Observation, adm retry.Admission) (retry.Decision, error) {
+	prev := rc.run.Last()
+	route := rc.alias.Route(prev.Route)
+	if route == nil {
+		return retry.Decision{}, fmt.Errorf("%w: route %q is not in alias %s", retry.ErrUnexpectedAttempt, prev.Route, rc.alias.Name)
+	}
+	a := rc.attempt(prev, route, o)
+	d, err := rc.run.Observe(a.Engine(), adm)
+	if err != nil {
+		return retry.Decision{}, err
+	}
+	rc.R.Attempts = append(rc.R.Attempts, a)
+	rc.R.Decisions = append(rc.R.Decisions, NewDecision(a.Ordinal, d, adm))
+	rc.terminal(d)
+	return d, nil
+}
+
+func (rc *Recorder) attempt(prev retry.Decision, route *policy.Route, o Observation) Attempt {
+	n := len(rc.R.Attempts) + 1
+	routeN := 1
+	for _, x := range rc.R.Attempts {
+		if x.Route == route.ID {
+			routeN++
+		}
+	}
+	a := Attempt{Ordinal: n, Route: route.ID, RouteOrdinal: routeN, Provider: route.Provider.ID,
+		UpstreamModel: route.Model, Release: route.Release, DataBoundary: route.Boundary.String(),
+		Purpose: string(prev.Purpose()), RequestSHA256: rc.R.RequestSHA256,
+		NotBefore: prev.NotBefore.UTC(), StartedAt: o.StartedAt.UTC(), ObservedAt: o.ObservedAt.UTC(),
+		JitterMS: prev.JitterMS, OutcomeClass: string(o.Kind.Class()), Kind: string(o.Kind), Cause: string(o.Cause),
+		HTTPStatus: o.HTTPStatus, VisibleOutput: o.VisibleOutput, EmittedTokens: o.EmittedTokens,
+		InToolCall: o.InToolCall, ProtocolWarnings: o.ProtocolWarnings, Usage: o.Usage,
+		UsageEstimated: o.UsageEstimated, CostUSD: route.Price.Cost(o.Usage).USD(),
+		ReservedUSD: prev.Reserve.USD(), Breaker: o.Breaker, Error: o.Error}
+	if o.FirstByteAt != nil {
+		fb := o.FirstByteAt.UTC()
+		a.FirstByteAt = &fb
+	}
+	if o.RetryAfter != nil {
+		// Whole milliseconds, rounded up, so the engine and the receipt
+		// use the same value.
+		ms := int64((*o.RetryAfter + time.Millisecond - 1) / time.Millisecond)
+		a.RetryAfterMS = &ms
+	}
+	return a
+}
+
+// HintFor rounds a Retry-After hint the way the Recorder records it.
+func HintFor(d time.Duration) time.Duration {
+	return (d + time.Millisecond - 1) / time.Millisecond * time.Millisecond
+}
+
+// Cancel ends the request as cancelled (the caller left while an attempt
+// waited for its not_before).
+func (rc *Recorder) Cancel() {
+	if rc.R.Terminal == "" {
+		rc.R.Terminal, rc.R.Reason = string(gw.TerminalCancelled), string(gw.ReasonCancelled)
+	}
+}
+
+func (rc *Recorder) terminal(d retry.Decision) {
+	if !d.Dispatches() {
+		rc.R.Terminal, rc.R.Reason = string(d.Terminal), string(d.Reason)
+	}
+}
+
+// Last is the most recent decision.
+func (rc *Recorder) Last() retry.Decision { return rc.run.Last() }
+
+// Seal finalises totals and digests.
+func (rc *Recorder) Seal() error { return rc.R.Seal() }

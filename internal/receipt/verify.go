@@ -1,0 +1,315 @@
+package receipt
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/oncegate/oncegate/internal/gw"
+	"github.com/oncegate/oncegate/internal/policy"
+	"github.com/oncegate/oncegate/internal/retry"
+)
+
+// DriftCode names one kind of disagreement between a receipt and what the
+// engine, the policy and the receipt's own digests say. The codes are a
+// closed vocabulary; `oncegate verify` prints them.
+type DriftCode string
+
+// The drift codes.
+const (
+	DriftDigest          DriftCode = "digest_mismatch"
+	DriftPolicy          DriftCode = "policy_mismatch"
+	DriftRetryOwner      DriftCode = "opaque_retry_owner"
+	DriftUnknownAlias    DriftCode = "unknown_alias"
+	DriftRouteNotAllowed DriftCode = "route_not_allowed"
+	DriftContract        DriftCode = "contract_drift"
+	DriftBoundary        DriftCode = "boundary_drift"
+	DriftLogicalRequest  DriftCode = "logical_request_drift"
+	DriftClass           DriftCode = "class_mismatch"
+	DriftCost            DriftCode = "cost_mismatch"
+	DriftTimeOrder       DriftCode = "time_order"
+	DriftRouteOrder      DriftCode = "route_out_of_order" // e.g. a premature fallback
+	DriftEarly           DriftCode = "attempt_before_not_before"
+	DriftSchedule        DriftCode = "schedule_mismatch"
+	DriftJitter          DriftCode = "jitter_out_of_interval"
+	DriftJitterReplay    DriftCode = "jitter_not_replayable"
+	DriftTerminal        DriftCode = "wrong_terminal"
+	DriftDecision        DriftCode = "decision_mismatch"
+	DriftTotals          DriftCode = "totals_mismatch"
+
+	// Attempts after the engine stopped, named by why it stopped.
+	DriftNonRetryableRetried  DriftCode = "non_retryable_retried"
+	DriftIndeterminateRetried DriftCode = "indeterminate_retried"
+	DriftAttemptBudget        DriftCode = "attempt_budget_exceeded"
+	DriftRouteBudget          DriftCode = "route_budget_exceeded"
+	DriftCostBudget           DriftCode = "cost_budget_exceeded"
+	DriftDeadline             DriftCode = "deadline_exceeded"
+	DriftRoutesExhausted      DriftCode = "routes_exhausted"
+	DriftCircuitOpen          DriftCode = "circuit_open_ignored"
+	DriftRetryBudget          DriftCode = "retry_budget_exceeded"
+	DriftAfterTerminal        DriftCode = "attempt_after_terminal"
+)
+
+// afterStop maps the reason the engine stopped to the drift an attempt
+// past that stop is.
+var afterStop = map[gw.Reason]DriftCode{
+	gw.ReasonNonRetryable:    DriftNonRetryableRetried,
+	gw.ReasonIndeterminate:   DriftIndeterminateRetried,
+	gw.ReasonAttemptBudget:   DriftAttemptBudget,
+	gw.ReasonRouteBudget:     DriftRouteBudget,
+	gw.ReasonCostBudget:      DriftCostBudget,
+	gw.ReasonDeadline:        DriftDeadline,
+	gw.ReasonRoutesExhausted: DriftRoutesExhausted,
+	gw.ReasonCircuitOpen:     DriftCircuitOpen,
+	gw.ReasonRetryBudget:     DriftRetryBudget,
+}
+
+// Drift is one disagreement. Attempt is the attempt ordinal it concerns (0:
+// the receipt as a whole).
+type Drift struct {
+	Code     DriftCode
+	Attempt  int
+	Expected string
+	Found    string
+}
+
+func (d Drift) String() string {
+	where := "receipt"
+	if d.Attempt > 0 {
+		where = fmt.Sprintf("attempt %d", d.Attempt)
+	}
+	return fmt.Sprintf("%s: %s: expected %s, found %s", where, d.Code, d.Expected, d.Found)
+}
+
+type verifier struct {
+	p      *policy.Policy
+	r      *Receipt
+	alias  *policy.Alias
+	drifts []Drift
+}
+
+func (v *verifier) add(code DriftCode, attempt int, expected, found string, args ...any) {
+	if len(args) > 0 {
+		expected, found = fmt.Sprintf(expected, args...), fmt.Sprintf(found, args...)
+	}
+	v.drifts = append(v.drifts, Drift{Code: code, Attempt: attempt, Expected: expected, Found: found})
+}
+
+// Verify checks a receipt against the policy it names and re-runs the
+// retry engine over its recorded outcomes (DESIGN §9). It returns every
+// drift found; none means the receipt is exactly what the engine would
+// have done.
+func Verify(p *policy.Policy, r *Receipt) []Drift {
+	v := &verifier{p: p, r: r}
+	v.digests()
+	v.ownership()
+	v.alias = p.Alias(r.Model)
+	if v.alias == nil {
+		v.add(DriftUnknownAlias, 0, "a model alias of the policy", r.Model)
+		return v.drifts
+	}
+	if r.PolicySHA256 != v.alias.Digest {
+		v.add(DriftPolicy, 0, "policy_sha256 "+v.alias.Digest, r.PolicySHA256)
+	}
+	for i := range r.Attempts {
+		v.static(&r.Attempts[i])
+	}
+	v.replay()
+	v.totals()
+	return v.drifts
+}
+
+func (v *verifier) digests() {
+	r := v.r
+	if d, err := r.attemptsDigest(); err != nil || d != r.AttemptsSHA256 {
+		v.add(DriftDigest, 0, "attempts_sha256 "+d, r.AttemptsSHA256)
+	}
+	if d, err := r.receiptDigest(); err != nil || d != r.ReceiptSHA256 {
+		v.add(DriftDigest, 0, "receipt_sha256 "+d, r.ReceiptSHA256)
+	}
+}
+
+// ownership checks that the gateway's engine is the only retry owner and
+// that no attempt is hidden: ordinals run 1..n and the totals count them.
+func (v *verifier) ownership() {
+	r := v.r
+	if r.RetryOwner != RetryOwner {
+		v.add(DriftRetryOwner, 0, "retry_owner "+RetryOwner, "retry_owner %q", r.RetryOwner)
+	}
+	for i, a := range r.Attempts {
+		if a.Ordinal != i+1 {
+			v.add(DriftRetryOwner, a.Ordinal, fmt.Sprintf("ordinal %d (no hidden attempts)", i+1), fmt.Sprintf("ordinal %d", a.Ordinal))
+		}
+	}
+}
+
+// static checks one attempt against the policy, independent of order.
+func (v *verifier) static(a *Attempt) {
+	r, n := v.r, a.Ordinal
+	route := v.alias.Route(a.Route)
+	if route == nil {
+		v.add(DriftRouteNotAllowed, n, "a route of alias "+v.alias.Name, "route %q", a.Route)
+		return
+	}
+	if why, out := r.Request.IneligibleRoutes[a.Route]; out {
+		v.add(DriftRouteNotAllowed, n, "no attempt on a route ruled out before dispatch ("+why+")", "route %q", a.Route)
+	}
+	if a.Provider != route.Provider.ID || a.Release != route.Release || a.UpstreamModel != route.Model {
+		v.add(DriftContract, n, fmt.Sprintf("%s/%s/%s", route.Provider.ID, route.Model, route.Release),
+			fmt.Sprintf("%s/%s/%s", a.Provider, a.UpstreamModel, a.Release))
+	}
+	v.boundary(a, route)
+	if a.RequestSHA256 != r.RequestSHA256 {
+		v.add(DriftLogicalRequest, n, "request_sha256 "+r.RequestSHA256, a.RequestSHA256)
+	}
+	k := gw.Kind(a.Kind)
+	if !k.Valid() || string(k.Class()) != a.OutcomeClass {
+		v.add(DriftClass, n, fmt.Sprintf("class %s for kind %s", k.Class(), a.Kind), a.OutcomeClass)
+	}
+	if want := route.Price.Cost(a.Usage); want != gw.NanoFromUSD(a.CostUSD) {
+		v.add(DriftCost, n, fmt.Sprintf("cost_usd %v for the recorded usage", want.USD()), fmt.Sprint(a.CostUSD))
+	}
+	if a.ObservedAt.Before(a.StartedAt) || (a.FirstByteAt != nil && (a.FirstByteAt.Before(a.StartedAt) || a.ObservedAt.Before(*a.FirstByteAt))) {
+		v.add(DriftTimeOrder, n, "started_at ≤ first_byte_at ≤ observed_at", "out of order")
+	}
+	if a.StartedAt.Before(a.NotBefore) {
+		v.add(DriftEarly, n, "started_at ≥ "+ts(a.NotBefore), ts(a.StartedAt))
+	}
+}
+
+func (v *verifier) boundary(a *Attempt, route *policy.Route) {
+	n := a.Ordinal
+	if a.DataBoundary != route.Boundary.String() {
+		v.add(DriftBoundary, n, "data_boundary "+route.Boundary.String()+" of route "+route.ID, a.DataBoundary)
+	}
+	limit := v.alias.MaxBoundary
+	if b, err := gw.ParseDataBoundary(v.r.Request.MaxDataBoundary); err == nil && b < limit {
+		limit = b
+	}
+	if route.Boundary > limit {
+		v.add(DriftBoundary, n, "a route within data boundary "+limit.String(), "route %s at %s", route.ID, route.Boundary)
+	}
+}
+
+// replay re-runs the engine: every attempt must be the one the previous
+// decision scheduled, and the last decision must be the recorded terminal.
+func (v *verifier) replay() {
+	r, e := v.r, v.alias.Engine
+	req := r.EngineRequest()
+	expected := retry.Start(e, req, v.admission(0), r.CreatedAt)
+	v.decision(0, expected)
+	var hist []retry.Attempt
+	for i := range r.Attempts {
+		a := &r.Attempts[i]
+		if !expected.Dispatches() {
+			code, ok := afterStop[expected.Reason]
+			if !ok {
+				code = DriftAfterTerminal
+			}
+			v.add(code, a.Ordinal, "no attempt after "+expected.String(), "an attempt on %s", a.Route)
+			return
+		}
+		v.scheduled(a, expected, hist)
+		hist = append(hist, a.Engine())
+		var err error
+		expected, err = retry.Decide(e, req, hist, v.admission(i+1))
+		if err != nil {
+			v.add(DriftAfterTerminal, a.Ordinal, "no attempt after a terminal", err.Error())
+			return
+		}
+		v.decision(i+1, expected)
+	}
+	switch {
+	case expected.Dispatches() && r.Terminal == string(gw.TerminalCancelled):
+		// The caller left while the next attempt waited: a valid end.
+	case expected.Dispatches():
+		v.add(DriftTerminal, 0, expected.String(), "terminal %s/%s", r.Terminal, r.Reason)
+	case string(expected.Terminal) != r.Terminal || string(expected.Reason) != r.Reason:
+		v.add(DriftTerminal, 0, fmt.Sprintf("terminal %s/%s", expected.Terminal, expected.Reason), fmt.Sprintf("%s/%s", r.Terminal, r.Reason))
+	}
+}
+
+// scheduled checks attempt a against the decision that should have made it.
+func (v *verifier) scheduled(a *Attempt, d retry.Decision, hist []retry.Attempt) {
+	n := a.Ordinal
+	if a.Route != d.Route || a.Purpose != string(d.Purpose()) {
+		v.add(DriftRouteOrder, n, fmt.Sprintf("%s to %s", d.Action, d.Route), fmt.Sprintf("%s to %s", a.Purpose, a.Route))
+		return
+	}
+	if len(hist) > 0 {
+		v.jitter(a, hist)
+	}
+	if !a.NotBefore.Equal(d.NotBefore) && a.JitterMS == d.JitterMS {
+		v.add(DriftSchedule, n, "not_before "+ts(d.NotBefore), ts(a.NotBefore))
+	}
+	if a.StartedAt.Before(d.NotBefore) && !a.StartedAt.Before(a.NotBefore) {
+		v.add(DriftEarly, n, "started_at ≥ "+ts(d.NotBefore), ts(a.StartedAt))
+	}
+}
+
+// jitter checks the recorded jitter lies in its interval and is the value
+// the seeded PRNG replays.
+func (v *verifier) jitter(a *Attempt, hist []retry.Attempt) {
+	e, n := v.alias.Engine, a.Ordinal
+	prev := hist[len(hist)-1]
+	var exp time.Duration
+	switch retry.Purpose(a.Purpose) {
+	case retry.PurposeRetry, retry.PurposeRestart:
+		if prev.Route == a.Route {
+			exp = retry.Backoff(e.BaseDelay, e.MaxDelay, routeCount(hist, a.Route)+1)
+		} else {
+			exp = e.BaseDelay
+		}
+	case retry.PurposeFallback:
+		exp = e.BaseDelay
+	default:
+		return // resumes and hedges do not wait
+	}
+	lo, hi := retry.JitterInterval(e.Jitter, exp)
+	if a.JitterMS < lo || a.JitterMS > hi {
+		v.add(DriftJitter, n, fmt.Sprintf("jitter_ms in [%d, %d]", lo, hi), fmt.Sprint(a.JitterMS))
+		return
+	}
+	if _, want := retry.Jittered(e.Jitter, exp, e.Digest, v.r.RequestID, n); want != a.JitterMS {
+		v.add(DriftJitterReplay, n, fmt.Sprintf("jitter_ms %d from the seeded PRNG", want), fmt.Sprint(a.JitterMS))
+	}
+}
+
+// decision compares the recorded decision i with the replayed one.
+func (v *verifier) decision(i int, d retry.Decision) {
+	if i >= len(v.r.Decisions) {
+		v.add(DriftDecision, i, "decision after attempt "+fmt.Sprint(i)+": "+d.String(), "none recorded")
+		return
+	}
+	rd := v.r.Decisions[i]
+	if rd.AfterAttempt != i || rd.Action != string(d.Action) || rd.Route != d.Route || rd.Reason != string(d.Reason) {
+		v.add(DriftDecision, i, d.String(), fmt.Sprintf("%s{route=%s reason=%s}", rd.Action, rd.Route, rd.Reason))
+	}
+}
+
+func (v *verifier) admission(i int) retry.Admission {
+	if i < len(v.r.Decisions) {
+		return v.r.Decisions[i].Admission()
+	}
+	return retry.Admission{}
+}
+
+func (v *verifier) totals() {
+	want := v.r.ComputeTotals()
+	got := v.r.Totals
+	if got.Attempts != want.Attempts || got.BillableTokens != want.BillableTokens ||
+		gw.NanoFromUSD(got.CostUSD) != gw.NanoFromUSD(want.CostUSD) || fmt.Sprint(got.Providers) != fmt.Sprint(want.Providers) {
+		v.add(DriftTotals, 0, fmt.Sprintf("%+v", want), fmt.Sprintf("%+v", got))
+	}
+}
+
+func routeCount(hist []retry.Attempt, route string) int {
+	n := 0
+	for _, a := range hist {
+		if a.Route == route {
+			n++
+		}
+	}
+	return n
+}
+
+func ts(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

@@ -1,0 +1,365 @@
+package retry
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/oncegate/oncegate/internal/gw"
+)
+
+// Purpose says why an attempt was made.
+type Purpose string
+
+// The purposes of an attempt.
+const (
+	PurposeInitial  Purpose = "initial"
+	PurposeRetry    Purpose = "retry"    // same route again
+	PurposeFallback Purpose = "fallback" // next route by priority
+	PurposeResume   Purpose = "resume"   // continue a partial stream, same route
+	PurposeRestart  Purpose = "restart"  // fresh generation after output, client cleared it
+	PurposeHedge    Purpose = "hedge"    // duplicate after hedge.after without first byte
+)
+
+// Attempt is one observed physical attempt as the engine needs it.
+type Attempt struct {
+	Ordinal    int
+	Route      string
+	Purpose    Purpose
+	NotBefore  time.Time
+	StartedAt  time.Time
+	ObservedAt time.Time
+	// JitterMS is the sampled jitter of the wait before this attempt.
+	JitterMS int64
+	Kind     gw.Kind
+	Cause    gw.Cause
+	// RetryAfter is the provider's parsed hint; HasRetryAfter says one was
+	// given (a zero hint is a valid "retry now").
+	RetryAfter    time.Duration
+	HasRetryAfter bool
+	VisibleOutput bool
+	EmittedTokens int64
+	// InToolCall: the stream broke while a tool call was being streamed,
+	// which cannot be continued by prefill.
+	InToolCall bool
+	// Cost is what the attempt is charged: priced usage, or a conservative
+	// estimate when the provider reported none.
+	Cost gw.NanoUSD
+}
+
+// Action is what the engine decided.
+type Action string
+
+// The actions. Dispatch starts a logical request; the next four schedule
+// another attempt; Complete and Stop are terminal.
+const (
+	ActionDispatch Action = "dispatch"
+	ActionRetry    Action = "retry_same_route"
+	ActionFallback Action = "fallback"
+	ActionResume   Action = "resume"
+	ActionRestart  Action = "restart"
+	ActionComplete Action = "complete"
+	ActionStop     Action = "stop"
+)
+
+// Decision is the engine's answer.
+type Decision struct {
+	Action Action
+	// Route, NotBefore, JitterMS and Reserve describe the next attempt
+	// when Action dispatches one.
+	Route     string
+	NotBefore time.Time
+	JitterMS  int64
+	Reserve   gw.NanoUSD
+	// Terminal and Reason are set when Action is Complete or Stop.
+	Terminal gw.Terminal
+	Reason   gw.Reason
+}
+
+// Dispatches reports whether d schedules another attempt.
+func (d Decision) Dispatches() bool {
+	switch d.Action {
+	case ActionDispatch, ActionRetry, ActionFallback, ActionResume, ActionRestart:
+		return true
+	}
+	return false
+}
+
+// Purpose is the purpose of the attempt d schedules.
+func (d Decision) Purpose() Purpose {
+	switch d.Action {
+	case ActionRetry:
+		return PurposeRetry
+	case ActionFallback:
+		return PurposeFallback
+	case ActionResume:
+		return PurposeResume
+	case ActionRestart:
+		return PurposeRestart
+	}
+	return PurposeInitial
+}
+
+func (d Decision) String() string {
+	if d.Dispatches() {
+		return fmt.Sprintf("%s{route=%s not_before=%s}", d.Action, d.Route, d.NotBefore.Format(time.RFC3339Nano))
+	}
+	return fmt.Sprintf("%s{terminal=%s reason=%s}", d.Action, d.Terminal, d.Reason)
+}
+
+// Admission is the fleet's state at decision time, supplied by the caller
+// because it lives outside the request: which routes' breakers refuse new
+// attempts, and whether the fleet retry budget is spent (DESIGN §6).
+type Admission struct {
+	Refused          map[string]bool
+	RetryBudgetSpent bool
+}
+
+func (a Admission) admits(route string) bool { return !a.Refused[route] }
+
+// Errors returned by Decide and Run.
+var (
+	// ErrAfterTerminal: an attempt was observed after a terminal decision.
+	ErrAfterTerminal = errors.New("retry: attempt after a terminal decision")
+	// ErrUnexpectedAttempt: an observed attempt is not the one decided.
+	ErrUnexpectedAttempt = errors.New("retry: attempt does not match the decision")
+	// ErrNoAttempts: Decide was called with no attempts.
+	ErrNoAttempts = errors.New("retry: no attempts to decide on")
+)
+
+func stop(t gw.Terminal, r gw.Reason) Decision {
+	return Decision{Action: ActionStop, Terminal: t, Reason: r}
+}
+
+// Start decides a logical request's first attempt at now: the first route
+// by priority that the capability filter kept and the breaker admits.
+func Start(p *Policy, req *Request, adm Admission, now time.Time) Decision {
+	if !now.Before(req.Deadline) {
+		return stop(gw.TerminalDeadline, gw.ReasonDeadline)
+	}
+	refused := false
+	for i := range p.Routes {
+		r := &p.Routes[i]
+		if !req.eligible(r.ID) {
+			continue
+		}
+		if !adm.admits(r.ID) {
+			refused = true
+			continue
+		}
+		reserve := reservation(r, req, 0)
+		if p.MaxCost > 0 && reserve > p.MaxCost {
+			return stop(gw.TerminalExhausted, gw.ReasonCostBudget)
+		}
+		return Decision{Action: ActionDispatch, Route: r.ID, NotBefore: now, Reserve: reserve}
+	}
+	if refused {
+		return stop(gw.TerminalExhausted, gw.ReasonCircuitOpen)
+	}
+	return stop(gw.TerminalRejected, gw.ReasonNonRetryable) // no route can serve the request
+}
+
+// Decide returns the decision after the last of attempts was observed. It
+// re-checks the history: if any earlier attempt was already terminal, it
+// returns ErrAfterTerminal.
+func Decide(p *Policy, req *Request, attempts []Attempt, adm Admission) (Decision, error) {
+	if len(attempts) == 0 {
+		return Decision{}, ErrNoAttempts
+	}
+	for i := 1; i < len(attempts); i++ {
+		if d := decide(p, req, attempts[:i], Admission{}); !d.Dispatches() {
+			return Decision{}, fmt.Errorf("%w: attempt %d follows %s", ErrAfterTerminal, attempts[i].Ordinal, d)
+		}
+	}
+	return decide(p, req, attempts, adm), nil
+}
+
+func decide(p *Policy, req *Request, hist []Attempt, adm Admission) Decision {
+	last := &hist[len(hist)-1]
+	switch {
+	case last.Kind == gw.KindCancelled:
+		return stop(gw.TerminalCancelled, gw.ReasonCancelled)
+	case last.Kind.Class() == gw.ClassSuccess:
+		if !last.ObservedAt.Before(req.Deadline) {
+			return stop(gw.TerminalDeadline, gw.ReasonDeadline) // a late success loses
+		}
+		return Decision{Action: ActionComplete, Terminal: gw.TerminalSucceeded, Reason: gw.ReasonCompleted}
+	case last.Purpose == PurposeResume:
+		// A failed continuation ends the stream as stop would; no other
+		// route is tried (DESIGN §5.3).
+		return stop(gw.TerminalIndeterminate, gw.ReasonIndeterminate)
+	case last.Kind == gw.KindStreamInterruptedAfterOutput:
+		return afterOutput(p, req, hist, adm)
+	case last.Kind.Class() == gw.ClassIndeterminate:
+		return stop(gw.TerminalIndeterminate, gw.ReasonIndeterminate)
+	case last.Kind.Class() == gw.ClassNonRetryable:
+		if last.Cause == gw.CauseContextLength {
+			return again(p, req, hist, adm, ActionFallback)
+		}
+		return stop(gw.TerminalRejected, gw.ReasonNonRetryable)
+	}
+	return again(p, req, hist, adm, ActionRetry)
+}
+
+// afterOutput applies the alias's stream.after_output choice.
+func afterOutput(p *Policy, req *Request, hist []Attempt, adm Admission) Decision {
+	last := &hist[len(hist)-1]
+	cur := p.Route(last.Route)
+	switch {
+	case p.AfterOutput == AfterOutputResume && cur != nil && cur.Continuation != ContinuationNone && !last.InToolCall:
+		// Output was delivered, so whatever stops the continuation leaves
+		// the request indeterminate, with the binding bound as the reason.
+		reserve := reservation(cur, req, last.EmittedTokens)
+		if d, ok := budgets(p, req, hist, adm); !ok {
+			d.Terminal = gw.TerminalIndeterminate
+			return d
+		}
+		switch {
+		case routeAttempts(hist, cur.ID) >= cur.MaxAttempts:
+			return stop(gw.TerminalIndeterminate, gw.ReasonRouteBudget)
+		case !adm.admits(cur.ID):
+			return stop(gw.TerminalIndeterminate, gw.ReasonCircuitOpen)
+		case p.MaxCost > 0 && spent(hist)+reserve > p.MaxCost:
+			return stop(gw.TerminalIndeterminate, gw.ReasonCostBudget)
+		}
+		return Decision{Action: ActionResume, Route: cur.ID, NotBefore: last.ObservedAt, Reserve: reserve}
+	case p.AfterOutput == AfterOutputRestart && req.AcceptRestart && last.EmittedTokens < p.RestartMaxTokens:
+		d := again(p, req, hist, adm, ActionRestart)
+		if !d.Dispatches() {
+			d.Terminal = gw.TerminalIndeterminate
+		}
+		return d
+	}
+	return stop(gw.TerminalIndeterminate, gw.ReasonIndeterminate)
+}
+
+// budgets checks the bounds that hold whichever route comes next: the
+// deadline as observed, the total attempt budget, the fleet retry budget.
+func budgets(p *Policy, req *Request, hist []Attempt, adm Admission) (Decision, bool) {
+	last := &hist[len(hist)-1]
+	switch {
+	case !last.ObservedAt.Before(req.Deadline):
+		return stop(gw.TerminalDeadline, gw.ReasonDeadline), false
+	case len(hist) >= p.MaxAttempts:
+		return stop(gw.TerminalExhausted, gw.ReasonAttemptBudget), false
+	case adm.RetryBudgetSpent:
+		return stop(gw.TerminalExhausted, gw.ReasonRetryBudget), false
+	}
+	return Decision{}, true
+}
+
+// again schedules another attempt after a retryable failure (or a restart,
+// or a context-length fallback): the same route while its budget lasts and
+// the failure allows it, otherwise the next admitted route by priority.
+func again(p *Policy, req *Request, hist []Attempt, adm Admission, action Action) Decision {
+	if d, ok := budgets(p, req, hist, adm); !ok {
+		return d
+	}
+	last := &hist[len(hist)-1]
+	cur := p.Route(last.Route)
+	ci := p.index(last.Route)
+	if cur == nil {
+		return stop(gw.TerminalRejected, gw.ReasonNonRetryable) // not a route of this policy
+	}
+	moveOn := last.Cause == gw.CauseFirstByteTimeout || last.Cause == gw.CauseContextLength
+	var next *Route
+	if !moveOn && routeAttempts(hist, cur.ID) < cur.MaxAttempts && adm.admits(cur.ID) {
+		next = cur
+	}
+	refused := !moveOn && routeAttempts(hist, cur.ID) < cur.MaxAttempts && !adm.admits(cur.ID)
+	if next == nil {
+		for i := ci + 1; i < len(p.Routes); i++ {
+			r := &p.Routes[i]
+			if !req.eligible(r.ID) || routeAttempts(hist, r.ID) >= r.MaxAttempts {
+				continue
+			}
+			if last.Cause == gw.CauseContextLength && r.MaxContextTokens <= cur.MaxContextTokens {
+				continue
+			}
+			if !adm.admits(r.ID) {
+				refused = true
+				continue
+			}
+			next = r
+			break
+		}
+	}
+	switch {
+	case next == nil && refused:
+		return stop(gw.TerminalExhausted, gw.ReasonCircuitOpen)
+	case next == nil && last.Cause == gw.CauseContextLength:
+		return stop(gw.TerminalRejected, gw.ReasonNonRetryable)
+	case next == nil && eligibleCount(p, req) == 1:
+		return stop(gw.TerminalExhausted, gw.ReasonRouteBudget)
+	case next == nil:
+		return stop(gw.TerminalExhausted, gw.ReasonRoutesExhausted)
+	}
+	if action == ActionRetry && next != cur {
+		action = ActionFallback
+	}
+	ordinal := len(hist) + 1
+	var exp, hint time.Duration
+	if next == cur {
+		exp = Backoff(p.BaseDelay, p.MaxDelay, routeAttempts(hist, cur.ID)+1)
+		if last.HasRetryAfter {
+			hint = min(last.RetryAfter, p.RetryAfterCap)
+		}
+	} else {
+		exp = p.BaseDelay
+	}
+	wait, jit := Jittered(p.Jitter, exp, p.Digest, req.ID, ordinal)
+	d := Decision{Action: action, Route: next.ID, NotBefore: last.ObservedAt.Add(max(wait, hint)), JitterMS: jit,
+		Reserve: reservation(next, req, 0)}
+	if p.MaxCost > 0 && spent(hist)+d.Reserve > p.MaxCost {
+		return stop(gw.TerminalExhausted, gw.ReasonCostBudget)
+	}
+	if !d.NotBefore.Before(req.Deadline) {
+		return stop(gw.TerminalDeadline, gw.ReasonDeadline)
+	}
+	return d
+}
+
+// reservation is the worst-case cost of one attempt on r (DESIGN §2.2):
+// the prompt estimate (plus any continuation prefix) at the input price and
+// the output cap at the output price.
+func reservation(r *Route, req *Request, prefixTokens int64) gw.NanoUSD {
+	out := r.MaxOutputTokens
+	if req.MaxOutputTokens > 0 && (out == 0 || req.MaxOutputTokens < out) {
+		out = req.MaxOutputTokens
+	}
+	return r.Price.WorstCase(req.InputTokens+prefixTokens, out)
+}
+
+// Reservation is the worst-case cost of an attempt on route r with a
+// continuation prefix of prefixTokens.
+func Reservation(r *Route, req *Request, prefixTokens int64) gw.NanoUSD {
+	return reservation(r, req, prefixTokens)
+}
+
+func spent(hist []Attempt) gw.NanoUSD {
+	var s gw.NanoUSD
+	for i := range hist {
+		s += hist[i].Cost
+	}
+	return s
+}
+
+func routeAttempts(hist []Attempt, id string) int {
+	n := 0
+	for i := range hist {
+		if hist[i].Route == id {
+			n++
+		}
+	}
+	return n
+}
+
+func eligibleCount(p *Policy, req *Request) int {
+	n := 0
+	for i := range p.Routes {
+		if req.eligible(p.Routes[i].ID) {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,150 @@
+// Package retry is oncegate's retry engine (DESIGN §2): a pure,
+// deterministic function from (policy, request, attempts so far, admission)
+// to the next decision. It does no I/O, reads no clock and uses no global
+// randomness: times come in on the attempts, jitter comes from a PRNG seeded
+// by the policy digest, the request id and the attempt ordinal, so the same
+// history always replays to the same decisions. The gateway drives it; the
+// verifier re-runs it over a receipt.
+package retry
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/oncegate/oncegate/internal/gw"
+)
+
+// Jitter selects how backoff is randomised (DESIGN §2.3).
+type Jitter string
+
+// The jitter modes.
+const (
+	JitterFull Jitter = "full" // uniform in [0, backoff]
+	JitterNone Jitter = "none" // exactly the backoff
+)
+
+// AfterOutput is what happens when a stream breaks after visible output
+// (DESIGN §5.3).
+type AfterOutput string
+
+// The after-output modes.
+const (
+	AfterOutputResume  AfterOutput = "resume"
+	AfterOutputRestart AfterOutput = "restart"
+	AfterOutputStop    AfterOutput = "stop"
+)
+
+// Continuation is how a route continues a partial answer (DESIGN §5.3).
+type Continuation string
+
+// The continuation styles.
+const (
+	ContinuationNone        Continuation = "none"
+	ContinuationPrefill     Continuation = "assistant_prefill"
+	ContinuationPrefixFlag  Continuation = "prefix_flag"
+	ContinuationContinueMsg Continuation = "continue_final_message"
+)
+
+// Route is one route of an alias as the engine sees it.
+type Route struct {
+	ID               string
+	MaxAttempts      int
+	MaxContextTokens int64
+	MaxOutputTokens  int64
+	Price            gw.Price
+	Continuation     Continuation
+}
+
+// Policy is an alias's compiled retry policy. Routes are in priority order.
+// A Policy is immutable once built and safe for concurrent use.
+type Policy struct {
+	// Digest is the hex SHA-256 of the canonical alias policy; it seeds
+	// jitter and identifies the policy in receipts.
+	Digest           string
+	MaxAttempts      int
+	BaseDelay        time.Duration
+	MaxDelay         time.Duration
+	RetryAfterCap    time.Duration
+	Jitter           Jitter
+	Deadline         time.Duration
+	MaxCost          gw.NanoUSD // 0: no cost cap
+	AfterOutput      AfterOutput
+	RestartMaxTokens int64
+	Routes           []Route
+}
+
+// Route returns the route with id, or nil.
+func (p *Policy) Route(id string) *Route {
+	for i := range p.Routes {
+		if p.Routes[i].ID == id {
+			return &p.Routes[i]
+		}
+	}
+	return nil
+}
+
+func (p *Policy) index(id string) int {
+	for i := range p.Routes {
+		if p.Routes[i].ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// Request is what the engine knows about one logical request.
+type Request struct {
+	// ID is the logical request id; it seeds jitter.
+	ID string
+	// Deadline is absolute: min(created + policy deadline, caller budgets).
+	Deadline time.Time
+	// InputTokens estimates the prompt, for cost reservation.
+	InputTokens int64
+	// MaxOutputTokens is the request's output cap; 0 means each route's
+	// own maximum.
+	MaxOutputTokens int64
+	// AcceptRestart: the client sent X-Oncegate-Accept-Restart: 1.
+	AcceptRestart bool
+	// Ineligible lists routes the capability pre-filter ruled out before
+	// the first dispatch (DESIGN §8.2); they are skipped, never tried.
+	Ineligible map[string]string
+}
+
+// Deadline computes a logical request's absolute deadline: the earliest of
+// the policy deadline and every caller budget (X-Oncegate-Timeout-Ms,
+// x-stainless-timeout). Non-positive budgets are ignored.
+func Deadline(created time.Time, policy time.Duration, callerBudgets ...time.Duration) time.Time {
+	d := policy
+	for _, b := range callerBudgets {
+		if b > 0 && (d <= 0 || b < d) {
+			d = b
+		}
+	}
+	return created.Add(d)
+}
+
+func (r *Request) eligible(id string) bool {
+	_, out := r.Ineligible[id]
+	return !out
+}
+
+// Validate reports the first structural problem in p. Compiled policies
+// are always valid; hand-built ones (tests, verify) are checked.
+func (p *Policy) Validate() error {
+	switch {
+	case p.MaxAttempts < 1:
+		return fmt.Errorf("max_attempts %d < 1", p.MaxAttempts)
+	case len(p.Routes) == 0:
+		return fmt.Errorf("no routes")
+	case p.BaseDelay < 0 || p.MaxDelay < p.BaseDelay:
+		return fmt.Errorf("base_delay %v / max_delay %v out of order", p.BaseDelay, p.MaxDelay)
+	case p.Jitter != JitterFull && p.Jitter != JitterNone:
+		return fmt.Errorf("unknown jitter %q", p.Jitter)
+	}
+	for _, r := range p.Routes {
+		if r.MaxAttempts < 1 {
+			return fmt.Errorf("route %s: max_attempts %d < 1", r.ID, r.MaxAttempts)
+		}
+	}
+	return nil
+}
