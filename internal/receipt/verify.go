@@ -87,10 +87,7 @@ type verifier struct {
 	drifts []Drift
 }
 
-func (v *verifier) add(code DriftCode, attempt int, expected, found string, args ...any) {
-	if len(args) > 0 {
-		expected, found = fmt.Sprintf(expected, args...), fmt.Sprintf(found, args...)
-	}
+func (v *verifier) add(code DriftCode, attempt int, expected, found string) {
 	v.drifts = append(v.drifts, Drift{Code: code, Attempt: attempt, Expected: expected, Found: found})
 }
 
@@ -133,7 +130,7 @@ func (v *verifier) digests() {
 func (v *verifier) ownership() {
 	r := v.r
 	if r.RetryOwner != RetryOwner {
-		v.add(DriftRetryOwner, 0, "retry_owner "+RetryOwner, "retry_owner %q", r.RetryOwner)
+		v.add(DriftRetryOwner, 0, "retry_owner "+RetryOwner, fmt.Sprintf("retry_owner %q", r.RetryOwner))
 	}
 	for i, a := range r.Attempts {
 		if a.Ordinal != i+1 {
@@ -147,11 +144,11 @@ func (v *verifier) static(a *Attempt) {
 	r, n := v.r, a.Ordinal
 	route := v.alias.Route(a.Route)
 	if route == nil {
-		v.add(DriftRouteNotAllowed, n, "a route of alias "+v.alias.Name, "route %q", a.Route)
+		v.add(DriftRouteNotAllowed, n, "a route of alias "+v.alias.Name, fmt.Sprintf("route %q", a.Route))
 		return
 	}
 	if why, out := r.Request.IneligibleRoutes[a.Route]; out {
-		v.add(DriftRouteNotAllowed, n, "no attempt on a route ruled out before dispatch ("+why+")", "route %q", a.Route)
+		v.add(DriftRouteNotAllowed, n, "no attempt on a route ruled out before dispatch ("+why+")", fmt.Sprintf("route %q", a.Route))
 	}
 	if a.Provider != route.Provider.ID || a.Release != route.Release || a.UpstreamModel != route.Model {
 		v.add(DriftContract, n, fmt.Sprintf("%s/%s/%s", route.Provider.ID, route.Model, route.Release),
@@ -186,54 +183,67 @@ func (v *verifier) boundary(a *Attempt, route *policy.Route) {
 		limit = b
 	}
 	if route.Boundary > limit {
-		v.add(DriftBoundary, n, "a route within data boundary "+limit.String(), "route %s at %s", route.ID, route.Boundary)
+		v.add(DriftBoundary, n, "a route within data boundary "+limit.String(), fmt.Sprintf("route %s at %s", route.ID, route.Boundary))
 	}
 }
 
 // replay re-runs the engine: every attempt must be the one the previous
 // decision scheduled, and the last decision must be the recorded terminal.
+// It stops at the first attempt that leaves the engine's path, because
+// everything after it would only restate that finding.
 func (v *verifier) replay() {
 	r, e := v.r, v.alias.Engine
 	req := r.EngineRequest()
 	expected := retry.Start(e, req, v.admission(0), r.CreatedAt)
-	v.decision(0, expected)
 	var hist []retry.Attempt
-	for i := range r.Attempts {
+	for i := 0; ; i++ {
+		if i == len(r.Attempts) {
+			v.decision(i, expected)
+			v.terminal(expected)
+			return
+		}
 		a := &r.Attempts[i]
 		if !expected.Dispatches() {
 			code, ok := afterStop[expected.Reason]
 			if !ok {
 				code = DriftAfterTerminal
 			}
-			v.add(code, a.Ordinal, "no attempt after "+expected.String(), "an attempt on %s", a.Route)
+			v.add(code, a.Ordinal, "no attempt after "+expected.String(), "an attempt on "+a.Route)
 			return
 		}
-		v.scheduled(a, expected, hist)
+		v.decision(i, expected)
+		if !v.scheduled(a, expected, hist) {
+			return
+		}
 		hist = append(hist, a.Engine())
 		var err error
-		expected, err = retry.Decide(e, req, hist, v.admission(i+1))
-		if err != nil {
+		if expected, err = retry.Decide(e, req, hist, v.admission(i+1)); err != nil {
 			v.add(DriftAfterTerminal, a.Ordinal, "no attempt after a terminal", err.Error())
 			return
 		}
-		v.decision(i+1, expected)
 	}
+}
+
+// terminal compares the receipt's terminal with the engine's last decision.
+func (v *verifier) terminal(expected retry.Decision) {
+	r := v.r
 	switch {
 	case expected.Dispatches() && r.Terminal == string(gw.TerminalCancelled):
 		// The caller left while the next attempt waited: a valid end.
 	case expected.Dispatches():
-		v.add(DriftTerminal, 0, expected.String(), "terminal %s/%s", r.Terminal, r.Reason)
+		v.add(DriftTerminal, 0, expected.String(), fmt.Sprintf("terminal %s/%s", r.Terminal, r.Reason))
 	case string(expected.Terminal) != r.Terminal || string(expected.Reason) != r.Reason:
 		v.add(DriftTerminal, 0, fmt.Sprintf("terminal %s/%s", expected.Terminal, expected.Reason), fmt.Sprintf("%s/%s", r.Terminal, r.Reason))
 	}
 }
 
-// scheduled checks attempt a against the decision that should have made it.
-func (v *verifier) scheduled(a *Attempt, d retry.Decision, hist []retry.Attempt) {
+// scheduled checks attempt a against the decision that should have made it
+// and reports whether the replay can go on.
+func (v *verifier) scheduled(a *Attempt, d retry.Decision, hist []retry.Attempt) bool {
 	n := a.Ordinal
 	if a.Route != d.Route || a.Purpose != string(d.Purpose()) {
 		v.add(DriftRouteOrder, n, fmt.Sprintf("%s to %s", d.Action, d.Route), fmt.Sprintf("%s to %s", a.Purpose, a.Route))
-		return
+		return false
 	}
 	if len(hist) > 0 {
 		v.jitter(a, hist)
@@ -244,6 +254,7 @@ func (v *verifier) scheduled(a *Attempt, d retry.Decision, hist []retry.Attempt)
 	if a.StartedAt.Before(d.NotBefore) && !a.StartedAt.Before(a.NotBefore) {
 		v.add(DriftEarly, n, "started_at ≥ "+ts(d.NotBefore), ts(a.StartedAt))
 	}
+	return true
 }
 
 // jitter checks the recorded jitter lies in its interval and is the value
@@ -274,10 +285,11 @@ func (v *verifier) jitter(a *Attempt, hist []retry.Attempt) {
 	}
 }
 
-// decision compares the recorded decision i with the replayed one.
+// decision compares the recorded decision taken after attempt i (0: the
+// start) with the replayed one.
 func (v *verifier) decision(i int, d retry.Decision) {
 	if i >= len(v.r.Decisions) {
-		v.add(DriftDecision, i, "decision after attempt "+fmt.Sprint(i)+": "+d.String(), "none recorded")
+		v.add(DriftDecision, i, "a recorded decision: "+d.String(), "none")
 		return
 	}
 	rd := v.r.Decisions[i]

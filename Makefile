@@ -1,0 +1,30 @@
+# oncegate — run `make help` for the targets.
+.DEFAULT_GOAL := help
+GO ?= go
+
+.PHONY: help build test race lint fuzz bench ci
+
+help: ## list the targets
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+
+build: ## build ./oncegate
+	$(GO) build -o oncegate ./cmd/oncegate
+
+test: ## run every test with the race detector (what CI runs)
+	$(GO) test -race ./...
+
+lint: ## gofmt, go vet and staticcheck
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+
+fuzz: ## run every fuzz target for FUZZTIME (default 30s)
+	FUZZTIME=$${FUZZTIME:-30s}; git grep -l '^func Fuzz' -- '*_test.go' | while read -r f; do \
+	  for t in $$(grep -o '^func Fuzz[A-Za-z0-9_]*' $$f | sed 's/^func //'); do \
+	    $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $$FUZZTIME ./$$(dirname $$f) || exit 1; done; done
+
+bench: ## Go benchmarks for the hot paths
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+ci: ## what CI runs on a clean clone
+	bash .ci/run

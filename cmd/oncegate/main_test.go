@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+func runCLI(args ...string) (code int, stdout, stderr string) {
+	var out, errb bytes.Buffer
+	code = run(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestCheckExample(t *testing.T) {
+	code, out, errOut := runCLI("check", "--config", "../../examples/oncegate.yaml")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"model chat ", "model chat-private ", "PRIORITY", "external-fallback", "configuration OK"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if n := len(regexp.MustCompile(`policy sha256 [0-9a-f]{64}`).FindAllString(out, -1)); n != 3 {
+		t.Errorf("want 3 digests (two aliases and the whole policy), got %d", n)
+	}
+}
+
+func TestCheckInvalidNamesEveryViolation(t *testing.T) {
+	code, _, errOut := runCLI("check", "--config", "../../examples/invalid.yaml")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	positioned := regexp.MustCompile(`(?m)^  \.\./\.\./examples/invalid\.yaml:\d+:\d+: `).FindAllString(errOut, -1)
+	if len(positioned) < 6 {
+		t.Fatalf("want ≥ 6 violations with file positions, got %d:\n%s", len(positioned), errOut)
+	}
+}
+
+func TestVerifyReference(t *testing.T) {
+	code, out, errOut := runCLI("verify", "--config", "../../examples/oncegate.yaml", "../../examples/receipts/reference.json")
+	if code != 0 || !strings.Contains(out, "OK") {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+func TestVerifyMutationsExitOneNamingTheDrift(t *testing.T) {
+	files, err := filepath.Glob("../../internal/receipt/testdata/mutations/*.json")
+	if err != nil || len(files) < 13 {
+		t.Fatalf("mutations: %v %v", files, err)
+	}
+	names := map[string]string{
+		"opaque_retry_owner": "opaque_retry_owner", "contract_drift": "contract_drift", "boundary_drift": "boundary_drift",
+		"logical_request_drift": "logical_request_drift", "premature_fallback": "route_out_of_order",
+		"non_retryable_retried": "non_retryable_retried", "indeterminate_retried": "indeterminate_retried",
+		"attempt_budget": "attempt_budget_exceeded", "cost_budget": "cost_budget_exceeded", "deadline": "deadline_exceeded",
+		"route_exhaustion": "routes_exhausted", "tampered_digest": "digest_mismatch",
+	}
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".json")
+		t.Run(name, func(t *testing.T) {
+			code, out, _ := runCLI("verify", "--config", "../../examples/oncegate.yaml", f)
+			if name == "valid_success" {
+				if code != 0 {
+					t.Fatalf("valid receipt: exit %d\n%s", code, out)
+				}
+				return
+			}
+			if code != 1 || !strings.Contains(out, "DRIFT") || !strings.Contains(out, names[name]+":") {
+				t.Fatalf("exit %d, want 1 naming %s:\n%s", code, names[name], out)
+			}
+		})
+	}
+}
+
+func TestVerifyRejectsGarbage(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"request_id": "x", "surprise": 1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := runCLI("verify", "--config", "../../examples/oncegate.yaml", bad); code != 1 || !strings.Contains(errOut, "unknown field") {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if code, _, _ := runCLI("verify", "--config", "../../examples/oncegate.yaml", filepath.Join(dir, "missing.json")); code != 1 {
+		t.Fatalf("missing file: exit %d", code)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	if code, out, _ := runCLI(); code != 0 || !strings.Contains(out, "usage") {
+		t.Fatalf("no args: %d %q", code, out)
+	}
+	if code, _, errOut := runCLI("frobnicate"); code != 2 || !strings.Contains(errOut, `unknown command "frobnicate"`) {
+		t.Fatalf("unknown verb: %d %q", code, errOut)
+	}
+	if code, _, _ := runCLI("check"); code != 2 {
+		t.Fatalf("check without --config: %d", code)
+	}
+}

@@ -1,0 +1,196 @@
+package policy
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/gw"
+)
+
+func mustCompile(t *testing.T, file, yaml string) *Policy {
+	t.Helper()
+	cfg, err := config.Parse(file, []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Compile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestExampleCompiles(t *testing.T) {
+	p, err := Load("../../examples/oncegate.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	chat, private := p.Alias("chat"), p.Alias("chat-private")
+	if chat == nil || private == nil || len(chat.Routes) != 3 || chat.Routes[0].ID != "private-primary" {
+		t.Fatalf("aliases: %+v", p.Aliases)
+	}
+	for _, r := range private.Routes {
+		if r.Boundary > gw.BoundaryPrivate {
+			t.Fatalf("chat-private reaches %s via %s", r.Boundary, r.ID)
+		}
+	}
+	if len(chat.Digest) != 64 || chat.Digest == private.Digest || chat.Engine.Digest != chat.Digest {
+		t.Fatalf("digests: %q %q", chat.Digest, private.Digest)
+	}
+	var out strings.Builder
+	if err := WriteTable(&out, p); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"PRIORITY", "private-primary", "gpt-4o-2024-08-06", "continue_final_message", "2.5/10", chat.Digest, p.Digest} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q", want)
+		}
+	}
+}
+
+func TestDigestIgnoresFormattingButNotMeaning(t *testing.T) {
+	src, err := os.ReadFile("../../examples/oncegate.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := mustCompile(t, "a.yaml", string(src))
+	// Comments, blank lines and flow vs block style do not change the policy.
+	reformatted := strings.ReplaceAll(string(src), "# ", "#  ")
+	reformatted = strings.Replace(reformatted, "budget: {requests_per_minute: 600, cost_usd_per_day: 50}",
+		"budget:\n      cost_usd_per_day: 50\n      requests_per_minute: 600", 1)
+	if got := mustCompile(t, "b.yaml", reformatted); got.Digest != base.Digest || got.Alias("chat").Digest != base.Alias("chat").Digest {
+		t.Fatal("reformatting changed the digest")
+	}
+	// A price change is a policy change.
+	repriced := strings.Replace(string(src), "input_usd_per_mtok: 2.5", "input_usd_per_mtok: 2.6", 1)
+	got := mustCompile(t, "c.yaml", repriced)
+	if got.Alias("chat").Digest == base.Alias("chat").Digest {
+		t.Fatal("a price change did not change the alias digest")
+	}
+	if got.Alias("chat-private").Digest != base.Alias("chat-private").Digest {
+		t.Fatal("an unrelated route changed chat-private's digest")
+	}
+}
+
+func TestInvalidExampleNamesEveryViolation(t *testing.T) {
+	_, err := Load("../../examples/invalid.yaml")
+	var errs config.Errors
+	if !errors.As(err, &errs) {
+		t.Fatalf("want config.Errors, got %v", err)
+	}
+	want := []string{"max_attempts: must be at least 1", "duplicate route id", `unknown field "max_atempts"`,
+		"capability gap", "behaviour-class mismatch", "data boundary", "malformed duration"}
+	for _, w := range want {
+		found := false
+		for _, e := range errs {
+			if strings.Contains(e.Error(), w) {
+				found = true
+				if e.Pos.Line == 0 {
+					t.Errorf("%q has no file position", e.Error())
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no violation mentions %q", w)
+		}
+	}
+	if len(errs) < 6 {
+		t.Fatalf("want at least 6 violations, got %d", len(errs))
+	}
+}
+
+const base = `
+tenants: [{id: acme, api_key_env: K}]
+providers:
+  - {id: p, type: openai, base_url: "http://127.0.0.1:1/v1"}
+routes:
+  - {id: a, provider: p, model: m, behavior_class: c, data_boundary: private, max_attempts: 2, capabilities: {input: [text, image], tools: true, streaming: true, max_context_tokens: 8000}}
+  - {id: b, provider: p, model: m, behavior_class: c, data_boundary: external, max_attempts: 1, capabilities: {input: [text], streaming: true, max_context_tokens: 32000}}
+models:
+  - name: chat
+    routes: [a, b]
+`
+
+func TestValidationRules(t *testing.T) {
+	tests := []struct {
+		name, replace, with, want string
+	}{
+		{"unknown route reference", "routes: [a, b]", "routes: [a, zz]", `no route with id "zz"`},
+		{"route listed twice", "routes: [a, b]", "routes: [a, a]", "listed twice"},
+		{"unknown provider", "{id: b, provider: p,", "{id: b, provider: q,", `no provider with id "q"`},
+		{"bad boundary", "data_boundary: external", "data_boundary: public", "unknown data boundary"},
+		{"bad provider type", "type: openai", "type: gemini", `unknown value "gemini"`},
+		{"bad base url", `"http://127.0.0.1:1/v1"`, `"ftp://x"`, "scheme must be http or https"},
+		{"credentials in url", `"http://127.0.0.1:1/v1"`, `"http://u:p@x/v1"`, "credentials in the URL"},
+		{"bad modality", "input: [text], streaming", "input: [smell], streaming", `unknown value "smell"`},
+		{"bad continuation", "max_context_tokens: 8000}", "max_context_tokens: 8000, continuation: magic}", `unknown value "magic"`},
+		{"boundary beyond alias", "routes: [a, b]", "routes: [a, b]\n    require: {max_data_boundary: private}", "data boundary"},
+		{"tools required", "routes: [a, b]", "routes: [a, b]\n    require: {tools: true}", `"b" lacks tools`},
+		{"idempotency required", "routes: [a, b]", "routes: [a, b]\n    require: {idempotency: true}", "does not support idempotency"},
+		{"behaviour class differs", "behavior_class: c, data_boundary: external", "behavior_class: d, data_boundary: external", "behaviour-class mismatch"},
+		{"retry max_attempts zero", "routes: [a, b]", "routes: [a, b]\n    retry: {max_attempts: 0}", "retry.max_attempts: must be at least 1"},
+		{"max_delay below base", "routes: [a, b]", "routes: [a, b]\n    retry: {base_delay: 2s, max_delay: 1s}", "less than base_delay"},
+		{"bad jitter", "routes: [a, b]", "routes: [a, b]\n    retry: {jitter: some}", `unknown value "some"`},
+		{"bad after_output", "routes: [a, b]", "routes: [a, b]\n    stream: {after_output: pray}", `unknown value "pray"`},
+		{"hedge with one route", "routes: [a, b]", "routes: [a]\n    hedge: {after: 1s}", "hedging needs a second route"},
+		{"breaker ratio", "models:", "breaker: {failure_ratio: 1.5}\nmodels:", "must be in (0, 1]"},
+		{"store scheme", "models:", "store: mysql://x\nmodels:", "want sqlite://PATH or postgres"},
+		{"on_expired", "models:", "idempotency: {on_expired: maybe}\nmodels:", `unknown value "maybe"`},
+		{"duplicate alias", "models:\n  - name: chat\n    routes: [a, b]", "models:\n  - name: chat\n    routes: [a, b]\n  - name: chat\n    routes: [a]", "duplicate model alias"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			src := strings.Replace(base, tc.replace, tc.with, 1)
+			if src == base {
+				t.Fatalf("replacement %q not found", tc.replace)
+			}
+			cfg, err := config.Parse("v.yaml", []byte(src))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = Compile(cfg)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("want a violation containing %q, got:\n%v", tc.want, err)
+			}
+			if !strings.Contains(err.Error(), "v.yaml:") {
+				t.Fatalf("violation lacks a position: %v", err)
+			}
+		})
+	}
+	mustCompile(t, "ok.yaml", base)
+}
+
+func TestIneligible(t *testing.T) {
+	a := mustCompile(t, "ok.yaml", base).Alias("chat")
+	tests := []struct {
+		name  string
+		needs Needs
+		limit gw.DataBoundary
+		want  string // "route=reason-fragment", sorted, comma-joined
+	}{
+		{"plain text", Needs{}, gw.BoundaryExternal, ""},
+		{"image skips text-only", Needs{Images: true}, gw.BoundaryExternal, "b=no image input"},
+		{"tools", Needs{Tools: true}, gw.BoundaryExternal, "b=no tool support"},
+		{"tenant boundary", Needs{}, gw.BoundaryPrivate, "b=data boundary external exceeds"},
+		{"context too large for the small route", Needs{ContextTokens: 10000}, gw.BoundaryExternal, "a=context 10000"},
+		{"context too large for all: largest still tried", Needs{ContextTokens: 99999}, gw.BoundaryExternal, "a=context 99999"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := a.Ineligible(tc.needs, tc.limit)
+			var parts []string
+			for _, r := range a.Routes {
+				if why, ok := got[r.ID]; ok {
+					parts = append(parts, r.ID+"="+why)
+				}
+			}
+			joined := strings.Join(parts, ",")
+			if (tc.want == "") != (joined == "") || !strings.HasPrefix(joined, tc.want) {
+				t.Fatalf("got %q, want prefix %q", joined, tc.want)
+			}
+		})
+	}
+}
