@@ -1,0 +1,159 @@
+package provider
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/oncegate/oncegate/internal/gw"
+)
+
+// This file holds all of oncegate's knowledge of provider errors: how to
+// read an error body, and which DESIGN §2.1 kind each error is.
+
+// UpstreamError is a provider's error as parsed from its (untrusted) body:
+// every field is bounded and stripped of control characters.
+type UpstreamError struct {
+	Status  int
+	Type    string
+	Code    string
+	Message string
+	Param   string
+}
+
+func (e *UpstreamError) Error() string {
+	return "provider error " + strconv.Itoa(e.Status) + " " + e.Type + "/" + e.Code + ": " + e.Message
+}
+
+// maxErrorField bounds each string read from an error body.
+const maxErrorField = 512
+
+// ParseError reads an error body in either provider's shape — OpenAI's
+// {"error":{"message","type","code","param"}} or Anthropic's
+// {"type":"error","error":{"type","message"}} — or, failing both, keeps a
+// bounded excerpt of the text. It never fails and never panics.
+func ParseError(status int, body []byte) *UpstreamError {
+	e := &UpstreamError{Status: status}
+	var env struct {
+		Error json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(body, &env) == nil && len(env.Error) > 0 {
+		var inner struct {
+			Message json.RawMessage `json:"message"`
+			Type    json.RawMessage `json:"type"`
+			Code    json.RawMessage `json:"code"`
+			Param   json.RawMessage `json:"param"`
+		}
+		if json.Unmarshal(env.Error, &inner) == nil {
+			e.Message, e.Type, e.Code, e.Param = scalar(inner.Message), scalar(inner.Type), scalar(inner.Code), scalar(inner.Param)
+			return e
+		}
+		e.Message = scalar(env.Error) // {"error": "text"}
+		return e
+	}
+	e.Message = clean(string(body))
+	return e
+}
+
+// scalar renders a JSON string, number or boolean as bounded text; other
+// values (null, objects) are empty.
+func scalar(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return clean(s)
+	}
+	var n json.Number
+	if json.Unmarshal(raw, &n) == nil {
+		return clean(n.String())
+	}
+	var b bool
+	if json.Unmarshal(raw, &b) == nil {
+		if b {
+			return "true"
+		}
+		return "false"
+	}
+	return ""
+}
+
+// clean bounds s and replaces control characters and invalid UTF-8, so
+// provider text cannot forge log lines or headers.
+func clean(s string) string {
+	if len(s) > maxErrorField {
+		s = s[:maxErrorField]
+		for !utf8.ValidString(s) && len(s) > 0 {
+			s = s[:len(s)-1]
+		}
+	}
+	return strings.Map(func(r rune) rune {
+		if r == utf8.RuneError || unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, strings.TrimSpace(s))
+}
+
+// Classify maps a provider's error response to its outcome kind (DESIGN
+// §2.1) and the refinement the engine needs.
+func Classify(e *UpstreamError) (gw.Kind, gw.Cause) {
+	s := e.Status
+	switch {
+	case s == 429 && (e.Code == "insufficient_quota" || e.Type == "insufficient_quota"):
+		return gw.KindRejected, "" // an exhausted balance is not transient
+	case s == 429:
+		return gw.KindRateLimited, ""
+	case e.Type == "overloaded_error" || s == 529:
+		return gw.KindUnavailable, "" // Anthropic overload
+	case s == 408 || s >= 500:
+		return gw.KindUnavailable, ""
+	case isContextLength(e):
+		return gw.KindRejected, gw.CauseContextLength
+	case isContentPolicy(e):
+		return gw.KindPolicyDenied, ""
+	}
+	return gw.KindRejected, ""
+}
+
+// ClassifyStreamError maps an error event inside a stream (Anthropic's
+// "event: error", OpenAI's {"error":…} chunk) that arrived before any
+// visible output. It has no HTTP status of its own.
+func ClassifyStreamError(e *UpstreamError) (gw.Kind, gw.Cause) {
+	switch e.Type {
+	case "overloaded_error", "api_error", "server_error":
+		return gw.KindUnavailable, ""
+	case "rate_limit_error", "rate_limit_exceeded":
+		return gw.KindRateLimited, ""
+	}
+	if isContentPolicy(e) {
+		return gw.KindPolicyDenied, ""
+	}
+	if e.Status != 0 {
+		return Classify(e)
+	}
+	return gw.KindUnavailable, ""
+}
+
+func isContextLength(e *UpstreamError) bool {
+	if e.Code == "context_length_exceeded" || e.Type == "context_length_exceeded" || e.Code == "string_above_max_length" {
+		return true
+	}
+	m := strings.ToLower(e.Message)
+	return strings.Contains(m, "maximum context length") || // OpenAI
+		strings.Contains(m, "prompt is too long") || // Anthropic
+		strings.Contains(m, "exceed context limit") || // Anthropic: input length and max_tokens
+		strings.Contains(m, "context window")
+}
+
+func isContentPolicy(e *UpstreamError) bool {
+	switch e.Code {
+	case "content_policy_violation", "content_filter", "safety_violation":
+		return true
+	}
+	m := strings.ToLower(e.Message)
+	return strings.Contains(m, "content management policy") || // Azure OpenAI
+		strings.Contains(m, "safety system") || // OpenAI images / moderation
+		strings.Contains(m, "content filtering policy") || // Anthropic output blocked
+		strings.Contains(m, "violat") && strings.Contains(m, "usage polic")
+}

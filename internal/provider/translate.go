@@ -1,0 +1,281 @@
+package provider
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/oncegate/oncegate/internal/gw"
+	"github.com/oncegate/oncegate/internal/sse"
+)
+
+// ClientRequest is a parsed client request. It is immutable once parsed.
+type ClientRequest struct {
+	Protocol Protocol
+	Body     []byte
+	IR       *Request
+	// PromptTokens is the estimated prompt (package tokens).
+	PromptTokens int64
+}
+
+// ParseRequest reads a client request body of protocol p. A malformed
+// request is an *InvalidRequestError naming the field.
+func ParseRequest(p Protocol, body []byte) (*ClientRequest, error) {
+	var ir *Request
+	var err error
+	switch p {
+	case OpenAI:
+		ir, err = parseOpenAIRequest(body)
+	case Anthropic:
+		ir, err = parseAnthropicRequest(body)
+	default:
+		return nil, fmt.Errorf("unknown protocol %q", p)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &ClientRequest{Protocol: p, Body: body, IR: ir, PromptTokens: PromptTokens(ir)}, nil
+}
+
+// Continuation styles a Target may use (DESIGN §5.3); they mirror the
+// route capability values.
+const (
+	ContinuePrefill  = "assistant_prefill"
+	ContinuePrefix   = "prefix_flag"
+	ContinueFinalMsg = "continue_final_message"
+)
+
+// Target is the route one attempt goes to.
+type Target struct {
+	Protocol        Protocol
+	Model           string
+	Stream          bool
+	MaxOutputTokens int64
+	Continuation    string
+}
+
+// Built is one attempt's upstream request body and its prompt estimate.
+type Built struct {
+	Body         []byte
+	PromptTokens int64
+}
+
+// BuildRequest writes the upstream body for one attempt on t. A non-nil
+// prefix asks the route to continue a partial answer (resume): the prefix
+// becomes a trailing assistant message in the route's continuation style.
+// in is never modified.
+func BuildRequest(in *ClientRequest, t Target, prefix *string) (*Built, error) {
+	ir := in.IR
+	if prefix != nil {
+		ir = WithAssistantPrefix(ir, *prefix)
+	}
+	var body []byte
+	var err error
+	switch {
+	case in.Protocol == OpenAI && t.Protocol == OpenAI:
+		body, err = patchOpenAI(in.Body, t, ir, prefix != nil)
+	case in.Protocol == Anthropic && t.Protocol == Anthropic:
+		body, err = patchAnthropic(in.Body, t, ir, prefix != nil)
+	case t.Protocol == Anthropic:
+		body, err = buildAnthropicRequest(ir, t.Model, t.Stream, t.MaxOutputTokens)
+	default:
+		body, err = buildOpenAIRequest(ir, t.Model, t.Stream)
+		if err == nil && prefix != nil {
+			body, err = markContinuation(body, t.Continuation)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("build %s request for %s: %w", t.Protocol, t.Model, err)
+	}
+	return &Built{Body: body, PromptTokens: PromptTokens(ir)}, nil
+}
+
+// patchOpenAI rewrites a client's Chat Completions body for a route: the
+// model, streaming with usage, and a continuation. Every other field the
+// client sent reaches the provider untouched.
+func patchOpenAI(body []byte, t Target, ir *Request, cont bool) ([]byte, error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(body, &top); err != nil {
+		return nil, err
+	}
+	top["model"] = json.RawMessage(jsonString(t.Model))
+	setStream(top, t.Stream, true)
+	if cont {
+		last := ir.Messages[len(ir.Messages)-1]
+		msgs, err := replaceTail(top["messages"], oaMessageOf(last))
+		if err != nil {
+			return nil, err
+		}
+		top["messages"] = msgs
+		b, err := json.Marshal(top)
+		if err != nil {
+			return nil, err
+		}
+		return markContinuation(b, t.Continuation)
+	}
+	return json.Marshal(top)
+}
+
+// patchAnthropic rewrites a client's Messages body for a route.
+func patchAnthropic(body []byte, t Target, ir *Request, cont bool) ([]byte, error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(body, &top); err != nil {
+		return nil, err
+	}
+	top["model"] = json.RawMessage(jsonString(t.Model))
+	setStream(top, t.Stream, false)
+	if cont {
+		last := ir.Messages[len(ir.Messages)-1]
+		content, _ := json.Marshal(last.Text())
+		msgs, err := replaceTail(top["messages"], anMessage{Role: RoleAssistant, Content: content})
+		if err != nil {
+			return nil, err
+		}
+		top["messages"] = msgs
+	}
+	return json.Marshal(top)
+}
+
+func setStream(top map[string]json.RawMessage, stream, usageOption bool) {
+	if !stream {
+		delete(top, "stream")
+		delete(top, "stream_options")
+		return
+	}
+	top["stream"] = json.RawMessage("true")
+	if !usageOption {
+		return
+	}
+	// Usage is how attempts are billed: always ask for it upstream; the
+	// client sees a usage chunk only if it asked.
+	opts := map[string]json.RawMessage{}
+	_ = json.Unmarshal(top["stream_options"], &opts)
+	opts["include_usage"] = json.RawMessage("true")
+	top["stream_options"], _ = json.Marshal(opts)
+}
+
+// replaceTail puts msg at the end of a raw messages array: it replaces a
+// trailing assistant message without tool calls (the client's own
+// prefill, which msg already extends) or is appended.
+func replaceTail(raw json.RawMessage, msg any) (json.RawMessage, error) {
+	var msgs []json.RawMessage
+	if err := json.Unmarshal(raw, &msgs); err != nil {
+		return nil, err
+	}
+	if n := len(msgs); n > 0 {
+		var last struct {
+			Role      string          `json:"role"`
+			ToolCalls json.RawMessage `json:"tool_calls"`
+			Content   json.RawMessage `json:"content"`
+		}
+		if json.Unmarshal(msgs[n-1], &last) == nil && last.Role == RoleAssistant && len(last.ToolCalls) == 0 && !hasToolUse(last.Content) {
+			msgs = msgs[:n-1]
+		}
+	}
+	b, err := json.Marshal(msg)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(append(msgs, b))
+}
+
+func hasToolUse(content json.RawMessage) bool {
+	return strings.Contains(string(content), `"tool_use"`)
+}
+
+// markContinuation applies an OpenAI-compatible server's continuation flag
+// to a body whose last message is the assistant prefix: "prefix": true on
+// that message (DeepSeek, Mistral) or vLLM's continue_final_message.
+// assistant_prefill needs no flag.
+func markContinuation(body []byte, style string) ([]byte, error) {
+	switch style {
+	case ContinuePrefix:
+		var top map[string]json.RawMessage
+		if err := json.Unmarshal(body, &top); err != nil {
+			return nil, err
+		}
+		var msgs []map[string]json.RawMessage
+		if err := json.Unmarshal(top["messages"], &msgs); err != nil || len(msgs) == 0 {
+			return nil, fmt.Errorf("continuation needs messages")
+		}
+		msgs[len(msgs)-1]["prefix"] = json.RawMessage("true")
+		top["messages"], _ = json.Marshal(msgs)
+		return json.Marshal(top)
+	case ContinueFinalMsg:
+		var top map[string]json.RawMessage
+		if err := json.Unmarshal(body, &top); err != nil {
+			return nil, err
+		}
+		top["continue_final_message"] = json.RawMessage("true")
+		top["add_generation_prompt"] = json.RawMessage("false")
+		return json.Marshal(top)
+	}
+	return body, nil
+}
+
+// DecodeResponse reads an upstream success body of protocol p.
+func DecodeResponse(p Protocol, body []byte) (*Response, error) {
+	if p == Anthropic {
+		return decodeAnthropicResponse(body)
+	}
+	return decodeOpenAIResponse(body)
+}
+
+// EncodeResponse writes r as protocol p's response body under the
+// client-facing id.
+func EncodeResponse(p Protocol, r *Response, id string) []byte {
+	if p == Anthropic {
+		return encodeAnthropicResponse(r, id)
+	}
+	return encodeOpenAIResponse(r, id)
+}
+
+// Decoder turns one upstream SSE event into neutral events, appended to
+// out. An error means the event was malformed: the caller skips it and
+// counts a protocol warning; the stream goes on. A Decoder keeps state
+// across one stream and is not safe for concurrent use.
+type Decoder interface {
+	Decode(ev sse.Event, out []Event) ([]Event, error)
+}
+
+// NewDecoder returns a stream decoder for upstream protocol p.
+func NewDecoder(p Protocol) Decoder {
+	if p == Anthropic {
+		return &anthropicDecoder{}
+	}
+	return &openAIDecoder{}
+}
+
+// Encoder writes neutral events in a client's stream protocol, appending
+// wire bytes to dst. One Encoder serves a whole logical stream, across
+// resumed attempts, so ids and block indexes stay continuous. It is not
+// safe for concurrent use.
+type Encoder interface {
+	Start(dst []byte, inputTokens int64) []byte
+	Text(dst []byte, text string) []byte
+	ToolStart(dst []byte, index int, id, name string) []byte
+	ToolArgs(dst []byte, index int, args string) []byte
+	// Finish ends a complete stream; usage is what all attempts billed.
+	Finish(dst []byte, finish string, usage gw.Usage, includeUsage bool) []byte
+	// Error ends an interrupted stream in-band, with no terminator.
+	Error(dst []byte, e *ClientError) []byte
+}
+
+// NewEncoder returns a client stream encoder for protocol p.
+func NewEncoder(p Protocol, id string, created int64, model string) Encoder {
+	if p == Anthropic {
+		return newAnthropicEncoder(id, model)
+	}
+	return newOpenAIEncoder(id, created, model)
+}
+
+// ResponseID is the client-facing id of a logical request's answer in
+// protocol p, derived from the request id so that joins and replays see
+// the same id.
+func ResponseID(p Protocol, requestID string) string {
+	compact := strings.ReplaceAll(requestID, "-", "")
+	if p == Anthropic {
+		return "msg_og" + compact
+	}
+	return "chatcmpl-og" + compact
+}

@@ -1,0 +1,333 @@
+// Package upstream is oncegate's outbound transport: one pooled HTTP client
+// per provider, per-phase timeouts (connect, first byte, idle between
+// chunks) and typed errors. It performs no retries of its own — the retry
+// engine is the single retry owner — and it stops net/http from replaying
+// a request whose bytes already left (DESIGN §1). Establishing a connection
+// may try several addresses; that is not an attempt.
+package upstream
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/oncegate/oncegate/internal/gw"
+)
+
+// Phase says how far an attempt got before it failed.
+type Phase string
+
+// The phases of a failed attempt.
+const (
+	PhaseConnect   Phase = "connect"    // no connection: nothing was sent
+	PhaseSend      Phase = "send"       // failed while or after sending, before response headers
+	PhaseFirstByte Phase = "first_byte" // the request was sent and the provider went silent
+	PhaseBody      Phase = "body"       // after response headers
+)
+
+// Error is a transport failure of one attempt.
+type Error struct {
+	Phase Phase
+	// Timeout: the phase's timeout fired (connect, first byte or idle).
+	Timeout bool
+	// Cancelled: the caller cancelled (client gone, hedge lost).
+	Cancelled bool
+	// Deadline: the logical request's deadline ended the attempt.
+	Deadline bool
+	Err      error
+}
+
+func (e *Error) Error() string {
+	what := "failed"
+	switch {
+	case e.Deadline:
+		what = "hit the deadline"
+	case e.Cancelled:
+		what = "cancelled"
+	case e.Timeout:
+		what = "timed out"
+	}
+	return fmt.Sprintf("upstream %s %s: %v", e.Phase, what, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Kind classifies a transport failure that happened before any output
+// (DESIGN §2.1) for a stateless operation: connection failures and resets
+// before headers are timeout_before_response; a silent provider is a
+// first-byte timeout, which moves to the next route.
+func (e *Error) Kind() (gw.Kind, gw.Cause) {
+	switch {
+	case e.Deadline:
+		return gw.KindTimeoutBeforeResponse, "" // observed at the deadline: the engine stops
+	case e.Cancelled:
+		return gw.KindCancelled, gw.CauseClientGone
+	case e.Phase == PhaseFirstByte:
+		return gw.KindTimeoutBeforeResponse, gw.CauseFirstByteTimeout
+	case e.Phase == PhaseBody:
+		return gw.KindUnavailable, ""
+	}
+	return gw.KindTimeoutBeforeResponse, ""
+}
+
+var (
+	errFirstByte = errors.New("no response before the first-byte timeout")
+	errIdle      = errors.New("no data before the idle timeout")
+	errReplay    = errors.New("oncegate: refusing to resend a request whose bytes already left (no transport retries)")
+)
+
+// Config is one provider's transport settings.
+type Config struct {
+	BaseURL   string
+	Connect   time.Duration
+	FirstByte time.Duration
+	Idle      time.Duration
+	// Headers are sent on every request (authentication, API version).
+	Headers http.Header
+}
+
+// Client sends attempts to one provider. It is safe for concurrent use.
+type Client struct {
+	cfg Config
+	hc  *http.Client
+}
+
+// New builds a provider client with its own connection pool.
+func New(cfg Config) *Client {
+	dialer := &net.Dialer{Timeout: cfg.Connect, KeepAlive: 30 * time.Second}
+	tr := &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           dialer.DialContext,
+		TLSHandshakeTimeout:   cfg.Connect,
+		TLSClientConfig:       &tls.Config{MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   512,
+		IdleConnTimeout:       90 * time.Second,
+		ExpectContinueTimeout: 0,
+		DisableCompression:    true, // SSE must not sit in a gzip buffer
+	}
+	return &Client{cfg: cfg, hc: &http.Client{Transport: tr, CheckRedirect: noRedirects}}
+}
+
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+// Close releases idle connections.
+func (c *Client) Close() { c.hc.CloseIdleConnections() }
+
+// Request is one attempt's outbound request.
+type Request struct {
+	Path   string // appended to the base URL, e.g. "/chat/completions"
+	Body   []byte
+	Header http.Header // per-attempt headers (idempotency key, request id)
+}
+
+// Response is an attempt's response. Reads from Body time out after the
+// first-byte timeout until data arrives and after the idle timeout between
+// reads; Body.Close must be called.
+type Response struct {
+	Status      int
+	Header      http.Header
+	Body        io.ReadCloser
+	FirstByteAt time.Time
+}
+
+// Do sends one attempt and waits for the response headers. It never
+// retries. ctx bounds the whole attempt, body included; cancelling it
+// aborts the connection, which the provider sees.
+func (c *Client) Do(ctx context.Context, r *Request) (*Response, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	b := &onceBody{data: r.Body}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.cfg.BaseURL+r.Path, nil)
+	if err != nil {
+		cancel(nil)
+		return nil, &Error{Phase: PhaseConnect, Err: err}
+	}
+	req.Body, req.GetBody, req.ContentLength = b.open(), b.reopen, int64(len(r.Body))
+	if c.cfg.Headers != nil {
+		req.Header = c.cfg.Headers.Clone()
+	}
+	for k, v := range r.Header {
+		req.Header[k] = v
+	}
+	req.Header.Set("Content-Type", "application/json")
+
+	var wrote atomic.Bool
+	fb := time.AfterFunc(time.Hour, func() { cancel(errFirstByte) })
+	fb.Stop()
+	trace := &httptrace.ClientTrace{
+		WroteRequest: func(httptrace.WroteRequestInfo) {
+			wrote.Store(true)
+			fb.Reset(c.cfg.FirstByte)
+		},
+		GotFirstResponseByte: func() { fb.Stop() },
+	}
+	res, err := c.hc.Do(req.WithContext(httptrace.WithClientTrace(ctx, trace)))
+	fb.Stop()
+	if err != nil {
+		cause := context.Cause(ctx)
+		cancel(nil)
+		return nil, sendError(err, cause, wrote.Load() || b.sent.Load())
+	}
+	body := &idleBody{rc: res.Body, cancel: cancel, ctx: ctx, first: c.cfg.FirstByte, idle: c.cfg.Idle}
+	return &Response{Status: res.StatusCode, Header: res.Header, Body: body, FirstByteAt: time.Now()}, nil
+}
+
+// sendError types a failure before response headers.
+func sendError(err, cause error, sent bool) *Error {
+	switch {
+	case errors.Is(cause, errFirstByte):
+		return &Error{Phase: PhaseFirstByte, Timeout: true, Err: cause}
+	case errors.Is(cause, context.DeadlineExceeded):
+		return &Error{Phase: phaseOf(sent), Deadline: true, Err: cause}
+	case cause != nil:
+		return &Error{Phase: phaseOf(sent), Cancelled: true, Err: cause}
+	}
+	var op *net.OpError
+	if !sent && errors.As(err, &op) && op.Op == "dial" {
+		return &Error{Phase: PhaseConnect, Timeout: op.Timeout(), Err: err}
+	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return &Error{Phase: PhaseConnect, Err: err}
+	}
+	return &Error{Phase: phaseOf(sent), Err: err}
+}
+
+func phaseOf(sent bool) Phase {
+	if sent {
+		return PhaseSend
+	}
+	return PhaseConnect
+}
+
+// onceBody is a request body that net/http may rewind only while none of
+// it has been sent. net/http replays a POST carrying an Idempotency-Key
+// header on a reused connection that failed after writing; refusing to
+// rewind turns that hidden retry into a visible, classified failure.
+type onceBody struct {
+	data []byte
+	sent atomic.Bool
+}
+
+func (b *onceBody) open() io.ReadCloser { return &onceReader{b: b, r: bytes.NewReader(b.data)} }
+
+func (b *onceBody) reopen() (io.ReadCloser, error) {
+	if b.sent.Load() {
+		return nil, errReplay
+	}
+	return b.open(), nil
+}
+
+type onceReader struct {
+	b *onceBody
+	r *bytes.Reader
+}
+
+func (o *onceReader) Read(p []byte) (int, error) {
+	n, err := o.r.Read(p)
+	if n > 0 {
+		o.b.sent.Store(true)
+	}
+	return n, err
+}
+
+func (o *onceReader) Close() error { return nil }
+
+// idleBody times out reads: the first-byte timeout until data arrives,
+// then the idle timeout between reads. A timeout cancels the attempt.
+type idleBody struct {
+	rc     io.ReadCloser
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	first  time.Duration
+	idle   time.Duration
+	mu     sync.Mutex
+	timer  *time.Timer
+	got    bool
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	d, cause := b.idle, errIdle
+	if !b.got {
+		d, cause = b.first, errFirstByte
+	}
+	if b.timer == nil {
+		b.timer = time.AfterFunc(d, func() { b.cancel(cause) })
+	} else {
+		b.timer.Reset(d)
+	}
+	b.mu.Unlock()
+	n, err := b.rc.Read(p)
+	b.mu.Lock()
+	b.timer.Stop()
+	if n > 0 {
+		b.got = true
+	}
+	b.mu.Unlock()
+	if err != nil && err != io.EOF {
+		return n, b.bodyError(err)
+	}
+	return n, err
+}
+
+func (b *idleBody) bodyError(err error) error {
+	cause := context.Cause(b.ctx)
+	switch {
+	case errors.Is(cause, errFirstByte):
+		if b.got {
+			return &Error{Phase: PhaseBody, Timeout: true, Err: errIdle}
+		}
+		return &Error{Phase: PhaseFirstByte, Timeout: true, Err: cause}
+	case errors.Is(cause, errIdle):
+		return &Error{Phase: PhaseBody, Timeout: true, Err: cause}
+	case errors.Is(cause, context.DeadlineExceeded):
+		return &Error{Phase: PhaseBody, Deadline: true, Err: cause}
+	case cause != nil:
+		return &Error{Phase: PhaseBody, Cancelled: true, Err: cause}
+	}
+	return &Error{Phase: PhaseBody, Err: err}
+}
+
+// Close ends the attempt and releases its connection.
+func (b *idleBody) Close() error {
+	b.mu.Lock()
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	b.mu.Unlock()
+	err := b.rc.Close()
+	b.cancel(nil)
+	return err
+}
+
+// ReadAll reads at most limit bytes of r; more is an error.
+func ReadAll(r io.Reader, limit int64) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return data, err
+	}
+	if int64(len(data)) > limit {
+		return data[:limit], ErrTooLarge
+	}
+	return data, nil
+}
+
+// ErrTooLarge reports a response over its byte limit.
+var ErrTooLarge = errors.New("upstream response over the byte limit")
+
+// IsTimeout reports whether err is an upstream timeout of any phase.
+func IsTimeout(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Timeout
+}

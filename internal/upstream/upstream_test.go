@@ -1,0 +1,197 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/oncegate/oncegate/internal/gw"
+)
+
+func client(url string) *Client {
+	return New(Config{BaseURL: url, Connect: time.Second, FirstByte: 300 * time.Millisecond, Idle: 200 * time.Millisecond})
+}
+
+func post(t *testing.T, c *Client, ctx context.Context) (*Response, error) {
+	t.Helper()
+	h := http.Header{}
+	h.Set("Idempotency-Key", "og-test") // the header that makes net/http replay POSTs
+	return c.Do(ctx, &Request{Path: "/x", Body: []byte(`{"a":1}`), Header: h})
+}
+
+// A request whose bytes reached the server is never sent again, even on a
+// reused connection that breaks and with an Idempotency-Key header that
+// net/http would otherwise treat as permission to replay.
+func TestNoHiddenRetryAfterBytesLeft(t *testing.T) {
+	var seen atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := seen.Add(1)
+		_, _ = io.ReadAll(r.Body)
+		if n == 1 {
+			w.WriteHeader(200) // first request: fine, and the connection goes back to the pool
+			return
+		}
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			_ = conn.Close() // second request on the reused connection: read, then drop
+		}
+	}))
+	defer srv.Close()
+	c := client(srv.URL)
+	res, err := post(t, c, context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	_ = res.Body.Close()
+	_, err = post(t, c, context.Background())
+	var ue *Error
+	if !errors.As(err, &ue) || ue.Phase != PhaseSend {
+		t.Fatalf("want a send-phase error, got %v", err)
+	}
+	if k, _ := ue.Kind(); k != gw.KindTimeoutBeforeResponse {
+		t.Fatalf("kind %s", k)
+	}
+	time.Sleep(50 * time.Millisecond) // let a (wrong) replay arrive if one was sent
+	if n := seen.Load(); n != 2 {
+		t.Fatalf("server saw %d requests, want 2: the transport retried", n)
+	}
+}
+
+func TestConnectionRefused(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close() // a real dead port
+	_, err = post(t, client("http://"+addr), context.Background())
+	var ue *Error
+	if !errors.As(err, &ue) || ue.Phase != PhaseConnect {
+		t.Fatalf("want connect error, got %v", err)
+	}
+	if k, c := ue.Kind(); k != gw.KindTimeoutBeforeResponse || c != "" {
+		t.Fatalf("kind %s/%s", k, c)
+	}
+}
+
+func TestFirstByteTimeout(t *testing.T) {
+	gone := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body) // the server notices a closed connection only once the body is read
+		<-r.Context().Done()      // hang before headers until the client gives up
+		close(gone)
+	}))
+	defer srv.Close()
+	_, err := post(t, client(srv.URL), context.Background())
+	var ue *Error
+	if !errors.As(err, &ue) || ue.Phase != PhaseFirstByte || !ue.Timeout {
+		t.Fatalf("want first-byte timeout, got %v", err)
+	}
+	if k, c := ue.Kind(); k != gw.KindTimeoutBeforeResponse || c != gw.CauseFirstByteTimeout {
+		t.Fatalf("kind %s/%s", k, c)
+	}
+	select {
+	case <-gone:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the server never saw the disconnect")
+	}
+}
+
+func TestIdleTimeoutMidBody(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		w.WriteHeader(200)
+		_, _ = w.Write([]byte("data: 1\n\n"))
+		http.NewResponseController(w).Flush()
+		<-r.Context().Done() // then stall
+	}))
+	defer srv.Close()
+	res, err := post(t, client(srv.URL), context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	_, err = io.ReadAll(res.Body)
+	var ue *Error
+	if !errors.As(err, &ue) || ue.Phase != PhaseBody || !ue.Timeout {
+		t.Fatalf("want idle timeout, got %v", err)
+	}
+}
+
+func TestSilentBodyIsAFirstByteTimeout(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		w.WriteHeader(200)
+		http.NewResponseController(w).Flush()
+		<-r.Context().Done() // headers, then nothing at all
+	}))
+	defer srv.Close()
+	res, err := post(t, client(srv.URL), context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	_, err = io.ReadAll(res.Body)
+	var ue *Error
+	if !errors.As(err, &ue) || ue.Phase != PhaseFirstByte {
+		t.Fatalf("want first-byte timeout, got %v", err)
+	}
+}
+
+func TestCancelReachesTheServer(t *testing.T) {
+	gone := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		w.WriteHeader(200)
+		http.NewResponseController(w).Flush()
+		<-r.Context().Done()
+		close(gone)
+	}))
+	defer srv.Close()
+	c := New(Config{BaseURL: srv.URL, Connect: time.Second, FirstByte: time.Minute, Idle: time.Minute})
+	ctx, cancel := context.WithCancel(context.Background())
+	res, err := post(t, c, ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { time.Sleep(20 * time.Millisecond); cancel() }()
+	_, err = io.ReadAll(res.Body)
+	var ue *Error
+	if !errors.As(err, &ue) || !ue.Cancelled {
+		t.Fatalf("want cancelled, got %v", err)
+	}
+	if k, _ := ue.Kind(); k != gw.KindCancelled {
+		t.Fatalf("kind %s", k)
+	}
+	select {
+	case <-gone:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the server never saw the cancellation")
+	}
+}
+
+func TestDeadlineIsNotACancel(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	c := New(Config{BaseURL: srv.URL, Connect: time.Second, FirstByte: time.Minute, Idle: time.Minute})
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := post(t, c, ctx)
+	var ue *Error
+	if !errors.As(err, &ue) || !ue.Deadline {
+		t.Fatalf("want deadline, got %v", err)
+	}
+	if k, _ := ue.Kind(); k != gw.KindTimeoutBeforeResponse {
+		t.Fatalf("kind %s", k)
+	}
+}
