@@ -1,0 +1,427 @@
+package mock
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/oncegate/oncegate/internal/provider"
+)
+
+// Config sets the mock's defaults.
+type Config struct {
+	// Seed varies the deterministic text.
+	Seed int64
+	// TTFT is the time to the first token; TokenInterval the time between
+	// tokens. Zero means as fast as possible.
+	TTFT          time.Duration
+	TokenInterval time.Duration
+	// Tokens is the length of an answer (default 24); a request's
+	// max_tokens lowers it.
+	Tokens int
+	Script Script
+}
+
+// Mock is the fake provider. It is an http.Handler and safe for
+// concurrent use.
+type Mock struct {
+	cfg     Config
+	mux     *http.ServeMux
+	stats   *stats
+	mu      sync.Mutex
+	script  Script
+	setAt   time.Time
+	calls   map[string]int
+	ids     int64
+	closing chan struct{}
+	once    sync.Once
+}
+
+// New returns a mock provider.
+func New(cfg Config) *Mock {
+	if cfg.Tokens <= 0 {
+		cfg.Tokens = 24
+	}
+	m := &Mock{cfg: cfg, stats: newStats(), script: cfg.Script, setAt: time.Now(), calls: map[string]int{}, closing: make(chan struct{})}
+	m.mux = http.NewServeMux()
+	m.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { m.serve(provider.OpenAI, w, r) })
+	m.mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { m.serve(provider.Anthropic, w, r) })
+	m.mux.HandleFunc("GET /mock/stats", m.serveStats)
+	m.mux.HandleFunc("POST /mock/reset", func(w http.ResponseWriter, r *http.Request) { m.Reset(); w.WriteHeader(204) })
+	m.mux.HandleFunc("PUT /mock/script", m.serveScript)
+	return m
+}
+
+func (m *Mock) ServeHTTP(w http.ResponseWriter, r *http.Request) { m.mux.ServeHTTP(w, r) }
+
+// SetScript replaces the fault script and restarts its clock.
+func (m *Mock) SetScript(s Script) {
+	m.mu.Lock()
+	m.script, m.setAt = s, time.Now()
+	m.mu.Unlock()
+}
+
+// Reset clears the counters and per-model call numbers.
+func (m *Mock) Reset() {
+	m.mu.Lock()
+	m.calls = map[string]int{}
+	m.stats = newStats()
+	m.mu.Unlock()
+}
+
+// Stats returns a snapshot of the counters.
+func (m *Mock) Stats() Stats {
+	m.mu.Lock()
+	s := m.stats
+	m.mu.Unlock()
+	return s.snapshot()
+}
+
+// Close releases requests that hang or stall, so a server can shut down.
+func (m *Mock) Close() { m.once.Do(func() { close(m.closing) }) }
+
+func (m *Mock) serveStats(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(m.Stats())
+}
+
+func (m *Mock) serveScript(w http.ResponseWriter, r *http.Request) {
+	var s Script
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&s); err != nil {
+		http.Error(w, "bad script: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	m.SetScript(s)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// exchange is one request being answered.
+type exchange struct {
+	m      *Mock
+	proto  provider.Protocol
+	w      http.ResponseWriter
+	r      *http.Request
+	req    *provider.Request
+	lbl    labels
+	st     *stats
+	fault  *Fault
+	id     string
+	prompt int64
+	out    int64 // tokens written so far
+}
+
+func (m *Mock) serve(proto provider.Protocol, w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 32<<20))
+	if err != nil {
+		return
+	}
+	cr, err := provider.ParseRequest(proto, body)
+	if err != nil {
+		writeError(w, proto, 400, "invalid_request_error", "", err.Error(), nil)
+		return
+	}
+	x := &exchange{m: m, proto: proto, w: w, r: r, req: cr.IR, prompt: cr.PromptTokens,
+		lbl: labels{key: r.Header.Get("Idempotency-Key"), reqID: r.Header.Get("X-Oncegate-Request-Id"), model: cr.IR.Model}}
+	cont := len(cr.IR.Messages) > 0 && isPrefix(&cr.IR.Messages[len(cr.IR.Messages)-1])
+	m.mu.Lock()
+	m.calls[cr.IR.Model]++
+	m.ids++
+	x.st, x.id = m.stats, strconv.FormatInt(m.ids, 10)
+	c := call{model: cr.IR.Model, key: x.lbl.key, n: m.calls[cr.IR.Model], continuation: cont, since: time.Since(m.setAt)}
+	for i := range m.script.Rules {
+		if m.script.Rules[i].matches(c) {
+			f := m.script.Rules[i].Fault
+			x.fault = &f
+			break
+		}
+	}
+	m.mu.Unlock()
+	x.st.add(x.lbl, func(c *Counter) {
+		c.Requests++
+		if cont {
+			c.Continuations++
+		}
+	})
+	// r.Context() ends when the client leaves or when this handler
+	// returns; only the first is a disconnect.
+	var done atomic.Bool
+	go func() {
+		<-r.Context().Done()
+		if !done.Load() {
+			x.st.add(x.lbl, func(c *Counter) { c.Disconnects++ })
+		}
+	}()
+	x.run()
+	done.Store(true)
+}
+
+func (x *exchange) faultType() string {
+	if x.fault == nil {
+		return ""
+	}
+	return x.fault.Type
+}
+
+func (x *exchange) run() {
+	f := x.fault
+	switch x.faultType() {
+	case FaultStatus, FaultContextLength, FaultContentPolicy, FaultQuota, FaultRejectPrefill:
+		x.errorResponse(f)
+		return
+	case FaultReset:
+		reset(x.w)
+		return
+	case FaultHang:
+		x.wait(0)
+		return
+	}
+	tokens, finish := x.plan()
+	x.st.add(x.lbl, func(c *Counter) { c.Generations++; c.InputTokens += x.prompt })
+	if !x.wait(x.m.cfg.TTFT) {
+		return
+	}
+	if x.req.Stream {
+		x.stream(tokens, finish)
+		return
+	}
+	if x.faultType() == FaultDropAfter {
+		reset(x.w) // a cut before a non-streamed body is a reset
+		return
+	}
+	x.countOut(int64(len(tokens)))
+	x.w.Header().Set("Content-Type", "application/json")
+	x.w.Header().Set("x-request-id", "req_mock"+x.id)
+	_, _ = x.w.Write(x.completeBody(tokens, finish))
+}
+
+// plan decides the answer: a tool call when tools are offered and the last
+// turn is the user's, otherwise the deterministic text (continued from a
+// prefix when there is one), capped by max_tokens.
+func (x *exchange) plan() ([]string, string) {
+	n := x.m.cfg.Tokens
+	limited := false
+	if mt := int(x.req.MaxTokens); mt > 0 && mt < n {
+		n, limited = mt, true
+	}
+	full := answerTokens(promptKey(x.m.cfg.Seed, x.req), x.m.cfg.Tokens)
+	tokens := full[:n]
+	if msgs := x.req.Messages; len(msgs) > 0 && isPrefix(&msgs[len(msgs)-1]) {
+		if rest, ok := continueTokens(full, msgs[len(msgs)-1].Text()); ok {
+			tokens, limited = rest, false
+			if mt := int(x.req.MaxTokens); mt > 0 && mt < len(rest) {
+				tokens, limited = rest[:mt], true
+			}
+		}
+	}
+	if limited {
+		return tokens, provider.FinishLength
+	}
+	return tokens, provider.FinishStop
+}
+
+// wait sleeps d (forever when d is 0) unless the client leaves or the mock
+// closes; it reports whether to go on.
+func (x *exchange) wait(d time.Duration) bool {
+	var timer <-chan time.Time
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timer = t.C
+	} else if x.faultType() != FaultHang && x.faultType() != FaultStallAfter {
+		return x.r.Context().Err() == nil
+	}
+	select {
+	case <-timer:
+		return true
+	case <-x.r.Context().Done():
+		return false
+	case <-x.m.closing:
+		return false
+	}
+}
+
+func (x *exchange) countOut(n int64) {
+	x.out += n
+	x.st.add(x.lbl, func(c *Counter) { c.OutputTokens += n })
+}
+
+func (x *exchange) wantsTool() (provider.Tool, bool) {
+	r := x.req
+	if len(r.Tools) == 0 || (r.ToolChoice != nil && r.ToolChoice.Mode == provider.ToolNone) {
+		return provider.Tool{}, false
+	}
+	if n := len(r.Messages); n == 0 || r.Messages[n-1].Role != provider.RoleUser {
+		return provider.Tool{}, false
+	}
+	t := r.Tools[0]
+	if tc := r.ToolChoice; tc != nil && tc.Mode == provider.ToolNamed {
+		for _, cand := range r.Tools {
+			if cand.Name == tc.Name {
+				t = cand
+			}
+		}
+	}
+	return t, true
+}
+
+// toolArgs are the deterministic arguments of the mock's tool call, in the
+// three pieces a stream sends them as.
+var toolArgs = []string{`{"query":`, ` "oncegate`, ` receipts"}`}
+
+func (x *exchange) toolCallID() string {
+	if x.proto == provider.Anthropic {
+		return "toolu_mock" + x.id
+	}
+	return "call_mock" + x.id
+}
+
+func (x *exchange) completeBody(tokens []string, finish string) []byte {
+	resp := &provider.Response{ID: "mock-" + x.id, Model: x.req.Model, Created: time.Now().Unix(), Finish: finish}
+	if t, ok := x.wantsTool(); ok {
+		args := ""
+		for _, a := range toolArgs {
+			args += a
+		}
+		resp.ToolCalls, resp.Finish = []provider.ToolCall{{ID: x.toolCallID(), Name: t.Name, Arguments: args}}, provider.FinishToolCalls
+		resp.Usage.OutputTokens = int64(len(toolArgs))
+	} else {
+		for _, t := range tokens {
+			resp.Text += t
+		}
+		resp.Usage.OutputTokens = int64(len(tokens))
+	}
+	resp.Usage.InputTokens = x.prompt
+	id := "chatcmpl-mock" + x.id
+	if x.proto == provider.Anthropic {
+		id = "msg_mock" + x.id
+	}
+	return provider.EncodeResponse(x.proto, resp, id)
+}
+
+// reset drops the connection without an HTTP response: the client sees a
+// reset or EOF before (or, mid-stream, instead of the rest of) the body.
+func reset(w http.ResponseWriter) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	if tcp, ok := conn.(*net.TCPConn); ok {
+		_ = tcp.SetLinger(0) // RST rather than FIN
+	}
+	_ = conn.Close()
+}
+
+// errorResponse writes the provider's error for a status fault.
+func (x *exchange) errorResponse(f *Fault) {
+	status, typ, code, msg := f.Status, f.ErrorType, f.ErrorCode, f.Message
+	switch f.Type {
+	case FaultContextLength:
+		status, code = 400, "context_length_exceeded"
+		typ, msg = "invalid_request_error", "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens. Please reduce the length of the messages."
+		if x.proto == provider.Anthropic {
+			msg = "prompt is too long: 210000 tokens > 200000 maximum"
+		}
+	case FaultContentPolicy:
+		status, typ, code = 400, "invalid_request_error", "content_policy_violation"
+		msg = "Your request was rejected as a result of our safety system. Your prompt may contain text that is not allowed by our safety system."
+		if x.proto == provider.Anthropic {
+			msg = "Output blocked by content filtering policy"
+		}
+	case FaultQuota:
+		status, typ, code = 429, "insufficient_quota", "insufficient_quota"
+		msg = "You exceeded your current quota, please check your plan and billing details."
+	case FaultRejectPrefill:
+		status, typ = 400, "invalid_request_error"
+		msg = "This model does not support assistant message prefill. The conversation must end with a user message."
+	}
+	if status == 0 {
+		status = 500
+	}
+	if typ == "" {
+		typ, code = defaultErrorType(x.proto, status)
+	}
+	if msg == "" {
+		msg = http.StatusText(status)
+		if status == 529 {
+			msg = "Overloaded"
+		}
+	}
+	h := http.Header{}
+	if f.RetryAfter != "" {
+		h.Set("Retry-After", f.RetryAfter)
+	}
+	if f.RetryAfterMS != "" {
+		h.Set("retry-after-ms", f.RetryAfterMS)
+	}
+	writeError(x.w, x.proto, status, typ, code, msg, h)
+}
+
+// defaultErrorType names the error each provider sends for a status.
+func defaultErrorType(p provider.Protocol, status int) (typ, code string) {
+	if p == provider.Anthropic {
+		switch status {
+		case 429:
+			return "rate_limit_error", ""
+		case 529:
+			return "overloaded_error", ""
+		case 401:
+			return "authentication_error", ""
+		case 404:
+			return "not_found_error", ""
+		}
+		if status >= 500 {
+			return "api_error", ""
+		}
+		return "invalid_request_error", ""
+	}
+	switch {
+	case status == 429:
+		return "requests", "rate_limit_exceeded"
+	case status >= 500:
+		return "server_error", ""
+	}
+	return "invalid_request_error", ""
+}
+
+func writeError(w http.ResponseWriter, p provider.Protocol, status int, typ, code, msg string, h http.Header) {
+	for k, v := range h {
+		w.Header()[k] = v
+	}
+	w.Header().Set("Content-Type", "application/json")
+	var body any
+	if p == provider.Anthropic {
+		body = map[string]any{"type": "error", "error": map[string]string{"type": typ, "message": msg}, "request_id": "req_mock"}
+	} else {
+		var c any
+		if code != "" {
+			c = code
+		}
+		body = map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": c}}
+	}
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+// Serve runs the mock on a listener until ctx ends.
+func (m *Mock) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{Handler: m, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		m.Close()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("mock serve: %w", err)
+	}
+	return nil
+}

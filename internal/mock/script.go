@@ -1,0 +1,122 @@
+// Package mock is a fault-injecting fake of the OpenAI Chat Completions and
+// Anthropic Messages APIs (DESIGN §14), faithful to their wire formats:
+// chunk shapes and [DONE], the Anthropic event sequence, usage, error
+// bodies, Retry-After and retry-after-ms. Its answers are deterministic text
+// drawn from a seed and the prompt, so a continuation request (assistant
+// prefill, "prefix": true, or vLLM's continue_final_message) carries on
+// exactly where its prefix ends. Faults are scripted per model, per
+// idempotency key or per Nth call. It counts every request it receives and
+// every token it generates, per idempotency key and per request id: the
+// ground truth that receipts are checked against.
+package mock
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+)
+
+// Fault types.
+const (
+	FaultStatus         = "status"           // an HTTP error with the provider's error body
+	FaultContextLength  = "context_length"   // 400 context_length_exceeded
+	FaultContentPolicy  = "content_policy"   // 400 content-policy refusal
+	FaultQuota          = "insufficient_quota"
+	FaultReset          = "reset"            // read the request, then reset the connection before headers
+	FaultHang           = "hang"             // read the request, never answer
+	FaultSlowFirstToken = "slow_first_token" // wait Delay before the first token
+	FaultDropAfter      = "drop_after"       // stream After tokens, then drop the connection
+	FaultStallAfter     = "stall_after"      // stream After tokens, then go silent
+	FaultMalformedAfter = "malformed_after"  // one invalid JSON chunk after After tokens
+	FaultNoDone         = "no_done"          // finish and usage, but no [DONE] / message_stop
+	FaultStreamError    = "stream_error_after"
+	FaultRejectPrefill  = "reject_prefill" // 400 to any continuation request
+)
+
+// Fault is what a matching rule does to a request.
+type Fault struct {
+	Type         string `json:"type"`
+	Status       int    `json:"status,omitempty"`
+	ErrorType    string `json:"error_type,omitempty"`
+	ErrorCode    string `json:"error_code,omitempty"`
+	Message      string `json:"message,omitempty"`
+	RetryAfter   string `json:"retry_after,omitempty"`    // Retry-After header value
+	RetryAfterMS string `json:"retry_after_ms,omitempty"` // retry-after-ms header value
+	After        int    `json:"after,omitempty"`          // tokens streamed before the fault
+	DelayMS      int    `json:"delay_ms,omitempty"`
+}
+
+// Rule matches requests and applies its fault. The first matching rule
+// wins; a request no rule matches is answered normally.
+type Rule struct {
+	// Model matches the request's model ("" matches any): a route.
+	Model string `json:"model,omitempty"`
+	// Key matches the Idempotency-Key header ("" matches any).
+	Key string `json:"key,omitempty"`
+	// Calls lists which calls (1-based, counted per model) match; empty
+	// matches every call.
+	Calls []int `json:"calls,omitempty"`
+	// FirstCalls matches the first N calls per model (0: no limit).
+	FirstCalls int `json:"first_calls,omitempty"`
+	// ForMS matches only during the first ForMS milliseconds after the
+	// script was set: a route that is down, then healthy (flapping).
+	ForMS int `json:"for_ms,omitempty"`
+	// Continuation: true matches only continuation requests, false only
+	// fresh ones; absent matches both.
+	Continuation *bool `json:"continuation,omitempty"`
+	Fault        Fault `json:"fault"`
+}
+
+// Script is the mock's fault script.
+type Script struct {
+	Rules []Rule `json:"rules"`
+}
+
+// LoadScript reads a script from a JSON file.
+func LoadScript(path string) (Script, error) {
+	var s Script
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return s, fmt.Errorf("read script: %w", err)
+	}
+	if err := json.Unmarshal(data, &s); err != nil {
+		return s, fmt.Errorf("parse script %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// call is what a rule is matched against.
+type call struct {
+	model        string
+	key          string
+	n            int // per-model call number, 1-based
+	continuation bool
+	since        time.Duration // since the script was set
+}
+
+func (r *Rule) matches(c call) bool {
+	switch {
+	case r.Model != "" && r.Model != c.model:
+		return false
+	case r.Key != "" && r.Key != c.key:
+		return false
+	case r.FirstCalls > 0 && c.n > r.FirstCalls:
+		return false
+	case r.ForMS > 0 && c.since >= time.Duration(r.ForMS)*time.Millisecond:
+		return false
+	case r.Continuation != nil && *r.Continuation != c.continuation:
+		return false
+	case r.Fault.Type == FaultRejectPrefill && !c.continuation:
+		return false
+	}
+	if len(r.Calls) == 0 {
+		return true
+	}
+	for _, n := range r.Calls {
+		if n == c.n {
+			return true
+		}
+	}
+	return false
+}

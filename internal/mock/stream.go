@@ -1,0 +1,112 @@
+package mock
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/oncegate/oncegate/internal/gw"
+	"github.com/oncegate/oncegate/internal/provider"
+	"github.com/oncegate/oncegate/internal/sse"
+)
+
+// stream answers with server-sent events in the request's protocol,
+// applying any mid-stream fault. Each token is one event, flushed on its
+// own and counted once written.
+func (x *exchange) stream(tokens []string, finish string) {
+	h := x.w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("x-request-id", "req_mock"+x.id)
+	x.w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(x.w)
+	id := "chatcmpl-mock" + x.id
+	if x.proto == provider.Anthropic {
+		id = "msg_mock" + x.id
+	}
+	enc := provider.NewEncoder(x.proto, id, time.Now().Unix(), x.req.Model)
+	send := func(b []byte) bool {
+		if _, err := x.w.Write(b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	if !send(enc.Start(nil, x.prompt)) {
+		return
+	}
+	pieces, tool := tokens, false
+	if t, ok := x.wantsTool(); ok {
+		pieces, tool, finish = toolArgs, true, provider.FinishToolCalls
+		if !send(enc.ToolStart(nil, 0, x.toolCallID(), t.Name)) {
+			return
+		}
+	}
+	f := x.fault
+	for i, p := range pieces {
+		if f != nil && i == f.After {
+			if !x.midStream(f, send, enc) {
+				return
+			}
+		}
+		if i > 0 && !x.wait(x.m.cfg.TokenInterval) {
+			return
+		}
+		var b []byte
+		if tool {
+			b = enc.ToolArgs(nil, 0, p)
+		} else {
+			b = enc.Text(nil, p)
+		}
+		if !send(b) {
+			return
+		}
+		x.countOut(1)
+	}
+	if f != nil && f.After >= len(pieces) && f.Type != FaultNoDone {
+		if !x.midStream(f, send, enc) {
+			return
+		}
+	}
+	tail := enc.Finish(nil, finish, gw.Usage{InputTokens: x.prompt, OutputTokens: x.out}, true)
+	if f != nil && f.Type == FaultNoDone {
+		tail = tail[:len(tail)-len(terminator(x.proto))]
+	}
+	send(tail)
+}
+
+// midStream applies a fault once After tokens are out; it reports whether
+// the stream goes on.
+func (x *exchange) midStream(f *Fault, send func([]byte) bool, enc provider.Encoder) bool {
+	switch f.Type {
+	case FaultSlowFirstToken:
+		return x.wait(time.Duration(f.DelayMS) * time.Millisecond)
+	case FaultDropAfter:
+		panic(http.ErrAbortHandler) // the server drops the connection: no terminating chunk
+	case FaultStallAfter:
+		x.wait(0)
+		return false
+	case FaultMalformedAfter:
+		return send(sse.AppendEvent(nil, eventType(x.proto), []byte(`{"id":"chatcmpl-broken","choices":[{"delta":{"content":"garbage`)))
+	case FaultStreamError:
+		ce := &provider.ClientError{Type: "overloaded_error", Code: "overloaded_error", Message: "Overloaded"}
+		b := enc.Error(nil, ce)
+		send(b)
+		return false
+	}
+	return true
+}
+
+func eventType(p provider.Protocol) string {
+	if p == provider.Anthropic {
+		return "content_block_delta"
+	}
+	return ""
+}
+
+// terminator is the final frame a no_done fault leaves out.
+func terminator(p provider.Protocol) string {
+	if p == provider.Anthropic {
+		return "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+	}
+	return "data: [DONE]\n\n"
+}
+
