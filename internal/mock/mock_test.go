@@ -181,7 +181,7 @@ func TestFaultsAndStatsOverHTTP(t *testing.T) {
 	}
 	r1 := post()
 	var e1 struct {
-		Type  string `json:"type"`
+		Type  string                `json:"type"`
 		Error struct{ Type string } `json:"error"`
 	}
 	_ = json.NewDecoder(r1.Body).Decode(&e1)

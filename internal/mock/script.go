@@ -19,9 +19,9 @@ import (
 
 // Fault types.
 const (
-	FaultStatus         = "status"           // an HTTP error with the provider's error body
-	FaultContextLength  = "context_length"   // 400 context_length_exceeded
-	FaultContentPolicy  = "content_policy"   // 400 content-policy refusal
+	FaultStatus         = "status"         // an HTTP error with the provider's error body
+	FaultContextLength  = "context_length" // 400 context_length_exceeded
+	FaultContentPolicy  = "content_policy" // 400 content-policy refusal
 	FaultQuota          = "insufficient_quota"
 	FaultReset          = "reset"            // read the request, then reset the connection before headers
 	FaultHang           = "hang"             // read the request, never answer

@@ -109,4 +109,3 @@ func terminator(p provider.Protocol) string {
 	}
 	return "data: [DONE]\n\n"
 }
-
