@@ -1,0 +1,214 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	aopt "github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/openai/openai-go/v3"
+	oopt "github.com/openai/openai-go/v3/option"
+
+	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/mock"
+	"github.com/oncegate/oncegate/internal/policy"
+	"github.com/oncegate/oncegate/internal/provider"
+	"github.com/oncegate/oncegate/internal/receipt"
+)
+
+// testConfig has two OpenAI-protocol mocks (primary, fallback) and one
+// Anthropic-protocol mock, and aliases exercising each policy knob. Base
+// delays are short so tests run fast; jitter is off so schedules are exact.
+const testConfig = `
+tenants:
+  - {id: acme, api_key_env: KEY_ACME}
+  - {id: globex, api_key_env: KEY_GLOBEX, max_data_boundary: private}
+providers:
+  - {id: mock-primary, type: openai, base_url: "PRIMARY/v1", timeouts: {connect: 1s, first_byte: 400ms, idle: 300ms}}
+  - {id: mock-fallback, type: openai, base_url: "FALLBACK/v1", timeouts: {connect: 1s, first_byte: 400ms, idle: 300ms}}
+  - {id: mock-anthropic, type: anthropic, base_url: "ANTHROPIC", timeouts: {connect: 1s, first_byte: 400ms, idle: 300ms}}
+routes:
+  - id: primary
+    provider: mock-primary
+    model: primary-model
+    capabilities: {input: [text], tools: true, streaming: true, max_context_tokens: 8000, max_output_tokens: 1000, continuation: assistant_prefill}
+    behavior_class: chat-v1
+    data_boundary: private
+    max_attempts: 3
+    price: {input_usd_per_mtok: 1, output_usd_per_mtok: 2}
+  - id: fallback
+    provider: mock-fallback
+    model: fallback-model
+    capabilities: {input: [text, image], tools: true, streaming: true, max_context_tokens: 32000, max_output_tokens: 1000, continuation: none}
+    behavior_class: chat-v1
+    data_boundary: external
+    max_attempts: 2
+    price: {input_usd_per_mtok: 3, output_usd_per_mtok: 6}
+  - id: claude
+    provider: mock-anthropic
+    model: claude-model
+    capabilities: {input: [text, image], tools: true, streaming: true, max_context_tokens: 200000, max_output_tokens: 2000, continuation: assistant_prefill}
+    behavior_class: chat-v1
+    data_boundary: external
+    max_attempts: 2
+    price: {input_usd_per_mtok: 3, output_usd_per_mtok: 15}
+models:
+  - name: chat
+    routes: [primary, fallback]
+    retry: {max_attempts: 4, base_delay: 20ms, max_delay: 80ms, retry_after_cap: 300ms, jitter: none, deadline: 10s}
+  - name: chat-stop
+    routes: [primary, fallback]
+    retry: {max_attempts: 4, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s}
+    stream: {after_output: stop}
+  - name: chat-restart
+    routes: [primary, fallback]
+    retry: {max_attempts: 4, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s}
+    stream: {after_output: restart}
+  - name: chat-buffered
+    routes: [primary, fallback]
+    retry: {max_attempts: 4, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s}
+    stream: {buffer: true}
+  - name: claude
+    routes: [claude]
+    retry: {max_attempts: 3, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s}
+  - name: to-claude
+    routes: [claude, fallback]
+    retry: {max_attempts: 3, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s}
+  - name: solo
+    routes: [primary]
+    retry: {max_attempts: 3, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s}
+`
+
+const (
+	keyAcme   = "sk-og-acme-test"
+	keyGlobex = "sk-og-globex-test"
+)
+
+type env struct {
+	t                            *testing.T
+	primary, fallback, anthropic *mock.Mock
+	gw                           *Gateway
+	url                          string
+	pol                          *policy.Policy
+}
+
+func newEnv(t *testing.T, mcfg mock.Config) *env {
+	t.Helper()
+	e := &env{t: t}
+	e.primary, e.fallback, e.anthropic = mock.New(mcfg), mock.New(mcfg), mock.New(mcfg)
+	urls := make([]string, 3)
+	for i, m := range []*mock.Mock{e.primary, e.fallback, e.anthropic} {
+		srv := httptest.NewServer(m)
+		t.Cleanup(srv.Close)
+		t.Cleanup(m.Close)
+		urls[i] = srv.URL
+	}
+	yaml := strings.NewReplacer("PRIMARY", urls[0], "FALLBACK", urls[1], "ANTHROPIC", urls[2]).Replace(testConfig)
+	cfg, err := config.Parse("test.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.pol, err = policy.Compile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets, err := cfg.ResolveSecrets(func(k string) (string, bool) {
+		return map[string]string{"KEY_ACME": keyAcme, "KEY_GLOBEX": keyGlobex}[k], true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.gw, err = New(e.pol, secrets, Options{DrainTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = e.gw.Serve(ctx, ln); close(done) }()
+	t.Cleanup(func() { cancel(); <-done; e.gw.Close() })
+	e.url = "http://" + ln.Addr().String()
+	return e
+}
+
+// openai is an official OpenAI SDK client at its default settings (retries
+// included) pointed at the gateway; header captures response headers.
+func (e *env) openai(header *http.Header, opts ...oopt.RequestOption) openai.Client {
+	opts = append([]oopt.RequestOption{oopt.WithBaseURL(e.url + "/v1"), oopt.WithAPIKey(keyAcme)}, opts...)
+	if header != nil {
+		opts = append(opts, oopt.WithMiddleware(captureHeaders(header)))
+	}
+	return openai.NewClient(opts...)
+}
+
+func (e *env) anthropicClient(header *http.Header, opts ...aopt.RequestOption) anthropic.Client {
+	opts = append([]aopt.RequestOption{aopt.WithBaseURL(e.url), aopt.WithAPIKey(keyAcme)}, opts...)
+	if header != nil {
+		opts = append(opts, aopt.WithMiddleware(aopt.Middleware(captureHeaders(header))))
+	}
+	return anthropic.NewClient(opts...)
+}
+
+func captureHeaders(dst *http.Header) oopt.Middleware {
+	return func(r *http.Request, next oopt.MiddlewareNext) (*http.Response, error) {
+		res, err := next(r)
+		if res != nil {
+			*dst = res.Header.Clone()
+		}
+		return res, err
+	}
+}
+
+// receipt fetches a receipt through the API as the acme tenant.
+func (e *env) receipt(id string) *receipt.Receipt {
+	e.t.Helper()
+	req, _ := http.NewRequest("GET", e.url+"/v1/receipts/"+id, nil)
+	req.Header.Set("Authorization", "Bearer "+keyAcme)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != 200 {
+		e.t.Fatalf("receipt %s: status %d", id, res.StatusCode)
+	}
+	var r receipt.Receipt
+	if err := json.NewDecoder(res.Body).Decode(&r); err != nil {
+		e.t.Fatal(err)
+	}
+	if drifts := receipt.Verify(e.pol, &r); len(drifts) != 0 {
+		e.t.Fatalf("receipt %s does not verify: %v", id, drifts)
+	}
+	return &r
+}
+
+// upstreamCalls counts what every mock saw for one logical request.
+func (e *env) upstreamCalls(requestID string) (primary, fallback, anthropic mock.Counter) {
+	return e.primary.Stats().ByRequestID[requestID], e.fallback.Stats().ByRequestID[requestID], e.anthropic.Stats().ByRequestID[requestID]
+}
+
+func userMsg(text string) []openai.ChatCompletionMessageParamUnion {
+	return []openai.ChatCompletionMessageParamUnion{openai.UserMessage(text)}
+}
+
+// answer is the mock's deterministic answer to a single user message.
+func answer(t *testing.T, p provider.Protocol, text string, n int) string {
+	t.Helper()
+	body := `{"model":"x","max_tokens":100,"messages":[{"role":"user","content":` + quote(text) + `}]}`
+	cr, err := provider.ParseRequest(p, []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mock.Answer(0, cr.IR, n)
+}
+
+func quote(s string) string { b, _ := json.Marshal(s); return string(b) }

@@ -1,0 +1,311 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"unicode"
+
+	"github.com/oncegate/oncegate/internal/gw"
+	"github.com/oncegate/oncegate/internal/policy"
+	"github.com/oncegate/oncegate/internal/provider"
+	"github.com/oncegate/oncegate/internal/retry"
+	"github.com/oncegate/oncegate/internal/sse"
+	"github.com/oncegate/oncegate/internal/upstream"
+)
+
+// maxEventBytes bounds one upstream SSE event.
+const maxEventBytes = 1 << 20
+
+// output is a logical request's stream to its client (DESIGN §5). It holds
+// the response headers until the first visible output, so that every
+// earlier failure stays invisible; it keeps one encoder across resumed
+// attempts so the client reads one continuous stream; and it remembers
+// what was delivered, for a resume's prefix.
+type output struct {
+	c            *call
+	rc           *http.ResponseController
+	enc          provider.Encoder
+	buffer       bool // stream.buffer: hold everything until the upstream finishes
+	includeUsage bool
+	started      bool   // headers and the opening frame are out
+	pending      []byte // frames not yet written
+	held         []byte // buffer mode: the current attempt's frames
+	delivered    strings.Builder
+	emitted      int64 // visible tokens the client has received
+	stripLead    bool  // drop the next text's leading whitespace (resume seam)
+	writeErr     error
+}
+
+func newOutput(c *call) *output {
+	return &output{c: c, rc: http.NewResponseController(c.w), buffer: c.alias.Buffer, includeUsage: c.in.IR.IncludeUsage}
+}
+
+// attemptStream is one attempt's view of its upstream stream.
+type attemptStream struct {
+	route     *policy.Route
+	model     string
+	input     int64 // prompt tokens: the provider's count once known
+	events    int
+	warnings  int
+	tokens    int64 // text and tool-argument events: output tokens generated
+	emitted   int64 // of which the client saw
+	visible   bool
+	inTool    bool
+	finish    string
+	usage     gw.Usage
+	hasUsage  bool
+	done      bool
+	streamErr *provider.UpstreamError
+}
+
+// begin writes the response headers and the opening frame: the moment the
+// stream becomes visible.
+func (o *output) begin(a *attemptStream) {
+	c := o.c
+	o.enc = provider.NewEncoder(c.proto, provider.ResponseID(c.proto, c.id), c.created.Unix(), firstNonEmpty(a.model, a.route.Model))
+	if o.buffer {
+		o.held = o.enc.Start(o.held[:0], a.input)
+		return
+	}
+	h := c.w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	setIDHeaders(h, c.id, len(c.rec.R.Attempts)+1)
+	h.Set("X-Oncegate-Route", a.route.ID)
+	h.Set("X-Oncegate-Dedup", "miss")
+	c.w.WriteHeader(http.StatusOK)
+	o.started = true
+	o.pending = o.enc.Start(o.pending, a.input)
+}
+
+// emit relays one visible event.
+func (o *output) emit(e *provider.Event, a *attemptStream) {
+	if o.enc == nil || (o.buffer && len(o.held) == 0) {
+		o.begin(a)
+	}
+	dst := &o.pending
+	if o.buffer {
+		dst = &o.held
+	}
+	switch e.Kind {
+	case provider.EvText:
+		text := e.Text
+		if o.stripLead {
+			// The prefix sent for the resume was right-stripped and the
+			// client already has that whitespace: do not double it.
+			if text = strings.TrimLeftFunc(text, unicode.IsSpace); text == "" {
+				return
+			}
+			o.stripLead = false
+		}
+		*dst = o.enc.Text(*dst, text)
+		if !o.buffer {
+			o.delivered.WriteString(text)
+		}
+	case provider.EvToolStart:
+		*dst = o.enc.ToolStart(*dst, e.ToolIndex, e.ToolID, e.ToolName)
+	case provider.EvToolArgs:
+		*dst = o.enc.ToolArgs(*dst, e.ToolIndex, e.Args)
+	}
+	if o.buffer {
+		return
+	}
+	a.visible = true
+	a.emitted++
+	o.emitted++
+	o.flush()
+}
+
+func (o *output) flush() {
+	if len(o.pending) == 0 || o.writeErr != nil {
+		return
+	}
+	if _, err := o.c.w.Write(o.pending); err != nil {
+		o.writeErr = err
+		return
+	}
+	o.pending = o.pending[:0]
+	if err := o.rc.Flush(); err != nil {
+		o.writeErr = err
+	}
+}
+
+// prefix is the delivered text a resume continues, right-stripped of
+// whitespace (some providers reject a prefill ending in whitespace).
+func (o *output) prefix() string {
+	d := o.delivered.String()
+	p := strings.TrimRightFunc(d, unicode.IsSpace)
+	o.stripLead = len(p) < len(d)
+	return p
+}
+
+// between tells the client what happens next after a visible stream broke:
+// an oncegate.* event for clients that asked (X-Oncegate-Stream-Events: 1),
+// an SSE comment for everyone else (official SDKs mis-parse unknown events).
+func (o *output) between(d retry.Decision, attempt int) {
+	switch d.Action {
+	case retry.ActionResume:
+		if o.c.streamEvents {
+			data, _ := json.Marshal(map[string]int64{"after_tokens": o.emitted, "attempt": int64(attempt)})
+			o.pending = sse.AppendEvent(o.pending, "oncegate.resuming", data)
+		} else {
+			o.pending = sse.AppendComment(o.pending, "oncegate resuming after_tokens="+strconv.FormatInt(o.emitted, 10))
+		}
+	case retry.ActionRestart:
+		// Only clients that sent both opt-in headers are ever restarted.
+		data, _ := json.Marshal(map[string]any{"reason": "provider_interrupted", "attempt": attempt})
+		o.pending = sse.AppendEvent(o.pending, "oncegate.restart", data)
+		o.delivered.Reset()
+		o.stripLead = false
+	}
+	o.flush()
+}
+
+// complete ends a successful stream: the finish frame with the usage billed
+// across all attempts, and the terminator. In buffer mode it first sends the
+// whole held answer.
+func (o *output) complete(route *policy.Route, billed gw.Usage) {
+	if !o.started {
+		held := o.held
+		o.buffer = false
+		h := o.c.w.Header()
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Cache-Control", "no-cache")
+		setIDHeaders(h, o.c.id, len(o.c.rec.R.Attempts))
+		h.Set("X-Oncegate-Route", route.ID)
+		h.Set("X-Oncegate-Dedup", "miss")
+		o.c.w.WriteHeader(http.StatusOK)
+		o.started = true
+		if o.enc == nil { // an answer with no visible output at all
+			o.enc = provider.NewEncoder(o.c.proto, provider.ResponseID(o.c.proto, o.c.id), o.c.created.Unix(), route.Model)
+			held = o.enc.Start(nil, billed.InputTokens)
+		}
+		o.pending = append(o.pending, held...)
+	}
+	o.pending = o.enc.Finish(o.pending, o.c.lastFinish, billed, o.includeUsage)
+	o.flush()
+}
+
+// interrupt ends a visible stream that cannot be completed (DESIGN §5.3
+// stop): an in-band error and no terminator, so the client's SDK reports
+// an error rather than a truncated answer.
+func (o *output) interrupt(d retry.Decision) {
+	c := o.c
+	ce := &provider.ClientError{Type: "stream_interrupted", Code: "stream_interrupted",
+		Message:       "the provider's stream broke after " + strconv.FormatInt(o.emitted, 10) + " tokens and could not be resumed (" + string(d.Reason) + ")",
+		EmittedTokens: o.emitted, RequestID: c.id}
+	o.pending = o.enc.Error(o.pending, ce)
+	o.flush()
+}
+
+// relay reads one attempt's upstream stream, relaying visible output as it
+// arrives, and classifies how the stream ended.
+func (c *call) relay(ctx context.Context, res *attemptResult, resp *upstream.Response, up provider.Protocol, built *provider.Built) *attemptResult {
+	a := &attemptStream{route: res.route, input: built.PromptTokens}
+	o := c.out
+	if o.buffer {
+		o.enc, o.held = nil, o.held[:0]
+	}
+	rd := sse.NewReader(resp.Body, maxEventBytes)
+	dec := provider.NewDecoder(up)
+	var evs []provider.Event
+	var endErr error
+read:
+	for {
+		ev, err := rd.Next()
+		if err != nil {
+			endErr = err
+			break
+		}
+		a.events++
+		var derr error
+		if evs, derr = dec.Decode(ev, evs[:0]); derr != nil {
+			a.warnings++ // a malformed event is skipped, never forwarded
+			continue
+		}
+		for i := range evs {
+			e := &evs[i]
+			switch e.Kind {
+			case provider.EvStart:
+				a.model = e.Model
+			case provider.EvText, provider.EvToolStart, provider.EvToolArgs:
+				if e.Kind != provider.EvToolStart {
+					a.tokens++
+				} else {
+					a.inTool = true
+				}
+				if e.Visible() {
+					o.emit(e, a)
+					if o.writeErr != nil {
+						break read
+					}
+				}
+			case provider.EvFinish:
+				a.finish = e.Finish
+			case provider.EvUsage:
+				a.usage, a.hasUsage = e.Usage, true
+				if e.Usage.InputTokens > 0 {
+					a.input = e.Usage.InputTokens
+				}
+			case provider.EvError:
+				a.streamErr = e.Err
+				break read
+			case provider.EvDone:
+				a.done = true
+				break read
+			}
+		}
+	}
+	return c.endStream(ctx, res, a, endErr, built)
+}
+
+// endStream turns how a stream ended into the attempt's outcome.
+func (c *call) endStream(ctx context.Context, res *attemptResult, a *attemptStream, endErr error, built *provider.Built) *attemptResult {
+	o := c.out
+	res.obs.VisibleOutput, res.obs.EmittedTokens, res.obs.InToolCall, res.obs.ProtocolWarnings = a.visible, a.emitted, a.inTool, a.warnings
+	res.obs.Usage = a.usage
+	if !a.hasUsage {
+		res.obs.Usage, res.obs.UsageEstimated = gw.Usage{InputTokens: built.PromptTokens, OutputTokens: a.tokens}, true
+	}
+	var ue *upstream.Error
+	isUpstream := errors.As(endErr, &ue)
+	switch {
+	case o.writeErr != nil || (isUpstream && ue.Cancelled) || (ctx.Err() != nil && c.r.Context().Err() != nil):
+		return c.observe(res, gw.KindCancelled, gw.CauseClientGone, "client disconnected")
+	case a.streamErr == nil && (a.done || a.finish != ""):
+		// A stream that reached its finish reason is complete even if the
+		// terminator never came (DESIGN §5.2).
+		c.lastFinish = firstNonEmpty(a.finish, provider.FinishStop)
+		return c.observe(res, gw.KindOK, "", "")
+	case a.visible:
+		detail := "stream ended without a finish reason"
+		if a.streamErr != nil {
+			detail = "provider error mid-stream: " + a.streamErr.Message
+		} else if endErr != nil && endErr != io.EOF {
+			detail = endErr.Error()
+		}
+		if a.inTool {
+			detail += " (inside a tool call)"
+		}
+		return c.observe(res, gw.KindStreamInterruptedAfterOutput, "", detail)
+	case a.streamErr != nil:
+		k, cause := provider.ClassifyStreamError(a.streamErr)
+		res.upstreamErr = a.streamErr
+		return c.observe(res, k, cause, "provider error in stream: "+a.streamErr.Message)
+	case isUpstream:
+		k, cause := ue.Kind()
+		return c.observe(res, k, cause, ue.Error())
+	case errors.Is(endErr, sse.ErrTooLarge):
+		return c.observe(res, gw.KindProtocolViolation, "", endErr.Error())
+	case a.events > 0 && a.warnings == a.events:
+		return c.observe(res, gw.KindProtocolViolation, "", "the stream had no valid events")
+	}
+	return c.observe(res, gw.KindUnavailable, "", "stream ended before any output")
+}
+
