@@ -70,13 +70,15 @@ func (c *call) run() {
 			c.out.between(d, len(c.rec.R.Attempts)+1)
 		}
 	}
-	c.finish(d, last)
+	// The receipt is stored before the client gets its last byte, so a
+	// client that asks for it at once finds it.
 	if err := c.rec.Seal(); err != nil {
 		c.g.log.Error("seal receipt", "request_id", c.id, "err", err)
 	}
 	if err := c.g.receipts.Put(c.rec.R); err != nil {
 		c.g.log.Error("store receipt", "request_id", c.id, "err", err)
 	}
+	c.finish(d, last)
 	c.g.log.Info("request", "request_id", c.id, "tenant", c.tenant.ID, "model", c.alias.Name,
 		"attempts", len(c.rec.R.Attempts), "terminal", c.rec.R.Terminal, "reason", c.rec.R.Reason)
 }

@@ -212,3 +212,5 @@ func answer(t *testing.T, p provider.Protocol, text string, n int) string {
 }
 
 func quote(s string) string { b, _ := json.Marshal(s); return string(b) }
+
+func optTimeout(d time.Duration) oopt.RequestOption { return oopt.WithRequestTimeout(d) }

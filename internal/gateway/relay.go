@@ -308,4 +308,3 @@ func (c *call) endStream(ctx context.Context, res *attemptResult, a *attemptStre
 	}
 	return c.observe(res, gw.KindUnavailable, "", "stream ended before any output")
 }
-

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/oncegate/oncegate/internal/provider"
@@ -150,17 +149,12 @@ func (m *Mock) serve(proto provider.Protocol, w http.ResponseWriter, r *http.Req
 			c.Continuations++
 		}
 	})
-	// r.Context() ends when the client leaves or when this handler
-	// returns; only the first is a disconnect.
-	var done atomic.Bool
-	go func() {
-		<-r.Context().Done()
-		if !done.Load() {
-			x.st.add(x.lbl, func(c *Counter) { c.Disconnects++ })
-		}
-	}()
 	x.run()
-	done.Store(true)
+	// Until this handler returns, r.Context() ends only when the client
+	// leaves: that is a disconnect the upstream saw.
+	if r.Context().Err() != nil && x.faultType() != FaultReset {
+		x.st.add(x.lbl, func(c *Counter) { c.Disconnects++ })
+	}
 }
 
 func (x *exchange) faultType() string {
@@ -180,7 +174,10 @@ func (x *exchange) run() {
 		reset(x.w)
 		return
 	case FaultHang:
-		x.wait(0)
+		x.block(nil)
+		return
+	case FaultGarbage:
+		x.garbage()
 		return
 	}
 	tokens, finish := x.plan()
@@ -227,17 +224,20 @@ func (x *exchange) plan() ([]string, string) {
 	return tokens, provider.FinishStop
 }
 
-// wait sleeps d (forever when d is 0) unless the client leaves or the mock
-// closes; it reports whether to go on.
+// wait sleeps d unless the client leaves or the mock closes; it reports
+// whether to go on.
 func (x *exchange) wait(d time.Duration) bool {
-	var timer <-chan time.Time
-	if d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		timer = t.C
-	} else if x.faultType() != FaultHang && x.faultType() != FaultStallAfter {
+	if d <= 0 {
 		return x.r.Context().Err() == nil
 	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	return x.block(t.C)
+}
+
+// block waits for timer (nil: forever), the client leaving or the mock
+// closing; it reports whether the timer fired.
+func (x *exchange) block(timer <-chan time.Time) bool {
 	select {
 	case <-timer:
 		return true
@@ -304,6 +304,22 @@ func (x *exchange) completeBody(tokens []string, finish string) []byte {
 		id = "msg_mock" + x.id
 	}
 	return provider.EncodeResponse(x.proto, resp, id)
+}
+
+// garbage answers 200 with something that is not the protocol: an HTML
+// page for a JSON request, events that are not JSON for a stream.
+func (x *exchange) garbage() {
+	if x.req.Stream {
+		x.w.Header().Set("Content-Type", "text/event-stream")
+		x.w.WriteHeader(http.StatusOK)
+		for i := 0; i < 3; i++ {
+			_, _ = x.w.Write([]byte("data: <html>upstream proxy error</html>\n\n"))
+		}
+		return
+	}
+	x.w.Header().Set("Content-Type", "text/html")
+	x.w.WriteHeader(http.StatusOK)
+	_, _ = x.w.Write([]byte("<html><body>502 Bad Gateway</body></html>"))
 }
 
 // reset drops the connection without an HTTP response: the client sees a

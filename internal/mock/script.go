@@ -32,6 +32,7 @@ const (
 	FaultNoDone         = "no_done"          // finish and usage, but no [DONE] / message_stop
 	FaultStreamError    = "stream_error_after"
 	FaultRejectPrefill  = "reject_prefill" // 400 to any continuation request
+	FaultGarbage        = "garbage"        // 200 with a body that is not the protocol
 )
 
 // Fault is what a matching rule does to a request.

@@ -82,7 +82,7 @@ func (x *exchange) midStream(f *Fault, send func([]byte) bool, enc provider.Enco
 	case FaultDropAfter:
 		panic(http.ErrAbortHandler) // the server drops the connection: no terminating chunk
 	case FaultStallAfter:
-		x.wait(0)
+		x.block(nil)
 		return false
 	case FaultMalformedAfter:
 		return send(sse.AppendEvent(nil, eventType(x.proto), []byte(`{"id":"chatcmpl-broken","choices":[{"delta":{"content":"garbage`)))

@@ -3,6 +3,7 @@ package provider
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 )
 
 // InvalidRequestError is a client request the gateway rejects itself
@@ -58,11 +59,15 @@ func EncodeError(p Protocol, e *ClientError) []byte {
 		if typ == "" {
 			typ = e.Code
 		}
+		msg := e.Message
+		if e.Param != "" && !strings.Contains(msg, e.Param) {
+			msg = e.Param + ": " + msg // the Anthropic shape has no param field
+		}
 		v = struct {
 			Type     string        `json:"type"`
 			Error    anthropicErr  `json:"error"`
 			Oncegate oncegateBlock `json:"oncegate"`
-		}{"error", anthropicErr{Type: typ, Message: e.Message, Code: e.Code}, og}
+		}{"error", anthropicErr{Type: typ, Message: msg, Code: e.Code}, og}
 	} else {
 		var param *string
 		if e.Param != "" {

@@ -1,0 +1,250 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/openai/openai-go/v3"
+
+	"github.com/oncegate/oncegate/internal/mock"
+)
+
+// post sends a raw request as the acme tenant and returns the response and
+// its body.
+func (e *env) post(path, body string, headers map[string]string) (*http.Response, []byte) {
+	e.t.Helper()
+	req, _ := http.NewRequest("POST", e.url+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+keyAcme)
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	data, _ := io.ReadAll(res.Body)
+	return res, data
+}
+
+func chatBody(model string, stream bool) string {
+	return `{"model":"` + model + `","stream":` + strconv.FormatBool(stream) + `,"messages":[{"role":"user","content":"What is a logical request?"}]}`
+}
+
+func rules(rs ...mock.Rule) mock.Script { return mock.Script{Rules: rs} }
+
+func always(f mock.Fault) mock.Rule { return mock.Rule{Fault: f} }
+
+func first(n int, f mock.Fault) mock.Rule { return mock.Rule{FirstCalls: n, Fault: f} }
+
+type errorBody struct {
+	Error struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Code    *string `json:"code"`
+	} `json:"error"`
+	Oncegate struct {
+		RequestID string `json:"request_id"`
+		Attempts  int    `json:"attempts"`
+		Terminal  string `json:"terminal"`
+		Reason    string `json:"reason"`
+	} `json:"oncegate"`
+}
+
+// Each outcome kind of DESIGN §2.1, end to end: the mocks' own counters
+// must equal the receipt's attempts and X-Oncegate-Attempts.
+func TestOutcomeKindsEndToEnd(t *testing.T) {
+	tests := []struct {
+		name                string
+		primary, fallback   mock.Script
+		status              int
+		code                string // gateway or provider error code; "" for success
+		retryHeader         string
+		primaryN, fallbackN int
+		terminal, reason    string
+		kinds               []string
+	}{
+		{name: "reset before headers retries the same route", primary: rules(first(1, mock.Fault{Type: mock.FaultReset})),
+			status: 200, primaryN: 2, terminal: "succeeded", reason: "completed", kinds: []string{"timeout_before_response", "ok"}},
+		{name: "first-byte timeout moves to the fallback", primary: rules(always(mock.Fault{Type: mock.FaultHang})),
+			status: 200, primaryN: 1, fallbackN: 1, terminal: "succeeded", reason: "completed", kinds: []string{"timeout_before_response", "ok"}},
+		{name: "rate limited then served", primary: rules(first(1, mock.Fault{Type: mock.FaultStatus, Status: 429, RetryAfter: "0.1"})),
+			status: 200, primaryN: 2, terminal: "succeeded", reason: "completed", kinds: []string{"rate_limited", "ok"}},
+		{name: "unavailable everywhere exhausts the attempt budget",
+			primary: rules(always(mock.Fault{Type: mock.FaultStatus, Status: 503})), fallback: rules(always(mock.Fault{Type: mock.FaultStatus, Status: 502})),
+			status: 503, code: CodeUpstreamUnavailable, retryHeader: "false", primaryN: 3, fallbackN: 1, terminal: "exhausted", reason: "attempt_budget",
+			kinds: []string{"unavailable", "unavailable", "unavailable", "unavailable"}},
+		{name: "rejected passes the provider's error through",
+			primary: rules(always(mock.Fault{Type: mock.FaultStatus, Status: 400, Message: "messages[0].content: unknown field 'colour'"})),
+			status:  400, code: "", retryHeader: "false", primaryN: 1, terminal: "rejected", reason: "non_retryable", kinds: []string{"rejected"}},
+		{name: "policy denied never falls back", primary: rules(always(mock.Fault{Type: mock.FaultContentPolicy})),
+			status: 400, code: "content_policy_violation", retryHeader: "false", primaryN: 1, terminal: "rejected", reason: "non_retryable", kinds: []string{"policy_denied"}},
+		{name: "context length falls back to a larger context", primary: rules(always(mock.Fault{Type: mock.FaultContextLength})),
+			status: 200, primaryN: 1, fallbackN: 1, terminal: "succeeded", reason: "completed", kinds: []string{"rejected", "ok"}},
+		{name: "an exhausted balance is not retried", primary: rules(always(mock.Fault{Type: mock.FaultQuota})),
+			status: 429, code: "insufficient_quota", retryHeader: "false", primaryN: 1, terminal: "rejected", reason: "non_retryable", kinds: []string{"rejected"}},
+		{name: "an unreadable body is a protocol violation", primary: rules(always(mock.Fault{Type: mock.FaultGarbage})),
+			status: 502, code: CodeProtocolViolation, retryHeader: "false", primaryN: 1, terminal: "rejected", reason: "non_retryable", kinds: []string{"protocol_violation"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, mock.Config{Tokens: 8})
+			e.primary.SetScript(tc.primary)
+			e.fallback.SetScript(tc.fallback)
+			res, body := e.post("/v1/chat/completions", chatBody("chat", false), nil)
+			if res.StatusCode != tc.status {
+				t.Fatalf("status %d, want %d: %s", res.StatusCode, tc.status, body)
+			}
+			id := res.Header.Get("X-Oncegate-Request-Id")
+			r := e.receipt(id)
+			p, f, _ := e.upstreamCalls(id)
+			if int(p.Requests) != tc.primaryN || int(f.Requests) != tc.fallbackN {
+				t.Fatalf("upstream calls primary %d fallback %d, want %d and %d", p.Requests, f.Requests, tc.primaryN, tc.fallbackN)
+			}
+			if n := len(r.Attempts); n != tc.primaryN+tc.fallbackN || res.Header.Get("X-Oncegate-Attempts") != strconv.Itoa(n) {
+				t.Fatalf("receipt attempts %d, header %q, upstream %d", n, res.Header.Get("X-Oncegate-Attempts"), tc.primaryN+tc.fallbackN)
+			}
+			if r.Terminal != tc.terminal || r.Reason != tc.reason {
+				t.Fatalf("terminal %s/%s, want %s/%s", r.Terminal, r.Reason, tc.terminal, tc.reason)
+			}
+			for i, k := range tc.kinds {
+				if r.Attempts[i].Kind != k {
+					t.Fatalf("attempt %d kind %s, want %s", i+1, r.Attempts[i].Kind, k)
+				}
+			}
+			if tc.status == 200 {
+				return
+			}
+			if got := res.Header.Get("x-should-retry"); got != tc.retryHeader {
+				t.Fatalf("x-should-retry %q, want %q", got, tc.retryHeader)
+			}
+			var eb errorBody
+			if err := json.Unmarshal(body, &eb); err != nil || eb.Error.Message == "" {
+				t.Fatalf("error body %s: %v", body, err)
+			}
+			if tc.code != "" && (eb.Error.Code == nil || *eb.Error.Code != tc.code) {
+				t.Fatalf("code %v, want %s (%s)", eb.Error.Code, tc.code, body)
+			}
+			if eb.Oncegate.RequestID != id || eb.Oncegate.Attempts != len(r.Attempts) || eb.Oncegate.Terminal != tc.terminal {
+				t.Fatalf("oncegate block %+v", eb.Oncegate)
+			}
+		})
+	}
+}
+
+func TestRetryAfterIsHonoured(t *testing.T) {
+	e := newEnv(t, mock.Config{Tokens: 4})
+	e.primary.SetScript(rules(first(1, mock.Fault{Type: mock.FaultStatus, Status: 429, RetryAfterMS: "150"})))
+	res, _ := e.post("/v1/chat/completions", chatBody("chat", false), nil)
+	r := e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
+	a1, a2 := r.Attempts[0], r.Attempts[1]
+	if *a1.RetryAfterMS != 150 || a2.NotBefore.Sub(a1.ObservedAt) != 150*time.Millisecond || a2.StartedAt.Before(a2.NotBefore) {
+		t.Fatalf("hint %v, wait %v, started %v before not_before %v", *a1.RetryAfterMS, a2.NotBefore.Sub(a1.ObservedAt), a2.StartedAt, a2.NotBefore)
+	}
+	// A hint above retry_after_cap (300ms) is capped.
+	e.primary.Reset()
+	e.primary.SetScript(rules(first(1, mock.Fault{Type: mock.FaultStatus, Status: 429, RetryAfter: "3600"})))
+	start := time.Now()
+	res, _ = e.post("/v1/chat/completions", chatBody("chat", false), nil)
+	r = e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
+	if wait := r.Attempts[1].NotBefore.Sub(r.Attempts[0].ObservedAt); wait != 300*time.Millisecond || time.Since(start) > 3*time.Second {
+		t.Fatalf("capped wait %v", wait)
+	}
+}
+
+// The official SDK at its default settings (2 retries) during a full
+// outage: x-should-retry: false keeps it from multiplying the gateway's
+// attempts, so the providers see exactly the policy's bound.
+func TestSDKDefaultRetriesDoNotMultiplyDuringAnOutage(t *testing.T) {
+	e := newEnv(t, mock.Config{Tokens: 4})
+	e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 503})))
+	e.fallback.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 503})))
+	var h http.Header
+	client := e.openai(&h)
+	_, err := client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: "chat", Messages: userMsg("hi")})
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 503 {
+		t.Fatalf("want a 503 from the SDK, got %v", err)
+	}
+	total := e.primary.Stats().Requests + e.fallback.Stats().Requests
+	if total != 4 {
+		t.Fatalf("providers saw %d attempts; the policy bound is 4 (the SDK must not retry)", total)
+	}
+	if r := e.receipt(h.Get("X-Oncegate-Request-Id")); len(r.Attempts) != 4 || r.ClientRetryCount != 0 {
+		t.Fatalf("receipt: %d attempts, client retries %d", len(r.Attempts), r.ClientRetryCount)
+	}
+
+	// The same with the Anthropic SDK and 529 overloaded.
+	e.anthropic.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 529})))
+	ac := e.anthropicClient(nil)
+	_, err = ac.Messages.New(context.Background(), anthropic.MessageNewParams{Model: "claude", MaxTokens: 50,
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}})
+	var anErr *anthropic.Error
+	if !errors.As(err, &anErr) || anErr.StatusCode != 503 {
+		t.Fatalf("want 503 from the Anthropic SDK, got %v", err)
+	}
+	if n := e.anthropic.Stats().Requests; n != 2 {
+		t.Fatalf("anthropic mock saw %d attempts, the claude route allows 2", n)
+	}
+}
+
+func TestGatewayRejectionsMakeNoUpstreamCall(t *testing.T) {
+	e := newEnv(t, mock.Config{})
+	tests := []struct {
+		name, path, body string
+		headers          map[string]string
+		status           int
+		code, param      string
+	}{
+		{"unknown alias", "/v1/chat/completions", `{"model":"gpt-9","messages":[{"role":"user","content":"x"}]}`, nil, 404, CodeModelNotFound, "model"},
+		{"not JSON", "/v1/chat/completions", `{"model":`, nil, 400, CodeInvalidRequest, ""},
+		{"no messages", "/v1/chat/completions", `{"model":"chat","messages":[]}`, nil, 400, CodeInvalidRequest, "messages"},
+		{"bad role", "/v1/chat/completions", `{"model":"chat","messages":[{"role":"wizard","content":"x"}]}`, nil, 400, CodeInvalidRequest, "messages[0].role"},
+		{"n > 1", "/v1/chat/completions", `{"model":"chat","n":2,"messages":[{"role":"user","content":"x"}]}`, nil, 400, CodeInvalidRequest, "n"},
+		{"duplicate keys", "/v1/chat/completions", `{"model":"chat","model":"chat","messages":[{"role":"user","content":"x"}]}`, nil, 400, CodeInvalidRequest, ""},
+		{"bad timeout header", "/v1/chat/completions", chatBody("chat", false), map[string]string{"X-Oncegate-Timeout-Ms": "soon"}, 400, CodeInvalidRequest, "X-Oncegate-Timeout-Ms"},
+		{"anthropic without max_tokens", "/v1/messages", `{"model":"claude","messages":[{"role":"user","content":"x"}]}`, nil, 400, CodeInvalidRequest, "max_tokens"},
+		{"image on a text-only alias", "/v1/chat/completions", `{"model":"solo","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://x/y.png"}}]}]}`, nil, 400, CodeInvalidRequest, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			res, body := e.post(tc.path, tc.body, tc.headers)
+			if res.StatusCode != tc.status || res.Header.Get("x-should-retry") != "false" {
+				t.Fatalf("status %d x-should-retry %q: %s", res.StatusCode, res.Header.Get("x-should-retry"), body)
+			}
+			var eb struct {
+				Error struct {
+					Code, Param, Message string
+				} `json:"error"`
+			}
+			if err := json.Unmarshal(body, &eb); err != nil || eb.Error.Code != tc.code || eb.Error.Message == "" {
+				t.Fatalf("body %s", body)
+			}
+			// The OpenAI shape names the field in param; the Anthropic shape,
+			// which has no param, in the message.
+			if named := eb.Error.Param == tc.param || (tc.path == "/v1/messages" && strings.Contains(eb.Error.Message, tc.param)); !named {
+				t.Fatalf("the error does not name %q: %s", tc.param, body)
+			}
+		})
+	}
+	if n := e.primary.Stats().Requests + e.fallback.Stats().Requests + e.anthropic.Stats().Requests; n != 0 {
+		t.Fatalf("%d upstream calls for rejected requests", n)
+	}
+	// Authentication.
+	req, _ := http.NewRequest("POST", e.url+"/v1/chat/completions", bytes.NewBufferString(chatBody("chat", false)))
+	req.Header.Set("Authorization", "Bearer wrong")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil || res.StatusCode != 401 || res.Header.Get("x-should-retry") != "false" {
+		t.Fatalf("bad key: %v %v", res.StatusCode, err)
+	}
+}

@@ -1,0 +1,106 @@
+package provider
+
+import (
+	"testing"
+	"unicode/utf8"
+
+	"github.com/oncegate/oncegate/internal/gw"
+	"github.com/oncegate/oncegate/internal/sse"
+)
+
+// Real error payloads, as the providers document and send them.
+func TestClassifyProviderErrors(t *testing.T) {
+	tests := []struct {
+		name   string
+		status int
+		body   string
+		kind   gw.Kind
+		cause  gw.Cause
+		code   string
+	}{
+		{"openai rate limit", 429, `{"error":{"message":"Rate limit reached for gpt-4o in organization org-x on requests per min (RPM): Limit 500, Used 500, Requested 1.","type":"requests","param":null,"code":"rate_limit_exceeded"}}`, gw.KindRateLimited, "", "rate_limit_exceeded"},
+		{"openai insufficient quota", 429, `{"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}`, gw.KindRejected, "", "insufficient_quota"},
+		{"openai context length", 400, `{"error":{"message":"This model's maximum context length is 128000 tokens. However, your messages resulted in 130012 tokens. Please reduce the length of the messages.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`, gw.KindRejected, gw.CauseContextLength, "context_length_exceeded"},
+		{"openai content policy", 400, `{"error":{"message":"Your request was rejected as a result of our safety system.","type":"invalid_request_error","param":null,"code":"content_policy_violation"}}`, gw.KindPolicyDenied, "", "content_policy_violation"},
+		{"azure content filter", 400, `{"error":{"message":"The response was filtered due to the prompt triggering Azure OpenAI's content management policy.","type":null,"param":"prompt","code":"content_filter","status":400}}`, gw.KindPolicyDenied, "", "content_filter"},
+		{"openai invalid key", 401, `{"error":{"message":"Incorrect API key provided: sk-abc***xyz.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`, gw.KindRejected, "", "invalid_api_key"},
+		{"openai model not found", 404, `{"error":{"message":"The model 'gpt-9' does not exist or you do not have access to it.","type":"invalid_request_error","param":null,"code":"model_not_found"}}`, gw.KindRejected, "", "model_not_found"},
+		{"openai server error", 500, `{"error":{"message":"The server had an error while processing your request. Sorry about that!","type":"server_error","param":null,"code":null}}`, gw.KindUnavailable, "", ""},
+		{"openai overloaded 503", 503, `{"error":{"message":"The engine is currently overloaded, please try again later","type":"server_error","param":null,"code":null}}`, gw.KindUnavailable, "", ""},
+		{"gateway html 502", 502, `<html><head><title>502 Bad Gateway</title></head></html>`, gw.KindUnavailable, "", ""},
+		{"timeout 504 empty", 504, ``, gw.KindUnavailable, "", ""},
+		{"request timeout 408", 408, `{"error":{"message":"Request timed out."}}`, gw.KindUnavailable, "", ""},
+		{"anthropic overloaded 529", 529, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"},"request_id":"req_011CSHoEeqs5C35K2UUqR7Fy"}`, gw.KindUnavailable, "", ""},
+		{"anthropic rate limit", 429, `{"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit"}}`, gw.KindRateLimited, "", ""},
+		{"anthropic api error", 500, `{"type":"error","error":{"type":"api_error","message":"Internal server error"}}`, gw.KindUnavailable, "", ""},
+		{"anthropic prompt too long", 400, `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 201234 tokens > 200000 maximum"}}`, gw.KindRejected, gw.CauseContextLength, ""},
+		{"anthropic input + max_tokens over the window", 400, `{"type":"error","error":{"type":"invalid_request_error","message":"input length and ` + "`max_tokens`" + ` exceed context limit: 198000 + 8192 > 200000, decrease input length or ` + "`max_tokens`" + ` and try again"}}`, gw.KindRejected, gw.CauseContextLength, ""},
+		{"anthropic prefill refused", 400, `{"type":"error","error":{"type":"invalid_request_error","message":"This model does not support assistant message prefill. The conversation must end with a user message."}}`, gw.KindRejected, "", ""},
+		{"anthropic output blocked", 400, `{"type":"error","error":{"type":"invalid_request_error","message":"Output blocked by content filtering policy"}}`, gw.KindPolicyDenied, "", ""},
+		{"anthropic auth", 401, `{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}`, gw.KindRejected, "", ""},
+		{"anthropic permission", 403, `{"type":"error","error":{"type":"permission_error","message":"Your API key does not have permission to use the specified resource."}}`, gw.KindRejected, "", ""},
+		{"anthropic too large", 413, `{"type":"error","error":{"type":"request_too_large","message":"Request exceeds the maximum allowed number of bytes."}}`, gw.KindRejected, "", ""},
+		{"vllm unprocessable", 422, `{"object":"error","message":"[{'type': 'missing', 'loc': ('body', 'model')}]","type":"BadRequestError","param":null,"code":422}`, gw.KindRejected, "", ""},
+		{"error as a string", 400, `{"error":"bad request"}`, gw.KindRejected, "", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := ParseError(tc.status, []byte(tc.body))
+			k, c := Classify(e)
+			if k != tc.kind || c != tc.cause || e.Code != tc.code {
+				t.Fatalf("got %s/%s code %q, want %s/%s code %q (%+v)", k, c, e.Code, tc.kind, tc.cause, tc.code, e)
+			}
+		})
+	}
+}
+
+func TestClassifyStreamErrors(t *testing.T) {
+	for body, want := range map[string]gw.Kind{
+		`{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`:            gw.KindUnavailable,
+		`{"error":{"message":"The server had an error","type":"server_error"}}`:                  gw.KindUnavailable,
+		`{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}`:             gw.KindRateLimited,
+		`{"error":{"message":"blocked","type":"invalid_request_error","code":"content_filter"}}`: gw.KindPolicyDenied,
+	} {
+		if k, _ := ClassifyStreamError(ParseError(0, []byte(body))); k != want {
+			t.Errorf("%s: %s, want %s", body, k, want)
+		}
+	}
+}
+
+// FuzzParseError: any error body is read without panicking into bounded,
+// printable fields and one kind.
+func FuzzParseError(f *testing.F) {
+	f.Add(429, []byte(`{"error":{"message":"x","type":"requests","code":"rate_limit_exceeded","param":null}}`))
+	f.Add(529, []byte(`{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`))
+	f.Add(400, []byte(`{"error":{"code":12,"message":["a"]}}`))
+	f.Add(500, []byte("\x00\xff<html>"))
+	f.Fuzz(func(t *testing.T, status int, body []byte) {
+		e := ParseError(status, body)
+		for _, s := range []string{e.Type, e.Code, e.Message, e.Param} {
+			if len(s) > maxErrorField || !utf8.ValidString(s) {
+				t.Fatalf("unbounded or invalid field %q", s)
+			}
+			for _, r := range s {
+				if r < 0x20 || r == 0x7f {
+					t.Fatalf("control character in %q", s)
+				}
+			}
+		}
+		if k, _ := Classify(e); !k.Valid() {
+			t.Fatalf("invalid kind %q", k)
+		}
+	})
+}
+
+// FuzzStreamDecoders: hostile stream events never panic either decoder.
+func FuzzStreamDecoders(f *testing.F) {
+	f.Add("", []byte(`{"choices":[{"delta":{"content":"x","tool_calls":[{"index":-5,"function":{"arguments":"{"}}]},"finish_reason":"stop"}],"usage":{"prompt_tokens":1}}`))
+	f.Add("content_block_delta", []byte(`{"type":"content_block_delta","index":99,"delta":{"type":"input_json_delta","partial_json":"x"}}`))
+	f.Add("message_delta", []byte(`{"type":"message_delta","usage":{"output_tokens":3,"input_tokens":null}}`))
+	f.Add("error", []byte(`{"type":"error","error":{"type":"overloaded_error"}}`))
+	f.Fuzz(func(t *testing.T, typ string, data []byte) {
+		for _, p := range []Protocol{OpenAI, Anthropic} {
+			_, _ = NewDecoder(p).Decode(sse.Event{Type: typ, Data: data}, nil)
+		}
+	})
+}
