@@ -1,0 +1,233 @@
+package provider
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func mustParse(t *testing.T, p Protocol, body string) *ClientRequest {
+	t.Helper()
+	cr, err := ParseRequest(p, []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cr
+}
+
+func decodeMap(t *testing.T, b []byte) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("%v: %s", err, b)
+	}
+	return m
+}
+
+const openaiFull = `{"model":"chat","temperature":0.2,"seed":7,"logprobs":false,"stop":"END","max_completion_tokens":300,
+ "messages":[
+  {"role":"system","content":"Be brief."},
+  {"role":"developer","content":"Use metric units."},
+  {"role":"user","content":[{"type":"text","text":"What is in this picture?"},{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}]},
+  {"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"lookup","arguments":"{\"id\":7}"}}]},
+  {"role":"tool","tool_call_id":"call_1","content":"a red bicycle"},
+  {"role":"user","content":"And the weather?"}],
+ "tools":[{"type":"function","function":{"name":"lookup","description":"find things","parameters":{"type":"object"}}}],
+ "tool_choice":{"type":"function","function":{"name":"lookup"}}}`
+
+func TestOpenAIRequestToAnthropic(t *testing.T) {
+	cr := mustParse(t, OpenAI, openaiFull)
+	before := append([]byte(nil), cr.Body...)
+	b, err := BuildRequest(cr, Target{Protocol: Anthropic, Model: "claude-x", Stream: true, MaxOutputTokens: 4096}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got anRequest
+	if err := json.Unmarshal(b.Body, &got); err != nil {
+		t.Fatal(err)
+	}
+	var sys string
+	_ = json.Unmarshal(got.System, &sys)
+	if got.Model != "claude-x" || got.MaxTokens != 300 || !got.Stream || sys != "Be brief.\n\nUse metric units." || got.StopSequences[0] != "END" {
+		t.Fatalf("top level %+v system %q", got, sys)
+	}
+	roles := []string{}
+	for _, m := range got.Messages {
+		roles = append(roles, m.Role)
+	}
+	// user, assistant(tool_use), user(tool_result + next question merged): turns alternate.
+	if strings.Join(roles, ",") != "user,assistant,user" {
+		t.Fatalf("roles %v", roles)
+	}
+	s := string(b.Body)
+	for _, want := range []string{`{"source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="},"type":"image"}`,
+		`{"id":"call_1","input":{"id":7},"name":"lookup","type":"tool_use"}`, `"tool_use_id":"call_1","type":"tool_result"`,
+		`"tool_choice":{"type":"tool","name":"lookup"}`, `"input_schema":{"type":"object"}`} {
+		if !strings.Contains(s, want) {
+			t.Errorf("anthropic body lacks %s\n%s", want, s)
+		}
+	}
+	if !bytes.Equal(before, cr.Body) || cr.IR.Messages[0].Role != "user" {
+		t.Fatal("the translator mutated its input")
+	}
+}
+
+const anthropicFull = `{"model":"chat","max_tokens":200,"system":[{"type":"text","text":"Be brief."}],"stop_sequences":["END"],
+ "messages":[
+  {"role":"user","content":[{"type":"text","text":"Describe"},{"type":"image","source":{"type":"url","url":"https://example.com/a.png"}}]},
+  {"role":"assistant","content":[{"type":"text","text":"Looking it up."},{"type":"tool_use","id":"toolu_1","name":"lookup","input":{"id":7}}]},
+  {"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":[{"type":"text","text":"a red bicycle"}]},{"type":"text","text":"Thanks"}]}],
+ "tools":[{"name":"lookup","description":"find things","input_schema":{"type":"object"}}],
+ "tool_choice":{"type":"any"},"metadata":{"user_id":"u-42"}}`
+
+func TestAnthropicRequestToOpenAI(t *testing.T) {
+	cr := mustParse(t, Anthropic, anthropicFull)
+	b, err := BuildRequest(cr, Target{Protocol: OpenAI, Model: "gpt-x", Stream: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := decodeMap(t, b.Body)
+	msgs := m["messages"].([]any)
+	roles := []string{}
+	for _, x := range msgs {
+		roles = append(roles, x.(map[string]any)["role"].(string))
+	}
+	if strings.Join(roles, ",") != "system,user,assistant,tool,user" {
+		t.Fatalf("roles %v", roles)
+	}
+	s := string(b.Body)
+	for _, want := range []string{`"image_url":{"url":"https://example.com/a.png"}`, `"tool_calls":[{"id":"toolu_1","type":"function","function":{"name":"lookup","arguments":"{\"id\":7}"}}]`,
+		`"tool_call_id":"toolu_1"`, `"content":"a red bicycle"`, `"tool_choice":"required"`, `"stream_options":{"include_usage":true}`,
+		`"max_tokens":200`, `"stop":["END"]`, `"user":"u-42"`} {
+		if !strings.Contains(s, want) {
+			t.Errorf("openai body lacks %s\n%s", want, s)
+		}
+	}
+}
+
+func TestSameProtocolKeepsUnmodelledFields(t *testing.T) {
+	cr := mustParse(t, OpenAI, openaiFull)
+	b, err := BuildRequest(cr, Target{Protocol: OpenAI, Model: "gpt-4o-2024-08-06", Stream: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := decodeMap(t, b.Body)
+	if m["model"] != "gpt-4o-2024-08-06" || m["seed"] != 7.0 || m["logprobs"] != false || m["stream"] != true ||
+		m["stream_options"].(map[string]any)["include_usage"] != true {
+		t.Fatalf("patched body %s", b.Body)
+	}
+	cr = mustParse(t, Anthropic, anthropicFull)
+	b, err = BuildRequest(cr, Target{Protocol: Anthropic, Model: "claude-x"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := decodeMap(t, b.Body); m["model"] != "claude-x" || m["metadata"].(map[string]any)["user_id"] != "u-42" || m["stream"] != nil {
+		t.Fatalf("patched body %s", b.Body)
+	}
+}
+
+func TestContinuationStyles(t *testing.T) {
+	const oa = `{"model":"chat","messages":[{"role":"user","content":"Tell me"}]}`
+	prefix := "Once upon a time"
+	tests := []struct {
+		name   string
+		client Protocol
+		body   string
+		target Target
+		want   []string
+	}{
+		{"openai prefill", OpenAI, oa, Target{Protocol: OpenAI, Model: "m", Continuation: ContinuePrefill},
+			[]string{`{"role":"assistant","content":"Once upon a time"}]`}},
+		{"prefix flag", OpenAI, oa, Target{Protocol: OpenAI, Model: "m", Continuation: ContinuePrefix},
+			[]string{`"prefix":true`, `"content":"Once upon a time"`}},
+		{"vllm continue_final_message", OpenAI, oa, Target{Protocol: OpenAI, Model: "m", Continuation: ContinueFinalMsg},
+			[]string{`"continue_final_message":true`, `"add_generation_prompt":false`, `"content":"Once upon a time"`}},
+		{"anthropic prefill", Anthropic, `{"model":"c","max_tokens":9,"messages":[{"role":"user","content":"Tell me"}]}`,
+			Target{Protocol: Anthropic, Model: "m", Continuation: ContinuePrefill}, []string{`{"role":"assistant","content":"Once upon a time"}]`}},
+		{"cross-protocol prefill", Anthropic, `{"model":"c","max_tokens":9,"messages":[{"role":"user","content":"Tell me"}]}`,
+			Target{Protocol: OpenAI, Model: "m", Continuation: ContinuePrefix}, []string{`"prefix":true`, `"role":"assistant"`}},
+		{"the client's own prefill is extended, not duplicated", Anthropic,
+			`{"model":"c","max_tokens":9,"messages":[{"role":"user","content":"JSON please"},{"role":"assistant","content":"{"}]}`,
+			Target{Protocol: Anthropic, Model: "m", Continuation: ContinuePrefill}, []string{`{"role":"assistant","content":"{Once upon a time"}]`}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cr := mustParse(t, tc.client, tc.body)
+			b, err := BuildRequest(cr, tc.target, &prefix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(string(b.Body), w) {
+					t.Fatalf("body lacks %s:\n%s", w, b.Body)
+				}
+			}
+			if strings.Count(string(b.Body), `"role":"assistant"`) != 1 {
+				t.Fatalf("exactly one assistant message expected:\n%s", b.Body)
+			}
+			if b.PromptTokens <= cr.PromptTokens {
+				t.Fatal("the continuation's prompt estimate must include the prefix")
+			}
+			if n := len(cr.IR.Messages); cr.IR.Messages[n-1].Role == RoleAssistant && cr.IR.Messages[n-1].Text() != "{" {
+				t.Fatal("BuildRequest mutated the client request")
+			}
+		})
+	}
+}
+
+func TestResponseTranslation(t *testing.T) {
+	an := []byte(`{"id":"msg_1","type":"message","role":"assistant","model":"claude-x","content":[{"type":"text","text":"Hi"},{"type":"tool_use","id":"toolu_1","name":"lookup","input":{"id":7}}],"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":10,"output_tokens":5,"cache_read_input_tokens":4}}`)
+	r, err := DecodeResponse(Anthropic, an)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := decodeMap(t, EncodeResponse(OpenAI, r, "chatcmpl-x"))
+	ch := out["choices"].([]any)[0].(map[string]any)
+	msg := ch["message"].(map[string]any)
+	usage := out["usage"].(map[string]any)
+	if ch["finish_reason"] != "tool_calls" || msg["content"] != "Hi" || usage["prompt_tokens"] != 14.0 || usage["completion_tokens"] != 5.0 || out["model"] != "claude-x" {
+		t.Fatalf("openai response %v", out)
+	}
+	oa := []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"gpt-x","choices":[{"index":0,"message":{"role":"assistant","content":"Hello","refusal":null},"logprobs":null,"finish_reason":"length"}],"usage":{"prompt_tokens":9,"completion_tokens":3,"total_tokens":12}}`)
+	r, err = DecodeResponse(OpenAI, oa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back := decodeMap(t, EncodeResponse(Anthropic, r, "msg_x"))
+	if back["stop_reason"] != "max_tokens" || back["type"] != "message" || back["content"].([]any)[0].(map[string]any)["text"] != "Hello" {
+		t.Fatalf("anthropic response %v", back)
+	}
+	for _, bad := range []string{`{"choices":[]}`, `not json`} {
+		if _, err := DecodeResponse(OpenAI, []byte(bad)); err == nil {
+			t.Errorf("%s must not decode", bad)
+		}
+	}
+	if _, err := DecodeResponse(Anthropic, []byte(`{"type":"error"}`)); err == nil {
+		t.Error("an error object is not a message")
+	}
+}
+
+func TestParseRequestRejectsClearly(t *testing.T) {
+	for name, tc := range map[string]struct {
+		p     Protocol
+		body  string
+		param string
+	}{
+		"openai content type": {OpenAI, `{"model":"m","messages":[{"role":"user","content":42}]}`, "messages[0].content"},
+		"openai part type":    {OpenAI, `{"model":"m","messages":[{"role":"user","content":[{"type":"hologram"}]}]}`, "messages[0].content[0].type"},
+		"openai tool no id":   {OpenAI, `{"model":"m","messages":[{"role":"tool","content":"x"}]}`, "messages[0].tool_call_id"},
+		"openai tool choice":  {OpenAI, `{"model":"m","messages":[{"role":"user","content":"x"}],"tool_choice":"sometimes"}`, "tool_choice"},
+		"anthropic role":      {Anthropic, `{"model":"m","max_tokens":1,"messages":[{"role":"system","content":"x"}]}`, "messages[0].role"},
+		"anthropic block":     {Anthropic, `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":[{"type":"video"}]}]}`, "messages[0].content[0].type"},
+		"anthropic no model":  {Anthropic, `{"max_tokens":1,"messages":[{"role":"user","content":"x"}]}`, "model"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := ParseRequest(tc.p, []byte(tc.body))
+			inv, ok := err.(*InvalidRequestError)
+			if !ok || inv.Param != tc.param || inv.Message == "" {
+				t.Fatalf("got %v, want an error naming %s", err, tc.param)
+			}
+		})
+	}
+}
