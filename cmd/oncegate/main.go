@@ -4,6 +4,8 @@
 //
 // Usage:
 //
+//	oncegate serve   --config FILE            run the gateway
+//	oncegate mock    [--listen ADDR]          run the fault-injecting mock provider
 //	oncegate check   --config FILE            validate and print the route tables
 //	oncegate verify  --config FILE RECEIPT    re-run the retry engine over a receipt
 package main
@@ -26,6 +28,8 @@ func main() {
 
 // verbs maps each CLI verb to its implementation. Each returns the exit code.
 var verbs = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) int{
+	"serve":  serve,
+	"mock":   mockProvider,
 	"check":  check,
 	"verify": verify,
 }
@@ -33,7 +37,10 @@ var verbs = map[string]func(ctx context.Context, args []string, stdout, stderr i
 const usage = `oncegate — an LLM gateway that owns retries
 
 usage:
-  oncegate check   --config FILE             validate a configuration and print its route tables
+  oncegate serve   --config FILE              run the gateway
+  oncegate mock    [--listen ADDR] [--script FILE] [--ttft D] [--interval D] [--tokens N]
+                                              run the fault-injecting mock provider
+  oncegate check   --config FILE              validate a configuration and print its route tables
   oncegate verify  --config FILE RECEIPT.json re-run the retry engine over a receipt; exit 1 on drift
 `
 

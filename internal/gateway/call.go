@@ -71,10 +71,9 @@ func (c *call) run() {
 		}
 	}
 	// The receipt is stored before the client gets its last byte, so a
-	// client that asks for it at once finds it.
-	if err := c.rec.Seal(); err != nil {
-		c.g.log.Error("seal receipt", "request_id", c.id, "err", err)
-	}
+	// client that asks for it at once finds it. Its digests are computed
+	// when it is read, off this path.
+	c.rec.R.Totals = c.rec.R.ComputeTotals()
 	if err := c.g.receipts.Put(c.rec.R); err != nil {
 		c.g.log.Error("store receipt", "request_id", c.id, "err", err)
 	}

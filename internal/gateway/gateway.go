@@ -23,6 +23,7 @@ import (
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/provider"
+	"github.com/oncegate/oncegate/internal/receipt"
 	"github.com/oncegate/oncegate/internal/upstream"
 )
 
@@ -224,7 +225,7 @@ func (g *Gateway) serveReceipt(w http.ResponseWriter, r *http.Request, t *policy
 		errorf(CodeModelNotFound, "no receipt %q", r.PathValue("id")).write(w, protocolOf(r), meta{})
 		return
 	}
-	body, err := rc.Canonical()
+	body, err := sealed(rc)
 	if err != nil {
 		errorf(CodeInternal, "encode receipt").write(w, protocolOf(r), meta{})
 		return
@@ -252,6 +253,12 @@ func (g *Gateway) serveReceipts(w http.ResponseWriter, r *http.Request, t *polic
 	if len(list) > 0 {
 		last = list[len(list)-1].RequestID
 	}
+	for _, r := range list {
+		if err := r.Seal(); err != nil {
+			errorf(CodeInternal, "seal receipt").write(w, provider.OpenAI, meta{})
+			return
+		}
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": list, "has_more": len(list) == limit, "last_id": last})
 }
 
@@ -261,6 +268,14 @@ func (g *Gateway) serveReady(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	_, _ = w.Write([]byte("ready\n"))
+}
+
+// sealed computes a receipt's digests and returns its canonical JSON.
+func sealed(r *receipt.Receipt) ([]byte, error) {
+	if err := r.Seal(); err != nil {
+		return nil, err
+	}
+	return r.Canonical()
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -119,7 +119,6 @@ func (o *output) emit(e *provider.Event, a *attemptStream) {
 	a.visible = true
 	a.emitted++
 	o.emitted++
-	o.flush()
 }
 
 func (o *output) flush() {
@@ -242,9 +241,6 @@ read:
 				}
 				if e.Visible() {
 					o.emit(e, a)
-					if o.writeErr != nil {
-						break read
-					}
 				}
 			case provider.EvFinish:
 				a.finish = e.Finish
@@ -261,7 +257,16 @@ read:
 				break read
 			}
 		}
+		if !rd.Pending() {
+			// Flush what arrived before waiting for more: one write per
+			// upstream read rather than per event, and never a delay.
+			o.flush()
+			if o.writeErr != nil {
+				break
+			}
+		}
 	}
+	o.flush()
 	return c.endStream(ctx, res, a, endErr, built)
 }
 

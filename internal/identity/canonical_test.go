@@ -90,3 +90,44 @@ func FuzzCanonicalize(f *testing.F) {
 		}
 	})
 }
+
+// FuzzCanonicalizeMatchesReference: the fast canonicalizer agrees with the
+// straightforward Token-based reference on every input, accepted or not.
+func FuzzCanonicalizeMatchesReference(f *testing.F) {
+	for _, s := range []string{`{"b":1,"a":[true,null,"x"]}`, `[1e30,-0,0.5,12345678901234567,-0.0]`, `"\u00e9\ud83d\ude00\/"`,
+		`{"a":{"a":{}}}`, `{"a":1,"a":2}`, `{"\u20ac":1,"\r":2,"\ud83d\ude00":3,"\ufb33":4}`, `"\ud800"`, `01`, `[1.]`, `{"a" :1 , "b":[ ] }`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		fast, ferr := Canonicalize(in)
+		ref, rerr := refCanonicalize(in)
+		if (ferr == nil) != (rerr == nil) {
+			t.Fatalf("%q: fast error %v, reference error %v", in, ferr, rerr)
+		}
+		if ferr == nil && !bytes.Equal(fast, ref) {
+			t.Fatalf("%q:\nfast      %s\nreference %s", in, fast, ref)
+		}
+	})
+}
+
+func BenchmarkCanonicalize(b *testing.B) {
+	doc := []byte(`{"request_id":"01944f3e","attempts":[{"ordinal":1,"route":"primary","usage":{"input_tokens":3100,"output_tokens":600},"cost_usd":0.01375,"kind":"ok","started_at":"2026-01-01T00:00:00Z"},{"ordinal":2,"route":"fallback","usage":{"input_tokens":3100,"output_tokens":0},"cost_usd":0,"kind":"rate_limited","started_at":"2026-01-01T00:00:01.1Z"}],"tenant":"acme","model":"chat","terminal":"succeeded","totals":{"attempts":2,"providers":["a","b"],"billable_tokens":3700,"cost_usd":0.01375}}`)
+	b.SetBytes(int64(len(doc)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Canonicalize(doc); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkCanonicalizeReference(b *testing.B) {
+	doc := []byte(`{"request_id":"01944f3e","attempts":[{"ordinal":1,"route":"primary","usage":{"input_tokens":3100,"output_tokens":600},"cost_usd":0.01375,"kind":"ok","started_at":"2026-01-01T00:00:00Z"},{"ordinal":2,"route":"fallback","usage":{"input_tokens":3100,"output_tokens":0},"cost_usd":0,"kind":"rate_limited","started_at":"2026-01-01T00:00:01.1Z"}],"tenant":"acme","model":"chat","terminal":"succeeded","totals":{"attempts":2,"providers":["a","b"],"billable_tokens":3700,"cost_usd":0.01375}}`)
+	b.SetBytes(int64(len(doc)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := refCanonicalize(doc); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -536,8 +536,11 @@ func (e *anthropicEncoder) Text(dst []byte, text string) []byte {
 			`,"content_block":{"type":"text","text":""}}`))
 		e.open, e.openTool = true, -1
 	}
-	return sse.AppendEvent(dst, "content_block_delta", []byte(`{"type":"content_block_delta","index":`+strconv.Itoa(e.block)+
-		`,"delta":{"type":"text_delta","text":`+jsonString(text)+`}}`))
+	dst = append(dst, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":"...)
+	dst = strconv.AppendInt(dst, int64(e.block), 10)
+	dst = append(dst, `,"delta":{"type":"text_delta","text":`...)
+	dst = appendJSONString(dst, text)
+	return append(dst, "}}\n\n"...)
 }
 
 func (e *anthropicEncoder) ToolStart(dst []byte, index int, id, name string) []byte {

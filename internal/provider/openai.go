@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -413,6 +414,7 @@ type oaChunk struct {
 	ID      string `json:"id"`
 	Model   string `json:"model"`
 	Choices []struct {
+		Index int `json:"index"`
 		Delta struct {
 			Role      string       `json:"role"`
 			Content   *string      `json:"content"`
@@ -428,18 +430,31 @@ func (d *openAIDecoder) Decode(ev sse.Event, out []Event) ([]Event, error) {
 	if string(ev.Data) == "[DONE]" {
 		return append(out, Event{Kind: EvDone}), nil
 	}
+	if d.started {
+		if text, ok := fastTextDelta(ev.Data); ok {
+			return append(out, Event{Kind: EvText, Text: text}), nil
+		}
+	}
 	var c oaChunk
 	if err := json.Unmarshal(ev.Data, &c); err != nil {
 		return out, fmt.Errorf("malformed chunk: %w", err)
 	}
+	return d.decodeChunk(&c, ev.Data, out)
+}
+
+// decodeChunk turns a fully decoded chunk into events.
+func (d *openAIDecoder) decodeChunk(c *oaChunk, data []byte, out []Event) ([]Event, error) {
 	if len(c.Error) > 0 && string(c.Error) != "null" {
-		return append(out, Event{Kind: EvError, Err: ParseError(0, ev.Data)}), nil
+		return append(out, Event{Kind: EvError, Err: ParseError(0, data)}), nil
 	}
 	if !d.started {
 		d.started = true
 		out = append(out, Event{Kind: EvStart, ID: c.ID, Model: c.Model})
 	}
 	for _, ch := range c.Choices {
+		if ch.Index != 0 {
+			continue // one answer per logical request: only choice 0 is read
+		}
 		if ch.Delta.Content != nil && *ch.Delta.Content != "" {
 			out = append(out, Event{Kind: EvText, Text: *ch.Delta.Content})
 		}
@@ -465,6 +480,61 @@ func (d *openAIDecoder) Decode(ev sse.Event, out []Event) ([]Event, error) {
 	return out, nil
 }
 
+// fastTextDelta reads the commonest chunk — one choice whose delta is only
+// content, with no finish reason, usage, role, tool call or error — without
+// a full JSON decode. Anything else (ok false) takes the general path,
+// which FuzzFastTextDelta checks it always agrees with.
+func fastTextDelta(data []byte) (string, bool) {
+	const marker = `"delta":{"content":`
+	i := bytes.Index(data, []byte(marker))
+	if i < 0 || bytes.Count(data, []byte(`"choices":[{`)) != 1 || bytes.Count(data, []byte(`"delta":`)) != 1 ||
+		!bytes.Contains(data, []byte(`"finish_reason":null`)) || bytes.Contains(data, []byte(`"usage":{`)) ||
+		bytes.Contains(data, []byte(`"error"`)) || bytes.Contains(data, []byte(`"tool_calls"`)) ||
+		bytes.Contains(data, []byte(`"role"`)) || bytes.Contains(data, []byte(`"refusal":"`)) {
+		return "", false
+	}
+	// The delta must open the first choice: `"choices":[{"index":0,"delta":…`.
+	c := bytes.Index(data, []byte(`"choices":[{`))
+	if between := data[c+len(`"choices":[{`) : max(i, c+len(`"choices":[{`))]; c < 0 || i < c ||
+		(len(between) > 0 && string(between) != `"index":0,`) {
+		return "", false
+	}
+	rest := data[i+len(marker):]
+	if len(rest) == 0 || rest[0] != '"' {
+		return "", false
+	}
+	// Find the closing quote of the content string.
+	end, plain := -1, true
+	for j := 1; j < len(rest); j++ {
+		switch c := rest[j]; {
+		case c == '\\':
+			plain = false
+			j++
+		case c == '"':
+			end = j
+		case c < 0x20:
+			return "", false
+		}
+		if end >= 0 {
+			break
+		}
+	}
+	if end < 0 || end+1 >= len(rest) || rest[end+1] != '}' || !json.Valid(data) {
+		return "", false
+	}
+	if plain {
+		if !utf8.Valid(rest[1:end]) {
+			return "", false
+		}
+		return string(rest[1:end]), true
+	}
+	var text string
+	if json.Unmarshal(rest[:end+1], &text) != nil {
+		return "", false
+	}
+	return text, true
+}
+
 // openAIEncoder writes neutral events as Chat Completions chunks with one
 // stable id, created time and model for the whole stream, whichever
 // attempts produced them (the official SDK's accumulator rejects a chunk
@@ -479,10 +549,14 @@ func newOpenAIEncoder(id string, created int64, model string) *openAIEncoder {
 	return &openAIEncoder{prefix: []byte(p)}
 }
 
+// chunk appends one data frame; its JSON is one line, so it is written
+// straight into dst.
 func (e *openAIEncoder) chunk(dst []byte, choice string) []byte {
-	data := append(append(append([]byte(nil), e.prefix...), `"choices":[`...), choice...)
-	data = append(data, "]}"...)
-	return sse.AppendEvent(dst, "", data)
+	dst = append(dst, "data: "...)
+	dst = append(dst, e.prefix...)
+	dst = append(dst, `"choices":[`...)
+	dst = append(dst, choice...)
+	return append(dst, "]}\n\n"...)
 }
 
 func (e *openAIEncoder) Start(dst []byte, _ int64) []byte {
@@ -490,7 +564,11 @@ func (e *openAIEncoder) Start(dst []byte, _ int64) []byte {
 }
 
 func (e *openAIEncoder) Text(dst []byte, text string) []byte {
-	return e.chunk(dst, `{"index":0,"delta":{"content":`+jsonString(text)+`},"logprobs":null,"finish_reason":null}`)
+	dst = append(dst, "data: "...)
+	dst = append(dst, e.prefix...)
+	dst = append(dst, `"choices":[{"index":0,"delta":{"content":`...)
+	dst = appendJSONString(dst, text)
+	return append(dst, "},\"logprobs\":null,\"finish_reason\":null}]}\n\n"...)
 }
 
 func (e *openAIEncoder) ToolStart(dst []byte, index int, id, name string) []byte {
@@ -517,21 +595,24 @@ func (e *openAIEncoder) Error(dst []byte, ce *ClientError) []byte {
 	return sse.AppendEvent(dst, "", StreamErrorData(OpenAI, ce))
 }
 
-// jsonString quotes s as a JSON string. Unlike encoding/json it leaves
-// <, > and & alone, as the providers' own streams do; invalid UTF-8
-// becomes U+FFFD.
-func jsonString(s string) string {
+// jsonString quotes s as a JSON string (see appendJSONString).
+func jsonString(s string) string { return string(appendJSONString(nil, s)) }
+
+// appendJSONString appends s quoted as a JSON string. Unlike encoding/json
+// it leaves <, > and & alone, as the providers' own streams do; invalid
+// UTF-8 becomes U+FFFD.
+func appendJSONString(b []byte, s string) []byte {
 	const hex = "0123456789abcdef"
-	b := make([]byte, 0, len(s)+2)
 	b = append(b, '"')
+	start := 0
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
-			b = append(b, c)
 			i++
 			continue
 		}
 		if c < utf8.RuneSelf {
+			b = append(b, s[start:i]...)
 			switch c {
 			case '"', '\\':
 				b = append(b, '\\', c)
@@ -545,17 +626,21 @@ func jsonString(s string) string {
 				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
 			}
 			i++
+			start = i
 			continue
 		}
 		r, size := utf8.DecodeRuneInString(s[i:])
 		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
 			b = append(b, "\\ufffd"...)
-		} else {
-			b = append(b, s[i:i+size]...)
+			i++
+			start = i
+			continue
 		}
 		i += size
 	}
-	return string(append(b, '"'))
+	b = append(b, s[start:]...)
+	return append(b, '"')
 }
 
 func jsonErr(err error) string {

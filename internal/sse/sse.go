@@ -29,6 +29,7 @@ type Reader struct {
 	maxEvent int
 	data     bytes.Buffer
 	line     []byte
+	rest     []byte // the part of a line after a bare CR
 	// Comments counts comment lines (": keep-alive") seen so far.
 	Comments int
 }
@@ -92,31 +93,58 @@ func (r *Reader) Next() (Event, error) {
 	}
 }
 
-// readLine returns one line without its terminator (LF, CRLF or CR).
+// Pending reports whether the next event may already be buffered, so
+// that a relay can batch what arrived together into one flush.
+func (r *Reader) Pending() bool { return r.br.Buffered() > 0 || len(r.rest) > 0 }
+
+// readLine returns one line without its terminator (LF, CRLF or CR). The
+// returned slice is valid until the next call.
 func (r *Reader) readLine() ([]byte, error) {
+	if len(r.rest) > 0 {
+		return r.splitCR(r.rest), nil
+	}
 	r.line = r.line[:0]
 	for {
-		b, err := r.br.ReadByte()
-		if err != nil {
-			if err == io.EOF && len(r.line) > 0 {
-				return nil, io.ErrUnexpectedEOF
-			}
-			return nil, err
-		}
-		switch b {
-		case '\n':
-			return r.line, nil
-		case '\r':
-			if next, err := r.br.Peek(1); err == nil && next[0] == '\n' {
-				_, _ = r.br.ReadByte()
-			}
-			return r.line, nil
-		}
-		r.line = append(r.line, b)
-		if len(r.line) > r.maxEvent {
+		chunk, err := r.br.ReadSlice('\n')
+		r.line = append(r.line, chunk...)
+		if len(r.line) > r.maxEvent+2 {
 			return nil, fmt.Errorf("%w: line longer than %d bytes", ErrTooLarge, r.maxEvent)
 		}
+		switch {
+		case err == nil:
+			line := r.line[:len(r.line)-1]
+			if n := len(line); n > 0 && line[n-1] == '\r' {
+				line = line[:n-1] // CRLF
+			}
+			return r.splitCR(line), nil
+		case err == bufio.ErrBufferFull:
+			continue
+		case err == io.EOF && len(r.line) > 0:
+			if bytes.IndexByte(r.line, '\r') >= 0 { // complete CR-terminated lines before the cut
+				if line := r.splitCR(r.line); len(r.rest) > 0 || r.line[len(r.line)-1] == '\r' {
+					return line, nil
+				}
+			}
+			return nil, io.ErrUnexpectedEOF
+		default:
+			return nil, err
+		}
 	}
+}
+
+// splitCR handles the bare-CR line ending: it returns the text before the
+// first CR and keeps the rest for the next readLine.
+func (r *Reader) splitCR(line []byte) []byte {
+	i := bytes.IndexByte(line, '\r')
+	if i < 0 {
+		r.rest = nil
+		return line
+	}
+	r.rest = line[i+1:]
+	if len(r.rest) == 0 {
+		r.rest = nil
+	}
+	return line[:i]
 }
 
 // AppendEvent appends one event in wire form: an optional "event:" line,

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+
+	"github.com/oncegate/oncegate/internal/mock"
+)
+
+// mockProvider runs the fault-injecting mock provider (DESIGN §14).
+func mockProvider(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("mock", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:9090", "address to listen on")
+	script := fs.String("script", "", "JSON fault script (see internal/mock/script.go)")
+	ttft := fs.Duration("ttft", 0, "time to first token")
+	interval := fs.Duration("interval", 0, "time between tokens")
+	tokens := fs.Int("tokens", 24, "tokens per answer")
+	seed := fs.Int64("seed", 0, "text seed")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cfg := mock.Config{Seed: *seed, TTFT: *ttft, TokenInterval: *interval, Tokens: *tokens}
+	if *script != "" {
+		s, err := mock.LoadScript(*script)
+		if err != nil {
+			fmt.Fprintf(stderr, "oncegate mock: %v\n", err)
+			return 1
+		}
+		cfg.Script = s
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "oncegate mock: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "mock provider on http://%s (OpenAI: /v1/chat/completions, Anthropic: /v1/messages, stats: /mock/stats)\n", ln.Addr())
+	if err := mock.New(cfg).Serve(ctx, ln); err != nil {
+		fmt.Fprintf(stderr, "oncegate mock: %v\n", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,106 @@
+package gateway
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oncegate/oncegate/internal/mock"
+)
+
+// Shutdown drains: a stream in flight when the gateway is told to stop
+// runs to its end, and new connections are refused.
+func TestGracefulShutdownDrainsStreams(t *testing.T) {
+	e := newEnv(t, mock.Config{Tokens: 30, TokenInterval: 15 * time.Millisecond})
+	// A second gateway on the same policy, so this test controls its life.
+	g := e.gw
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { _ = g.Serve(ctx, ln); close(stopped) }()
+	url := "http://" + ln.Addr().String()
+	req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(chatBody("chat", true)))
+	req.Header.Set("Authorization", "Bearer "+keyAcme)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel() // stop while the stream is in flight
+	body, err := io.ReadAll(res.Body)
+	if err != nil || !strings.HasSuffix(string(body), "data: [DONE]\n\n") {
+		t.Fatalf("the in-flight stream was cut: %v\n%s", err, body)
+	}
+	select {
+	case <-stopped:
+	case <-time.After(3 * time.Second):
+		t.Fatal("Serve did not return after draining")
+	}
+	if _, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader("{}")); err == nil {
+		t.Fatal("a stopped gateway accepted a new connection")
+	}
+}
+
+func TestHealthAndModels(t *testing.T) {
+	e := newEnv(t, mock.Config{})
+	for _, path := range []string{"/healthz", "/readyz"} {
+		res, err := http.Get(e.url + path)
+		if err != nil || res.StatusCode != 200 {
+			t.Fatalf("%s: %v %v", path, res.StatusCode, err)
+		}
+	}
+	get := func(key string, anthropic bool) (int, string) {
+		req, _ := http.NewRequest("GET", e.url+"/v1/models", nil)
+		if anthropic {
+			req.Header.Set("x-api-key", key)
+			req.Header.Set("anthropic-version", "2023-06-01")
+		} else {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	if code, body := get(keyAcme, false); code != 200 || !strings.Contains(body, `"id":"chat"`) || !strings.Contains(body, `"id":"claude"`) {
+		t.Fatalf("acme models %d %s", code, body)
+	}
+	// globex may only send data to private routes: claude (external only) is hidden.
+	if code, body := get(keyGlobex, true); code != 200 || strings.Contains(body, `"id":"claude"`) || !strings.Contains(body, `"id":"solo"`) || !strings.Contains(body, `"has_more":false`) {
+		t.Fatalf("globex models %d %s", code, body)
+	}
+	if code, _ := get("nope", false); code != 401 {
+		t.Fatalf("bad key: %d", code)
+	}
+}
+
+func TestReceiptsAreTenantScoped(t *testing.T) {
+	e := newEnv(t, mock.Config{Tokens: 3})
+	res, _ := e.post("/v1/chat/completions", chatBody("chat", false), nil)
+	id := res.Header.Get("X-Oncegate-Request-Id")
+	e.receipt(id)
+	req, _ := http.NewRequest("GET", e.url+"/v1/receipts/"+id, nil)
+	req.Header.Set("Authorization", "Bearer "+keyGlobex)
+	other, err := http.DefaultClient.Do(req)
+	if err != nil || other.StatusCode != 404 {
+		t.Fatalf("another tenant saw the receipt: %v %v", other.StatusCode, err)
+	}
+	req, _ = http.NewRequest("GET", e.url+"/v1/receipts?limit=5", nil)
+	req.Header.Set("Authorization", "Bearer "+keyAcme)
+	list, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(list.Body)
+	if list.StatusCode != 200 || !strings.Contains(string(b), id) {
+		t.Fatalf("list %d %s", list.StatusCode, b)
+	}
+}
