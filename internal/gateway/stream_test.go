@@ -189,7 +189,7 @@ func TestRestartOnlyForOptedInClients(t *testing.T) {
 
 func TestContinuationNeverGoesToAnotherRoute(t *testing.T) {
 	e := newEnv(t, mock.Config{Tokens: streamTokens})
-	e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultHang})))                    // first-byte timeout: on to the fallback
+	e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultHang})))                 // first-byte timeout: on to the fallback
 	e.fallback.SetScript(rules(always(mock.Fault{Type: mock.FaultDropAfter, After: 4}))) // no continuation on this route
 	_, _, err, h := e.streamOpenAI("chat", prompt)
 	if err == nil {

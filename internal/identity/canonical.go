@@ -45,6 +45,7 @@ func Canonicalize(doc []byte) ([]byte, error) {
 	}
 	return c.out, nil
 }
+
 // MarshalCanonical encodes v with encoding/json and canonicalizes it.
 func MarshalCanonical(v any) ([]byte, error) {
 	raw, err := json.Marshal(v)
