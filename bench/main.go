@@ -1,0 +1,271 @@
+// Command bench is oncegate's load benchmark: it runs the mock provider
+// directly and through the gateway in the same process and the same run —
+// non-streaming and streaming, at a fixed concurrency — and prints p50/p99
+// latency, requests per second and time to first token for both paths and
+// their ratios. Run it with `go run ./bench` (`-h` for the knobs).
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/gateway"
+	"github.com/oncegate/oncegate/internal/mock"
+	"github.com/oncegate/oncegate/internal/policy"
+)
+
+func main() {
+	o := options{}
+	flag.DurationVar(&o.duration, "duration", 20*time.Second, "duration of each of the four runs")
+	flag.IntVar(&o.concurrency, "concurrency", 64, "concurrent clients")
+	flag.DurationVar(&o.ttft, "ttft", 0, "mock time to first token")
+	flag.DurationVar(&o.interval, "interval", 0, "mock time between tokens")
+	flag.IntVar(&o.tokens, "tokens", 32, "tokens per answer")
+	flag.StringVar(&o.only, "only", "", "run only the runs whose name contains this")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole benchmark to this file")
+	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err == nil && pprof.StartCPUProfile(f) == nil {
+			defer pprof.StopCPUProfile()
+		}
+	}
+	if err := run(context.Background(), o, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	duration    time.Duration
+	concurrency int
+	ttft        time.Duration
+	interval    time.Duration
+	tokens      int
+	only        string
+}
+
+// result is one run's measurements.
+type result struct {
+	name      string
+	requests  int64
+	errors    int64
+	elapsed   time.Duration
+	latencies []time.Duration
+	ttfts     []time.Duration
+}
+
+func (r *result) rps() float64 { return float64(r.requests) / r.elapsed.Seconds() }
+
+func pct(xs []time.Duration, p float64) time.Duration {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[int(float64(len(s)-1)*p)]
+}
+
+const benchConfig = `
+listen: 127.0.0.1:0
+tenants: [{id: bench, api_key_env: BENCH_KEY}]
+providers: [{id: mock, type: openai, base_url: "MOCK/v1", timeouts: {connect: 2s, first_byte: 30s, idle: 30s}}]
+routes:
+  - {id: mock, provider: mock, model: bench-model, behavior_class: c, data_boundary: local, max_attempts: 1,
+     capabilities: {streaming: true, max_context_tokens: 100000, max_output_tokens: 4096}}
+models:
+  - {name: bench, routes: [mock], retry: {max_attempts: 1, deadline: 60s}}
+`
+
+const benchKey = "sk-bench"
+
+func run(ctx context.Context, o options, out io.Writer) error {
+	m := mock.New(mock.Config{TTFT: o.ttft, TokenInterval: o.interval, Tokens: o.tokens})
+	mln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { _ = m.Serve(ctx, mln) }()
+	mockURL := "http://" + mln.Addr().String()
+
+	cfg, err := config.Parse("bench.yaml", []byte(strings.ReplaceAll(benchConfig, "MOCK", mockURL)))
+	if err != nil {
+		return err
+	}
+	pol, err := policy.Compile(cfg)
+	if err != nil {
+		return err
+	}
+	secrets, err := cfg.ResolveSecrets(func(string) (string, bool) { return benchKey, true })
+	if err != nil {
+		return err
+	}
+	g, err := gateway.New(pol, secrets, gateway.Options{Receipts: gateway.NewMemoryReceipts(10_000)})
+	if err != nil {
+		return err
+	}
+	gln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	go func() { _ = g.Serve(ctx, gln) }()
+	gwURL := "http://" + gln.Addr().String()
+
+	fmt.Fprintf(out, "oncegate load benchmark: concurrency %d, %v per run, mock ttft %v, interval %v, %d tokens, GOMAXPROCS %d\n\n",
+		o.concurrency, o.duration, o.ttft, o.interval, o.tokens, gomaxprocs())
+	runs := []struct {
+		name, url, model string
+		stream, auth     bool
+	}{
+		{"direct json", mockURL, "bench-model", false, false},
+		{"gateway json", gwURL, "bench", false, true},
+		{"direct stream", mockURL, "bench-model", true, false},
+		{"gateway stream", gwURL, "bench", true, true},
+	}
+	var results []*result
+	for _, rn := range runs {
+		if o.only != "" && !strings.Contains(rn.name, o.only) {
+			continue
+		}
+		fmt.Fprintf(out, "running %-15s ...", rn.name)
+		r := load(ctx, o, rn.name, rn.url+"/v1/chat/completions", rn.model, rn.stream, rn.auth)
+		fmt.Fprintf(out, " %d requests, %d errors\n", r.requests, r.errors)
+		results = append(results, r)
+	}
+	fmt.Fprintln(out)
+	report(out, results)
+	return nil
+}
+
+func gomaxprocs() int { return runtimeGOMAXPROCS() }
+
+// load runs one closed-loop run: concurrency clients, each sending the next
+// request as soon as the last one finished.
+func load(ctx context.Context, o options, name, url, model string, stream, auth bool) *result {
+	tr := &http.Transport{MaxIdleConns: o.concurrency * 2, MaxIdleConnsPerHost: o.concurrency * 2, DisableCompression: true}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	body := []byte(`{"model":"` + model + `","stream":` + fmt.Sprint(stream) + `,"messages":[{"role":"user","content":"Benchmark the relay."}]}`)
+	r := &result{name: name}
+	var mu sync.Mutex
+	var requests, errs atomic.Int64
+	end := time.Now().Add(o.duration)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := 0; i < o.concurrency; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var lat, ttft []time.Duration
+			for time.Now().Before(end) && ctx.Err() == nil {
+				t0 := time.Now()
+				first, err := once(client, url, body, auth, stream)
+				if err != nil {
+					if errs.Add(1) <= 3 {
+						fmt.Fprintf(os.Stderr, "\n%s: %v", name, err)
+					}
+					continue
+				}
+				lat = append(lat, time.Since(t0))
+				if stream {
+					ttft = append(ttft, first.Sub(t0))
+				}
+				requests.Add(1)
+			}
+			mu.Lock()
+			r.latencies = append(r.latencies, lat...)
+			r.ttfts = append(r.ttfts, ttft...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	r.elapsed, r.requests, r.errors = time.Since(start), requests.Load(), errs.Load()
+	return r
+}
+
+var contentMark = []byte(`"content":"`)
+
+// once sends one request and reads the whole answer; for a stream it
+// returns when the first content token arrived.
+func once(client *http.Client, url string, body []byte, auth, stream bool) (time.Time, error) {
+	req, _ := http.NewRequest("POST", url, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if auth {
+		req.Header.Set("Authorization", "Bearer "+benchKey)
+	}
+	res, err := client.Do(req)
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != 200 {
+		_, _ = io.Copy(io.Discard, res.Body)
+		return time.Time{}, fmt.Errorf("status %d", res.StatusCode)
+	}
+	if !stream {
+		_, err := io.Copy(io.Discard, res.Body)
+		return time.Now(), err
+	}
+	var first time.Time
+	rd := bufio.NewReader(res.Body)
+	for {
+		line, err := rd.ReadSlice('\n')
+		if first.IsZero() && bytes.Contains(line, contentMark) && !bytes.Contains(line, []byte(`"content":""`)) {
+			first = time.Now()
+		}
+		if err == io.EOF {
+			return first, nil
+		}
+		if err != nil && err != bufio.ErrBufferFull {
+			return first, err
+		}
+	}
+}
+
+func report(out io.Writer, rs []*result) {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "run\trequests/s\tp50\tp99\tttft p50\tttft p99\terrors\t")
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%s\t%.0f\t%v\t%v\t%v\t%v\t%d\t\n", r.name, r.rps(), round(pct(r.latencies, 0.5)), round(pct(r.latencies, 0.99)),
+			round(pct(r.ttfts, 0.5)), round(pct(r.ttfts, 0.99)), r.errors)
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(out)
+	for i := 0; i+1 < len(rs) && len(rs) == 4; i += 2 {
+		d, g := rs[i], rs[i+1]
+		fmt.Fprintf(out, "%-7s gateway/direct requests/s %.2f×   added p50 %v   added p99 %v",
+			strings.Fields(d.name)[1], g.rps()/d.rps(), round(pct(g.latencies, 0.5)-pct(d.latencies, 0.5)),
+			round(pct(g.latencies, 0.99)-pct(d.latencies, 0.99)))
+		if len(d.ttfts) > 0 {
+			fmt.Fprintf(out, "   added ttft p50 %v", round(pct(g.ttfts, 0.5)-pct(d.ttfts, 0.5)))
+		}
+		fmt.Fprintln(out)
+	}
+}
+
+func round(d time.Duration) time.Duration {
+	switch {
+	case d > 10*time.Millisecond || d < -10*time.Millisecond:
+		return d.Round(100 * time.Microsecond)
+	case d > time.Millisecond || d < -time.Millisecond:
+		return d.Round(10 * time.Microsecond)
+	}
+	return d.Round(time.Microsecond)
+}
