@@ -1,0 +1,174 @@
+// Package ledger is the idempotency ledger and durable event log of DESIGN
+// §3: one record per logical request identity (an idempotency key's digest
+// or a keyless fingerprint) with its state, owner lease and fencing
+// generation; the append-only event log of every request; the stored
+// response that replays serve; and receipts. Backends live in
+// subpackages; ledgertest is the conformance suite every backend passes.
+package ledger
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// State is a ledger record's state (DESIGN §3.2).
+type State string
+
+// The record states.
+const (
+	InProgress     State = "in_progress"
+	Succeeded      State = "succeeded"
+	FailedNoEffect State = "failed_no_effect"
+	Indeterminate  State = "indeterminate"
+)
+
+// Finished reports whether s is a terminal state.
+func (s State) Finished() bool { return s != InProgress }
+
+// Record is one logical request identity's entry.
+type Record struct {
+	// Identity is "k:" + key_sha256 for a keyed request, "f:" +
+	// fingerprint for a keyless one. Never the raw key.
+	Identity      string
+	RequestID     string
+	Tenant        string
+	Operation     string
+	RequestSHA256 string
+	Stream        bool
+	State         State
+	// Owner is the gateway process that holds the lease; Generation
+	// fences its writes; LeaseUntil is when the lease lapses unless renewed.
+	Owner      string
+	Generation int64
+	LeaseUntil time.Time
+	CreatedAt  time.Time
+	FinishedAt time.Time // zero while in progress
+	// Response is what replays send (set when finished).
+	Response *Response
+}
+
+// Keyed reports whether the record was named by an Idempotency-Key.
+func (r *Record) Keyed() bool { return len(r.Identity) > 2 && r.Identity[:2] == "k:" }
+
+// Response is a stored answer: the status, the headers a replay repeats and
+// the body as the client received it (for a stream, the SSE bytes).
+type Response struct {
+	Status      int    `json:"status"`
+	ContentType string `json:"content_type"`
+	Route       string `json:"route,omitempty"`
+	Attempts    int    `json:"attempts"`
+	Body        []byte `json:"body"`
+	// Truncated: a stream longer than the buffer bound; it cannot replay.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// EventType names an event of the durable log (DESIGN §3.3).
+type EventType string
+
+// The event types, in the order one attempt produces them.
+const (
+	EvCreated  EventType = "logical_request_created"
+	EvReserved EventType = "attempt_reserved"
+	EvDispatch EventType = "attempt_dispatched"
+	EvObserved EventType = "attempt_observed"
+	EvDecision EventType = "retry_decision_committed"
+	EvTerminal EventType = "terminal_committed"
+	// EvStale records a write from an owner whose generation was fenced
+	// off: kept as evidence, never applied.
+	EvStale EventType = "stale_owner_write"
+)
+
+// Event is one entry of a logical request's log. Seq orders a request's
+// events strictly from 1.
+type Event struct {
+	RequestID  string
+	Seq        int64
+	Generation int64
+	Type       EventType
+	At         time.Time
+	// Data is the event's JSON payload (the attempt, the decision …).
+	Data []byte
+}
+
+// Finish ends a logical request: its terminal state, the stored response
+// and the receipt, written with the terminal_committed event in one commit.
+type Finish struct {
+	Identity   string
+	RequestID  string
+	Generation int64
+	State      State
+	Response   *Response
+	At         time.Time
+	Events     []Event // the remaining events, terminal_committed last
+	Receipt    []byte  // canonical receipt JSON
+	Tenant     string
+}
+
+// Errors the store returns.
+var (
+	// ErrStaleGeneration: the write's generation is no longer the
+	// record's; a newer owner (or recovery) took over.
+	ErrStaleGeneration = errors.New("ledger: stale generation")
+	// ErrNotFound: no record (or receipt) for that identity or id.
+	ErrNotFound = errors.New("ledger: not found")
+	// ErrFinished: the record already has a terminal state.
+	ErrFinished = errors.New("ledger: already finished")
+)
+
+// Store is a ledger backend. Implementations are safe for concurrent use.
+type Store interface {
+	// Claim creates rec (state in_progress, generation 1) with its first
+	// events in one durable commit, unless a record for rec.Identity
+	// exists: then it returns that record and created false, writing
+	// nothing.
+	Claim(ctx context.Context, rec *Record, events []Event) (existing *Record, created bool, err error)
+	// Replace swaps the record for rec.Identity for a new logical request,
+	// if it still belongs to request prevRequestID (an expired key, or a
+	// keyless twin past its replay window); false if it changed meanwhile.
+	Replace(ctx context.Context, prevRequestID string, rec *Record, events []Event) (bool, error)
+	// Append writes events for a request, fenced by their generation.
+	// With wait, it returns once they are durable (ErrStaleGeneration if
+	// fenced off); without, it queues them for the next commit.
+	Append(ctx context.Context, wait bool, events ...Event) error
+	// Finish commits a terminal (fenced: ErrStaleGeneration, ErrFinished;
+	// a fenced write's events are kept as stale_owner_write evidence).
+	Finish(ctx context.Context, f *Finish) error
+	// Get returns the record for identity, or ErrNotFound.
+	Get(ctx context.Context, identity string) (*Record, error)
+	// Takeover makes owner the holder of an in-progress request whose
+	// generation is still gen, bumping the generation so the previous
+	// owner's late writes are fenced off. It returns the new generation,
+	// or ErrStaleGeneration / ErrFinished if the record moved on.
+	Takeover(ctx context.Context, requestID, owner string, gen int64, leaseUntil time.Time) (int64, error)
+	// Settle finishes many requests in one commit (recovery); fenced-off
+	// ones are skipped.
+	Settle(ctx context.Context, fs []*Finish) error
+	// Renew extends the lease of every in-progress record owner holds.
+	Renew(ctx context.Context, owner string, until time.Time) error
+	// Unfinished lists in-progress records not held by owner, with their
+	// events, for recovery.
+	Unfinished(ctx context.Context, owner string) ([]Unfinished, error)
+	// Events returns a request's events in order.
+	Events(ctx context.Context, requestID string) ([]Event, error)
+	// Receipt returns a tenant's receipt JSON, or ErrNotFound.
+	Receipt(ctx context.Context, tenant, requestID string) ([]byte, error)
+	// Receipts lists a tenant's receipts after request id `after`, oldest
+	// first, at most limit.
+	Receipts(ctx context.Context, tenant string, limit int, after string) ([][]byte, error)
+	// UpdateReceipt replaces a stored receipt (join and replay counts).
+	UpdateReceipt(ctx context.Context, tenant, requestID string, receipt []byte) error
+	// Secret returns the gateway's fingerprint secret, creating it once.
+	Secret(ctx context.Context) ([]byte, error)
+	// Expire deletes finished records that finished before cutoff (their
+	// events and receipts stay); it returns how many.
+	Expire(ctx context.Context, cutoff time.Time) (int, error)
+	// Close flushes pending writes and releases the store.
+	Close() error
+}
+
+// Unfinished is a record recovery must settle, with its events.
+type Unfinished struct {
+	Record *Record
+	Events []Event
+}

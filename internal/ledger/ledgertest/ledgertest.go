@@ -1,0 +1,340 @@
+// Package ledgertest is the conformance suite every ledger backend must
+// pass unchanged: the executable form of "every backend is compatible".
+package ledgertest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/oncegate/oncegate/internal/ledger"
+)
+
+// Opener opens the backend under test. reopen says to open the same
+// storage as the previous call (a restart); otherwise fresh storage.
+type Opener func(t *testing.T, reopen bool) ledger.Store
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+func rec(identity, requestID string) *ledger.Record {
+	return &ledger.Record{Identity: identity, RequestID: requestID, Tenant: "acme", Operation: "chat.completions",
+		RequestSHA256: "sha-" + requestID, State: ledger.InProgress, Owner: "owner-1", Generation: 1,
+		LeaseUntil: t0.Add(30 * time.Second), CreatedAt: t0}
+}
+
+func ev(requestID string, seq, gen int64, typ ledger.EventType) ledger.Event {
+	return ledger.Event{RequestID: requestID, Seq: seq, Generation: gen, Type: typ, At: t0.Add(time.Duration(seq) * time.Millisecond),
+		Data: []byte(fmt.Sprintf(`{"seq":%d}`, seq))}
+}
+
+func finish(requestID string, gen, seq int64) *ledger.Finish {
+	return &ledger.Finish{Identity: "k:" + requestID, RequestID: requestID, Generation: gen, State: ledger.Succeeded,
+		Response: &ledger.Response{Status: 200, ContentType: "application/json", Body: []byte(`{"ok":true}`), Attempts: 1},
+		At: t0.Add(time.Second), Events: []ledger.Event{ev(requestID, seq, gen, ledger.EvTerminal)},
+		Receipt: []byte(`{"request_id":"` + requestID + `"}`), Tenant: "acme"}
+}
+
+// Run runs the suite.
+func Run(t *testing.T, open Opener) {
+	ctx := context.Background()
+	t.Run("claim creates once", func(t *testing.T) {
+		s := open(t, false)
+		got, created, err := s.Claim(ctx, rec("k:a", "r1"), []ledger.Event{ev("r1", 1, 1, ledger.EvCreated)})
+		if err != nil || !created || got != nil {
+			t.Fatalf("first claim: %v %v %v", got, created, err)
+		}
+		got, created, err = s.Claim(ctx, rec("k:a", "r2"), []ledger.Event{ev("r2", 1, 1, ledger.EvCreated)})
+		if err != nil || created || got == nil || got.RequestID != "r1" || got.State != ledger.InProgress || !got.Keyed() {
+			t.Fatalf("second claim: %+v %v %v", got, created, err)
+		}
+		if evs, _ := s.Events(ctx, "r2"); len(evs) != 0 {
+			t.Fatal("a losing claim wrote events")
+		}
+		if r, err := s.Get(ctx, "k:a"); err != nil || r.RequestID != "r1" || !r.CreatedAt.Equal(t0) {
+			t.Fatalf("get: %+v %v", r, err)
+		}
+		if _, err := s.Get(ctx, "k:none"); !errors.Is(err, ledger.ErrNotFound) {
+			t.Fatalf("missing: %v", err)
+		}
+	})
+	t.Run("concurrent claims: exactly one wins", func(t *testing.T) {
+		s := open(t, false)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		wins := 0
+		for i := 0; i < 64; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				id := fmt.Sprintf("c%d", i)
+				_, created, err := s.Claim(ctx, rec("k:same", id), []ledger.Event{ev(id, 1, 1, ledger.EvCreated)})
+				if err != nil {
+					t.Error(err)
+				}
+				if created {
+					mu.Lock()
+					wins++
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		if wins != 1 {
+			t.Fatalf("%d claims won", wins)
+		}
+	})
+	t.Run("events are ordered and fenced", func(t *testing.T) {
+		s := open(t, false)
+		if _, _, err := s.Claim(ctx, rec("k:e", "re"), []ledger.Event{ev("re", 1, 1, ledger.EvCreated)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Append(ctx, true, ev("re", 2, 1, ledger.EvReserved), ev("re", 3, 1, ledger.EvDispatch)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Append(ctx, false, ev("re", 4, 1, ledger.EvObserved)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Append(ctx, true, ev("re", 4, 1, ledger.EvObserved)); err == nil {
+			t.Fatal("a duplicate sequence number was accepted")
+		}
+		if err := s.Append(ctx, true, ev("re", 5, 7, ledger.EvDecision)); !errors.Is(err, ledger.ErrStaleGeneration) {
+			t.Fatalf("wrong generation: %v", err)
+		}
+		evs, err := s.Events(ctx, "re")
+		if err != nil || len(evs) != 4 {
+			t.Fatalf("events %v %v", evs, err)
+		}
+		for i, e := range evs {
+			if e.Seq != int64(i+1) || !bytes.Equal(e.Data, []byte(fmt.Sprintf(`{"seq":%d}`, i+1))) || !e.At.Equal(t0.Add(time.Duration(i+1)*time.Millisecond)) {
+				t.Fatalf("event %d: %+v", i, e)
+			}
+		}
+	})
+	t.Run("finish is fenced and final", func(t *testing.T) {
+		s := open(t, false)
+		if _, _, err := s.Claim(ctx, rec("k:f", "f"), []ledger.Event{ev("f", 1, 1, ledger.EvCreated)}); err != nil {
+			t.Fatal(err)
+		}
+		gen, err := s.Takeover(ctx, "f", "owner-2", 1, t0.Add(time.Minute))
+		if err != nil || gen != 2 {
+			t.Fatalf("takeover: %d %v", gen, err)
+		}
+		// The old owner's late result is fenced off and never overwrites.
+		if err := s.Finish(ctx, finish("f", 1, 2)); !errors.Is(err, ledger.ErrStaleGeneration) {
+			t.Fatalf("stale finish: %v", err)
+		}
+		if err := s.Finish(ctx, finish("f", 2, 2)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Finish(ctx, finish("f", 2, 3)); !errors.Is(err, ledger.ErrFinished) {
+			t.Fatalf("second finish: %v", err)
+		}
+		if err := s.Append(ctx, true, ev("f", 3, 2, ledger.EvDispatch)); err == nil {
+			t.Fatal("an event after the terminal was accepted")
+		}
+		if _, err := s.Takeover(ctx, "f", "owner-3", 2, t0); !errors.Is(err, ledger.ErrFinished) {
+			t.Fatalf("takeover of a finished request: %v", err)
+		}
+		r, err := s.Get(ctx, "k:f")
+		if err != nil || r.State != ledger.Succeeded || r.Generation != 2 || r.Owner != "owner-2" || r.Response == nil ||
+			string(r.Response.Body) != `{"ok":true}` || !r.FinishedAt.Equal(t0.Add(time.Second)) {
+			t.Fatalf("record %+v %v", r, err)
+		}
+		if body, err := s.Receipt(ctx, "acme", "f"); err != nil || string(body) != `{"request_id":"f"}` {
+			t.Fatalf("receipt %s %v", body, err)
+		}
+	})
+	t.Run("replace only the expected request", func(t *testing.T) {
+		s := open(t, false)
+		if _, _, err := s.Claim(ctx, rec("f:x", "old"), nil); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := s.Replace(ctx, "someone-else", rec("f:x", "new"), nil); err != nil || ok {
+			t.Fatalf("replace with the wrong predecessor: %v %v", ok, err)
+		}
+		if ok, err := s.Replace(ctx, "old", rec("f:x", "new"), []ledger.Event{ev("new", 1, 1, ledger.EvCreated)}); err != nil || !ok {
+			t.Fatalf("replace: %v %v", ok, err)
+		}
+		if r, _ := s.Get(ctx, "f:x"); r.RequestID != "new" || r.Keyed() {
+			t.Fatalf("after replace: %+v", r)
+		}
+	})
+	t.Run("receipts are tenant scoped and listed in order", func(t *testing.T) {
+		s := open(t, false)
+		for _, id := range []string{"01a", "01b", "01c"} {
+			if _, _, err := s.Claim(ctx, rec("k:"+id, id), nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Finish(ctx, finish(id, 1, 1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := s.Receipt(ctx, "globex", "01a"); !errors.Is(err, ledger.ErrNotFound) {
+			t.Fatalf("another tenant's receipt: %v", err)
+		}
+		list, err := s.Receipts(ctx, "acme", 2, "01a")
+		if err != nil || len(list) != 2 || !bytes.Contains(list[0], []byte("01b")) || !bytes.Contains(list[1], []byte("01c")) {
+			t.Fatalf("list %q %v", list, err)
+		}
+		if err := s.UpdateReceipt(ctx, "acme", "01a", []byte(`{"request_id":"01a","dedup":1}`)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Append(ctx, true); err != nil { // an empty append flushes nothing but must not fail
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool { b, _ := s.Receipt(ctx, "acme", "01a"); return bytes.Contains(b, []byte("dedup")) })
+	})
+	t.Run("unfinished, renew and expire", func(t *testing.T) {
+		s := open(t, false)
+		mine, theirs, done := rec("k:m", "m"), rec("k:t", "t"), rec("k:d", "d")
+		theirs.Owner = "dead-owner"
+		for _, r := range []*ledger.Record{mine, theirs, done} {
+			if _, _, err := s.Claim(ctx, r, []ledger.Event{ev(r.RequestID, 1, 1, ledger.EvCreated), ev(r.RequestID, 2, 1, ledger.EvDispatch)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Finish(ctx, finish("d", 1, 3)); err != nil {
+			t.Fatal(err)
+		}
+		u, err := s.Unfinished(ctx, "owner-1")
+		if err != nil || len(u) != 1 || u[0].Record.RequestID != "t" || len(u[0].Events) != 2 || u[0].Events[1].Type != ledger.EvDispatch {
+			t.Fatalf("unfinished %+v %v", u, err)
+		}
+		if err := s.Renew(ctx, "owner-1", t0.Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		if r, _ := s.Get(ctx, "k:m"); !r.LeaseUntil.Equal(t0.Add(time.Hour)) {
+			t.Fatalf("lease %v", r.LeaseUntil)
+		}
+		if r, _ := s.Get(ctx, "k:t"); !r.LeaseUntil.Equal(t0.Add(30 * time.Second)) {
+			t.Fatal("renew touched another owner's lease")
+		}
+		n, err := s.Expire(ctx, t0.Add(2*time.Second))
+		if err != nil || n != 1 {
+			t.Fatalf("expired %d %v", n, err)
+		}
+		if _, err := s.Get(ctx, "k:d"); !errors.Is(err, ledger.ErrNotFound) {
+			t.Fatal("an expired record is still there")
+		}
+		if _, err := s.Receipt(ctx, "acme", "d"); err != nil {
+			t.Fatal("expiry must keep the receipt")
+		}
+		if _, err := s.Get(ctx, "k:m"); err != nil {
+			t.Fatal("expiry removed an in-progress record")
+		}
+	})
+	t.Run("durable across a restart", func(t *testing.T) {
+		s := open(t, false)
+		secret, err := s.Secret(ctx)
+		if err != nil || len(secret) < 16 {
+			t.Fatalf("secret %x %v", secret, err)
+		}
+		if _, _, err := s.Claim(ctx, rec("k:dur", "dur"), []ledger.Event{ev("dur", 1, 1, ledger.EvCreated)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Finish(ctx, finish("dur", 1, 2)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		s2 := open(t, true)
+		again, err := s2.Secret(ctx)
+		if err != nil || !bytes.Equal(secret, again) {
+			t.Fatal("the secret changed across a restart")
+		}
+		if r, err := s2.Get(ctx, "k:dur"); err != nil || r.State != ledger.Succeeded {
+			t.Fatalf("after restart: %+v %v", r, err)
+		}
+	})
+	t.Run("property: owners and crashes never make two terminals", func(t *testing.T) {
+		s := open(t, false)
+		n := 0
+		rapid.Check(t, func(rt *rapid.T) {
+			n++
+			checkInterleaving(rt, s, fmt.Sprintf("p%d", n))
+		})
+	})
+}
+
+// checkInterleaving plays random steps of several owners of one request —
+// appends, takeovers (a crash and a new owner), finishes — and checks that
+// at most one terminal lands, nothing lands after it, and the log is
+// strictly ordered.
+func checkInterleaving(t *rapid.T, s ledger.Store, id string) {
+	ctx := context.Background()
+	if _, _, err := s.Claim(ctx, rec("k:"+id, id), []ledger.Event{ev(id, 1, 1, ledger.EvCreated)}); err != nil {
+		t.Fatal(err)
+	}
+	gens := []int64{1} // each owner's generation; index 0 is the first owner
+	seq := int64(1)
+	current := int64(1)
+	terminals := 0
+	finished := false
+	for step := 0; step < rapid.IntRange(1, 25).Draw(t, "steps"); step++ {
+		o := rapid.IntRange(0, len(gens)-1).Draw(t, "owner")
+		switch rapid.IntRange(0, 2).Draw(t, "action") {
+		case 0:
+			seq++
+			err := s.Append(ctx, true, ev(id, seq, gens[o], ledger.EvObserved))
+			if err == nil && (gens[o] != current || finished) {
+				t.Fatalf("append from generation %d accepted (current %d, finished %v)", gens[o], current, finished)
+			}
+			if err != nil {
+				seq--
+			}
+		case 1:
+			g, err := s.Takeover(ctx, id, fmt.Sprintf("owner-%d", len(gens)+1), current, t0)
+			if finished != (err != nil) {
+				t.Fatalf("takeover after finish=%v: %v", finished, err)
+			}
+			if err == nil {
+				current = g
+				gens = append(gens, g)
+			}
+		case 2:
+			seq++
+			err := s.Finish(ctx, finish(id, gens[o], seq))
+			if err == nil {
+				terminals++
+				finished = true
+			} else {
+				seq--
+			}
+		}
+	}
+	if terminals > 1 {
+		t.Fatalf("%d terminals", terminals)
+	}
+	evs, err := s.Events(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sawTerminal := false
+	for i, e := range evs {
+		if e.Seq != int64(i+1) {
+			t.Fatalf("log out of order at %d: %+v", i, e)
+		}
+		if sawTerminal {
+			t.Fatalf("event after the terminal: %+v", e)
+		}
+		sawTerminal = e.Type == ledger.EvTerminal
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition never held")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

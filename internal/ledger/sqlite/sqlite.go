@@ -1,0 +1,602 @@
+// Package sqlite is the embedded ledger backend: a pure-Go SQLite database
+// in WAL mode with full durability (synchronous=FULL). One writer
+// goroutine group-commits every queued write in one transaction, so many
+// requests share one fsync; reads go to a separate pool of WAL readers.
+package sqlite
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"sync"
+	"time"
+
+	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
+
+	"github.com/oncegate/oncegate/internal/ledger"
+)
+
+// migrations are applied in order, once each; the schema version is the
+// number applied.
+var migrations = []string{
+	`CREATE TABLE requests (
+		identity       TEXT PRIMARY KEY,
+		request_id     TEXT NOT NULL UNIQUE,
+		tenant         TEXT NOT NULL,
+		operation      TEXT NOT NULL,
+		request_sha256 TEXT NOT NULL,
+		stream         INTEGER NOT NULL,
+		state          TEXT NOT NULL,
+		owner          TEXT NOT NULL,
+		generation     INTEGER NOT NULL,
+		lease_until    INTEGER NOT NULL,
+		created_at     INTEGER NOT NULL,
+		finished_at    INTEGER NOT NULL DEFAULT 0,
+		response       BLOB
+	);
+	CREATE INDEX requests_unfinished ON requests(state) WHERE state = 'in_progress';
+	CREATE INDEX requests_finished_at ON requests(finished_at) WHERE state != 'in_progress';
+	CREATE TABLE events (
+		request_id TEXT NOT NULL,
+		seq        INTEGER NOT NULL,
+		generation INTEGER NOT NULL,
+		type       TEXT NOT NULL,
+		at         INTEGER NOT NULL,
+		data       BLOB,
+		PRIMARY KEY (request_id, seq)
+	) WITHOUT ROWID;
+	CREATE TABLE stale_events (
+		request_id TEXT NOT NULL,
+		generation INTEGER NOT NULL,
+		type       TEXT NOT NULL,
+		at         INTEGER NOT NULL,
+		data       BLOB
+	);
+	CREATE TABLE receipts (
+		request_id TEXT PRIMARY KEY,
+		tenant     TEXT NOT NULL,
+		body       BLOB NOT NULL
+	) WITHOUT ROWID;
+	CREATE INDEX receipts_by_tenant ON receipts(tenant, request_id);
+	CREATE TABLE meta (k TEXT PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID;`,
+}
+
+// maxBatch bounds how many queued writes share one commit.
+const maxBatch = 1024
+
+// Store is the SQLite ledger. It is safe for concurrent use.
+type Store struct {
+	w       *sql.DB // the single writer connection
+	r       *sql.DB // WAL readers
+	ops     chan *op
+	stop    chan struct{}
+	stopped chan struct{}
+	once    sync.Once
+}
+
+var _ ledger.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the database at path and migrates it.
+func Open(path string) (*Store, error) {
+	q := url.Values{}
+	for _, p := range []string{"journal_mode(WAL)", "synchronous(FULL)", "busy_timeout(10000)", "foreign_keys(OFF)"} {
+		q.Add("_pragma", p)
+	}
+	dsn := "file:" + path + "?" + q.Encode()
+	w, err := sql.Open("sqlite", dsn+"&_txlock=immediate")
+	if err != nil {
+		return nil, fmt.Errorf("open ledger %s: %w", path, err)
+	}
+	w.SetMaxOpenConns(1)
+	if err := migrate(w); err != nil {
+		_ = w.Close()
+		return nil, fmt.Errorf("migrate ledger %s: %w", path, err)
+	}
+	r, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		_ = w.Close()
+		return nil, fmt.Errorf("open ledger readers %s: %w", path, err)
+	}
+	r.SetMaxOpenConns(8)
+	s := &Store{w: w, r: r, ops: make(chan *op, 4096), stop: make(chan struct{}), stopped: make(chan struct{})}
+	go s.loop()
+	return s, nil
+}
+
+func migrate(db *sql.DB) error {
+	if _, err := db.Exec(`CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)`); err != nil {
+		return err
+	}
+	var v int
+	if err := db.QueryRow(`SELECT COALESCE(MAX(version), 0) FROM schema_version`).Scan(&v); err != nil {
+		return err
+	}
+	for i := v; i < len(migrations); i++ {
+		tx, err := db.Begin()
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(migrations[i]); err != nil {
+			_ = tx.Rollback()
+			return fmt.Errorf("migration %d: %w", i+1, err)
+		}
+		if _, err := tx.Exec(`INSERT INTO schema_version (version) VALUES (?)`, i+1); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// op is one queued write. apply runs inside the batch's transaction, in its
+// own savepoint; done (nil for fire-and-forget) receives the outcome once
+// the batch is committed.
+type op struct {
+	apply func(tx *sql.Tx) error
+	err   error
+	done  chan error
+}
+
+// loop is the single writer: it takes every queued write, applies them in
+// one transaction and commits once.
+func (s *Store) loop() {
+	defer close(s.stopped)
+	batch := make([]*op, 0, maxBatch)
+	for {
+		select {
+		case o := <-s.ops:
+			batch = append(batch[:0], o)
+		case <-s.stop:
+			for {
+				select {
+				case o := <-s.ops:
+					s.commit([]*op{o})
+				default:
+					return
+				}
+			}
+		}
+	drain:
+		for len(batch) < maxBatch {
+			select {
+			case o := <-s.ops:
+				batch = append(batch, o)
+			default:
+				break drain
+			}
+		}
+		s.commit(batch)
+	}
+}
+
+func (s *Store) commit(batch []*op) {
+	tx, err := s.w.Begin()
+	if err == nil {
+		for i, o := range batch {
+			sp := fmt.Sprintf("op%d", i)
+			if _, err := tx.Exec("SAVEPOINT " + sp); err != nil {
+				o.err = err
+				continue
+			}
+			if o.err = o.apply(tx); o.err != nil {
+				_, _ = tx.Exec("ROLLBACK TO " + sp)
+			}
+			_, _ = tx.Exec("RELEASE " + sp)
+		}
+		err = tx.Commit()
+	}
+	for _, o := range batch {
+		if o.done == nil {
+			continue
+		}
+		if err != nil {
+			o.done <- fmt.Errorf("ledger commit: %w", err)
+		} else {
+			o.done <- o.err
+		}
+	}
+}
+
+// write queues apply and, when wait, blocks until it is committed.
+func (s *Store) write(ctx context.Context, wait bool, apply func(tx *sql.Tx) error) error {
+	o := &op{apply: apply}
+	if wait {
+		o.done = make(chan error, 1)
+	}
+	select {
+	case s.ops <- o:
+	case <-s.stop:
+		return errors.New("ledger: closed")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if !wait {
+		return nil
+	}
+	// The write is queued and will commit: wait for it even if ctx ends,
+	// so that a caller never mistakes a durable write for a lost one.
+	return <-o.done
+}
+
+// Close commits what is queued and closes the database.
+func (s *Store) Close() error {
+	s.once.Do(func() { close(s.stop) })
+	<-s.stopped
+	return errors.Join(s.w.Close(), s.r.Close())
+}
+
+func ns(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNS(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, v).UTC()
+}
+
+const recordCols = `identity, request_id, tenant, operation, request_sha256, stream, state, owner, generation, lease_until, created_at, finished_at, response`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanRecord(row scanner) (*ledger.Record, error) {
+	var r ledger.Record
+	var stream int
+	var lease, created, finished int64
+	var resp []byte
+	if err := row.Scan(&r.Identity, &r.RequestID, &r.Tenant, &r.Operation, &r.RequestSHA256, &stream, &r.State,
+		&r.Owner, &r.Generation, &lease, &created, &finished, &resp); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, ledger.ErrNotFound
+		}
+		return nil, err
+	}
+	r.Stream, r.LeaseUntil, r.CreatedAt, r.FinishedAt = stream == 1, fromNS(lease), fromNS(created), fromNS(finished)
+	if len(resp) > 0 {
+		r.Response = &ledger.Response{}
+		if err := json.Unmarshal(resp, r.Response); err != nil {
+			return nil, fmt.Errorf("stored response of %s: %w", r.RequestID, err)
+		}
+	}
+	return &r, nil
+}
+
+func insertRecord(tx *sql.Tx, verb string, r *ledger.Record) (sql.Result, error) {
+	stream := 0
+	if r.Stream {
+		stream = 1
+	}
+	return tx.Exec(verb+` INTO requests (`+recordCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,NULL)`+conflict(verb),
+		r.Identity, r.RequestID, r.Tenant, r.Operation, r.RequestSHA256, stream, string(r.State), r.Owner, r.Generation,
+		ns(r.LeaseUntil), ns(r.CreatedAt), ns(r.FinishedAt))
+}
+
+func conflict(verb string) string {
+	if verb == "INSERT" {
+		return " ON CONFLICT(identity) DO NOTHING"
+	}
+	return ""
+}
+
+func insertEvents(tx *sql.Tx, evs []ledger.Event) error {
+	for _, e := range evs {
+		if _, err := tx.Exec(`INSERT INTO events (request_id, seq, generation, type, at, data) VALUES (?,?,?,?,?,?)`,
+			e.RequestID, e.Seq, e.Generation, string(e.Type), ns(e.At), e.Data); err != nil {
+			return fmt.Errorf("event %s #%d: %w", e.Type, e.Seq, err)
+		}
+	}
+	return nil
+}
+
+func insertStale(tx *sql.Tx, evs []ledger.Event) {
+	for _, e := range evs {
+		_, _ = tx.Exec(`INSERT INTO stale_events (request_id, generation, type, at, data) VALUES (?,?,?,?,?)`,
+			e.RequestID, e.Generation, string(e.Type), ns(e.At), e.Data)
+	}
+}
+
+// fence checks that requestID's record is still at generation gen and in
+// progress.
+func fence(tx *sql.Tx, requestID string, gen int64) error {
+	var cur int64
+	var state string
+	err := tx.QueryRow(`SELECT generation, state FROM requests WHERE request_id = ?`, requestID).Scan(&cur, &state)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return ledger.ErrStaleGeneration // the identity moved on to another request
+	case err != nil:
+		return err
+	case cur != gen:
+		return ledger.ErrStaleGeneration
+	case ledger.State(state) != ledger.InProgress:
+		return ledger.ErrFinished
+	}
+	return nil
+}
+
+// Claim creates the record and its first events, or returns the existing one.
+func (s *Store) Claim(ctx context.Context, rec *ledger.Record, events []ledger.Event) (*ledger.Record, bool, error) {
+	var existing *ledger.Record
+	created := false
+	err := s.write(ctx, true, func(tx *sql.Tx) error {
+		res, err := insertRecord(tx, "INSERT", rec)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			created = true
+			return insertEvents(tx, events)
+		}
+		existing, err = scanRecord(tx.QueryRow(`SELECT `+recordCols+` FROM requests WHERE identity = ?`, rec.Identity))
+		return err
+	})
+	return existing, created, err
+}
+
+// Replace swaps the identity's record for a new request.
+func (s *Store) Replace(ctx context.Context, prev string, rec *ledger.Record, events []ledger.Event) (bool, error) {
+	ok := false
+	err := s.write(ctx, true, func(tx *sql.Tx) error {
+		res, err := tx.Exec(`DELETE FROM requests WHERE identity = ? AND request_id = ?`, rec.Identity, prev)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return nil
+		}
+		if _, err := insertRecord(tx, "INSERT", rec); err != nil {
+			return err
+		}
+		ok = true
+		return insertEvents(tx, events)
+	})
+	return ok, err
+}
+
+// Append writes events fenced by their generation.
+func (s *Store) Append(ctx context.Context, wait bool, events ...ledger.Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	return s.write(ctx, wait, func(tx *sql.Tx) error {
+		if err := fence(tx, events[0].RequestID, events[0].Generation); err != nil {
+			insertStale(tx, events)
+			return err
+		}
+		return insertEvents(tx, events)
+	})
+}
+
+// Finish commits a terminal with its response, events and receipt.
+func (s *Store) Finish(ctx context.Context, f *ledger.Finish) error {
+	return s.write(ctx, true, func(tx *sql.Tx) error { return finish(tx, f) })
+}
+
+func finish(tx *sql.Tx, f *ledger.Finish) error {
+	if err := fence(tx, f.RequestID, f.Generation); err != nil {
+		insertStale(tx, f.Events)
+		return err
+	}
+	var resp []byte
+	if f.Response != nil {
+		var err error
+		if resp, err = json.Marshal(f.Response); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.Exec(`UPDATE requests SET state = ?, finished_at = ?, response = ? WHERE request_id = ?`,
+		string(f.State), ns(f.At), resp, f.RequestID); err != nil {
+		return err
+	}
+	if err := insertEvents(tx, f.Events); err != nil {
+		return err
+	}
+	if f.Receipt != nil {
+		if _, err := tx.Exec(`INSERT INTO receipts (request_id, tenant, body) VALUES (?,?,?)
+			ON CONFLICT(request_id) DO UPDATE SET body = excluded.body`, f.RequestID, f.Tenant, f.Receipt); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Settle finishes many requests in one commit (recovery).
+func (s *Store) Settle(ctx context.Context, fs []*ledger.Finish) error {
+	return s.write(ctx, true, func(tx *sql.Tx) error {
+		for _, f := range fs {
+			if err := finish(tx, f); err != nil && !errors.Is(err, ledger.ErrStaleGeneration) && !errors.Is(err, ledger.ErrFinished) {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Takeover moves an in-progress request to owner with a new generation.
+func (s *Store) Takeover(ctx context.Context, requestID, owner string, gen int64, leaseUntil time.Time) (int64, error) {
+	var next int64
+	err := s.write(ctx, true, func(tx *sql.Tx) error {
+		if err := fence(tx, requestID, gen); err != nil {
+			return err
+		}
+		next = gen + 1
+		_, err := tx.Exec(`UPDATE requests SET owner = ?, generation = ?, lease_until = ? WHERE request_id = ?`, owner, next, ns(leaseUntil), requestID)
+		return err
+	})
+	return next, err
+}
+
+// Get returns the record for identity.
+func (s *Store) Get(ctx context.Context, identity string) (*ledger.Record, error) {
+	return scanRecord(s.r.QueryRowContext(ctx, `SELECT `+recordCols+` FROM requests WHERE identity = ?`, identity))
+}
+
+// Renew extends owner's leases.
+func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error {
+	return s.write(ctx, true, func(tx *sql.Tx) error {
+		_, err := tx.Exec(`UPDATE requests SET lease_until = ? WHERE owner = ? AND state = 'in_progress'`, ns(until), owner)
+		return err
+	})
+}
+
+// Unfinished lists in-progress records of other owners with their events.
+func (s *Store) Unfinished(ctx context.Context, owner string) ([]ledger.Unfinished, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+recordCols+` FROM requests WHERE state = 'in_progress' AND owner != ?`, owner)
+	if err != nil {
+		return nil, err
+	}
+	var out []ledger.Unfinished
+	index := map[string]int{}
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			rows.Close()
+			return nil, err
+		}
+		index[r.RequestID] = len(out)
+		out = append(out, ledger.Unfinished{Record: r})
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(out) == 0 {
+		return out, err
+	}
+	evRows, err := s.r.QueryContext(ctx, `SELECT e.request_id, e.seq, e.generation, e.type, e.at, e.data FROM events e
+		JOIN requests r ON r.request_id = e.request_id WHERE r.state = 'in_progress' AND r.owner != ? ORDER BY e.request_id, e.seq`, owner)
+	if err != nil {
+		return nil, err
+	}
+	defer evRows.Close()
+	for evRows.Next() {
+		e, err := scanEvent(evRows)
+		if err != nil {
+			return nil, err
+		}
+		if i, ok := index[e.RequestID]; ok {
+			out[i].Events = append(out[i].Events, e)
+		}
+	}
+	return out, evRows.Err()
+}
+
+func scanEvent(row scanner) (ledger.Event, error) {
+	var e ledger.Event
+	var typ string
+	var at int64
+	err := row.Scan(&e.RequestID, &e.Seq, &e.Generation, &typ, &at, &e.Data)
+	e.Type, e.At = ledger.EventType(typ), fromNS(at)
+	return e, err
+}
+
+// Events returns a request's events in order.
+func (s *Store) Events(ctx context.Context, requestID string) ([]ledger.Event, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT request_id, seq, generation, type, at, data FROM events WHERE request_id = ? ORDER BY seq`, requestID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []ledger.Event
+	for rows.Next() {
+		e, err := scanEvent(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// StaleEvents returns the writes fenced off for a request (evidence).
+func (s *Store) StaleEvents(ctx context.Context, requestID string) ([]ledger.Event, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT request_id, 0, generation, type, at, data FROM stale_events WHERE request_id = ?`, requestID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []ledger.Event
+	for rows.Next() {
+		e, err := scanEvent(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// Receipt returns a tenant's receipt.
+func (s *Store) Receipt(ctx context.Context, tenant, requestID string) ([]byte, error) {
+	var body []byte
+	err := s.r.QueryRowContext(ctx, `SELECT body FROM receipts WHERE request_id = ? AND tenant = ?`, requestID, tenant).Scan(&body)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, ledger.ErrNotFound
+	}
+	return body, err
+}
+
+// Receipts lists a tenant's receipts after `after`.
+func (s *Store) Receipts(ctx context.Context, tenant string, limit int, after string) ([][]byte, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT body FROM receipts WHERE tenant = ? AND request_id > ? ORDER BY request_id LIMIT ?`, tenant, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out [][]byte
+	for rows.Next() {
+		var b []byte
+		if err := rows.Scan(&b); err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, rows.Err()
+}
+
+// UpdateReceipt replaces a stored receipt.
+func (s *Store) UpdateReceipt(ctx context.Context, tenant, requestID string, body []byte) error {
+	return s.write(ctx, false, func(tx *sql.Tx) error {
+		_, err := tx.Exec(`UPDATE receipts SET body = ? WHERE request_id = ? AND tenant = ?`, body, requestID, tenant)
+		return err
+	})
+}
+
+// Secret returns the fingerprint secret, generating it once.
+func (s *Store) Secret(ctx context.Context) ([]byte, error) {
+	fresh := make([]byte, 32)
+	if _, err := rand.Read(fresh); err != nil {
+		return nil, err
+	}
+	var secret []byte
+	err := s.write(ctx, true, func(tx *sql.Tx) error {
+		if _, err := tx.Exec(`INSERT INTO meta (k, v) VALUES ('fingerprint_secret', ?) ON CONFLICT(k) DO NOTHING`, fresh); err != nil {
+			return err
+		}
+		return tx.QueryRow(`SELECT v FROM meta WHERE k = 'fingerprint_secret'`).Scan(&secret)
+	})
+	return secret, err
+}
+
+// Expire deletes records finished before cutoff.
+func (s *Store) Expire(ctx context.Context, cutoff time.Time) (int, error) {
+	n := 0
+	err := s.write(ctx, true, func(tx *sql.Tx) error {
+		res, err := tx.Exec(`DELETE FROM requests WHERE state != 'in_progress' AND finished_at > 0 AND finished_at < ?`, ns(cutoff))
+		if err != nil {
+			return err
+		}
+		c, _ := res.RowsAffected()
+		n = int(c)
+		return nil
+	})
+	return n, err
+}
