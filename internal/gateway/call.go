@@ -2,12 +2,15 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/coord"
 	"github.com/oncegate/oncegate/internal/gw"
+	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/provider"
 	"github.com/oncegate/oncegate/internal/receipt"
@@ -18,24 +21,30 @@ import (
 // maxErrorBody bounds how much of a provider's error body is read.
 const maxErrorBody = 64 << 10
 
-// call is one logical request in flight. It runs on its handler's
-// goroutine and is not shared.
+// call is one logical request. It runs on its own goroutine, detached from
+// any one client: its output goes to a flight that the owner and every
+// joiner read, and it is cancelled only when all of them have left.
 type call struct {
-	g            *Gateway
-	w            http.ResponseWriter
-	r            *http.Request
-	proto        provider.Protocol
-	tenant       *policy.Tenant
-	alias        *policy.Alias
-	in           *provider.ClientRequest
-	id           string
-	created      time.Time
-	deadline     time.Time
-	stream       bool
-	streamEvents bool
-	rec          *receipt.Recorder
-	out          *output
-	lastFinish   string // the finish reason of the stream that completed
+	g             *Gateway
+	ctx           context.Context
+	flight        *coord.Flight
+	proto         provider.Protocol
+	tenant        *policy.Tenant
+	alias         *policy.Alias
+	in            *provider.ClientRequest
+	id            string
+	identity      string
+	requestSHA    string
+	created       time.Time
+	deadline      time.Time
+	stream        bool
+	streamEvents  bool
+	anthropicBeta string
+	clientRetries int
+	rec           *receipt.Recorder
+	log           *eventLog
+	out           *output
+	lastFinish    string // the finish reason of the stream that completed
 }
 
 // attemptResult is what one attempt produced besides its observation.
@@ -48,51 +57,76 @@ type attemptResult struct {
 	body        []byte                  // non-streamed success: the client's body
 }
 
-// run drives the engine: wait for each decided attempt's not_before, make
-// the attempt, record it, and act on the next decision, until a terminal.
+// run drives the engine: claim the identity, then for each decided
+// attempt wait for its not_before, make the attempt durable before it
+// leaves, record what happened, until a terminal — committed before the
+// clients get their last byte.
 func (c *call) run() {
+	defer c.g.inflight.Done()
 	adm := retry.Admission{}
 	d := c.rec.Start(adm, c.created)
+	if !c.claim(d) {
+		return
+	}
+	failpoint("after_dispatch_commit")
 	var last *attemptResult
 	for d.Dispatches() {
 		if !c.sleepUntil(d.NotBefore) {
 			c.rec.Cancel()
 			break
 		}
+		if n := len(c.rec.R.Attempts) + 1; n > 1 {
+			if err := c.log.append(c.ctx, true, c.dispatchEvents(d, n)...); err != nil {
+				c.abort(err)
+				return
+			}
+		}
 		last = c.attempt(d)
 		var err error
 		if d, err = c.rec.Observe(last.obs, adm); err != nil {
-			c.g.log.Error("engine refused an attempt", "request_id", c.id, "err", err)
-			errorf(CodeInternal, "internal error (request %s)", c.id).write(c.w, c.proto, c.meta())
+			c.abort(err)
 			return
 		}
+		a := c.rec.R.Attempts[len(c.rec.R.Attempts)-1]
+		_ = c.log.append(c.ctx, false, c.log.event(ledger.EvObserved, a.ObservedAt, a),
+			c.log.event(ledger.EvDecision, a.ObservedAt, c.rec.R.Decisions[len(c.rec.R.Decisions)-1]))
 		if d.Dispatches() && c.out.started {
 			c.out.between(d, len(c.rec.R.Attempts)+1)
 		}
 	}
-	// The receipt is stored before the client gets its last byte, so a
-	// client that asks for it at once finds it. Its digests are computed
-	// when it is read, off this path.
-	c.rec.R.Totals = c.rec.R.ComputeTotals()
-	if err := c.g.receipts.Put(c.rec.R); err != nil {
-		c.g.log.Error("store receipt", "request_id", c.id, "err", err)
-	}
 	c.finish(d, last)
-	c.g.log.Info("request", "request_id", c.id, "tenant", c.tenant.ID, "model", c.alias.Name,
-		"attempts", len(c.rec.R.Attempts), "terminal", c.rec.R.Terminal, "reason", c.rec.R.Reason)
 }
 
-// sleepUntil waits for t, or returns false if the client left first.
+// dispatchEvents are attempt n's reserved and dispatched events: durable
+// before its bytes leave (DESIGN §3.3).
+func (c *call) dispatchEvents(d retry.Decision, n int) []ledger.Event {
+	de := dispatchEvent{Ordinal: n, Route: d.Route, Purpose: string(d.Purpose()), NotBefore: d.NotBefore.UTC(), ReserveUSD: d.Reserve.USD()}
+	now := c.g.clock.Now()
+	return []ledger.Event{c.log.event(ledger.EvReserved, now, de), c.log.event(ledger.EvDispatch, now, de)}
+}
+
+// abort ends a call the engine or the ledger refused (a fenced-off owner,
+// an internal error): nothing more is sent upstream.
+func (c *call) abort(err error) {
+	c.g.log.Error("request aborted", "request_id", c.id, "err", err)
+	e := errorf(CodeInternal, "internal error (request %s)", c.id)
+	if errors.Is(err, ledger.ErrStaleGeneration) || errors.Is(err, ledger.ErrFinished) {
+		e = errorf(CodeOutcomeUnknown, "another owner took this request over; its outcome is theirs")
+	}
+	c.publishError(e, c.meta())
+}
+
+// sleepUntil waits for t, or returns false if the flight was cancelled.
 func (c *call) sleepUntil(t time.Time) bool {
 	for {
 		d := t.Sub(c.g.clock.Now())
 		if d <= 0 {
-			return c.r.Context().Err() == nil
+			return c.ctx.Err() == nil
 		}
 		timer := time.NewTimer(d)
 		select {
 		case <-timer.C:
-		case <-c.r.Context().Done():
+		case <-c.ctx.Done():
 			timer.Stop()
 			return false
 		}
@@ -104,26 +138,92 @@ func (c *call) meta() meta {
 	return meta{requestID: c.id, attempts: len(r.Attempts), terminal: gw.Terminal(r.Terminal), reason: gw.Reason(r.Reason)}
 }
 
-// finish answers the client once the engine reached a terminal.
+// publishError ends the flight with an error response.
+func (c *call) publishError(e *apiError, m meta) {
+	head, body := e.render(c.proto, m)
+	c.flight.Finish(head, body)
+}
+
+// finish commits the terminal and answers every subscriber: the stored
+// response goes to the ledger in the same commit as the terminal event and
+// the receipt, before the final bytes go out.
 func (c *call) finish(d retry.Decision, last *attemptResult) {
+	r := c.rec.R
+	r.Dedup.Joined = c.flight.Joined()
+	r.ClientRetryCount = max(r.ClientRetryCount, c.clientRetries, c.flight.ClientRetries())
+	r.Totals = r.ComputeTotals()
+	head, tail := c.answer(d, last)
+	state := ledgerState(gw.Terminal(r.Terminal))
+	var stored *ledger.Response
+	if head != nil || c.out.started {
+		body, _ := c.flight.Output()
+		stored = &ledger.Response{Status: http.StatusOK, ContentType: "text/event-stream", Attempts: len(r.Attempts),
+			Body: append(append([]byte(nil), body...), tail...)}
+		if head != nil {
+			stored.Status, stored.ContentType = head.Status, head.Header.Get("Content-Type")
+			stored.Route = head.Header.Get("X-Oncegate-Route")
+		}
+	}
+	if err := c.commit(state, stored); err != nil {
+		c.abort(err)
+		return
+	}
+	c.flight.Finish(head, tail)
+	if extra := c.flight.Joined() - r.Dedup.Joined; extra > 0 && c.g.ledger != nil {
+		_ = c.g.ledger.AddDedup(context.Background(), c.tenant.ID, c.id, extra, 0)
+	}
+	c.g.log.Info("request", "request_id", c.id, "tenant", c.tenant.ID, "model", c.alias.Name,
+		"attempts", len(r.Attempts), "terminal", r.Terminal, "reason", r.Reason, "joined", r.Dedup.Joined)
+}
+
+// answer renders the final response: for a stream that is visible, the
+// last frames; otherwise a whole response head and body.
+func (c *call) answer(d retry.Decision, last *attemptResult) (*coord.Head, []byte) {
 	switch {
 	case d.Action == retry.ActionComplete && c.stream:
-		c.out.complete(last.route, c.billed())
+		return c.out.complete(last.route, c.billed())
 	case d.Action == retry.ActionComplete:
-		h := c.w.Header()
+		h := http.Header{}
 		h.Set("Content-Type", "application/json")
 		setIDHeaders(h, c.id, len(c.rec.R.Attempts))
 		h.Set("X-Oncegate-Route", last.route.ID)
-		h.Set("X-Oncegate-Dedup", "miss")
-		c.w.WriteHeader(http.StatusOK)
-		_, _ = c.w.Write(last.body)
-	case d.Terminal == gw.TerminalCancelled || c.r.Context().Err() != nil:
-		// The client is gone: nobody to answer.
+		return &coord.Head{Status: http.StatusOK, Header: h}, last.body
 	case c.out.started:
-		c.out.interrupt(d)
-	default:
-		terminalError(d.Terminal, d.Reason, last).write(c.w, c.proto, c.meta())
+		return nil, c.out.interrupt(d)
+	case d.Terminal == gw.TerminalCancelled:
+		return errorf(CodeInternal, "the client went away").render(c.proto, c.meta())
 	}
+	return terminalError(d.Terminal, d.Reason, last).render(c.proto, c.meta())
+}
+
+// ledgerState maps a terminal to the ledger record state (DESIGN §3.2).
+func ledgerState(t gw.Terminal) ledger.State {
+	switch t {
+	case gw.TerminalSucceeded:
+		return ledger.Succeeded
+	case gw.TerminalIndeterminate:
+		return ledger.Indeterminate
+	}
+	return ledger.FailedNoEffect
+}
+
+// commit writes the terminal, the stored response and the receipt in one
+// durable commit. A cancelled request releases its identity instead: its
+// caller gave up before any answer, so the key may be used again.
+func (c *call) commit(state ledger.State, stored *ledger.Response) error {
+	r := c.rec.R
+	if c.g.ledger == nil {
+		return c.g.receipts.Put(r)
+	}
+	body, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	now := c.g.clock.Now()
+	term := c.log.event(ledger.EvTerminal, now, map[string]string{"terminal": r.Terminal, "reason": r.Reason})
+	return c.g.ledger.Finish(context.Background(), &ledger.Finish{Identity: c.identity, RequestID: c.id, Generation: c.log.gen,
+		State: state, Response: stored, At: now, Events: []ledger.Event{term}, Receipt: body, Tenant: c.tenant.ID,
+		Release: r.Terminal == string(gw.TerminalCancelled)})
 }
 
 // billed sums every attempt's usage: what the client is charged.
@@ -161,23 +261,19 @@ func (c *call) attempt(d retry.Decision) *attemptResult {
 		p := c.out.prefix()
 		prefix = &p
 	}
-	started := c.g.clock.Now()
-	res.obs = receipt.Observation{StartedAt: started, Breaker: receipt.BreakerState{State: "closed"}}
+	res.obs = receipt.Observation{StartedAt: c.g.clock.Now(), Breaker: receipt.BreakerState{State: "closed"}}
 	built, err := provider.BuildRequest(c.in, target, prefix)
 	if err != nil {
 		return c.observe(res, gw.KindInvalidRequest, "", err.Error())
 	}
-	ordinal := len(c.rec.R.Attempts) + 1
 	hdr := http.Header{}
 	hdr.Set("Idempotency-Key", "og-"+c.id)
 	hdr.Set("X-Oncegate-Request-Id", c.id)
-	hdr.Set("X-Oncegate-Attempt", strconv.Itoa(ordinal))
-	if up == provider.Anthropic && c.proto == provider.Anthropic {
-		if beta := c.r.Header.Get("anthropic-beta"); beta != "" {
-			hdr.Set("anthropic-beta", beta)
-		}
+	hdr.Set("X-Oncegate-Attempt", strconv.Itoa(len(c.rec.R.Attempts)+1))
+	if up == provider.Anthropic && c.proto == provider.Anthropic && c.anthropicBeta != "" {
+		hdr.Set("anthropic-beta", c.anthropicBeta)
 	}
-	ctx, cancel := context.WithDeadline(c.r.Context(), c.deadline)
+	ctx, cancel := context.WithDeadline(c.ctx, c.deadline)
 	defer cancel()
 	resp, err := c.g.clients[route.Provider.ID].Do(ctx, &upstream.Request{Path: upstreamPath(route.Provider.Type), Body: built.Body, Header: hdr})
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	oopt "github.com/openai/openai-go/v3/option"
 
 	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/ledger/sqlite"
 	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/provider"
@@ -94,6 +96,7 @@ type env struct {
 	t                            *testing.T
 	primary, fallback, anthropic *mock.Mock
 	gw                           *Gateway
+	store                        *sqlite.Store
 	url                          string
 	pol                          *policy.Policy
 }
@@ -124,7 +127,11 @@ func newEnv(t *testing.T, mcfg mock.Config) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.gw, err = New(e.pol, secrets, Options{DrainTimeout: 2 * time.Second})
+	e.store, err = sqlite.Open(filepath.Join(t.TempDir(), "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.gw, err = New(e.pol, secrets, Options{DrainTimeout: 2 * time.Second, Ledger: e.store, RejoinGrace: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +142,7 @@ func newEnv(t *testing.T, mcfg mock.Config) *env {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = e.gw.Serve(ctx, ln); close(done) }()
-	t.Cleanup(func() { cancel(); <-done; e.gw.Close() })
+	t.Cleanup(func() { cancel(); <-done; e.gw.Close(); _ = e.store.Close() })
 	e.url = "http://" + ln.Addr().String()
 	return e
 }

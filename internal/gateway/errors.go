@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/oncegate/oncegate/internal/coord"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/provider"
 )
@@ -81,9 +82,9 @@ type meta struct {
 	reason    gw.Reason
 }
 
-// write renders e in the client's protocol with status, headers and the
-// oncegate block.
-func (e *apiError) write(w http.ResponseWriter, p provider.Protocol, m meta) {
+// render returns e in the client's protocol: status and headers, and the
+// body with the oncegate block.
+func (e *apiError) render(p provider.Protocol, m meta) (*coord.Head, []byte) {
 	ce := &provider.ClientError{Code: e.code, Message: e.message, Param: e.param,
 		RequestID: m.requestID, Attempts: m.attempts, Terminal: string(m.terminal), Reason: string(m.reason)}
 	cs, ok := codeStatus[e.code]
@@ -101,15 +102,21 @@ func (e *apiError) write(w http.ResponseWriter, p provider.Protocol, m meta) {
 			ce.Type = cs.typ
 		}
 	}
-	h := w.Header()
+	h := http.Header{}
 	h.Set("Content-Type", "application/json")
 	h.Set("x-should-retry", strconv.FormatBool(retry))
 	setIDHeaders(h, m.requestID, m.attempts)
 	if e.retryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(e.retryAfter))
 	}
-	w.WriteHeader(ce.Status)
-	_, _ = w.Write(provider.EncodeError(p, ce))
+	return &coord.Head{Status: ce.Status, Header: h}, provider.EncodeError(p, ce)
+}
+
+// write sends e straight to a client (errors before any logical request).
+func (e *apiError) write(w http.ResponseWriter, p provider.Protocol, m meta) {
+	head, body := e.render(p, m)
+	writeHead(w, head, "")
+	_, _ = w.Write(body)
 }
 
 func setIDHeaders(h http.Header, requestID string, attempts int) {

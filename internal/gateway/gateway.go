@@ -19,8 +19,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/oncegate/oncegate/internal/clock"
 	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/coord"
+	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/provider"
 	"github.com/oncegate/oncegate/internal/receipt"
@@ -33,23 +37,45 @@ type Options struct {
 	Clock clock.Clock
 	// Logger receives one line per logical request (default: discard).
 	Logger *slog.Logger
-	// Receipts stores receipts (default: in memory, the last 100,000).
+	// Ledger is the idempotency ledger and event log. Nil disables
+	// durability: joins still work in process, receipts stay in memory.
+	Ledger ledger.Store
+	// Receipts stores receipts when there is no ledger (default: in
+	// memory, the last 100,000).
 	Receipts ReceiptStore
 	// DrainTimeout bounds graceful shutdown (default 30s).
 	DrainTimeout time.Duration
+	// Lease is how long an owner's claim on a request lasts between
+	// renewals (default 30s).
+	Lease time.Duration
+	// RejoinGrace is how long a request whose caller can come back (a
+	// keyed request, an official SDK) survives its last client (default 5s).
+	RejoinGrace time.Duration
+	// Secret is the fingerprint HMAC secret (default: the configured one,
+	// else the ledger's, else random for this process).
+	Secret []byte
 }
 
 // Gateway serves the API. It is safe for concurrent use.
 type Gateway struct {
-	pol      *policy.Policy
-	keys     []tenantKey
-	clients  map[string]*upstream.Client
-	receipts ReceiptStore
-	clock    clock.Clock
-	log      *slog.Logger
-	drain    time.Duration
-	mux      *http.ServeMux
-	inflight sync.WaitGroup
+	pol         *policy.Policy
+	keys        []tenantKey
+	clients     map[string]*upstream.Client
+	ledger      ledger.Store
+	receipts    ReceiptStore
+	flights     *coord.Local
+	clock       clock.Clock
+	log         *slog.Logger
+	drain       time.Duration
+	lease       time.Duration
+	rejoinGrace time.Duration
+	owner       string
+	secret      []byte
+	mux         *http.ServeMux
+	inflight    sync.WaitGroup
+	stop        chan struct{}
+	stopOnce    sync.Once
+	background  sync.WaitGroup
 }
 
 type tenantKey struct {
@@ -57,10 +83,19 @@ type tenantKey struct {
 	tenant *policy.Tenant
 }
 
-// New builds a gateway for a compiled policy and its resolved secrets.
+// New builds a gateway for a compiled policy and its resolved secrets. With
+// a ledger it first recovers what a previous process left unfinished.
 func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, error) {
-	g := &Gateway{pol: pol, clients: map[string]*upstream.Client{}, receipts: opts.Receipts,
-		clock: opts.Clock, log: opts.Logger, drain: opts.DrainTimeout}
+	g := &Gateway{pol: pol, clients: map[string]*upstream.Client{}, ledger: opts.Ledger, receipts: opts.Receipts,
+		clock: opts.Clock, log: opts.Logger, drain: opts.DrainTimeout, lease: opts.Lease, rejoinGrace: opts.RejoinGrace,
+		flights: coord.NewLocal(int(pol.Limits.MaxStreamBufferBytes)), owner: uuid.Must(uuid.NewV7()).String(),
+		stop: make(chan struct{})}
+	if g.lease == 0 {
+		g.lease = 30 * time.Second
+	}
+	if g.rejoinGrace == 0 {
+		g.rejoinGrace = 5 * time.Second
+	}
 	if g.clock == nil {
 		g.clock = clock.System{}
 	}
@@ -97,8 +132,83 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 		}
 		g.clients[p.ID] = upstream.New(upstream.Config{BaseURL: p.BaseURL, Connect: p.Connect, FirstByte: p.FirstByte, Idle: p.Idle, Headers: h})
 	}
+	if err := g.initSecret(opts.Secret, secrets.GatewaySecret); err != nil {
+		return nil, err
+	}
 	g.routes()
+	if g.ledger != nil {
+		n, err := g.recover(context.Background())
+		if err != nil {
+			return nil, fmt.Errorf("recover unfinished requests: %w", err)
+		}
+		if n > 0 {
+			g.log.Warn("recovered unfinished requests from a previous run", "count", n)
+		}
+		g.background.Add(2)
+		go g.renewLeases()
+		go g.expireRecords()
+	}
 	return g, nil
+}
+
+func (g *Gateway) initSecret(opt []byte, configured string) error {
+	switch {
+	case len(opt) > 0:
+		g.secret = opt
+	case configured != "":
+		g.secret = []byte(configured)
+	case g.ledger != nil:
+		s, err := g.ledger.Secret(context.Background())
+		if err != nil {
+			return fmt.Errorf("fingerprint secret: %w", err)
+		}
+		g.secret = s
+	default:
+		g.secret = []byte(uuid.NewString())
+	}
+	return nil
+}
+
+// renewLeases keeps this process's claims alive while it runs.
+func (g *Gateway) renewLeases() {
+	defer g.background.Done()
+	t := time.NewTicker(g.lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-g.stop:
+			return
+		case <-t.C:
+			if err := g.ledger.Renew(context.Background(), g.owner, g.clock.Now().Add(g.lease)); err != nil {
+				g.log.Error("renew leases", "err", err)
+			}
+		}
+	}
+}
+
+// expireRecords deletes ledger records past their retention (DESIGN §3.2).
+// With on_expired: reject, records are kept 30 × longer so that an expired
+// key can still be recognised and refused.
+func (g *Gateway) expireRecords() {
+	defer g.background.Done()
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	keep := g.pol.Idempotency.Retention.D()
+	if g.pol.Idempotency.OnExpired == "reject" {
+		keep *= 30
+	}
+	for {
+		select {
+		case <-g.stop:
+			return
+		case <-t.C:
+			if n, err := g.ledger.Expire(context.Background(), g.clock.Now().Add(-keep)); err != nil {
+				g.log.Error("expire records", "err", err)
+			} else if n > 0 {
+				g.log.Info("expired idempotency records", "count", n)
+			}
+		}
+	}
 }
 
 func (g *Gateway) routes() {
@@ -116,8 +226,11 @@ func (g *Gateway) routes() {
 // ServeHTTP serves the gateway's API.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.mux.ServeHTTP(w, r) }
 
-// Close releases upstream connections.
+// Close stops the background work and releases upstream connections. The
+// ledger is the caller's to close.
 func (g *Gateway) Close() {
+	g.stopOnce.Do(func() { close(g.stop) })
+	g.background.Wait()
 	for _, c := range g.clients {
 		c.Close()
 	}
@@ -219,8 +332,40 @@ func (g *Gateway) serveModels(w http.ResponseWriter, r *http.Request, t *policy.
 	writeJSON(w, http.StatusOK, body)
 }
 
+// receipt loads one of the tenant's receipts.
+func (g *Gateway) receipt(ctx context.Context, tenant, id string) (*receipt.Receipt, error) {
+	if g.ledger == nil {
+		return g.receipts.Get(tenant, id)
+	}
+	body, err := g.ledger.Receipt(ctx, tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	return receipt.Parse(body)
+}
+
+// listReceipts loads the tenant's receipts after `after`.
+func (g *Gateway) listReceipts(ctx context.Context, tenant string, limit int, after string) ([]*receipt.Receipt, error) {
+	if g.ledger == nil {
+		return g.receipts.List(tenant, limit, after)
+	}
+	bodies, err := g.ledger.Receipts(ctx, tenant, limit, after)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*receipt.Receipt, 0, len(bodies))
+	for _, b := range bodies {
+		r, err := receipt.Parse(b)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
 func (g *Gateway) serveReceipt(w http.ResponseWriter, r *http.Request, t *policy.Tenant) {
-	rc, err := g.receipts.Get(t.ID, r.PathValue("id"))
+	rc, err := g.receipt(r.Context(), t.ID, r.PathValue("id"))
 	if err != nil {
 		errorf(CodeModelNotFound, "no receipt %q", r.PathValue("id")).write(w, protocolOf(r), meta{})
 		return
@@ -244,7 +389,7 @@ func (g *Gateway) serveReceipts(w http.ResponseWriter, r *http.Request, t *polic
 		}
 		limit = n
 	}
-	list, err := g.receipts.List(t.ID, limit, r.URL.Query().Get("after"))
+	list, err := g.listReceipts(r.Context(), t.ID, limit, r.URL.Query().Get("after"))
 	if err != nil {
 		errorf(CodeInternal, "list receipts").write(w, protocolOf(r), meta{})
 		return
@@ -262,8 +407,8 @@ func (g *Gateway) serveReceipts(w http.ResponseWriter, r *http.Request, t *polic
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": list, "has_more": len(list) == limit, "last_id": last})
 }
 
-func (g *Gateway) serveReady(w http.ResponseWriter, _ *http.Request) {
-	if _, err := g.receipts.List("", 1, ""); err != nil {
+func (g *Gateway) serveReady(w http.ResponseWriter, r *http.Request) {
+	if _, err := g.listReceipts(r.Context(), "", 1, ""); err != nil {
 		http.Error(w, "store unavailable: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/oncegate/oncegate/internal/coord"
 	"github.com/oncegate/oncegate/internal/identity"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/provider"
@@ -18,12 +19,12 @@ import (
 	"github.com/oncegate/oncegate/internal/retry"
 )
 
-// serveChat handles POST /v1/chat/completions and POST /v1/messages: one
-// logical request per arrival, driven through the retry engine.
+// serveChat handles POST /v1/chat/completions and POST /v1/messages. Each
+// arrival either owns a new logical request — it starts the call and reads
+// its output — or joins the one in flight for the same identity, reading
+// the same output from its first byte (DESIGN §3.2, §5.4).
 func (g *Gateway) serveChat(p provider.Protocol) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		g.inflight.Add(1)
-		defer g.inflight.Done()
 		t := g.tenant(r)
 		if t == nil {
 			errorf(CodeUnauthorized, "missing or unknown API key").write(w, p, meta{})
@@ -34,13 +35,45 @@ func (g *Gateway) serveChat(p provider.Protocol) http.HandlerFunc {
 			apiErr.write(w, p, meta{})
 			return
 		}
-		c.run()
+		f, owner, fctx, err := g.flights.Acquire(c.identity, c.requestSHA, c.id, c.deadline)
+		switch {
+		case errors.Is(err, coord.ErrConflict):
+			errorf(CodeKeyReused, "the idempotency key is in use with a different request body").write(w, p, meta{})
+			return
+		case errors.Is(err, coord.ErrTruncated):
+			e := errorf(CodeKeyInUse, "this request's output is past the join buffer; retry when it has finished")
+			e.retryAfter = 1
+			e.write(w, p, meta{})
+			return
+		case !owner:
+			if now := g.clock.Now(); f.Deadline.After(c.deadline) {
+				f.Leave()
+				joinTooLong(f, now).write(w, p, meta{requestID: f.RequestID})
+				return
+			}
+			f.NoteClientRetry(c.clientRetries)
+			g.serveFlight(w, r, f, "joined")
+			return
+		}
+		c.flight, c.ctx = f, fctx
+		if r.Header.Get("Idempotency-Key") != "" || r.Header.Get("X-Stainless-Retry-Count") != "" {
+			f.SetGrace(g.rejoinGrace) // the caller can come back for this answer
+		}
+		g.inflight.Add(1)
+		go c.run()
+		g.serveFlight(w, r, f, "miss")
 	}
 }
 
 // admit reads and checks a request and builds its logical request. Every
 // rejection names what was wrong.
 func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, p provider.Protocol, t *policy.Tenant) (*call, *apiError) {
+	key := r.Header.Get("Idempotency-Key")
+	if _, sent := r.Header["Idempotency-Key"]; sent {
+		if err := identity.ValidateKey(key); err != nil {
+			return nil, &apiError{code: CodeInvalidKey, param: "Idempotency-Key", message: err.Error()}
+		}
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.pol.Limits.MaxBodyBytes))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
@@ -70,21 +103,29 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, p provider.Proto
 		return nil, apiErr
 	}
 	created := g.clock.Now()
-	c := &call{g: g, w: w, r: r, proto: p, tenant: t, alias: alias, in: cr,
-		id: uuid.Must(uuid.NewV7()).String(), created: created,
-		deadline: retry.Deadline(created, alias.Engine.Deadline, budgets...),
-		stream:   cr.IR.Stream,
+	c := &call{g: g, proto: p, tenant: t, alias: alias, in: cr,
+		id: uuid.Must(uuid.NewV7()).String(), created: created, requestSHA: identity.SHA256Hex(canon),
+		deadline:      retry.Deadline(created, alias.Engine.Deadline, budgets...),
+		stream:        cr.IR.Stream,
+		streamEvents:  r.Header.Get("X-Oncegate-Stream-Events") == "1",
+		anthropicBeta: r.Header.Get("anthropic-beta"),
+		clientRetries: clientRetryCount(r.Header),
 	}
-	c.streamEvents = r.Header.Get("X-Oncegate-Stream-Events") == "1"
+	h := receipt.Receipt{RequestID: c.id, Tenant: t.ID, Operation: p.Operation(), Model: alias.Name,
+		RequestSHA256: c.requestSHA, CreatedAt: created, Deadline: c.deadline, Stream: c.stream, ClientRetryCount: c.clientRetries}
+	if key != "" {
+		h.KeySHA256 = identity.KeyDigest(t.ID, p.Operation(), key)
+		c.identity = "k:" + h.KeySHA256
+	} else {
+		h.Fingerprint = identity.Fingerprint(g.secret, t.ID, p.Operation(), c.requestSHA)
+		c.identity = "f:" + h.Fingerprint
+	}
 	acceptRestart := c.streamEvents && r.Header.Get("X-Oncegate-Accept-Restart") == "1"
 	needs := provider.NeedsOf(cr.IR)
-	ineligible := alias.Ineligible(policy.Needs{Images: needs.Images, Audio: needs.Audio, Tools: needs.Tools,
-		JSONSchema: needs.JSONSchema, Stream: needs.Stream, ContextTokens: cr.PromptTokens + cr.IR.MaxTokens}, t.MaxBoundary)
-	h := receipt.Receipt{RequestID: c.id, Tenant: t.ID, Operation: p.Operation(), Model: alias.Name,
-		RequestSHA256: identity.SHA256Hex(canon), CreatedAt: created, Deadline: c.deadline, Stream: c.stream,
-		ClientRetryCount: clientRetryCount(r.Header),
-		Request: receipt.Facts{EstimatedInputTokens: cr.PromptTokens, MaxOutputTokens: cr.IR.MaxTokens,
-			MaxDataBoundary: t.MaxBoundary.String(), AcceptRestart: acceptRestart, IneligibleRoutes: ineligible}}
+	h.Request = receipt.Facts{EstimatedInputTokens: cr.PromptTokens, MaxOutputTokens: cr.IR.MaxTokens,
+		MaxDataBoundary: t.MaxBoundary.String(), AcceptRestart: acceptRestart,
+		IneligibleRoutes: alias.Ineligible(policy.Needs{Images: needs.Images, Audio: needs.Audio, Tools: needs.Tools,
+			JSONSchema: needs.JSONSchema, Stream: needs.Stream, ContextTokens: cr.PromptTokens + cr.IR.MaxTokens}, t.MaxBoundary)}
 	c.rec = receipt.NewRecorder(alias, h)
 	c.out = newOutput(c)
 	return c, nil

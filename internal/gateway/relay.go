@@ -10,6 +10,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/oncegate/oncegate/internal/coord"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/provider"
@@ -28,21 +29,30 @@ const maxEventBytes = 1 << 20
 // what was delivered, for a resume's prefix.
 type output struct {
 	c            *call
-	rc           *http.ResponseController
 	enc          provider.Encoder
 	buffer       bool // stream.buffer: hold everything until the upstream finishes
 	includeUsage bool
-	started      bool   // headers and the opening frame are out
-	pending      []byte // frames not yet written
+	started      bool   // the head and the opening frame are out
+	pending      []byte // frames not yet published
 	held         []byte // buffer mode: the current attempt's frames
 	delivered    strings.Builder
 	emitted      int64 // visible tokens the client has received
 	stripLead    bool  // drop the next text's leading whitespace (resume seam)
-	writeErr     error
 }
 
 func newOutput(c *call) *output {
-	return &output{c: c, rc: http.NewResponseController(c.w), buffer: c.alias.Buffer, includeUsage: c.in.IR.IncludeUsage}
+	return &output{c: c, buffer: c.alias.Buffer, includeUsage: c.in.IR.IncludeUsage}
+}
+
+// streamHead is the head of a stream that is about to become visible.
+func (o *output) streamHead(route string, attempts int) *coord.Head {
+	h := http.Header{}
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	setIDHeaders(h, o.c.id, attempts)
+	h.Set("X-Oncegate-Route", route)
+	return &coord.Head{Status: http.StatusOK, Header: h}
 }
 
 // attemptStream is one attempt's view of its upstream stream.
@@ -63,7 +73,7 @@ type attemptStream struct {
 	streamErr *provider.UpstreamError
 }
 
-// begin writes the response headers and the opening frame: the moment the
+// begin publishes the response head and the opening frame: the moment the
 // stream becomes visible.
 func (o *output) begin(a *attemptStream) {
 	c := o.c
@@ -72,14 +82,7 @@ func (o *output) begin(a *attemptStream) {
 		o.held = o.enc.Start(o.held[:0], a.input)
 		return
 	}
-	h := c.w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	setIDHeaders(h, c.id, len(c.rec.R.Attempts)+1)
-	h.Set("X-Oncegate-Route", a.route.ID)
-	h.Set("X-Oncegate-Dedup", "miss")
-	c.w.WriteHeader(http.StatusOK)
+	c.flight.SetHead(o.streamHead(a.route.ID, len(c.rec.R.Attempts)+1))
 	o.started = true
 	o.pending = o.enc.Start(o.pending, a.input)
 }
@@ -121,18 +124,13 @@ func (o *output) emit(e *provider.Event, a *attemptStream) {
 	o.emitted++
 }
 
+// flush publishes pending frames to every subscriber.
 func (o *output) flush() {
-	if len(o.pending) == 0 || o.writeErr != nil {
+	if len(o.pending) == 0 {
 		return
 	}
-	if _, err := o.c.w.Write(o.pending); err != nil {
-		o.writeErr = err
-		return
-	}
+	o.c.flight.Write(o.pending)
 	o.pending = o.pending[:0]
-	if err := o.rc.Flush(); err != nil {
-		o.writeErr = err
-	}
 }
 
 // prefix is the delivered text a resume continues, right-stripped of
@@ -166,41 +164,35 @@ func (o *output) between(d retry.Decision, attempt int) {
 	o.flush()
 }
 
-// complete ends a successful stream: the finish frame with the usage billed
-// across all attempts, and the terminator. In buffer mode it first sends the
-// whole held answer.
-func (o *output) complete(route *policy.Route, billed gw.Usage) {
+// complete renders the end of a successful stream: the finish frame with
+// the usage billed across all attempts, and the terminator. A stream held
+// in buffer mode is sent whole, with its head.
+func (o *output) complete(route *policy.Route, billed gw.Usage) (*coord.Head, []byte) {
+	o.flush()
+	var head *coord.Head
+	var tail []byte
 	if !o.started {
-		held := o.held
-		o.buffer = false
-		h := o.c.w.Header()
-		h.Set("Content-Type", "text/event-stream")
-		h.Set("Cache-Control", "no-cache")
-		setIDHeaders(h, o.c.id, len(o.c.rec.R.Attempts))
-		h.Set("X-Oncegate-Route", route.ID)
-		h.Set("X-Oncegate-Dedup", "miss")
-		o.c.w.WriteHeader(http.StatusOK)
-		o.started = true
+		head = o.streamHead(route.ID, len(o.c.rec.R.Attempts))
 		if o.enc == nil { // an answer with no visible output at all
 			o.enc = provider.NewEncoder(o.c.proto, provider.ResponseID(o.c.proto, o.c.id), o.c.created.Unix(), route.Model)
-			held = o.enc.Start(nil, billed.InputTokens)
+			o.held = o.enc.Start(o.held[:0], billed.InputTokens)
 		}
-		o.pending = append(o.pending, held...)
+		tail = append(tail, o.held...)
+		o.started = true
 	}
-	o.pending = o.enc.Finish(o.pending, o.c.lastFinish, billed, o.includeUsage)
-	o.flush()
+	return head, o.enc.Finish(tail, o.c.lastFinish, billed, o.includeUsage)
 }
 
-// interrupt ends a visible stream that cannot be completed (DESIGN §5.3
-// stop): an in-band error and no terminator, so the client's SDK reports
-// an error rather than a truncated answer.
-func (o *output) interrupt(d retry.Decision) {
+// interrupt renders the end of a visible stream that cannot be completed
+// (DESIGN §5.3 stop): an in-band error and no terminator, so the client's
+// SDK reports an error rather than a truncated answer.
+func (o *output) interrupt(d retry.Decision) []byte {
+	o.flush()
 	c := o.c
 	ce := &provider.ClientError{Type: "stream_interrupted", Code: "stream_interrupted",
 		Message:       "the provider's stream broke after " + strconv.FormatInt(o.emitted, 10) + " tokens and could not be resumed (" + string(d.Reason) + ")",
 		EmittedTokens: o.emitted, RequestID: c.id}
-	o.pending = o.enc.Error(o.pending, ce)
-	o.flush()
+	return o.enc.Error(nil, ce)
 }
 
 // relay reads one attempt's upstream stream, relaying visible output as it
@@ -258,21 +250,17 @@ read:
 			}
 		}
 		if !rd.Pending() {
-			// Flush what arrived before waiting for more: one write per
+			// Publish what arrived before waiting for more: one write per
 			// upstream read rather than per event, and never a delay.
 			o.flush()
-			if o.writeErr != nil {
-				break
-			}
 		}
 	}
 	o.flush()
-	return c.endStream(ctx, res, a, endErr, built)
+	return c.endStream(res, a, endErr, built)
 }
 
 // endStream turns how a stream ended into the attempt's outcome.
-func (c *call) endStream(ctx context.Context, res *attemptResult, a *attemptStream, endErr error, built *provider.Built) *attemptResult {
-	o := c.out
+func (c *call) endStream(res *attemptResult, a *attemptStream, endErr error, built *provider.Built) *attemptResult {
 	res.obs.VisibleOutput, res.obs.EmittedTokens, res.obs.InToolCall, res.obs.ProtocolWarnings = a.visible, a.emitted, a.inTool, a.warnings
 	res.obs.Usage = a.usage
 	if !a.hasUsage {
@@ -281,7 +269,7 @@ func (c *call) endStream(ctx context.Context, res *attemptResult, a *attemptStre
 	var ue *upstream.Error
 	isUpstream := errors.As(endErr, &ue)
 	switch {
-	case o.writeErr != nil || (isUpstream && ue.Cancelled) || (ctx.Err() != nil && c.r.Context().Err() != nil):
+	case (isUpstream && ue.Cancelled) || c.ctx.Err() != nil:
 		return c.observe(res, gw.KindCancelled, gw.CauseClientGone, "client disconnected")
 	case a.streamErr == nil && (a.done || a.finish != ""):
 		// A stream that reached its finish reason is complete even if the

@@ -332,7 +332,7 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 	var r *receipt.Receipt
 	for r == nil || r.Terminal == "" {
 		time.Sleep(10 * time.Millisecond)
-		if got, err := e.gw.receipts.Get("acme", id); err == nil {
+		if got, err := e.gw.receipt(context.Background(), "acme", id); err == nil {
 			r = got
 		}
 		if time.Now().After(deadline) {

@@ -8,7 +8,9 @@ package ledger
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -101,8 +103,15 @@ type Finish struct {
 	Response   *Response
 	At         time.Time
 	Events     []Event // the remaining events, terminal_committed last
-	Receipt    []byte  // canonical receipt JSON
+	Receipt    []byte  // receipt JSON
 	Tenant     string
+	// Release deletes the record instead of finishing it (the caller gave
+	// up before any answer: the key may be used again); the events and the
+	// receipt stay.
+	Release bool
+	// Takeover bumps the generation as it finishes (recovery settling
+	// another owner's request).
+	Takeover bool
 }
 
 // Errors the store returns.
@@ -156,8 +165,9 @@ type Store interface {
 	// Receipts lists a tenant's receipts after request id `after`, oldest
 	// first, at most limit.
 	Receipts(ctx context.Context, tenant string, limit int, after string) ([][]byte, error)
-	// UpdateReceipt replaces a stored receipt (join and replay counts).
-	UpdateReceipt(ctx context.Context, tenant, requestID string, receipt []byte) error
+	// AddDedup adds to a stored receipt's "dedup" counts (joined and
+	// replayed arrivals), atomically.
+	AddDedup(ctx context.Context, tenant, requestID string, joined, replayed int) error
 	// Secret returns the gateway's fingerprint secret, creating it once.
 	Secret(ctx context.Context) ([]byte, error)
 	// Expire deletes finished records that finished before cutoff (their
@@ -171,4 +181,26 @@ type Store interface {
 type Unfinished struct {
 	Record *Record
 	Events []Event
+}
+
+// AddDedup adds to the "dedup" counts of a receipt's JSON, leaving every
+// other field as it is. Backends use it to update stored receipts.
+func AddDedup(receipt []byte, joined, replayed int) ([]byte, error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(receipt, &top); err != nil {
+		return nil, fmt.Errorf("receipt: %w", err)
+	}
+	var d struct {
+		Joined   int `json:"joined"`
+		Replayed int `json:"replayed"`
+	}
+	if raw, ok := top["dedup"]; ok {
+		if err := json.Unmarshal(raw, &d); err != nil {
+			return nil, fmt.Errorf("receipt dedup: %w", err)
+		}
+	}
+	d.Joined += joined
+	d.Replayed += replayed
+	top["dedup"], _ = json.Marshal(d)
+	return json.Marshal(top)
 }

@@ -36,7 +36,7 @@ func ev(requestID string, seq, gen int64, typ ledger.EventType) ledger.Event {
 func finish(requestID string, gen, seq int64) *ledger.Finish {
 	return &ledger.Finish{Identity: "k:" + requestID, RequestID: requestID, Generation: gen, State: ledger.Succeeded,
 		Response: &ledger.Response{Status: 200, ContentType: "application/json", Body: []byte(`{"ok":true}`), Attempts: 1},
-		At: t0.Add(time.Second), Events: []ledger.Event{ev(requestID, seq, gen, ledger.EvTerminal)},
+		At:       t0.Add(time.Second), Events: []ledger.Event{ev(requestID, seq, gen, ledger.EvTerminal)},
 		Receipt: []byte(`{"request_id":"` + requestID + `"}`), Tenant: "acme"}
 }
 
@@ -150,6 +150,26 @@ func Run(t *testing.T, open Opener) {
 			t.Fatalf("receipt %s %v", body, err)
 		}
 	})
+	t.Run("release frees the identity and keeps the history", func(t *testing.T) {
+		s := open(t, false)
+		if _, _, err := s.Claim(ctx, rec("k:rel", "rel"), []ledger.Event{ev("rel", 1, 1, ledger.EvCreated)}); err != nil {
+			t.Fatal(err)
+		}
+		f := finish("rel", 1, 2)
+		f.Release = true
+		if err := s.Finish(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Get(ctx, "k:rel"); !errors.Is(err, ledger.ErrNotFound) {
+			t.Fatalf("released identity still held: %v", err)
+		}
+		if evs, _ := s.Events(ctx, "rel"); len(evs) != 2 {
+			t.Fatalf("history lost: %v", evs)
+		}
+		if _, created, err := s.Claim(ctx, rec("k:rel", "rel2"), nil); err != nil || !created {
+			t.Fatalf("reclaim after release: %v %v", created, err)
+		}
+	})
 	t.Run("replace only the expected request", func(t *testing.T) {
 		s := open(t, false)
 		if _, _, err := s.Claim(ctx, rec("f:x", "old"), nil); err != nil {
@@ -182,13 +202,19 @@ func Run(t *testing.T, open Opener) {
 		if err != nil || len(list) != 2 || !bytes.Contains(list[0], []byte("01b")) || !bytes.Contains(list[1], []byte("01c")) {
 			t.Fatalf("list %q %v", list, err)
 		}
-		if err := s.UpdateReceipt(ctx, "acme", "01a", []byte(`{"request_id":"01a","dedup":1}`)); err != nil {
+		if err := s.AddDedup(ctx, "acme", "01a", 1, 2); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.AddDedup(ctx, "acme", "01a", 0, 1); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.Append(ctx, true); err != nil { // an empty append flushes nothing but must not fail
 			t.Fatal(err)
 		}
-		waitFor(t, func() bool { b, _ := s.Receipt(ctx, "acme", "01a"); return bytes.Contains(b, []byte("dedup")) })
+		waitFor(t, func() bool {
+			b, _ := s.Receipt(ctx, "acme", "01a")
+			return bytes.Contains(b, []byte(`"dedup":{"joined":1,"replayed":3}`))
+		})
 	})
 	t.Run("unfinished, renew and expire", func(t *testing.T) {
 		s := open(t, false)

@@ -395,9 +395,20 @@ func finish(tx *sql.Tx, f *ledger.Finish) error {
 			return err
 		}
 	}
-	if _, err := tx.Exec(`UPDATE requests SET state = ?, finished_at = ?, response = ? WHERE request_id = ?`,
-		string(f.State), ns(f.At), resp, f.RequestID); err != nil {
-		return err
+	switch {
+	case f.Release:
+		if _, err := tx.Exec(`DELETE FROM requests WHERE request_id = ?`, f.RequestID); err != nil {
+			return err
+		}
+	default:
+		gen := f.Generation
+		if f.Takeover {
+			gen++
+		}
+		if _, err := tx.Exec(`UPDATE requests SET state = ?, finished_at = ?, response = ?, generation = ? WHERE request_id = ?`,
+			string(f.State), ns(f.At), resp, gen, f.RequestID); err != nil {
+			return err
+		}
 	}
 	if err := insertEvents(tx, f.Events); err != nil {
 		return err
@@ -562,10 +573,20 @@ func (s *Store) Receipts(ctx context.Context, tenant string, limit int, after st
 	return out, rows.Err()
 }
 
-// UpdateReceipt replaces a stored receipt.
-func (s *Store) UpdateReceipt(ctx context.Context, tenant, requestID string, body []byte) error {
+// AddDedup adds to a receipt's dedup counts in the writer's transaction,
+// so concurrent arrivals never lose a count.
+func (s *Store) AddDedup(ctx context.Context, tenant, requestID string, joined, replayed int) error {
 	return s.write(ctx, false, func(tx *sql.Tx) error {
-		_, err := tx.Exec(`UPDATE receipts SET body = ? WHERE request_id = ? AND tenant = ?`, body, requestID, tenant)
+		var body []byte
+		err := tx.QueryRow(`SELECT body FROM receipts WHERE request_id = ? AND tenant = ?`, requestID, tenant).Scan(&body)
+		if err != nil {
+			return err
+		}
+		next, err := ledger.AddDedup(body, joined, replayed)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(`UPDATE receipts SET body = ? WHERE request_id = ?`, next, requestID)
 		return err
 	})
 }

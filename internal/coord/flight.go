@@ -1,0 +1,272 @@
+// Package coord coordinates logical requests in flight (DESIGN §3.2, §5.4):
+// one Flight per identity, whose output — response head, then body bytes
+// as the client protocol encodes them — is shared by its owner and every
+// joiner. A joiner of a stream reads every byte from the start, then tails.
+// A subscriber leaving never disturbs the others; the flight's work is
+// cancelled only when none remains (after an optional grace, so that a
+// client that can come back — a keyed request, an SDK retry — can rejoin).
+package coord
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Head is the response head every subscriber writes.
+type Head struct {
+	Status int
+	Header http.Header
+	// Dedup overrides X-Oncegate-Dedup for every subscriber ("replayed");
+	// empty means owner "miss", joiners "joined".
+	Dedup string
+}
+
+// Errors of Acquire and Subscribe.
+var (
+	// ErrConflict: the identity is in flight with a different request body.
+	ErrConflict = errors.New("coord: identity in flight with a different request")
+	// ErrTruncated: the flight's output outgrew its buffer; it cannot be
+	// joined from the start any more.
+	ErrTruncated = errors.New("coord: flight output past the join buffer")
+)
+
+// Flight is one logical request in flight. Its methods are safe for
+// concurrent use: one writer (the call) and any number of subscribers.
+type Flight struct {
+	Identity  string
+	RequestID string
+	SHA256    string
+	Deadline  time.Time
+
+	local   *Local
+	limit   int
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced on every change
+	head    *Head
+	body    []byte
+	trunc   bool
+	done    bool
+	subs    int
+	joined  int
+	retries int
+	grace   time.Duration
+	timer   *time.Timer
+	cancel  context.CancelFunc
+}
+
+// Local is the in-process flight table. It is safe for concurrent use.
+type Local struct {
+	mu      sync.Mutex
+	flights map[string]*Flight
+	limit   int
+}
+
+// NewLocal returns a flight table whose flights buffer at most limit bytes
+// of output for joiners.
+func NewLocal(limit int) *Local { return &Local{flights: map[string]*Flight{}, limit: limit} }
+
+// Acquire returns the flight for identity: an existing one to join (owner
+// false), or a new one the caller owns, whose work runs under ctx (the
+// caller starts it). A flight with another body is ErrConflict; one past
+// its join buffer is ErrTruncated.
+func (l *Local) Acquire(identity, sha, requestID string, deadline time.Time) (f *Flight, owner bool, ctx context.Context, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if f := l.flights[identity]; f != nil {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		switch {
+		case f.SHA256 != sha:
+			return nil, false, nil, ErrConflict
+		case f.trunc:
+			return nil, false, nil, ErrTruncated
+		}
+		f.subs++
+		f.joined++
+		if f.timer != nil { // a rejoin within the grace: keep the work alive
+			f.timer.Stop()
+			f.timer = nil
+		}
+		return f, false, nil, nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	f = &Flight{Identity: identity, RequestID: requestID, SHA256: sha, Deadline: deadline, local: l, limit: l.limit,
+		changed: make(chan struct{}), subs: 1, cancel: cancel}
+	l.flights[identity] = f
+	return f, true, ctx, nil
+}
+
+// Len is how many flights are in the table.
+func (l *Local) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.flights)
+}
+
+// SetGrace sets how long the flight's work survives its last subscriber
+// (0: cancelled at once).
+func (f *Flight) SetGrace(d time.Duration) {
+	f.mu.Lock()
+	f.grace = d
+	f.mu.Unlock()
+}
+
+// NoteClientRetry records an official SDK's retry count seen on an arrival
+// that joined (DESIGN §3.1: client_retry_count).
+func (f *Flight) NoteClientRetry(n int) {
+	f.mu.Lock()
+	f.retries = max(f.retries, n)
+	f.mu.Unlock()
+}
+
+// ClientRetries is the largest SDK retry count seen among joiners.
+func (f *Flight) ClientRetries() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.retries
+}
+
+// Joined is how many subscribers joined after the owner.
+func (f *Flight) Joined() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.joined
+}
+
+func (f *Flight) notify() {
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+// SetHead publishes the response head.
+func (f *Flight) SetHead(h *Head) {
+	f.mu.Lock()
+	f.head = h
+	f.notify()
+	f.mu.Unlock()
+}
+
+// Write publishes output bytes.
+func (f *Flight) Write(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	f.mu.Lock()
+	f.body = append(f.body, b...)
+	if len(f.body) > f.limit {
+		f.trunc = true // existing subscribers keep reading; no one new joins
+	}
+	f.notify()
+	f.mu.Unlock()
+}
+
+// Finish publishes the end of the output (and the head, if the answer is
+// a whole response rather than a stream) and removes the flight from the
+// table: later arrivals go to the ledger.
+func (f *Flight) Finish(h *Head, body []byte) {
+	f.mu.Lock()
+	if h != nil {
+		f.head = h
+	}
+	f.body = append(f.body, body...)
+	f.done = true
+	f.notify()
+	f.mu.Unlock()
+	f.local.remove(f)
+}
+
+func (l *Local) remove(f *Flight) {
+	l.mu.Lock()
+	if l.flights[f.Identity] == f {
+		delete(l.flights, f.Identity)
+	}
+	l.mu.Unlock()
+}
+
+// Output returns the whole output so far (for storing a finished stream)
+// and whether it was truncated.
+func (f *Flight) Output() ([]byte, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.body, f.trunc
+}
+
+// Leave ends one subscription. When none remain and the work is not done,
+// the work is cancelled — at once, or after the grace if a subscriber may
+// still come back.
+func (f *Flight) Leave() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.subs--
+	if f.subs > 0 || f.done {
+		return
+	}
+	if f.grace <= 0 {
+		f.cancel()
+		return
+	}
+	f.timer = time.AfterFunc(f.grace, func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.subs == 0 && !f.done {
+			f.cancel()
+		}
+	})
+}
+
+// Cancel ends the flight's work now (for example when the server stops).
+func (f *Flight) Cancel() { f.cancel() }
+
+// Reader reads a flight's output from the start. It is not safe for
+// concurrent use; each subscriber has its own.
+type Reader struct {
+	f   *Flight
+	off int
+}
+
+// NewReader starts reading f from its first byte.
+func (f *Flight) NewReader() *Reader { return &Reader{f: f} }
+
+// Head waits for the response head; ok is false if ctx ended first.
+func (r *Reader) Head(ctx context.Context) (*Head, bool) {
+	for {
+		r.f.mu.Lock()
+		h, ch := r.f.head, r.f.changed
+		r.f.mu.Unlock()
+		if h != nil {
+			return h, true
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, false
+		}
+	}
+}
+
+// Next waits for output past what this reader has seen and returns it,
+// with done once the flight finished and everything was read. ok is false
+// if ctx ended first.
+func (r *Reader) Next(ctx context.Context) (b []byte, done, ok bool) {
+	for {
+		r.f.mu.Lock()
+		body, fin, ch := r.f.body, r.f.done, r.f.changed
+		r.f.mu.Unlock()
+		if r.off < len(body) {
+			b = body[r.off:]
+			r.off = len(body)
+			return b, false, true
+		}
+		if fin {
+			return nil, true, true
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, false, false
+		}
+	}
+}

@@ -1,0 +1,190 @@
+package gateway
+
+import (
+	"context"
+	"math"
+	"net/http"
+	"time"
+
+	"github.com/oncegate/oncegate/internal/coord"
+	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/retry"
+)
+
+// record is the ledger entry this call claims.
+func (c *call) record() *ledger.Record {
+	return &ledger.Record{Identity: c.identity, RequestID: c.id, Tenant: c.tenant.ID, Operation: c.proto.Operation(),
+		RequestSHA256: c.requestSHA, Stream: c.stream, State: ledger.InProgress, Owner: c.g.owner, Generation: 1,
+		LeaseUntil: c.created.Add(c.g.lease), CreatedAt: c.created}
+}
+
+// claim makes this call the owner of its identity in the ledger, with
+// logical_request_created and, when the engine dispatches, attempt 1's
+// reserved and dispatched events in the same durable commit. If the
+// identity already has a record, claim answers from it (a replay, or the
+// error the arrival table of DESIGN §3.2 names) and returns false.
+func (c *call) claim(d retry.Decision) bool {
+	c.log = &eventLog{store: c.g.ledger, requestID: c.id, gen: 1}
+	if c.g.ledger == nil {
+		return true
+	}
+	evs := func() []ledger.Event {
+		c.log.seq = 0
+		out := []ledger.Event{c.log.event(ledger.EvCreated, c.created, c.rec.R)}
+		if d.Dispatches() {
+			out = append(out, c.dispatchEvents(d, 1)...)
+		}
+		return out
+	}
+	for range 3 {
+		existing, created, err := c.g.ledger.Claim(c.ctx, c.record(), evs())
+		if err != nil {
+			c.abort(err)
+			return false
+		}
+		if created {
+			return true
+		}
+		replace, done := c.resolve(existing)
+		if done {
+			return false
+		}
+		if replace {
+			ok, err := c.g.ledger.Replace(c.ctx, existing.RequestID, c.record(), evs())
+			if err != nil {
+				c.abort(err)
+				return false
+			}
+			if ok {
+				return true
+			}
+		}
+	}
+	c.publishError(errorf(CodeKeyInUse, "the idempotency key is changing hands; retry"), meta{requestID: c.id})
+	return false
+}
+
+// resolve answers an arrival whose identity already has a record (DESIGN
+// §3.2): a replay, 422 for a different body, 502 for an indeterminate
+// outcome, 409 while another owner holds it or past retention. replace
+// asks to start a new logical request in the record's place instead.
+func (c *call) resolve(rec *ledger.Record) (replace, done bool) {
+	now := c.g.clock.Now()
+	idem := c.g.pol.Idempotency
+	m := meta{requestID: rec.RequestID, attempts: 0}
+	if rec.Response != nil {
+		m.attempts = rec.Response.Attempts
+	}
+	if rec.State == ledger.InProgress {
+		if rec.LeaseUntil.Before(now) {
+			// Its owner died: never re-dispatch blind (DESIGN §12).
+			c.g.settleOne(c.ctx, rec)
+			e := errorf(CodeOutcomeUnknown, "the request's owner stopped mid-request; its outcome is unknown (state indeterminate)")
+			c.publishError(e, m)
+			return false, true
+		}
+		e := errorf(CodeKeyInUse, "this request is in progress elsewhere")
+		e.retryAfter = int(math.Ceil(max(1, rec.LeaseUntil.Sub(now).Seconds())))
+		c.publishError(e, m)
+		return false, true
+	}
+	age := now.Sub(rec.FinishedAt)
+	if rec.Keyed() {
+		if age > idem.Retention.D() {
+			if idem.OnExpired == "reject" {
+				c.publishError(errorf(CodeKeyExpired, "the idempotency key expired (retention %v); use a new key", idem.Retention.D()), m)
+				return false, true
+			}
+			return true, false
+		}
+	} else {
+		window := idem.FingerprintReplayWindow.D()
+		if c.clientRetries > 0 {
+			window = max(window, idem.SDKRetryWindow.D())
+		}
+		if age > window {
+			return true, false // the same question asked again later: a new request
+		}
+	}
+	if rec.RequestSHA256 != c.requestSHA {
+		c.publishError(errorf(CodeKeyReused, "the idempotency key was used with a different request body"), m)
+		return false, true
+	}
+	if rec.State == ledger.Indeterminate || rec.Response == nil {
+		m.terminal = "indeterminate"
+		c.publishError(errorf(CodeOutcomeUnknown, "the first attempt's outcome is unknown (state indeterminate); it will not be re-sent"), m)
+		return false, true
+	}
+	c.replay(rec)
+	return false, true
+}
+
+// replay answers from a finished record's stored response.
+func (c *call) replay(rec *ledger.Record) {
+	resp := rec.Response
+	h := http.Header{}
+	h.Set("Content-Type", resp.ContentType)
+	setIDHeaders(h, rec.RequestID, resp.Attempts)
+	if resp.Route != "" {
+		h.Set("X-Oncegate-Route", resp.Route)
+	}
+	if resp.Status >= 400 {
+		h.Set("x-should-retry", "false")
+	}
+	if resp.ContentType == "text/event-stream" {
+		h.Set("Cache-Control", "no-cache")
+	}
+	c.flight.Finish(&coord.Head{Status: resp.Status, Header: h, Dedup: "replayed"}, resp.Body)
+	_ = c.g.ledger.AddDedup(context.Background(), rec.Tenant, rec.RequestID, c.flight.Joined(), 1)
+}
+
+// writeHead writes a response head; dedup names X-Oncegate-Dedup unless the
+// head overrides it.
+func writeHead(w http.ResponseWriter, h *coord.Head, dedup string) {
+	dst := w.Header()
+	for k, v := range h.Header {
+		dst[k] = v
+	}
+	if h.Dedup != "" {
+		dedup = h.Dedup
+	}
+	if dedup != "" {
+		dst.Set("X-Oncegate-Dedup", dedup)
+	}
+	w.WriteHeader(h.Status)
+}
+
+// serveFlight sends a flight's output to one client — the owner or a
+// joiner — from its first byte, flushing as it arrives. The client leaving
+// ends only its own subscription.
+func (g *Gateway) serveFlight(w http.ResponseWriter, r *http.Request, f *coord.Flight, dedup string) {
+	defer f.Leave()
+	rd := f.NewReader()
+	ctx := r.Context()
+	h, ok := rd.Head(ctx)
+	if !ok {
+		return
+	}
+	writeHead(w, h, dedup)
+	rc := http.NewResponseController(w)
+	for {
+		b, done, ok := rd.Next(ctx)
+		if !ok || done {
+			return
+		}
+		if _, err := w.Write(b); err != nil {
+			return
+		}
+		if err := rc.Flush(); err != nil {
+			return
+		}
+	}
+}
+
+// joinTooLong is the 409 for a join that would outlast the joiner's own
+// deadline (DESIGN §3.2): come back when the owner's deadline has passed.
+func joinTooLong(f *coord.Flight, now time.Time) *apiError {
+	e := errorf(CodeKeyInUse, "this request is in progress and may take longer than your deadline allows")
+	e.retryAfter = int(math.Ceil(max(1, f.Deadline.Sub(now).Seconds())))
+	return e
+}
