@@ -170,7 +170,7 @@ func (c *call) finish(d retry.Decision, last *attemptResult) {
 	}
 	c.flight.Finish(head, tail)
 	if extra := c.flight.Joined() - r.Dedup.Joined; extra > 0 && c.g.ledger != nil {
-		_ = c.g.ledger.AddDedup(context.Background(), c.tenant.ID, c.id, extra, 0)
+		_ = c.g.ledger.AddDedup(context.Background(), c.tenant.ID, c.id, extra, 0, c.flight.ClientRetries())
 	}
 	c.g.log.Info("request", "request_id", c.id, "tenant", c.tenant.ID, "model", c.alias.Name,
 		"attempts", len(r.Attempts), "terminal", r.Terminal, "reason", r.Reason, "joined", r.Dedup.Joined)

@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -14,7 +16,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	aopt "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/openai/openai-go/v3"
-	oopt "github.com/openai/openai-go/v3/option"
+	oopt2 "github.com/openai/openai-go/v3/option"
 
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/ledger/sqlite"
@@ -32,9 +34,9 @@ tenants:
   - {id: acme, api_key_env: KEY_ACME}
   - {id: globex, api_key_env: KEY_GLOBEX, max_data_boundary: private}
 providers:
-  - {id: mock-primary, type: openai, base_url: "PRIMARY/v1", timeouts: {connect: 1s, first_byte: 400ms, idle: 300ms}}
-  - {id: mock-fallback, type: openai, base_url: "FALLBACK/v1", timeouts: {connect: 1s, first_byte: 400ms, idle: 300ms}}
-  - {id: mock-anthropic, type: anthropic, base_url: "ANTHROPIC", timeouts: {connect: 1s, first_byte: 400ms, idle: 300ms}}
+  - {id: mock-primary, type: openai, base_url: "PRIMARY/v1", timeouts: {connect: 1s, first_byte: 400ms, idle: 1s}}
+  - {id: mock-fallback, type: openai, base_url: "FALLBACK/v1", timeouts: {connect: 1s, first_byte: 400ms, idle: 1s}}
+  - {id: mock-anthropic, type: anthropic, base_url: "ANTHROPIC", timeouts: {connect: 1s, first_byte: 400ms, idle: 1s}}
 routes:
   - id: primary
     provider: mock-primary
@@ -97,11 +99,19 @@ type env struct {
 	primary, fallback, anthropic *mock.Mock
 	gw                           *Gateway
 	store                        *sqlite.Store
+	dbPath                       string
 	url                          string
 	pol                          *policy.Policy
 }
 
 func newEnv(t *testing.T, mcfg mock.Config) *env {
+	t.Helper()
+	return newEnvWith(t, mcfg, "", nil)
+}
+
+// newEnvWith is newEnv with extra top-level configuration (appended YAML)
+// and a log sink.
+func newEnvWith(t *testing.T, mcfg mock.Config, extraYAML string, logs io.Writer) *env {
 	t.Helper()
 	e := &env{t: t}
 	e.primary, e.fallback, e.anthropic = mock.New(mcfg), mock.New(mcfg), mock.New(mcfg)
@@ -112,7 +122,7 @@ func newEnv(t *testing.T, mcfg mock.Config) *env {
 		t.Cleanup(m.Close)
 		urls[i] = srv.URL
 	}
-	yaml := strings.NewReplacer("PRIMARY", urls[0], "FALLBACK", urls[1], "ANTHROPIC", urls[2]).Replace(testConfig)
+	yaml := strings.NewReplacer("PRIMARY", urls[0], "FALLBACK", urls[1], "ANTHROPIC", urls[2]).Replace(testConfig) + extraYAML
 	cfg, err := config.Parse("test.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
@@ -127,11 +137,16 @@ func newEnv(t *testing.T, mcfg mock.Config) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.store, err = sqlite.Open(filepath.Join(t.TempDir(), "ledger.db"))
+	e.dbPath = filepath.Join(t.TempDir(), "ledger.db")
+	e.store, err = sqlite.Open(e.dbPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.gw, err = New(e.pol, secrets, Options{DrainTimeout: 2 * time.Second, Ledger: e.store, RejoinGrace: time.Second})
+	opts := Options{DrainTimeout: 2 * time.Second, Ledger: e.store, RejoinGrace: time.Second}
+	if logs != nil {
+		opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	e.gw, err = New(e.pol, secrets, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,10 +164,10 @@ func newEnv(t *testing.T, mcfg mock.Config) *env {
 
 // openai is an official OpenAI SDK client at its default settings (retries
 // included) pointed at the gateway; header captures response headers.
-func (e *env) openai(header *http.Header, opts ...oopt.RequestOption) openai.Client {
-	opts = append([]oopt.RequestOption{oopt.WithBaseURL(e.url + "/v1"), oopt.WithAPIKey(keyAcme)}, opts...)
+func (e *env) openai(header *http.Header, opts ...oopt2.RequestOption) openai.Client {
+	opts = append([]oopt2.RequestOption{oopt2.WithBaseURL(e.url + "/v1"), oopt2.WithAPIKey(keyAcme)}, opts...)
 	if header != nil {
-		opts = append(opts, oopt.WithMiddleware(captureHeaders(header)))
+		opts = append(opts, oopt2.WithMiddleware(captureHeaders(header)))
 	}
 	return openai.NewClient(opts...)
 }
@@ -165,8 +180,8 @@ func (e *env) anthropicClient(header *http.Header, opts ...aopt.RequestOption) a
 	return anthropic.NewClient(opts...)
 }
 
-func captureHeaders(dst *http.Header) oopt.Middleware {
-	return func(r *http.Request, next oopt.MiddlewareNext) (*http.Response, error) {
+func captureHeaders(dst *http.Header) oopt2.Middleware {
+	return func(r *http.Request, next oopt2.MiddlewareNext) (*http.Response, error) {
 		res, err := next(r)
 		if res != nil {
 			*dst = res.Header.Clone()
@@ -220,4 +235,25 @@ func answer(t *testing.T, p provider.Protocol, text string, n int) string {
 
 func quote(s string) string { b, _ := json.Marshal(s); return string(b) }
 
-func optTimeout(d time.Duration) oopt.RequestOption { return oopt.WithRequestTimeout(d) }
+func optTimeout(d time.Duration) oopt2.RequestOption { return oopt2.WithRequestTimeout(d) }
+
+func (e *env) storePath() string { return e.dbPath }
+
+func oaParams(model, text string) openai.ChatCompletionNewParams {
+	return openai.ChatCompletionNewParams{Model: model, Messages: userMsg(text)}
+}
+
+// oopt sets one request header on an OpenAI SDK call.
+func oopt(k, v string) oopt2.RequestOption { return oopt2.WithHeader(k, v) }
+
+// waitFor polls cond until it holds or three seconds pass.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition never held")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -135,7 +135,7 @@ func (c *call) replay(rec *ledger.Record) {
 		h.Set("Cache-Control", "no-cache")
 	}
 	c.flight.Finish(&coord.Head{Status: resp.Status, Header: h, Dedup: "replayed"}, resp.Body)
-	_ = c.g.ledger.AddDedup(context.Background(), rec.Tenant, rec.RequestID, c.flight.Joined(), 1)
+	_ = c.g.ledger.AddDedup(context.Background(), rec.Tenant, rec.RequestID, c.flight.Joined(), 1, max(c.clientRetries, c.flight.ClientRetries()))
 }
 
 // writeHead writes a response head; dedup names X-Oncegate-Dedup unless the

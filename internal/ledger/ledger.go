@@ -166,8 +166,9 @@ type Store interface {
 	// first, at most limit.
 	Receipts(ctx context.Context, tenant string, limit int, after string) ([][]byte, error)
 	// AddDedup adds to a stored receipt's "dedup" counts (joined and
-	// replayed arrivals), atomically.
-	AddDedup(ctx context.Context, tenant, requestID string, joined, replayed int) error
+	// replayed arrivals) and raises its client_retry_count to at least
+	// clientRetries, atomically.
+	AddDedup(ctx context.Context, tenant, requestID string, joined, replayed, clientRetries int) error
 	// Secret returns the gateway's fingerprint secret, creating it once.
 	Secret(ctx context.Context) ([]byte, error)
 	// Expire deletes finished records that finished before cutoff (their
@@ -183,9 +184,10 @@ type Unfinished struct {
 	Events []Event
 }
 
-// AddDedup adds to the "dedup" counts of a receipt's JSON, leaving every
-// other field as it is. Backends use it to update stored receipts.
-func AddDedup(receipt []byte, joined, replayed int) ([]byte, error) {
+// AddDedup adds to the "dedup" counts of a receipt's JSON and raises its
+// client_retry_count, leaving every other field as it is. Backends use it
+// to update stored receipts.
+func AddDedup(receipt []byte, joined, replayed, clientRetries int) ([]byte, error) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(receipt, &top); err != nil {
 		return nil, fmt.Errorf("receipt: %w", err)
@@ -202,5 +204,8 @@ func AddDedup(receipt []byte, joined, replayed int) ([]byte, error) {
 	d.Joined += joined
 	d.Replayed += replayed
 	top["dedup"], _ = json.Marshal(d)
+	var retries int
+	_ = json.Unmarshal(top["client_retry_count"], &retries)
+	top["client_retry_count"], _ = json.Marshal(max(retries, clientRetries))
 	return json.Marshal(top)
 }

@@ -160,18 +160,40 @@ func Start(p *Policy, req *Request, adm Admission, now time.Time) Decision {
 }
 
 // Decide returns the decision after the last of attempts was observed. It
-// re-checks the history: if any earlier attempt was already terminal, it
-// returns ErrAfterTerminal.
+// re-checks the history: if an earlier attempt ended the request whatever
+// the fleet's admission was (see settled), or the history is longer than
+// the attempt budget, it returns ErrAfterTerminal. Stops that depend on
+// admission (a breaker changes which route comes next, and so its wait)
+// are the caller's to track; Run does.
 func Decide(p *Policy, req *Request, attempts []Attempt, adm Admission) (Decision, error) {
 	if len(attempts) == 0 {
 		return Decision{}, ErrNoAttempts
 	}
-	for i := 1; i < len(attempts); i++ {
-		if d := decide(p, req, attempts[:i], Admission{}); !d.Dispatches() {
-			return Decision{}, fmt.Errorf("%w: attempt %d follows %s", ErrAfterTerminal, attempts[i].Ordinal, d)
+	if len(attempts) > p.MaxAttempts {
+		return Decision{}, fmt.Errorf("%w: %d attempts exceed max_attempts %d", ErrAfterTerminal, len(attempts), p.MaxAttempts)
+	}
+	for i, a := range attempts[:len(attempts)-1] {
+		if settled(&a) {
+			return Decision{}, fmt.Errorf("%w: attempt %d follows attempt %d (%s)", ErrAfterTerminal, attempts[i+1].Ordinal, a.Ordinal, a.Kind)
 		}
 	}
 	return decide(p, req, attempts, adm), nil
+}
+
+// settled reports whether an attempt's outcome ends its request whatever
+// the admission: a success, a cancellation, a failed continuation, an
+// unknown acceptance, or a non-retryable failure other than a context that
+// was too small (which may fall back to a larger one).
+func settled(a *Attempt) bool {
+	switch {
+	case a.Kind == gw.KindCancelled, a.Kind.Class() == gw.ClassSuccess, a.Purpose == PurposeResume:
+		return true
+	case a.Kind == gw.KindUnknownProviderAcceptance:
+		return true
+	case a.Kind.Class() == gw.ClassNonRetryable:
+		return a.Cause != gw.CauseContextLength
+	}
+	return false
 }
 
 func decide(p *Policy, req *Request, hist []Attempt, adm Admission) Decision {

@@ -162,17 +162,20 @@ func (c *Client) Do(ctx context.Context, r *Request) (*Response, error) {
 	req.Header.Set("Content-Type", "application/json")
 
 	var wrote atomic.Bool
-	fb := time.AfterFunc(time.Hour, func() { cancel(errFirstByte) })
-	fb.Stop()
+	fb := &firstByteTimer{t: time.AfterFunc(time.Hour, func() { cancel(errFirstByte) }), armed: true}
+	fb.t.Stop()
 	trace := &httptrace.ClientTrace{
+		// WroteRequest runs on the transport's writer goroutine and may
+		// come after the response began: it must never re-arm the timer
+		// once the first byte is in.
 		WroteRequest: func(httptrace.WroteRequestInfo) {
 			wrote.Store(true)
-			fb.Reset(c.cfg.FirstByte)
+			fb.start(c.cfg.FirstByte)
 		},
-		GotFirstResponseByte: func() { fb.Stop() },
+		GotFirstResponseByte: fb.disarm,
 	}
 	res, err := c.hc.Do(req.WithContext(httptrace.WithClientTrace(ctx, trace)))
-	fb.Stop()
+	fb.disarm()
 	if err != nil {
 		cause := context.Cause(ctx)
 		cancel(nil)
@@ -180,6 +183,29 @@ func (c *Client) Do(ctx context.Context, r *Request) (*Response, error) {
 	}
 	body := &idleBody{rc: res.Body, cancel: cancel, ctx: ctx, first: c.cfg.FirstByte, idle: c.cfg.Idle}
 	return &Response{Status: res.StatusCode, Header: res.Header, Body: body, FirstByteAt: time.Now()}, nil
+}
+
+// firstByteTimer bounds the wait from the request's last byte to the
+// response's first; once disarmed it stays off.
+type firstByteTimer struct {
+	mu    sync.Mutex
+	t     *time.Timer
+	armed bool
+}
+
+func (f *firstByteTimer) start(d time.Duration) {
+	f.mu.Lock()
+	if f.armed {
+		f.t.Reset(d)
+	}
+	f.mu.Unlock()
+}
+
+func (f *firstByteTimer) disarm() {
+	f.mu.Lock()
+	f.armed = false
+	f.t.Stop()
+	f.mu.Unlock()
 }
 
 // sendError types a failure before response headers.

@@ -195,3 +195,26 @@ func TestDeadlineIsNotACancel(t *testing.T) {
 		t.Fatalf("kind %s", k)
 	}
 }
+
+// The transport may report the request written after the response began
+// (WroteRequest runs on its writer goroutine). A disarmed first-byte timer
+// must stay off, or a healthy stream is cut first_byte after it started.
+func TestFirstByteTimerStaysOffOnceDisarmed(t *testing.T) {
+	fired := make(chan struct{}, 1)
+	fb := &firstByteTimer{t: time.AfterFunc(time.Hour, func() { fired <- struct{}{} }), armed: true}
+	fb.t.Stop()
+	fb.disarm()                     // GotFirstResponseByte, then Do returns …
+	fb.start(10 * time.Millisecond) // … and only then WroteRequest
+	select {
+	case <-fired:
+		t.Fatal("a late WroteRequest re-armed the first-byte timer")
+	case <-time.After(100 * time.Millisecond):
+	}
+	armed := &firstByteTimer{t: time.AfterFunc(time.Hour, func() { fired <- struct{}{} }), armed: true}
+	armed.start(10 * time.Millisecond)
+	select {
+	case <-fired:
+	case <-time.After(time.Second):
+		t.Fatal("an armed timer never fired")
+	}
+}

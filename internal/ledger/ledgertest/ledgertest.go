@@ -202,10 +202,10 @@ func Run(t *testing.T, open Opener) {
 		if err != nil || len(list) != 2 || !bytes.Contains(list[0], []byte("01b")) || !bytes.Contains(list[1], []byte("01c")) {
 			t.Fatalf("list %q %v", list, err)
 		}
-		if err := s.AddDedup(ctx, "acme", "01a", 1, 2); err != nil {
+		if err := s.AddDedup(ctx, "acme", "01a", 1, 2, 1); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.AddDedup(ctx, "acme", "01a", 0, 1); err != nil {
+		if err := s.AddDedup(ctx, "acme", "01a", 0, 1, 0); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.Append(ctx, true); err != nil { // an empty append flushes nothing but must not fail
@@ -213,7 +213,7 @@ func Run(t *testing.T, open Opener) {
 		}
 		waitFor(t, func() bool {
 			b, _ := s.Receipt(ctx, "acme", "01a")
-			return bytes.Contains(b, []byte(`"dedup":{"joined":1,"replayed":3}`))
+			return bytes.Contains(b, []byte(`"dedup":{"joined":1,"replayed":3}`)) && bytes.Contains(b, []byte(`"client_retry_count":1`))
 		})
 	})
 	t.Run("unfinished, renew and expire", func(t *testing.T) {

@@ -575,14 +575,14 @@ func (s *Store) Receipts(ctx context.Context, tenant string, limit int, after st
 
 // AddDedup adds to a receipt's dedup counts in the writer's transaction,
 // so concurrent arrivals never lose a count.
-func (s *Store) AddDedup(ctx context.Context, tenant, requestID string, joined, replayed int) error {
+func (s *Store) AddDedup(ctx context.Context, tenant, requestID string, joined, replayed, clientRetries int) error {
 	return s.write(ctx, false, func(tx *sql.Tx) error {
 		var body []byte
 		err := tx.QueryRow(`SELECT body FROM receipts WHERE request_id = ? AND tenant = ?`, requestID, tenant).Scan(&body)
 		if err != nil {
 			return err
 		}
-		next, err := ledger.AddDedup(body, joined, replayed)
+		next, err := ledger.AddDedup(body, joined, replayed, clientRetries)
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,373 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	aopt "github.com/anthropics/anthropic-sdk-go/v2/option"
+
+	"github.com/oncegate/oncegate/internal/mock"
+	"github.com/oncegate/oncegate/internal/provider"
+)
+
+func keyed(key string) map[string]string { return map[string]string{"Idempotency-Key": key} }
+
+// 200 concurrent identical keyed requests: one upstream call, 200
+// byte-identical answers.
+func TestConcurrentDuplicatesMakeOneUpstreamCall(t *testing.T) {
+	e := newEnv(t, mock.Config{Tokens: 10, TTFT: 300 * time.Millisecond})
+	const n = 200
+	bodies := make([][]byte, n)
+	dedup := make([]string, n)
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, body := e.post("/v1/chat/completions", chatBody("chat", false), keyed("order-42"))
+			if res.StatusCode != 200 {
+				t.Errorf("status %d: %s", res.StatusCode, body)
+			}
+			bodies[i], dedup[i], ids[i] = body, res.Header.Get("X-Oncegate-Dedup"), res.Header.Get("X-Oncegate-Request-Id")
+		}()
+	}
+	wg.Wait()
+	if got := e.primary.Stats().Requests + e.fallback.Stats().Requests; got != 1 {
+		t.Fatalf("%d upstream calls for 200 identical keyed requests", got)
+	}
+	count := map[string]int{}
+	for i := range bodies {
+		if !bytes.Equal(bodies[i], bodies[0]) || ids[i] != ids[0] {
+			t.Fatalf("answer %d differs", i)
+		}
+		count[dedup[i]]++
+	}
+	if count["miss"] != 1 || count["joined"]+count["replayed"] != n-1 {
+		t.Fatalf("dedup outcomes %v", count)
+	}
+	waitFor(t, func() bool {
+		r := e.receipt(ids[0])
+		return r.Dedup.Joined == count["joined"] && r.Dedup.Replayed == count["replayed"]
+	})
+}
+
+// Streams: every client reads the identical full text, including clients
+// that join halfway through.
+func TestStreamJoinersReadTheWholeStream(t *testing.T) {
+	e := newEnv(t, mock.Config{Tokens: 40, TokenInterval: 10 * time.Millisecond})
+	want := answer(t, provider.OpenAI, prompt, 40)
+	const n = 50
+	texts := make([]string, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Duration(i%10) * 30 * time.Millisecond) // some join well into the stream
+			var h http.Header
+			c := e.openai(&h)
+			st := c.Chat.Completions.NewStreaming(context.Background(), oaParams("chat", prompt), oopt("Idempotency-Key", "stream-7"))
+			var sb strings.Builder
+			for st.Next() {
+				if ch := st.Current(); len(ch.Choices) > 0 {
+					sb.WriteString(ch.Choices[0].Delta.Content)
+				}
+			}
+			if err := st.Err(); err != nil {
+				t.Error(err)
+			}
+			texts[i] = sb.String()
+		}()
+	}
+	wg.Wait()
+	for i, s := range texts {
+		if s != want {
+			t.Fatalf("client %d read\n%q\nwant\n%q", i, s, want)
+		}
+	}
+	if got := e.primary.Stats().Requests; got != 1 {
+		t.Fatalf("%d upstream calls", got)
+	}
+}
+
+// The mobile client of seed 000: a keyless re-POST while the first is still
+// streaming joins it.
+func TestKeylessRePostJoinsTheStreamInFlight(t *testing.T) {
+	e := newEnv(t, mock.Config{Tokens: 30, TokenInterval: 15 * time.Millisecond})
+	first := make(chan string)
+	go func() {
+		_, body := e.rawStream("chat", nil)
+		first <- body
+	}()
+	time.Sleep(150 * time.Millisecond) // the first request is mid-stream
+	res, second := e.rawStream("chat", nil)
+	if res.Header.Get("X-Oncegate-Dedup") != "joined" {
+		t.Fatalf("dedup %q", res.Header.Get("X-Oncegate-Dedup"))
+	}
+	if one := <-first; one != second {
+		t.Fatalf("the re-POST read a different stream:\n%s\n---\n%s", one, second)
+	}
+	if got := e.primary.Stats().Requests; got != 1 {
+		t.Fatalf("%d upstream calls", got)
+	}
+	// The same question asked again later is a new request.
+	res, _ = e.rawStream("chat", nil)
+	if res.Header.Get("X-Oncegate-Dedup") != "miss" || e.primary.Stats().Requests != 2 {
+		t.Fatalf("later identical request: dedup %q, upstream %d", res.Header.Get("X-Oncegate-Dedup"), e.primary.Stats().Requests)
+	}
+}
+
+// The official SDK with a timeout shorter than the upstream's latency gives
+// up and retries on its own: one upstream generation, and its final
+// attempt receives the answer.
+func TestSDKTimeoutRetryJoinsInsteadOfPayingTwice(t *testing.T) {
+	// The upstream takes 350 ms (inside the gateway's 400 ms first-byte
+	// timeout); the SDK gives up after 150 ms and retries on its own.
+	e := newEnv(t, mock.Config{Tokens: 8, TTFT: 350 * time.Millisecond})
+	var h http.Header
+	c := e.anthropicClient(&h, aopt.WithRequestTimeout(150*time.Millisecond), aopt.WithMaxRetries(4))
+	res, err := c.Messages.New(context.Background(), anthropic.MessageNewParams{Model: "chat", MaxTokens: 50,
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock(prompt))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Content) == 0 || res.Content[0].Text == "" {
+		t.Fatalf("no answer: %+v", res)
+	}
+	if g := e.primary.Stats().Generations; g != 1 {
+		t.Fatalf("%d upstream generations", g)
+	}
+	waitFor(t, func() bool {
+		r := e.receipt(h.Get("X-Oncegate-Request-Id"))
+		return r.ClientRetryCount >= 1 && r.Dedup.Joined+r.Dedup.Replayed >= 1 && len(r.Attempts) == 1
+	})
+	if d := h.Get("X-Oncegate-Dedup"); d != "joined" && d != "replayed" {
+		t.Fatalf("the SDK's final attempt was %q", d)
+	}
+}
+
+func TestReplayAndKeyReuse(t *testing.T) {
+	e := newEnv(t, mock.Config{Tokens: 6})
+	res1, body1 := e.post("/v1/chat/completions", chatBody("chat", false), keyed("k-1"))
+	res2, body2 := e.post("/v1/chat/completions", chatBody("chat", false), keyed("k-1"))
+	if res2.Header.Get("X-Oncegate-Dedup") != "replayed" || !bytes.Equal(body1, body2) ||
+		res2.Header.Get("X-Oncegate-Request-Id") != res1.Header.Get("X-Oncegate-Request-Id") {
+		t.Fatalf("replay: %v %q", res2.Header, body2)
+	}
+	if n := e.primary.Stats().Requests; n != 1 {
+		t.Fatalf("%d upstream calls", n)
+	}
+	// A different body with the same key: 422, no upstream call.
+	res3, body3 := e.post("/v1/chat/completions", `{"model":"chat","messages":[{"role":"user","content":"something else"}]}`, keyed("k-1"))
+	if res3.StatusCode != 422 || !strings.Contains(string(body3), CodeKeyReused) || res3.Header.Get("x-should-retry") != "false" {
+		t.Fatalf("reuse: %d %s", res3.StatusCode, body3)
+	}
+	// Key order and whitespace do not make a different request.
+	res4, _ := e.post("/v1/chat/completions", `{ "messages":[{"content":"What is a logical request?","role":"user"}], "stream":false, "model":"chat" }`, keyed("k-1"))
+	if res4.StatusCode != 200 || res4.Header.Get("X-Oncegate-Dedup") != "replayed" {
+		t.Fatalf("reordered body: %d %s", res4.StatusCode, res4.Header.Get("X-Oncegate-Dedup"))
+	}
+	if n := e.primary.Stats().Requests; n != 1 {
+		t.Fatalf("%d upstream calls", n)
+	}
+	// A stream replays as the same SSE bytes.
+	_, s1 := e.rawStream("chat", keyed("k-2"))
+	res5, s2 := e.rawStream("chat", keyed("k-2"))
+	if s1 != s2 || res5.Header.Get("X-Oncegate-Dedup") != "replayed" || res5.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("stream replay differs")
+	}
+	// A terminal error replays too (Stripe semantics): no new upstream call.
+	e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 400, Message: "bad"})))
+	r1, b1 := e.post("/v1/chat/completions", chatBody("chat", false), keyed("k-3"))
+	r2, b2 := e.post("/v1/chat/completions", chatBody("chat", false), keyed("k-3"))
+	if r1.StatusCode != 400 || r2.StatusCode != 400 || !bytes.Equal(b1, b2) || r2.Header.Get("X-Oncegate-Dedup") != "replayed" {
+		t.Fatalf("error replay: %d %d", r1.StatusCode, r2.StatusCode)
+	}
+	if n := e.primary.Stats().ByIdempotencyKey; len(n) == 0 {
+		t.Fatal("the mock saw no idempotency keys")
+	}
+	// Invalid keys are refused before anything else.
+	r, b := e.post("/v1/chat/completions", chatBody("chat", false), keyed("has space"))
+	if r.StatusCode != 400 || !strings.Contains(string(b), CodeInvalidKey) {
+		t.Fatalf("bad key: %d %s", r.StatusCode, b)
+	}
+}
+
+func TestKeysAreScopedByTenant(t *testing.T) {
+	e := newEnv(t, mock.Config{Tokens: 4})
+	res1, _ := e.post("/v1/chat/completions", chatBody("solo", false), keyed("shared"))
+	req, _ := http.NewRequest("POST", e.url+"/v1/chat/completions", strings.NewReader(chatBody("solo", false)))
+	req.Header.Set("Authorization", "Bearer "+keyGlobex)
+	req.Header.Set("Idempotency-Key", "shared")
+	res2, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, res2.Body)
+	if res2.StatusCode != 200 || res2.Header.Get("X-Oncegate-Dedup") != "miss" ||
+		res2.Header.Get("X-Oncegate-Request-Id") == res1.Header.Get("X-Oncegate-Request-Id") || e.primary.Stats().Requests != 2 {
+		t.Fatalf("tenant B's key joined tenant A's request: %v", res2.Header)
+	}
+}
+
+func TestIndeterminateIsNeverReDispatched(t *testing.T) {
+	e := newEnv(t, mock.Config{Tokens: 30})
+	e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultDropAfter, After: 5})))
+	res, _ := e.rawStream("chat-stop", keyed("k-ind"))
+	if r := e.receipt(res.Header.Get("X-Oncegate-Request-Id")); r.Terminal != "indeterminate" {
+		t.Fatalf("terminal %s", r.Terminal)
+	}
+	res2, body := e.post("/v1/chat/completions", chatBody("chat-stop", true), keyed("k-ind"))
+	if res2.StatusCode != 502 || !strings.Contains(string(body), CodeOutcomeUnknown) || e.primary.Stats().Requests != 1 {
+		t.Fatalf("same key after an indeterminate outcome: %d %s (upstream %d)", res2.StatusCode, body, e.primary.Stats().Requests)
+	}
+}
+
+func TestExpiredKeys(t *testing.T) {
+	for _, tc := range []struct {
+		onExpired string
+		status    int
+		dedup     string
+	}{{"reject", 409, ""}, {"new", 200, "miss"}} {
+		t.Run(tc.onExpired, func(t *testing.T) {
+			e := newEnvWith(t, mock.Config{Tokens: 4}, "idempotency: {retention: 300ms, on_expired: "+tc.onExpired+"}\n", nil)
+			e.post("/v1/chat/completions", chatBody("chat", false), keyed("old"))
+			time.Sleep(400 * time.Millisecond)
+			res, body := e.post("/v1/chat/completions", chatBody("chat", false), keyed("old"))
+			if res.StatusCode != tc.status || (tc.dedup != "" && res.Header.Get("X-Oncegate-Dedup") != tc.dedup) {
+				t.Fatalf("%d %s %s", res.StatusCode, res.Header.Get("X-Oncegate-Dedup"), body)
+			}
+			if tc.status == 409 && (!strings.Contains(string(body), CodeKeyExpired) || res.Header.Get("x-should-retry") != "false") {
+				t.Fatalf("%s", body)
+			}
+		})
+	}
+}
+
+// DESIGN §5.4: a joiner leaving never cancels the owner's call; the owner
+// leaving does not cancel it while a joiner remains.
+func TestOwnerAndJoinerDisconnects(t *testing.T) {
+	e := newEnv(t, mock.Config{Tokens: 30, TokenInterval: 15 * time.Millisecond})
+	want := answer(t, provider.OpenAI, prompt, 30)
+	ownerCtx, ownerLeaves := context.WithCancel(context.Background())
+	go func() {
+		req, _ := http.NewRequestWithContext(ownerCtx, "POST", e.url+"/v1/chat/completions", strings.NewReader(chatBody("chat", true)))
+		req.Header.Set("Authorization", "Bearer "+keyAcme)
+		if res, err := http.DefaultClient.Do(req); err == nil {
+			_, _ = io.Copy(io.Discard, res.Body)
+		}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	joinerCtx, joinerLeaves := context.WithCancel(context.Background())
+	go func() { // a joiner that leaves early
+		req, _ := http.NewRequestWithContext(joinerCtx, "POST", e.url+"/v1/chat/completions", strings.NewReader(chatBody("chat", true)))
+		req.Header.Set("Authorization", "Bearer "+keyAcme)
+		if res, err := http.DefaultClient.Do(req); err == nil {
+			_, _ = io.Copy(io.Discard, res.Body)
+		}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	joinerLeaves()
+	res, body := e.rawStream("chat", nil) // a joiner that stays
+	ownerLeaves()
+	if text := sseText(body); res.Header.Get("X-Oncegate-Dedup") != "joined" || text != want {
+		t.Fatalf("the staying joiner (%s) read %q", res.Header.Get("X-Oncegate-Dedup"), text)
+	}
+	if s := e.primary.Stats(); s.Requests != 1 || s.Disconnects != 0 || s.OutputTokens != 30 {
+		for id := range s.ByRequestID {
+			r := e.receipt(id)
+			for _, a := range r.Attempts {
+				t.Logf("request %s attempt %d %s %s %s emitted %d err %+v", id, a.Ordinal, a.Purpose, a.Kind, a.Cause, a.EmittedTokens, a.Error)
+			}
+		}
+		t.Fatalf("upstream %+v: a leaving subscriber disturbed the call", s.Counter)
+	}
+}
+
+func TestJoinThatWouldOutliveTheJoinersDeadline(t *testing.T) {
+	e := newEnv(t, mock.Config{Tokens: 5, TTFT: 600 * time.Millisecond})
+	go e.post("/v1/chat/completions", chatBody("chat", false), keyed("slow"))
+	time.Sleep(100 * time.Millisecond)
+	res, body := e.post("/v1/chat/completions", chatBody("chat", false), map[string]string{"Idempotency-Key": "slow", "X-Oncegate-Timeout-Ms": "200"})
+	if res.StatusCode != 409 || res.Header.Get("x-should-retry") != "true" || res.Header.Get("Retry-After") == "" || !strings.Contains(string(body), CodeKeyInUse) {
+		t.Fatalf("%d %v %s", res.StatusCode, res.Header, body)
+	}
+}
+
+// Raw idempotency keys, gateway API keys and provider keys never reach the
+// database file or the logs.
+func TestSecretsNeverReachTheDatabaseOrLogs(t *testing.T) {
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	e := newEnvWith(t, mock.Config{Tokens: 5}, "", lockedWriter{&logs, &mu})
+	const rawKey = "idem-SECRET-7f3a9c"
+	for i := 0; i < 3; i++ {
+		e.post("/v1/chat/completions", chatBody("chat", i == 1), keyed(rawKey))
+	}
+	e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 503})))
+	e.post("/v1/chat/completions", chatBody("solo", false), keyed(rawKey+"-2"))
+	_ = e.store.Close()
+	files, _ := filepath.Glob(filepath.Join(filepath.Dir(e.storePath()), "ledger.db*"))
+	if len(files) == 0 {
+		t.Fatal("no database files")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, secret := range []string{rawKey, keyAcme, keyGlobex} {
+		for _, f := range files {
+			data, _ := os.ReadFile(f)
+			if bytes.Contains(data, []byte(secret)) {
+				t.Fatalf("%s contains a raw secret", f)
+			}
+		}
+		if bytes.Contains(logs.Bytes(), []byte(secret)) {
+			t.Fatal("the logs contain a raw secret")
+		}
+	}
+	if logs.Len() == 0 {
+		t.Fatal("nothing was logged: the check proves nothing")
+	}
+}
+
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+
+// sseText concatenates the content deltas of an OpenAI SSE body.
+func sseText(body string) string {
+	var sb strings.Builder
+	for _, line := range strings.Split(body, "\n") {
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok || data == "[DONE]" {
+			continue
+		}
+		var c struct {
+			Choices []struct {
+				Delta struct{ Content string } `json:"delta"`
+			} `json:"choices"`
+		}
+		if json.Unmarshal([]byte(data), &c) == nil && len(c.Choices) > 0 {
+			sb.WriteString(c.Choices[0].Delta.Content)
+		}
+	}
+	return sb.String()
+}
