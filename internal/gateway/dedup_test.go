@@ -351,7 +351,6 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-
 // sseText concatenates the content deltas of an OpenAI SSE body.
 func sseText(body string) string {
 	var sb strings.Builder
