@@ -28,10 +28,11 @@ func main() {
 
 // verbs maps each CLI verb to its implementation. Each returns the exit code.
 var verbs = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) int{
-	"serve":  serve,
-	"mock":   mockProvider,
-	"check":  check,
-	"verify": verify,
+	"serve":    serve,
+	"mock":     mockProvider,
+	"check":    check,
+	"verify":   verify,
+	"receipts": receipts,
 }
 
 const usage = `oncegate — an LLM gateway that owns retries
@@ -42,6 +43,8 @@ usage:
                                               run the fault-injecting mock provider
   oncegate check   --config FILE              validate a configuration and print its route tables
   oncegate verify  --config FILE RECEIPT.json re-run the retry engine over a receipt; exit 1 on drift
+  oncegate receipts --config FILE [--tenant T] [ID]
+                                              list a tenant's receipts, or print one
 `
 
 // run executes one CLI invocation and returns the process exit code.

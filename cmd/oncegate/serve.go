@@ -19,6 +19,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	path := fs.String("config", "", "configuration file (required)")
 	listen := fs.String("listen", "", "address to listen on (default: the config's listen)")
+	storeFlag := fs.String("store", "", "ledger to use (default: the config's store), e.g. sqlite:///var/lib/oncegate/ledger.db")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -35,7 +36,17 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return reportConfigError(stderr, *path, err)
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
-	g, err := gateway.New(pol, secrets, gateway.Options{Logger: log})
+	storeURL := pol.Config.Store
+	if *storeFlag != "" {
+		storeURL = *storeFlag
+	}
+	store, err := openStore(storeURL)
+	if err != nil {
+		fmt.Fprintf(stderr, "oncegate serve: %v\n", err)
+		return 1
+	}
+	defer store.Close()
+	g, err := gateway.New(pol, secrets, gateway.Options{Logger: log, Ledger: store})
 	if err != nil {
 		fmt.Fprintf(stderr, "oncegate serve: %v\n", err)
 		return 1
