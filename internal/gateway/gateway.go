@@ -338,6 +338,10 @@ func (g *Gateway) receipt(ctx context.Context, tenant, id string) (*receipt.Rece
 		return g.receipts.Get(tenant, id)
 	}
 	body, err := g.ledger.Receipt(ctx, tenant, id)
+	if errors.Is(err, ledger.ErrNotFound) {
+		// A request recovery settled whose receipt is not rebuilt yet.
+		return g.recoveredReceipt(ctx, tenant, id)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -3,9 +3,8 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"runtime"
-	"sync"
 	"time"
 
 	"github.com/oncegate/oncegate/internal/gw"
@@ -14,53 +13,107 @@ import (
 )
 
 // recover settles every request a previous process left unfinished (DESIGN
-// §3.3). A dispatched attempt without an observation is not safe to retry:
-// the request becomes indeterminate and the attempt is charged its worst-
-// case reservation. A request with nothing in flight had no effect: its
-// identity is released. Nothing is ever re-dispatched.
+// §3.3), in one set-based commit before the gateway serves: a dispatched
+// attempt without an observation is not safe to retry, so its request
+// becomes indeterminate and the attempt is charged its worst-case
+// reservation; a request with nothing in flight had no effect and releases
+// its identity. Nothing is ever re-dispatched. The receipts, pure
+// functions of the event log, are rebuilt in the background (or on
+// demand, if a client asks first).
 func (g *Gateway) recover(ctx context.Context) (int, error) {
-	list, err := g.ledger.Unfinished(ctx, g.owner)
-	if err != nil || len(list) == 0 {
+	ids, err := g.ledger.SettleUnfinished(ctx, g.owner, g.clock.Now())
+	if err != nil {
 		return 0, err
 	}
-	fs := make([]*ledger.Finish, len(list))
-	workers := runtime.GOMAXPROCS(0)
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < len(list); i += workers {
-				fs[i] = g.settlement(list[i])
-			}
-		}()
+	if len(ids) > 0 {
+		g.background.Add(1)
+		go g.materialize(ids)
 	}
-	wg.Wait()
-	return len(fs), g.ledger.Settle(ctx, fs)
+	return len(ids), nil
 }
 
-// settleOne settles a single request whose owner's lease lapsed.
+// materialize rebuilds and stores recovered requests' receipts.
+func (g *Gateway) materialize(ids []string) {
+	defer g.background.Done()
+	for _, id := range ids {
+		select {
+		case <-g.stop:
+			return
+		default:
+		}
+		if _, err := g.recoveredReceipt(context.Background(), "", id); err != nil {
+			g.log.Error("rebuild a recovered receipt", "request_id", id, "err", err)
+		}
+	}
+}
+
+// recoveredReceipt rebuilds a recovered request's receipt from its events
+// and stores it. tenant, when set, must own it.
+func (g *Gateway) recoveredReceipt(ctx context.Context, tenant, id string) (*receipt.Receipt, error) {
+	evs, err := g.ledger.Events(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	r, ok := g.rebuild(evs)
+	if !ok || (tenant != "" && r.Tenant != tenant) {
+		return nil, ledger.ErrNotFound
+	}
+	body, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	return r, g.ledger.PutReceipt(ctx, r.Tenant, id, body)
+}
+
+// settleOne settles a single request whose owner's lease lapsed while this
+// gateway runs (another replica died): the same outcome as recovery.
 func (g *Gateway) settleOne(ctx context.Context, rec *ledger.Record) {
 	evs, err := g.ledger.Events(ctx, rec.RequestID)
-	if err == nil {
-		err = g.ledger.Settle(ctx, []*ledger.Finish{g.settlement(ledger.Unfinished{Record: rec, Events: evs})})
-	}
 	if err != nil {
+		g.log.Error("settle a lapsed request", "request_id", rec.RequestID, "err", err)
+		return
+	}
+	now := g.clock.Now()
+	pending := dispatchedUnobserved(evs)
+	terminal, reason, state := gw.TerminalCancelled, gw.ReasonCancelled, ledger.FailedNoEffect
+	if pending {
+		terminal, reason, state = gw.TerminalIndeterminate, gw.ReasonIndeterminate, ledger.Indeterminate
+	}
+	data, _ := json.Marshal(map[string]string{"terminal": string(terminal), "reason": string(reason), "by": "recovery"})
+	term := ledger.Event{RequestID: rec.RequestID, Seq: int64(len(evs)) + 1, Generation: rec.Generation, Type: ledger.EvTerminal, At: now, Data: data}
+	r, _ := g.rebuild(append(evs, term))
+	var body []byte
+	if r != nil {
+		body, _ = json.Marshal(r)
+	}
+	f := &ledger.Finish{Identity: rec.Identity, RequestID: rec.RequestID, Generation: rec.Generation, State: state, At: now,
+		Events: []ledger.Event{term}, Receipt: body, Tenant: rec.Tenant, Takeover: true, Release: !pending}
+	if err := g.ledger.Settle(ctx, []*ledger.Finish{f}); err != nil && !errors.Is(err, ledger.ErrStaleGeneration) {
 		g.log.Error("settle a lapsed request", "request_id", rec.RequestID, "err", err)
 	}
 }
 
-// settlement rebuilds an unfinished request's receipt from its log and
-// decides its terminal.
-func (g *Gateway) settlement(u ledger.Unfinished) *ledger.Finish {
-	rec, now := u.Record, g.clock.Now()
-	r := &receipt.Receipt{RequestID: rec.RequestID, Tenant: rec.Tenant, Operation: rec.Operation, CreatedAt: rec.CreatedAt,
-		RequestSHA256: rec.RequestSHA256, Stream: rec.Stream, RetryOwner: receipt.RetryOwner}
+func dispatchedUnobserved(evs []ledger.Event) bool {
+	d, o := 0, 0
+	for _, e := range evs {
+		switch e.Type {
+		case ledger.EvDispatch:
+			d++
+		case ledger.EvObserved:
+			o++
+		}
+	}
+	return d > o
+}
+
+// rebuild reconstructs the receipt of a request recovery settled, from its
+// event log; ok is false for a request that was not settled by recovery.
+func (g *Gateway) rebuild(evs []ledger.Event) (*receipt.Receipt, bool) {
+	r := &receipt.Receipt{RetryOwner: receipt.RetryOwner}
 	var pending *dispatchEvent
 	var pendingAt time.Time
-	seq := int64(0)
-	for _, e := range u.Events {
-		seq = e.Seq
+	var term struct{ Terminal, Reason, By string }
+	for _, e := range evs {
 		switch e.Type {
 		case ledger.EvCreated:
 			_ = json.Unmarshal(e.Data, r)
@@ -81,28 +134,22 @@ func (g *Gateway) settlement(u ledger.Unfinished) *ledger.Finish {
 			if json.Unmarshal(e.Data, &d) == nil {
 				r.Decisions = append(r.Decisions, d)
 			}
+		case ledger.EvTerminal:
+			_ = json.Unmarshal(e.Data, &term)
 		}
 	}
-	f := &ledger.Finish{Identity: rec.Identity, RequestID: rec.RequestID, Generation: rec.Generation, At: now,
-		Tenant: rec.Tenant, Takeover: true}
-	switch {
-	case pending != nil && pending.Ordinal == len(r.Attempts)+1:
-		r.Attempts = append(r.Attempts, g.unobserved(r, pending, pendingAt, now))
+	if term.By != "recovery" || r.RequestID == "" {
+		return nil, false
+	}
+	at := evs[len(evs)-1].At
+	if pending != nil && pending.Ordinal == len(r.Attempts)+1 {
+		r.Attempts = append(r.Attempts, g.unobserved(r, pending, pendingAt, at))
 		r.Decisions = append(r.Decisions, receipt.Decision{AfterAttempt: pending.Ordinal, Action: "stop",
 			Terminal: string(gw.TerminalIndeterminate), Reason: string(gw.ReasonIndeterminate)})
-		r.Terminal, r.Reason = string(gw.TerminalIndeterminate), string(gw.ReasonIndeterminate)
-		f.State = ledger.Indeterminate
-	default:
-		// Nothing was in flight: no effect to reconcile; free the identity.
-		r.Terminal, r.Reason = string(gw.TerminalCancelled), string(gw.ReasonCancelled)
-		f.State, f.Release = ledger.FailedNoEffect, true
 	}
+	r.Terminal, r.Reason = term.Terminal, term.Reason
 	r.Totals = r.ComputeTotals()
-	body, _ := json.Marshal(r)
-	f.Receipt = body
-	term, _ := json.Marshal(map[string]string{"terminal": r.Terminal, "reason": r.Reason, "by": "recovery"})
-	f.Events = []ledger.Event{{RequestID: rec.RequestID, Seq: seq + 1, Generation: rec.Generation, Type: ledger.EvTerminal, At: now, Data: term}}
-	return f
+	return r, true
 }
 
 // unobserved is the receipt attempt for a dispatch whose outcome was never

@@ -153,6 +153,16 @@ type Store interface {
 	// Settle finishes many requests in one commit (recovery); fenced-off
 	// ones are skipped.
 	Settle(ctx context.Context, fs []*Finish) error
+	// SettleUnfinished settles, in one commit, every in-progress request
+	// not held by owner (DESIGN §3.3 recovery): one with a dispatched,
+	// unobserved attempt becomes indeterminate (generation bumped); one
+	// with nothing in flight releases its identity. Each gets a
+	// terminal_committed event {"terminal","reason","by":"recovery"}. It
+	// returns the settled request ids; their receipts are the caller's to
+	// build from the events and store with PutReceipt.
+	SettleUnfinished(ctx context.Context, owner string, at time.Time) ([]string, error)
+	// PutReceipt stores a receipt unless one exists.
+	PutReceipt(ctx context.Context, tenant, requestID string, receipt []byte) error
 	// Renew extends the lease of every in-progress record owner holds.
 	Renew(ctx context.Context, owner string, until time.Time) error
 	// Unfinished lists in-progress records not held by owner, with their

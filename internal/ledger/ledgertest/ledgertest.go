@@ -255,6 +255,50 @@ func Run(t *testing.T, open Opener) {
 			t.Fatal("expiry removed an in-progress record")
 		}
 	})
+	t.Run("settle unfinished: indeterminate or released, never left open", func(t *testing.T) {
+		s := open(t, false)
+		dead := rec("k:pend", "pend")
+		dead.Owner = "dead"
+		idle := rec("k:idle", "idle")
+		idle.Owner = "dead"
+		mine := rec("k:mine", "mine")
+		for _, c := range []struct {
+			r   *ledger.Record
+			evs []ledger.Event
+		}{
+			{dead, []ledger.Event{ev("pend", 1, 1, ledger.EvCreated), ev("pend", 2, 1, ledger.EvReserved), ev("pend", 3, 1, ledger.EvDispatch)}},
+			{idle, []ledger.Event{ev("idle", 1, 1, ledger.EvCreated), ev("idle", 2, 1, ledger.EvDispatch), ev("idle", 3, 1, ledger.EvObserved)}},
+			{mine, []ledger.Event{ev("mine", 1, 1, ledger.EvCreated), ev("mine", 2, 1, ledger.EvDispatch)}},
+		} {
+			if _, _, err := s.Claim(ctx, c.r, c.evs); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ids, err := s.SettleUnfinished(ctx, "owner-1", t0.Add(time.Minute))
+		if err != nil || len(ids) != 2 || ids[0] != "idle" || ids[1] != "pend" {
+			t.Fatalf("settled %v %v", ids, err)
+		}
+		if r, err := s.Get(ctx, "k:pend"); err != nil || r.State != ledger.Indeterminate || r.Generation != 2 || !r.FinishedAt.Equal(t0.Add(time.Minute)) {
+			t.Fatalf("pending dispatch: %+v %v", r, err)
+		}
+		if _, err := s.Get(ctx, "k:idle"); !errors.Is(err, ledger.ErrNotFound) {
+			t.Fatal("a request with nothing in flight kept its identity")
+		}
+		if r, _ := s.Get(ctx, "k:mine"); r.State != ledger.InProgress {
+			t.Fatal("recovery settled its own owner's request")
+		}
+		evs, _ := s.Events(ctx, "pend")
+		if last := evs[len(evs)-1]; last.Type != ledger.EvTerminal || last.Seq != 4 || !bytes.Contains(last.Data, []byte(`"terminal":"indeterminate"`)) {
+			t.Fatalf("terminal event %+v", last)
+		}
+		if err := s.PutReceipt(ctx, "acme", "pend", []byte(`{"a":1}`)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.PutReceipt(ctx, "acme", "pend", []byte(`{"a":2}`)); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool { b, _ := s.Receipt(ctx, "acme", "pend"); return string(b) == `{"a":1}` })
+	})
 	t.Run("durable across a restart", func(t *testing.T) {
 		s := open(t, false)
 		secret, err := s.Secret(ctx)

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -72,6 +73,7 @@ const maxBatch = 1024
 type Store struct {
 	w       *sql.DB // the single writer connection
 	r       *sql.DB // WAL readers
+	stmts   map[string]*sql.Stmt
 	ops     chan *op
 	stop    chan struct{}
 	stopped chan struct{}
@@ -83,7 +85,7 @@ var _ ledger.Store = (*Store)(nil)
 // Open opens (creating if needed) the database at path and migrates it.
 func Open(path string) (*Store, error) {
 	q := url.Values{}
-	for _, p := range []string{"journal_mode(WAL)", "synchronous(FULL)", "busy_timeout(10000)", "foreign_keys(OFF)"} {
+	for _, p := range []string{"journal_mode(WAL)", "synchronous(FULL)", "busy_timeout(10000)", "foreign_keys(OFF)", "cache_size(-65536)"} {
 		q.Add("_pragma", p)
 	}
 	dsn := "file:" + path + "?" + q.Encode()
@@ -102,9 +104,54 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("open ledger readers %s: %w", path, err)
 	}
 	r.SetMaxOpenConns(8)
-	s := &Store{w: w, r: r, ops: make(chan *op, 4096), stop: make(chan struct{}), stopped: make(chan struct{})}
+	s := &Store{w: w, r: r, ops: make(chan *op, 4096), stop: make(chan struct{}), stopped: make(chan struct{}), stmts: map[string]*sql.Stmt{}}
+	for _, q := range writes {
+		st, err := w.Prepare(q)
+		if err != nil {
+			_ = w.Close()
+			_ = r.Close()
+			return nil, fmt.Errorf("prepare %q: %w", q, err)
+		}
+		s.stmts[q] = st
+	}
 	go s.loop()
 	return s, nil
+}
+
+// The writer's statements, prepared once on its one connection: compiling
+// SQL on every write would cost more than the writes.
+const (
+	qInsertRecord  = `INSERT INTO requests (` + recordCols + `) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,NULL) ON CONFLICT(identity) DO NOTHING`
+	qSelectByID    = `SELECT ` + recordCols + ` FROM requests WHERE identity = ?`
+	qInsertEvent   = `INSERT INTO events (request_id, seq, generation, type, at, data) VALUES (?,?,?,?,?,?)`
+	qInsertStale   = `INSERT INTO stale_events (request_id, generation, type, at, data) VALUES (?,?,?,?,?)`
+	qFence         = `SELECT generation, state FROM requests WHERE request_id = ?`
+	qFinish        = `UPDATE requests SET state = ?, finished_at = ?, response = ?, generation = ? WHERE request_id = ?`
+	qRelease       = `DELETE FROM requests WHERE request_id = ?`
+	qSettle        = `UPDATE requests SET state = ?, finished_at = ?, generation = ? WHERE request_id = ?`
+	qInsertReceipt = `INSERT INTO receipts (request_id, tenant, body) VALUES (?,?,?) ON CONFLICT(request_id) DO UPDATE SET body = excluded.body`
+)
+
+var writes = []string{qInsertRecord, qSelectByID, qInsertEvent, qInsertStale, qFence, qFinish, qRelease, qSettle, qInsertReceipt}
+
+// wtx is the writer's transaction with its prepared statements.
+type wtx struct {
+	*sql.Tx
+	st map[string]*sql.Stmt
+}
+
+func (w wtx) exec(q string, args ...any) (sql.Result, error) {
+	if st, ok := w.st[q]; ok {
+		return w.Stmt(st).Exec(args...)
+	}
+	return w.Exec(q, args...)
+}
+
+func (w wtx) queryRow(q string, args ...any) *sql.Row {
+	if st, ok := w.st[q]; ok {
+		return w.Stmt(st).QueryRow(args...)
+	}
+	return w.QueryRow(q, args...)
 }
 
 func migrate(db *sql.DB) error {
@@ -139,7 +186,7 @@ func migrate(db *sql.DB) error {
 // own savepoint; done (nil for fire-and-forget) receives the outcome once
 // the batch is committed.
 type op struct {
-	apply func(tx *sql.Tx) error
+	apply func(tx wtx) error
 	err   error
 	done  chan error
 }
@@ -185,7 +232,7 @@ func (s *Store) commit(batch []*op) {
 				o.err = err
 				continue
 			}
-			if o.err = o.apply(tx); o.err != nil {
+			if o.err = o.apply(wtx{tx, s.stmts}); o.err != nil {
 				_, _ = tx.Exec("ROLLBACK TO " + sp)
 			}
 			_, _ = tx.Exec("RELEASE " + sp)
@@ -205,7 +252,7 @@ func (s *Store) commit(batch []*op) {
 }
 
 // write queues apply and, when wait, blocks until it is committed.
-func (s *Store) write(ctx context.Context, wait bool, apply func(tx *sql.Tx) error) error {
+func (s *Store) write(ctx context.Context, wait bool, apply func(tx wtx) error) error {
 	o := &op{apply: apply}
 	if wait {
 		o.done = make(chan error, 1)
@@ -272,46 +319,36 @@ func scanRecord(row scanner) (*ledger.Record, error) {
 	return &r, nil
 }
 
-func insertRecord(tx *sql.Tx, verb string, r *ledger.Record) (sql.Result, error) {
+func insertRecord(tx wtx, r *ledger.Record) (sql.Result, error) {
 	stream := 0
 	if r.Stream {
 		stream = 1
 	}
-	return tx.Exec(verb+` INTO requests (`+recordCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,NULL)`+conflict(verb),
-		r.Identity, r.RequestID, r.Tenant, r.Operation, r.RequestSHA256, stream, string(r.State), r.Owner, r.Generation,
-		ns(r.LeaseUntil), ns(r.CreatedAt), ns(r.FinishedAt))
+	return tx.exec(qInsertRecord, r.Identity, r.RequestID, r.Tenant, r.Operation, r.RequestSHA256, stream, string(r.State),
+		r.Owner, r.Generation, ns(r.LeaseUntil), ns(r.CreatedAt), ns(r.FinishedAt))
 }
 
-func conflict(verb string) string {
-	if verb == "INSERT" {
-		return " ON CONFLICT(identity) DO NOTHING"
-	}
-	return ""
-}
-
-func insertEvents(tx *sql.Tx, evs []ledger.Event) error {
+func insertEvents(tx wtx, evs []ledger.Event) error {
 	for _, e := range evs {
-		if _, err := tx.Exec(`INSERT INTO events (request_id, seq, generation, type, at, data) VALUES (?,?,?,?,?,?)`,
-			e.RequestID, e.Seq, e.Generation, string(e.Type), ns(e.At), e.Data); err != nil {
+		if _, err := tx.exec(qInsertEvent, e.RequestID, e.Seq, e.Generation, string(e.Type), ns(e.At), e.Data); err != nil {
 			return fmt.Errorf("event %s #%d: %w", e.Type, e.Seq, err)
 		}
 	}
 	return nil
 }
 
-func insertStale(tx *sql.Tx, evs []ledger.Event) {
+func insertStale(tx wtx, evs []ledger.Event) {
 	for _, e := range evs {
-		_, _ = tx.Exec(`INSERT INTO stale_events (request_id, generation, type, at, data) VALUES (?,?,?,?,?)`,
-			e.RequestID, e.Generation, string(e.Type), ns(e.At), e.Data)
+		_, _ = tx.exec(qInsertStale, e.RequestID, e.Generation, string(e.Type), ns(e.At), e.Data)
 	}
 }
 
 // fence checks that requestID's record is still at generation gen and in
 // progress.
-func fence(tx *sql.Tx, requestID string, gen int64) error {
+func fence(tx wtx, requestID string, gen int64) error {
 	var cur int64
 	var state string
-	err := tx.QueryRow(`SELECT generation, state FROM requests WHERE request_id = ?`, requestID).Scan(&cur, &state)
+	err := tx.queryRow(qFence, requestID).Scan(&cur, &state)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return ledger.ErrStaleGeneration // the identity moved on to another request
@@ -329,8 +366,8 @@ func fence(tx *sql.Tx, requestID string, gen int64) error {
 func (s *Store) Claim(ctx context.Context, rec *ledger.Record, events []ledger.Event) (*ledger.Record, bool, error) {
 	var existing *ledger.Record
 	created := false
-	err := s.write(ctx, true, func(tx *sql.Tx) error {
-		res, err := insertRecord(tx, "INSERT", rec)
+	err := s.write(ctx, true, func(tx wtx) error {
+		res, err := insertRecord(tx, rec)
 		if err != nil {
 			return err
 		}
@@ -338,7 +375,7 @@ func (s *Store) Claim(ctx context.Context, rec *ledger.Record, events []ledger.E
 			created = true
 			return insertEvents(tx, events)
 		}
-		existing, err = scanRecord(tx.QueryRow(`SELECT `+recordCols+` FROM requests WHERE identity = ?`, rec.Identity))
+		existing, err = scanRecord(tx.queryRow(qSelectByID, rec.Identity))
 		return err
 	})
 	return existing, created, err
@@ -347,7 +384,7 @@ func (s *Store) Claim(ctx context.Context, rec *ledger.Record, events []ledger.E
 // Replace swaps the identity's record for a new request.
 func (s *Store) Replace(ctx context.Context, prev string, rec *ledger.Record, events []ledger.Event) (bool, error) {
 	ok := false
-	err := s.write(ctx, true, func(tx *sql.Tx) error {
+	err := s.write(ctx, true, func(tx wtx) error {
 		res, err := tx.Exec(`DELETE FROM requests WHERE identity = ? AND request_id = ?`, rec.Identity, prev)
 		if err != nil {
 			return err
@@ -355,7 +392,7 @@ func (s *Store) Replace(ctx context.Context, prev string, rec *ledger.Record, ev
 		if n, _ := res.RowsAffected(); n != 1 {
 			return nil
 		}
-		if _, err := insertRecord(tx, "INSERT", rec); err != nil {
+		if _, err := insertRecord(tx, rec); err != nil {
 			return err
 		}
 		ok = true
@@ -369,7 +406,7 @@ func (s *Store) Append(ctx context.Context, wait bool, events ...ledger.Event) e
 	if len(events) == 0 {
 		return nil
 	}
-	return s.write(ctx, wait, func(tx *sql.Tx) error {
+	return s.write(ctx, wait, func(tx wtx) error {
 		if err := fence(tx, events[0].RequestID, events[0].Generation); err != nil {
 			insertStale(tx, events)
 			return err
@@ -380,10 +417,10 @@ func (s *Store) Append(ctx context.Context, wait bool, events ...ledger.Event) e
 
 // Finish commits a terminal with its response, events and receipt.
 func (s *Store) Finish(ctx context.Context, f *ledger.Finish) error {
-	return s.write(ctx, true, func(tx *sql.Tx) error { return finish(tx, f) })
+	return s.write(ctx, true, func(tx wtx) error { return finish(tx, f) })
 }
 
-func finish(tx *sql.Tx, f *ledger.Finish) error {
+func finish(tx wtx, f *ledger.Finish) error {
 	if err := fence(tx, f.RequestID, f.Generation); err != nil {
 		insertStale(tx, f.Events)
 		return err
@@ -397,7 +434,7 @@ func finish(tx *sql.Tx, f *ledger.Finish) error {
 	}
 	switch {
 	case f.Release:
-		if _, err := tx.Exec(`DELETE FROM requests WHERE request_id = ?`, f.RequestID); err != nil {
+		if _, err := tx.exec(qRelease, f.RequestID); err != nil {
 			return err
 		}
 	default:
@@ -405,8 +442,7 @@ func finish(tx *sql.Tx, f *ledger.Finish) error {
 		if f.Takeover {
 			gen++
 		}
-		if _, err := tx.Exec(`UPDATE requests SET state = ?, finished_at = ?, response = ?, generation = ? WHERE request_id = ?`,
-			string(f.State), ns(f.At), resp, gen, f.RequestID); err != nil {
+		if _, err := tx.exec(qFinish, string(f.State), ns(f.At), resp, gen, f.RequestID); err != nil {
 			return err
 		}
 	}
@@ -414,19 +450,21 @@ func finish(tx *sql.Tx, f *ledger.Finish) error {
 		return err
 	}
 	if f.Receipt != nil {
-		if _, err := tx.Exec(`INSERT INTO receipts (request_id, tenant, body) VALUES (?,?,?)
-			ON CONFLICT(request_id) DO UPDATE SET body = excluded.body`, f.RequestID, f.Tenant, f.Receipt); err != nil {
+		if _, err := tx.exec(qInsertReceipt, f.RequestID, f.Tenant, f.Receipt); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// Settle finishes many requests in one commit (recovery).
+// Settle finishes many requests in one commit (recovery). Rows are written
+// 500 at a time with multi-row statements, each still fenced by its own
+// generation: a row another owner moved on is left alone, its events and
+// receipt with it.
 func (s *Store) Settle(ctx context.Context, fs []*ledger.Finish) error {
-	return s.write(ctx, true, func(tx *sql.Tx) error {
-		for _, f := range fs {
-			if err := finish(tx, f); err != nil && !errors.Is(err, ledger.ErrStaleGeneration) && !errors.Is(err, ledger.ErrFinished) {
+	return s.write(ctx, true, func(tx wtx) error {
+		for start := 0; start < len(fs); start += settleChunk {
+			if err := settleChunkOf(tx, fs[start:min(start+settleChunk, len(fs))]); err != nil {
 				return err
 			}
 		}
@@ -434,10 +472,154 @@ func (s *Store) Settle(ctx context.Context, fs []*ledger.Finish) error {
 	})
 }
 
+const settleChunk = 500
+
+func settleChunkOf(tx wtx, fs []*ledger.Finish) error {
+	// Which rows are still at the generation recovery read? Only those
+	// are settled. (Plain IN on the unique request_id: the index is used.)
+	ids := make([]any, 0, len(fs))
+	for _, f := range fs {
+		ids = append(ids, f.RequestID)
+	}
+	// The state is checked here, not in SQL: with it the planner prefers
+	// the partial index of unfinished rows and scans all of them.
+	rows, err := tx.Query(`SELECT request_id, generation, state FROM requests WHERE request_id IN (`+placeholders(len(fs), 1)+`)`, ids...)
+	if err != nil {
+		return err
+	}
+	gens := map[string]int64{}
+	for rows.Next() {
+		var id, state string
+		var gen int64
+		if err := rows.Scan(&id, &gen, &state); err != nil {
+			rows.Close()
+			return err
+		}
+		if ledger.State(state) == ledger.InProgress {
+			gens[id] = gen
+		}
+	}
+	rows.Close()
+	var del, evs, rcs []any
+	nDel, nEv, nRc := 0, 0, 0
+	for _, f := range fs {
+		if gen, ok := gens[f.RequestID]; !ok || gen != f.Generation {
+			continue // another owner moved it on
+		}
+		if f.Release {
+			del = append(del, f.RequestID)
+			nDel++
+		} else {
+			gen := f.Generation
+			if f.Takeover {
+				gen++
+			}
+			if _, err := tx.exec(qSettle, string(f.State), ns(f.At), gen, f.RequestID); err != nil {
+				return err
+			}
+		}
+		for _, e := range f.Events {
+			evs = append(evs, e.RequestID, e.Seq, e.Generation, string(e.Type), ns(e.At), e.Data)
+			nEv++
+		}
+		if f.Receipt != nil {
+			rcs = append(rcs, f.RequestID, f.Tenant, f.Receipt)
+			nRc++
+		}
+	}
+	stmts := []struct {
+		n    int
+		q    string
+		args []any
+	}{
+		{nDel, `DELETE FROM requests WHERE request_id IN (` + placeholders(nDel, 1) + `)`, del},
+		{nEv, `INSERT INTO events (request_id, seq, generation, type, at, data) VALUES ` + placeholders(nEv, 6), evs},
+		{nRc, `INSERT INTO receipts (request_id, tenant, body) VALUES ` + placeholders(nRc, 3) +
+			` ON CONFLICT(request_id) DO UPDATE SET body = excluded.body`, rcs},
+	}
+	for _, st := range stmts {
+		if st.n == 0 {
+			continue
+		}
+		if _, err := tx.Exec(st.q, st.args...); err != nil {
+			return fmt.Errorf("settle: %w", err)
+		}
+	}
+	return nil
+}
+
+// placeholders is n rows of k parameters: "(?,?),(?,?)" (k > 1) or
+// "?,?" (k == 1).
+func placeholders(n, k int) string {
+	row := "?"
+	if k > 1 {
+		row = "(?" + strings.Repeat(",?", k-1) + ")"
+	}
+	return strings.TrimSuffix(strings.Repeat(row+",", n), ",")
+}
+
+// SettleUnfinished settles every other owner's in-progress request with
+// set-based statements: classification, terminal events, states and
+// releases in one commit, whatever the number.
+func (s *Store) SettleUnfinished(ctx context.Context, owner string, at time.Time) ([]string, error) {
+	var ids []string
+	err := s.write(ctx, true, func(tx wtx) error {
+		steps := []struct {
+			q    string
+			args []any
+		}{
+			{`DROP TABLE IF EXISTS temp.settle`, nil},
+			{`CREATE TEMP TABLE settle AS SELECT r.request_id AS id, r.generation AS gen,
+				COALESCE(SUM(e.type = 'attempt_dispatched'), 0) > COALESCE(SUM(e.type = 'attempt_observed'), 0) AS pending,
+				COALESCE(MAX(e.seq), 0) AS seq
+				FROM requests r LEFT JOIN events e ON e.request_id = r.request_id
+				WHERE r.state = 'in_progress' AND r.owner != ? GROUP BY r.request_id`, []any{owner}},
+			{`INSERT INTO events (request_id, seq, generation, type, at, data)
+				SELECT id, seq + 1, gen, 'terminal_committed', ?,
+				CASE WHEN pending THEN '{"by":"recovery","reason":"indeterminate","terminal":"indeterminate"}'
+				ELSE '{"by":"recovery","reason":"cancelled","terminal":"cancelled"}' END FROM temp.settle`, []any{ns(at)}},
+			{`UPDATE requests SET state = 'indeterminate', finished_at = ?, generation = generation + 1
+				WHERE request_id IN (SELECT id FROM temp.settle WHERE pending)`, []any{ns(at)}},
+			{`DELETE FROM requests WHERE request_id IN (SELECT id FROM temp.settle WHERE NOT pending)`, nil},
+		}
+		for _, st := range steps {
+			if _, err := tx.Exec(st.q, st.args...); err != nil {
+				return fmt.Errorf("settle unfinished: %w", err)
+			}
+		}
+		rows, err := tx.Query(`SELECT id FROM temp.settle ORDER BY id`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			ids = append(ids, id)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		_, err = tx.Exec(`DROP TABLE temp.settle`)
+		return err
+	})
+	return ids, err
+}
+
+// PutReceipt stores a receipt unless one exists.
+func (s *Store) PutReceipt(ctx context.Context, tenant, requestID string, body []byte) error {
+	return s.write(ctx, false, func(tx wtx) error {
+		_, err := tx.Exec(`INSERT INTO receipts (request_id, tenant, body) VALUES (?,?,?) ON CONFLICT(request_id) DO NOTHING`, requestID, tenant, body)
+		return err
+	})
+}
+
 // Takeover moves an in-progress request to owner with a new generation.
 func (s *Store) Takeover(ctx context.Context, requestID, owner string, gen int64, leaseUntil time.Time) (int64, error) {
 	var next int64
-	err := s.write(ctx, true, func(tx *sql.Tx) error {
+	err := s.write(ctx, true, func(tx wtx) error {
 		if err := fence(tx, requestID, gen); err != nil {
 			return err
 		}
@@ -455,7 +637,7 @@ func (s *Store) Get(ctx context.Context, identity string) (*ledger.Record, error
 
 // Renew extends owner's leases.
 func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error {
-	return s.write(ctx, true, func(tx *sql.Tx) error {
+	return s.write(ctx, true, func(tx wtx) error {
 		_, err := tx.Exec(`UPDATE requests SET lease_until = ? WHERE owner = ? AND state = 'in_progress'`, ns(until), owner)
 		return err
 	})
@@ -576,7 +758,7 @@ func (s *Store) Receipts(ctx context.Context, tenant string, limit int, after st
 // AddDedup adds to a receipt's dedup counts in the writer's transaction,
 // so concurrent arrivals never lose a count.
 func (s *Store) AddDedup(ctx context.Context, tenant, requestID string, joined, replayed, clientRetries int) error {
-	return s.write(ctx, false, func(tx *sql.Tx) error {
+	return s.write(ctx, false, func(tx wtx) error {
 		var body []byte
 		err := tx.QueryRow(`SELECT body FROM receipts WHERE request_id = ? AND tenant = ?`, requestID, tenant).Scan(&body)
 		if err != nil {
@@ -598,7 +780,7 @@ func (s *Store) Secret(ctx context.Context) ([]byte, error) {
 		return nil, err
 	}
 	var secret []byte
-	err := s.write(ctx, true, func(tx *sql.Tx) error {
+	err := s.write(ctx, true, func(tx wtx) error {
 		if _, err := tx.Exec(`INSERT INTO meta (k, v) VALUES ('fingerprint_secret', ?) ON CONFLICT(k) DO NOTHING`, fresh); err != nil {
 			return err
 		}
@@ -610,7 +792,7 @@ func (s *Store) Secret(ctx context.Context) ([]byte, error) {
 // Expire deletes records finished before cutoff.
 func (s *Store) Expire(ctx context.Context, cutoff time.Time) (int, error) {
 	n := 0
-	err := s.write(ctx, true, func(tx *sql.Tx) error {
+	err := s.write(ctx, true, func(tx wtx) error {
 		res, err := tx.Exec(`DELETE FROM requests WHERE state != 'in_progress' AND finished_at > 0 AND finished_at < ?`, ns(cutoff))
 		if err != nil {
 			return err
