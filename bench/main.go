@@ -15,8 +15,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,6 +27,7 @@ import (
 
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/gateway"
+	"github.com/oncegate/oncegate/internal/ledger/sqlite"
 	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/policy"
 )
@@ -37,6 +40,7 @@ func main() {
 	flag.DurationVar(&o.interval, "interval", 0, "mock time between tokens")
 	flag.IntVar(&o.tokens, "tokens", 32, "tokens per answer")
 	flag.StringVar(&o.only, "only", "", "run only the runs whose name contains this")
+	flag.BoolVar(&o.ledger, "ledger", false, "also run the gateway with the durable SQLite ledger (synchronous=FULL, group commit)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole benchmark to this file")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -58,6 +62,7 @@ type options struct {
 	interval    time.Duration
 	tokens      int
 	only        string
+	ledger      bool
 }
 
 // result is one run's measurements.
@@ -117,16 +122,26 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	g, err := gateway.New(pol, secrets, gateway.Options{Receipts: gateway.NewMemoryReceipts(10_000)})
+	gwURL, err := startGateway(ctx, pol, secrets, nil)
 	if err != nil {
 		return err
 	}
-	gln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
+	var durableURL string
+	if o.ledger {
+		dir, err := os.MkdirTemp("", "oncegate-bench")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		st, err := sqlite.Open(filepath.Join(dir, "ledger.db"))
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		if durableURL, err = startGateway(ctx, pol, secrets, st); err != nil {
+			return err
+		}
 	}
-	go func() { _ = g.Serve(ctx, gln) }()
-	gwURL := "http://" + gln.Addr().String()
 
 	fmt.Fprintf(out, "oncegate load benchmark: concurrency %d, %v per run, mock ttft %v, interval %v, %d tokens, GOMAXPROCS %d\n\n",
 		o.concurrency, o.duration, o.ttft, o.interval, o.tokens, gomaxprocs())
@@ -138,6 +153,15 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		{"gateway json", gwURL, "bench", false, true},
 		{"direct stream", mockURL, "bench-model", true, false},
 		{"gateway stream", gwURL, "bench", true, true},
+	}
+	if o.ledger {
+		runs = append(runs, struct {
+			name, url, model string
+			stream, auth     bool
+		}{"durable json", durableURL, "bench", false, true}, struct {
+			name, url, model string
+			stream, auth     bool
+		}{"durable stream", durableURL, "bench", true, true})
 	}
 	var results []*result
 	for _, rn := range runs {
@@ -154,6 +178,24 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	return nil
 }
 
+// startGateway serves the policy in process; st nil means no ledger.
+func startGateway(ctx context.Context, pol *policy.Policy, secrets *config.Secrets, st *sqlite.Store) (string, error) {
+	opts := gateway.Options{Receipts: gateway.NewMemoryReceipts(10_000)}
+	if st != nil {
+		opts.Ledger = st
+	}
+	g, err := gateway.New(pol, secrets, opts)
+	if err != nil {
+		return "", err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	go func() { _ = g.Serve(ctx, ln) }()
+	return "http://" + ln.Addr().String(), nil
+}
+
 func gomaxprocs() int { return runtimeGOMAXPROCS() }
 
 // load runs one closed-loop run: concurrency clients, each sending the next
@@ -162,10 +204,9 @@ func load(ctx context.Context, o options, name, url, model string, stream, auth 
 	tr := &http.Transport{MaxIdleConns: o.concurrency * 2, MaxIdleConnsPerHost: o.concurrency * 2, DisableCompression: true}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
-	body := []byte(`{"model":"` + model + `","stream":` + fmt.Sprint(stream) + `,"messages":[{"role":"user","content":"Benchmark the relay."}]}`)
 	r := &result{name: name}
 	var mu sync.Mutex
-	var requests, errs atomic.Int64
+	var requests, errs, seq atomic.Int64
 	end := time.Now().Add(o.duration)
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -175,6 +216,10 @@ func load(ctx context.Context, o options, name, url, model string, stream, auth 
 			defer wg.Done()
 			var lat, ttft []time.Duration
 			for time.Now().Before(end) && ctx.Err() == nil {
+				// A distinct body per request: identical ones would join
+				// in flight and flatter the gateway.
+				body := []byte(`{"model":"` + model + `","stream":` + fmt.Sprint(stream) +
+					`,"messages":[{"role":"user","content":"Benchmark the relay, request ` + strconv.FormatInt(seq.Add(1), 10) + `."}]}`)
 				t0 := time.Now()
 				first, err := once(client, url, body, auth, stream)
 				if err != nil {
@@ -248,10 +293,18 @@ func report(out io.Writer, rs []*result) {
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(out)
-	for i := 0; i+1 < len(rs) && len(rs) == 4; i += 2 {
-		d, g := rs[i], rs[i+1]
-		fmt.Fprintf(out, "%-7s gateway/direct requests/s %.2f×   added p50 %v   added p99 %v",
-			strings.Fields(d.name)[1], g.rps()/d.rps(), round(pct(g.latencies, 0.5)-pct(d.latencies, 0.5)),
+	byName := map[string]*result{}
+	for _, r := range rs {
+		byName[r.name] = r
+	}
+	for _, pair := range [][2]string{{"direct json", "gateway json"}, {"direct stream", "gateway stream"},
+		{"direct json", "durable json"}, {"direct stream", "durable stream"}, {"gateway json", "durable json"}} {
+		d, g := byName[pair[0]], byName[pair[1]]
+		if d == nil || g == nil {
+			continue
+		}
+		fmt.Fprintf(out, "%-14s / %-13s requests/s %.2f×   added p50 %v   added p99 %v",
+			g.name, d.name, g.rps()/d.rps(), round(pct(g.latencies, 0.5)-pct(d.latencies, 0.5)),
 			round(pct(g.latencies, 0.99)-pct(d.latencies, 0.99)))
 		if len(d.ttfts) > 0 {
 			fmt.Fprintf(out, "   added ttft p50 %v", round(pct(g.ttfts, 0.5)-pct(d.ttfts, 0.5)))

@@ -256,6 +256,12 @@ read:
 		}
 	}
 	o.flush()
+	if endErr == nil {
+		// Read the little that follows the terminator (the chunked
+		// encoding's end) so the connection returns to the pool instead
+		// of being closed.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	}
 	return c.endStream(res, a, endErr, built)
 }
 

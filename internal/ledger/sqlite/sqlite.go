@@ -126,13 +126,14 @@ const (
 	qInsertEvent   = `INSERT INTO events (request_id, seq, generation, type, at, data) VALUES (?,?,?,?,?,?)`
 	qInsertStale   = `INSERT INTO stale_events (request_id, generation, type, at, data) VALUES (?,?,?,?,?)`
 	qFence         = `SELECT generation, state FROM requests WHERE request_id = ?`
-	qFinish        = `UPDATE requests SET state = ?, finished_at = ?, response = ?, generation = ? WHERE request_id = ?`
-	qRelease       = `DELETE FROM requests WHERE request_id = ?`
+	qFinish        = `UPDATE requests SET state = ?, finished_at = ?, response = ?, generation = ? WHERE request_id = ? AND generation = ? AND state = 'in_progress'`
+	qRelease       = `DELETE FROM requests WHERE request_id = ? AND generation = ? AND state = 'in_progress'`
 	qSettle        = `UPDATE requests SET state = ?, finished_at = ?, generation = ? WHERE request_id = ?`
 	qInsertReceipt = `INSERT INTO receipts (request_id, tenant, body) VALUES (?,?,?) ON CONFLICT(request_id) DO UPDATE SET body = excluded.body`
 )
 
-var writes = []string{qInsertRecord, qSelectByID, qInsertEvent, qInsertStale, qFence, qFinish, qRelease, qSettle, qInsertReceipt}
+var writes = []string{qInsertRecord, qSelectByID, qInsertEvent, qInsertStale, qFence, qFinish, qRelease, qSettle, qInsertReceipt,
+	eventsInsert(2), eventsInsert(3), eventsInsert(4), eventsInsert(5), eventsInsert(6), eventsInsert(7), eventsInsert(8)}
 
 // wtx is the writer's transaction with its prepared statements.
 type wtx struct {
@@ -223,21 +224,21 @@ func (s *Store) loop() {
 	}
 }
 
+// commit applies a batch in one transaction and commits once. Operations
+// check before they write, so an expected refusal (a fenced-off
+// generation) leaves nothing behind; an unexpected failure mid-write rolls
+// the batch back and replays its operations one transaction each, so one
+// bad write can never take another's with it.
 func (s *Store) commit(batch []*op) {
-	tx, err := s.w.Begin()
-	if err == nil {
-		for i, o := range batch {
-			sp := fmt.Sprintf("op%d", i)
-			if _, err := tx.Exec("SAVEPOINT " + sp); err != nil {
-				o.err = err
-				continue
+	err := s.apply(batch)
+	if errors.Is(err, errReplay) {
+		for _, o := range batch {
+			o.err = nil
+			if e := s.apply([]*op{o}); e != nil && !errors.Is(e, errReplay) {
+				o.err = e
 			}
-			if o.err = o.apply(wtx{tx, s.stmts}); o.err != nil {
-				_, _ = tx.Exec("ROLLBACK TO " + sp)
-			}
-			_, _ = tx.Exec("RELEASE " + sp)
 		}
-		err = tx.Commit()
+		err = nil
 	}
 	for _, o := range batch {
 		if o.done == nil {
@@ -249,6 +250,32 @@ func (s *Store) commit(batch []*op) {
 			o.done <- o.err
 		}
 	}
+}
+
+// errReplay asks commit to replay a batch one operation at a time.
+var errReplay = errors.New("ledger: replay the batch one by one")
+
+// clean reports whether an operation's error left no partial writes.
+func clean(err error) bool {
+	return err == nil || errors.Is(err, ledger.ErrStaleGeneration) || errors.Is(err, ledger.ErrFinished) || errors.Is(err, ledger.ErrNotFound)
+}
+
+func (s *Store) apply(batch []*op) error {
+	tx, err := s.w.Begin()
+	if err != nil {
+		return err
+	}
+	w := wtx{tx, s.stmts}
+	for _, o := range batch {
+		if o.err = o.apply(w); !clean(o.err) {
+			_ = tx.Rollback()
+			if len(batch) > 1 {
+				return errReplay
+			}
+			return nil // o.err says what failed; nothing was committed
+		}
+	}
+	return tx.Commit()
 }
 
 // write queues apply and, when wait, blocks until it is committed.
@@ -329,12 +356,30 @@ func insertRecord(tx wtx, r *ledger.Record) (sql.Result, error) {
 }
 
 func insertEvents(tx wtx, evs []ledger.Event) error {
-	for _, e := range evs {
+	switch len(evs) {
+	case 0:
+		return nil
+	case 1:
+		e := evs[0]
 		if _, err := tx.exec(qInsertEvent, e.RequestID, e.Seq, e.Generation, string(e.Type), ns(e.At), e.Data); err != nil {
 			return fmt.Errorf("event %s #%d: %w", e.Type, e.Seq, err)
 		}
+		return nil
+	}
+	args := make([]any, 0, 6*len(evs))
+	for _, e := range evs {
+		args = append(args, e.RequestID, e.Seq, e.Generation, string(e.Type), ns(e.At), e.Data)
+	}
+	if _, err := tx.exec(eventsInsert(len(evs)), args...); err != nil {
+		return fmt.Errorf("events of %s: %w", evs[0].RequestID, err)
 	}
 	return nil
+}
+
+// eventsInsert is the multi-row event insert for n rows (n ≤ 8 are
+// prepared once).
+func eventsInsert(n int) string {
+	return `INSERT INTO events (request_id, seq, generation, type, at, data) VALUES ` + placeholders(n, 6)
 }
 
 func insertStale(tx wtx, evs []ledger.Event) {
@@ -421,10 +466,6 @@ func (s *Store) Finish(ctx context.Context, f *ledger.Finish) error {
 }
 
 func finish(tx wtx, f *ledger.Finish) error {
-	if err := fence(tx, f.RequestID, f.Generation); err != nil {
-		insertStale(tx, f.Events)
-		return err
-	}
 	var resp []byte
 	if f.Response != nil {
 		var err error
@@ -432,19 +473,29 @@ func finish(tx wtx, f *ledger.Finish) error {
 			return err
 		}
 	}
-	switch {
-	case f.Release:
-		if _, err := tx.exec(qRelease, f.RequestID); err != nil {
-			return err
-		}
-	default:
+	// The fence is in the statement: only the current generation, in
+	// progress, is finished.
+	var res sql.Result
+	var err error
+	if f.Release {
+		res, err = tx.exec(qRelease, f.RequestID, f.Generation)
+	} else {
 		gen := f.Generation
 		if f.Takeover {
 			gen++
 		}
-		if _, err := tx.exec(qFinish, string(f.State), ns(f.At), resp, gen, f.RequestID); err != nil {
-			return err
+		res, err = tx.exec(qFinish, string(f.State), ns(f.At), resp, gen, f.RequestID, f.Generation)
+	}
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		ferr := fence(tx, f.RequestID, f.Generation)
+		if ferr == nil {
+			ferr = ledger.ErrStaleGeneration
 		}
+		insertStale(tx, f.Events)
+		return ferr
 	}
 	if err := insertEvents(tx, f.Events); err != nil {
 		return err
