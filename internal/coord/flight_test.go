@@ -1,0 +1,151 @@
+package coord
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestJoinersReadEverythingFromTheStart(t *testing.T) {
+	l := NewLocal(1 << 20)
+	f, owner, _, err := l.Acquire("k:a", "sha", "r1", time.Now().Add(time.Minute))
+	if err != nil || !owner {
+		t.Fatal(owner, err)
+	}
+	f.SetHead(&Head{Status: 200})
+	f.Write([]byte("one "))
+	j, owner2, _, err := l.Acquire("k:a", "sha", "r2", time.Now())
+	if err != nil || owner2 || j != f || f.Joined() != 1 {
+		t.Fatalf("join: %v %v %v", owner2, err, f.Joined())
+	}
+	if _, _, _, err := l.Acquire("k:a", "other", "r3", time.Now()); !errors.Is(err, ErrConflict) {
+		t.Fatalf("conflict: %v", err)
+	}
+	var wg sync.WaitGroup
+	got := make([]string, 2)
+	for i := range got {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rd := f.NewReader()
+			if h, ok := rd.Head(context.Background()); !ok || h.Status != 200 {
+				t.Error("no head")
+			}
+			var b bytes.Buffer
+			for {
+				chunk, done, ok := rd.Next(context.Background())
+				if !ok || done {
+					break
+				}
+				b.Write(chunk)
+			}
+			got[i] = b.String()
+		}()
+	}
+	f.Write([]byte("two "))
+	f.Finish(nil, []byte("three"))
+	wg.Wait()
+	for _, g := range got {
+		if g != "one two three" {
+			t.Fatalf("read %q", g)
+		}
+	}
+	if l.Len() != 0 {
+		t.Fatal("a finished flight stayed in the table")
+	}
+}
+
+func TestLastSubscriberCancelsAfterTheGrace(t *testing.T) {
+	l := NewLocal(1 << 20)
+	f, _, ctx, _ := l.Acquire("k:b", "sha", "r", time.Now())
+	f.SetGrace(50 * time.Millisecond)
+	f.Leave()
+	if ctx.Err() != nil {
+		t.Fatal("cancelled before the grace")
+	}
+	g, owner, _, _ := l.Acquire("k:b", "sha", "r2", time.Now()) // a rejoin within the grace
+	if owner || g != f {
+		t.Fatal("the rejoin did not join")
+	}
+	time.Sleep(100 * time.Millisecond)
+	if ctx.Err() != nil {
+		t.Fatal("a rejoined flight was cancelled")
+	}
+	g.Leave()
+	time.Sleep(100 * time.Millisecond)
+	if ctx.Err() == nil {
+		t.Fatal("no subscriber left, yet the work goes on")
+	}
+	h, _, hctx, _ := l.Acquire("k:c", "sha", "r", time.Now())
+	h.Leave() // no grace: at once
+	if hctx.Err() == nil {
+		t.Fatal("not cancelled at once")
+	}
+}
+
+func TestJoinBufferBound(t *testing.T) {
+	l := NewLocal(10)
+	f, _, _, _ := l.Acquire("k:t", "sha", "r", time.Now())
+	f.Write([]byte("0123456789ab"))
+	if _, _, _, err := l.Acquire("k:t", "sha", "r2", time.Now()); !errors.Is(err, ErrTruncated) {
+		t.Fatalf("joining past the bound: %v", err)
+	}
+}
+
+// BenchmarkFanout1000 relays 100 chunks of one stream to 1,000 joiners and
+// reports the time for a chunk to reach every joiner and memory per joiner.
+func BenchmarkFanout1000(b *testing.B) {
+	const joiners, chunks = 1000, 100
+	chunk := bytes.Repeat([]byte("x"), 120) // about one SSE chunk
+	for b.Loop() {
+		l := NewLocal(8 << 20)
+		f, _, _, _ := l.Acquire("k:f", "sha", "r", time.Now())
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		var wg sync.WaitGroup
+		var ready sync.WaitGroup
+		got := make(chan struct{}, joiners)
+		for i := 0; i < joiners; i++ {
+			g, _, _, _ := l.Acquire("k:f", "sha", "r", time.Now())
+			wg.Add(1)
+			ready.Add(1)
+			go func() {
+				defer wg.Done()
+				rd := g.NewReader()
+				ready.Done()
+				seen := 0
+				for {
+					c, done, ok := rd.Next(context.Background())
+					if !ok || done {
+						return
+					}
+					seen += len(c)
+					if seen >= len(chunk) {
+						got <- struct{}{}
+						seen -= len(chunk)
+					}
+				}
+			}()
+		}
+		ready.Wait()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/joiners, "heap-B/joiner")
+		var total time.Duration
+		for c := 0; c < chunks; c++ {
+			start := time.Now()
+			f.Write(chunk)
+			for i := 0; i < joiners; i++ {
+				<-got
+			}
+			total += time.Since(start)
+		}
+		f.Finish(nil, nil)
+		wg.Wait()
+		b.ReportMetric(float64(total.Microseconds())/chunks, "µs/chunk-to-all")
+	}
+}
