@@ -4,6 +4,7 @@
 //
 // Usage:
 //
+//	oncegate demo                             play the §15 incident, naive stack versus oncegate
 //	oncegate serve   --config FILE            run the gateway
 //	oncegate mock    [--listen ADDR]          run the fault-injecting mock provider
 //	oncegate check   --config FILE            validate and print the route tables
@@ -28,6 +29,7 @@ func main() {
 
 // verbs maps each CLI verb to its implementation. Each returns the exit code.
 var verbs = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) int{
+	"demo":     demoCmd,
 	"serve":    serve,
 	"mock":     mockProvider,
 	"check":    check,
@@ -38,6 +40,7 @@ var verbs = map[string]func(ctx context.Context, args []string, stdout, stderr i
 const usage = `oncegate — an LLM gateway that owns retries
 
 usage:
+  oncegate demo                               play the §15 incident: a naive stack versus oncegate
   oncegate serve   --config FILE              run the gateway
   oncegate mock    [--listen ADDR] [--script FILE] [--ttft D] [--interval D] [--tokens N]
                                               run the fault-injecting mock provider

@@ -103,3 +103,10 @@ func continueTokens(full []string, prefix string) (rest []string, ok bool) {
 	}
 	return nil, strings.Join(full, "") == prefix
 }
+
+// AnswerFor is the answer to a single user message: what a client must
+// read for that prompt, however many attempts it took.
+func AnswerFor(seed int64, userText string, n int) string {
+	return Answer(seed, &provider.Request{Messages: []provider.Message{{Role: provider.RoleUser,
+		Parts: []provider.Part{{Type: provider.PartText, Text: userText}}}}}, n)
+}
