@@ -297,7 +297,15 @@ func TestOwnerAndJoinerDisconnects(t *testing.T) {
 
 func TestJoinThatWouldOutliveTheJoinersDeadline(t *testing.T) {
 	e := newEnv(t, mock.Config{Tokens: 5, TTFT: 600 * time.Millisecond})
-	go e.post("/v1/chat/completions", chatBody("chat", false), keyed("slow"))
+	go func() { // the owner, slow upstream; t.Fatal must stay on the test's goroutine
+		req, _ := http.NewRequest("POST", e.url+"/v1/chat/completions", strings.NewReader(chatBody("chat", false)))
+		req.Header.Set("Authorization", "Bearer "+keyAcme)
+		req.Header.Set("Idempotency-Key", "slow")
+		if res, err := http.DefaultClient.Do(req); err == nil {
+			_, _ = io.Copy(io.Discard, res.Body)
+			_ = res.Body.Close()
+		}
+	}()
 	time.Sleep(100 * time.Millisecond)
 	res, body := e.post("/v1/chat/completions", chatBody("chat", false), map[string]string{"Idempotency-Key": "slow", "X-Oncegate-Timeout-Ms": "200"})
 	if res.StatusCode != 409 || res.Header.Get("x-should-retry") != "true" || res.Header.Get("Retry-After") == "" || !strings.Contains(string(body), CodeKeyInUse) {

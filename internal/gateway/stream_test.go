@@ -22,7 +22,7 @@ const streamTokens = 30
 // streamOpenAI runs a streamed completion with the official SDK at default
 // settings and returns the accumulated text, the stream's error and the
 // response headers.
-func (e *env) streamOpenAI(model, prompt string) (string, openai.ChatCompletionAccumulator, error, http.Header) {
+func (e *env) streamOpenAI(model, prompt string) (string, openai.ChatCompletionAccumulator, http.Header, error) {
 	var h http.Header
 	c := e.openai(&h)
 	st := c.Chat.Completions.NewStreaming(context.Background(), openai.ChatCompletionNewParams{Model: model, Messages: userMsg(prompt),
@@ -37,7 +37,7 @@ func (e *env) streamOpenAI(model, prompt string) (string, openai.ChatCompletionA
 	if len(acc.Choices) > 0 {
 		text = acc.Choices[0].Message.Content
 	}
-	return text, acc, st.Err(), h
+	return text, acc, h, st.Err()
 }
 
 // rawStream posts a streamed request and returns the whole SSE body.
@@ -51,7 +51,7 @@ const prompt = "What is a logical request?"
 func TestPreOutputFailoverIsInvisible(t *testing.T) {
 	e := newEnv(t, mock.Config{Tokens: streamTokens})
 	e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 503})))
-	text, _, err, h := e.streamOpenAI("chat", prompt)
+	text, _, h, err := e.streamOpenAI("chat", prompt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestResumeAfterVisibleOutput(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, mock.Config{Tokens: streamTokens})
 			e.primary.SetScript(rules(mock.Rule{Calls: []int{1}, Fault: mock.Fault{Type: mock.FaultDropAfter, After: tc.after}}))
-			text, acc, err, h := e.streamOpenAI("chat", prompt)
+			text, acc, h, err := e.streamOpenAI("chat", prompt)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -134,7 +134,7 @@ func TestResumeWithTheAnthropicSDK(t *testing.T) {
 func TestStopEndsTheStreamWithAnInBandError(t *testing.T) {
 	e := newEnv(t, mock.Config{Tokens: streamTokens})
 	e.primary.SetScript(rules(mock.Rule{Calls: []int{1}, Fault: mock.Fault{Type: mock.FaultDropAfter, After: 5}}))
-	text, _, err, h := e.streamOpenAI("chat-stop", prompt)
+	text, _, h, err := e.streamOpenAI("chat-stop", prompt)
 	if err == nil || !strings.Contains(err.Error(), "stream_interrupted") {
 		t.Fatalf("the SDK must surface an error, got %v", err)
 	}
@@ -191,7 +191,7 @@ func TestContinuationNeverGoesToAnotherRoute(t *testing.T) {
 	e := newEnv(t, mock.Config{Tokens: streamTokens})
 	e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultHang})))                 // first-byte timeout: on to the fallback
 	e.fallback.SetScript(rules(always(mock.Fault{Type: mock.FaultDropAfter, After: 4}))) // no continuation on this route
-	_, _, err, h := e.streamOpenAI("chat", prompt)
+	_, _, h, err := e.streamOpenAI("chat", prompt)
 	if err == nil {
 		t.Fatal("the stream must end in an error")
 	}
@@ -230,7 +230,7 @@ func TestRelayRules(t *testing.T) {
 	t.Run("a malformed chunk is skipped and counted", func(t *testing.T) {
 		e := newEnv(t, mock.Config{Tokens: streamTokens})
 		e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultMalformedAfter, After: 3})))
-		text, _, err, h := e.streamOpenAI("chat", prompt)
+		text, _, h, err := e.streamOpenAI("chat", prompt)
 		if err != nil || text != want(t) {
 			t.Fatalf("%v %q", err, text)
 		}
@@ -252,7 +252,7 @@ func TestRelayRules(t *testing.T) {
 	t.Run("a stall after output resumes on the same route", func(t *testing.T) {
 		e := newEnv(t, mock.Config{Tokens: streamTokens})
 		e.primary.SetScript(rules(mock.Rule{Calls: []int{1}, Fault: mock.Fault{Type: mock.FaultStallAfter, After: 9}}))
-		text, _, err, h := e.streamOpenAI("chat", prompt)
+		text, _, h, err := e.streamOpenAI("chat", prompt)
 		if err != nil || text != want(t) {
 			t.Fatalf("%v %q", err, text)
 		}
@@ -263,7 +263,7 @@ func TestRelayRules(t *testing.T) {
 	t.Run("the client sees the model that served", func(t *testing.T) {
 		e := newEnv(t, mock.Config{Tokens: 5})
 		e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 500})))
-		_, acc, err, _ := e.streamOpenAI("chat", prompt)
+		_, acc, _, err := e.streamOpenAI("chat", prompt)
 		if err != nil || acc.Model != "fallback-model" {
 			t.Fatalf("%v model %q", err, acc.Model)
 		}
@@ -287,7 +287,7 @@ func TestBufferedStreamFailsOverLikeBeforeOutput(t *testing.T) {
 		t.Run(f.Type, func(t *testing.T) {
 			e := newEnv(t, mock.Config{Tokens: streamTokens})
 			e.primary.SetScript(rules(always(f)))
-			text, _, err, h := e.streamOpenAI("chat-buffered", prompt)
+			text, _, h, err := e.streamOpenAI("chat-buffered", prompt)
 			if err != nil || text != answer(t, provider.OpenAI, prompt, streamTokens) {
 				t.Fatalf("%v %q", err, text)
 			}
