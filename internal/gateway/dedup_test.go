@@ -378,3 +378,15 @@ func sseText(body string) string {
 	}
 	return sb.String()
 }
+
+// fingerprint_replay_window: a keyless twin that finished within the
+// window replays instead of running again.
+func TestFingerprintReplayWindow(t *testing.T) {
+	e := newEnvWith(t, mock.Config{Tokens: 4}, "idempotency: {fingerprint_replay_window: 1m}\n", nil)
+	r1, b1 := e.post("/v1/chat/completions", chatBody("chat", false), nil)
+	r2, b2 := e.post("/v1/chat/completions", chatBody("chat", false), nil)
+	if r2.Header.Get("X-Oncegate-Dedup") != "replayed" || !bytes.Equal(b1, b2) ||
+		r2.Header.Get("X-Oncegate-Request-Id") != r1.Header.Get("X-Oncegate-Request-Id") || e.primary.Stats().Requests != 1 {
+		t.Fatalf("keyless twin within the window: %s, upstream %d", r2.Header.Get("X-Oncegate-Dedup"), e.primary.Stats().Requests)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	aopt "github.com/anthropics/anthropic-sdk-go/v2/option"
@@ -207,5 +208,26 @@ func TestFaultsAndStatsOverHTTP(t *testing.T) {
 	k := s.ByIdempotencyKey["k1"]
 	if s.Requests != 3 || k.Requests != 3 || k.Generations != 1 || k.OutputTokens != 5 || k.InputTokens == 0 {
 		t.Fatalf("stats %+v key %+v", s.Counter, k)
+	}
+}
+
+// A flapping route: down for the first ForMS milliseconds, then healthy.
+func TestFlappingRoute(t *testing.T) {
+	m, url := start(t, mock.Config{Tokens: 3})
+	m.SetScript(mock.Script{Rules: []mock.Rule{{ForMS: 200, Fault: mock.Fault{Type: mock.FaultStatus, Status: 503}}}})
+	post := func() int {
+		res, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"x"}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = res.Body.Close()
+		return res.StatusCode
+	}
+	if got := post(); got != 503 {
+		t.Fatalf("during the outage: %d", got)
+	}
+	time.Sleep(250 * time.Millisecond)
+	if got := post(); got != 200 {
+		t.Fatalf("after the outage: %d", got)
 	}
 }

@@ -115,6 +115,8 @@ func New(cfg Config) *Client {
 		IdleConnTimeout:       90 * time.Second,
 		ExpectContinueTimeout: 0,
 		DisableCompression:    true, // SSE must not sit in a gzip buffer
+		// A provider's headers are untrusted too: bound them.
+		MaxResponseHeaderBytes: 64 << 10,
 	}
 	return &Client{cfg: cfg, hc: &http.Client{Transport: tr, CheckRedirect: noRedirects}}
 }
