@@ -21,6 +21,9 @@ type eventLog struct {
 
 func (l *eventLog) event(typ ledger.EventType, at time.Time, data any) ledger.Event {
 	l.seq++
+	if l.store == nil {
+		return ledger.Event{} // no ledger: nothing will be written
+	}
 	b, _ := json.Marshal(data) // plain structs and maps: cannot fail
 	return ledger.Event{RequestID: l.requestID, Seq: l.seq, Generation: l.gen, Type: typ, At: at, Data: b}
 }

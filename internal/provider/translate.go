@@ -94,6 +94,11 @@ func BuildRequest(in *ClientRequest, t Target, prefix *string) (*Built, error) {
 // model, streaming with usage, and a continuation. Every other field the
 // client sent reaches the provider untouched.
 func patchOpenAI(body []byte, t Target, ir *Request, cont bool) ([]byte, error) {
+	if !t.Stream && !cont && !ir.Stream {
+		if b, ok := replaceModel(body, t.Model); ok {
+			return b, nil // the common case: only the model changes
+		}
+	}
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(body, &top); err != nil {
 		return nil, err
@@ -114,6 +119,122 @@ func patchOpenAI(body []byte, t Target, ir *Request, cont bool) ([]byte, error) 
 		return markContinuation(b, t.Continuation)
 	}
 	return json.Marshal(top)
+}
+
+// replaceModel rewrites the value of a body's top-level "model" member
+// without decoding the rest; ok is false when the body is not a plain
+// object it can walk (the caller then rebuilds it).
+func replaceModel(body []byte, model string) ([]byte, bool) {
+	start, end, ok := topLevelValue(body, "model")
+	if !ok || end-start < 2 || body[start] != '"' {
+		return nil, false
+	}
+	out := make([]byte, 0, len(body)+len(model))
+	out = append(out, body[:start]...)
+	out = appendJSONString(out, model)
+	return append(out, body[end:]...), true
+}
+
+// topLevelValue finds the byte span of a top-level member's value in a
+// JSON object. It walks every member, skipping nested values by depth; a
+// key that appears twice (or not at all) is not ok.
+func topLevelValue(b []byte, key string) (start, end int, ok bool) {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return 0, 0, false
+	}
+	i++
+	found := false
+	for {
+		i = skipSpace(b, i)
+		if i >= len(b) || b[i] != '"' {
+			return 0, 0, false
+		}
+		kEnd := stringEnd(b, i)
+		if kEnd < 0 {
+			return 0, 0, false
+		}
+		k := b[i+1 : kEnd-1]
+		i = skipSpace(b, kEnd)
+		if i >= len(b) || b[i] != ':' {
+			return 0, 0, false
+		}
+		i = skipSpace(b, i+1)
+		vEnd := valueEnd(b, i)
+		if vEnd < 0 {
+			return 0, 0, false
+		}
+		if string(k) == key { // a key spelled with escapes takes the slow path
+			if found {
+				return 0, 0, false
+			}
+			start, end, found = i, vEnd, true
+		}
+		i = skipSpace(b, vEnd)
+		if i < len(b) && b[i] == '}' {
+			return start, end, found
+		}
+		if i >= len(b) || b[i] != ',' {
+			return 0, 0, false
+		}
+		i++
+	}
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// stringEnd returns the index just past the string starting at b[i].
+func stringEnd(b []byte, i int) int {
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+	return -1
+}
+
+// valueEnd returns the index just past the value starting at b[i].
+func valueEnd(b []byte, i int) int {
+	if i >= len(b) {
+		return -1
+	}
+	switch b[i] {
+	case '"':
+		return stringEnd(b, i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(b); j++ {
+			switch b[j] {
+			case '"':
+				e := stringEnd(b, j)
+				if e < 0 {
+					return -1
+				}
+				j = e - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return -1
+	}
+	j := i
+	for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ' ' && b[j] != '\n' && b[j] != '\t' && b[j] != '\r' {
+		j++
+	}
+	return j
 }
 
 // patchAnthropic rewrites a client's Messages body for a route.

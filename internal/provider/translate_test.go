@@ -3,6 +3,7 @@ package provider
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -230,4 +231,33 @@ func TestParseRequestRejectsClearly(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzReplaceModel: the fast model rewrite, when it applies, yields the
+// same document as decoding, setting "model" and re-encoding.
+func FuzzReplaceModel(f *testing.F) {
+	f.Add([]byte(`{"model":"chat","messages":[{"role":"user","content":"x"}]}`), "gpt-4o")
+	f.Add([]byte(` { "messages" : [ {"content":"a\"}b","role":"user"} ], "model" : "m" , "n":1}`), "m2")
+	f.Add([]byte(`{"a":{"model":"inner"},"model":"outer"}`), "x")
+	f.Add([]byte(`{"model":"a","model":"b"}`), "x")
+	f.Fuzz(func(t *testing.T, body []byte, model string) {
+		out, ok := replaceModel(body, model)
+		if !ok {
+			return
+		}
+		var want, got map[string]any
+		if json.Unmarshal(body, &want) != nil {
+			return // not a valid document: the caller would have rejected it already
+		}
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("rewrite broke the document: %q → %q", body, out)
+		}
+		want["model"] = model
+		wb, _ := json.Marshal(want) // both through encoding/json: equal documents, equal bytes
+		var w2 map[string]any
+		_ = json.Unmarshal(wb, &w2)
+		if !reflect.DeepEqual(w2, got) {
+			t.Fatalf("%q with model %q:\n got  %v\n want %v", body, model, got, w2)
+		}
+	})
 }
