@@ -110,15 +110,11 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	go func() { _ = m.Serve(ctx, mln) }()
 	mockURL := "http://" + mln.Addr().String()
 
-	cfg, err := config.Parse("bench.yaml", []byte(strings.ReplaceAll(benchConfig, "MOCK", mockURL)))
+	pol, err := policy.Parse("bench.yaml", []byte(strings.ReplaceAll(benchConfig, "MOCK", mockURL)))
 	if err != nil {
 		return err
 	}
-	pol, err := policy.Compile(cfg)
-	if err != nil {
-		return err
-	}
-	secrets, err := cfg.ResolveSecrets(func(string) (string, bool) { return benchKey, true })
+	secrets, err := pol.Config.ResolveSecrets(func(string) (string, bool) { return benchKey, true })
 	if err != nil {
 		return err
 	}

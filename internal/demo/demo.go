@@ -18,7 +18,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/gateway"
 	"github.com/oncegate/oncegate/internal/ledger/sqlite"
 	"github.com/oncegate/oncegate/internal/mock"
@@ -192,15 +191,11 @@ func runOncegate(ctx context.Context, w *world, say func(string, ...any)) (*once
 	}
 	defer os.RemoveAll(dir)
 	yaml := strings.NewReplacer("PRIMARY", w.primaryURL, "FALLBACK", w.fallbackURL).Replace(configTemplate)
-	cfg, err := config.Parse("demo.yaml", []byte(yaml))
+	pol, err := policy.Parse("demo.yaml", []byte(yaml))
 	if err != nil {
 		return nil, err
 	}
-	pol, err := policy.Compile(cfg)
-	if err != nil {
-		return nil, err
-	}
-	secrets, err := cfg.ResolveSecrets(func(string) (string, bool) { return apiKey, true })
+	secrets, err := pol.Config.ResolveSecrets(func(string) (string, bool) { return apiKey, true })
 	if err != nil {
 		return nil, err
 	}

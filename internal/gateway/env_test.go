@@ -18,7 +18,6 @@ import (
 	"github.com/openai/openai-go/v3"
 	oopt2 "github.com/openai/openai-go/v3/option"
 
-	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/ledger/sqlite"
 	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/policy"
@@ -123,15 +122,12 @@ func newEnvWith(t *testing.T, mcfg mock.Config, extraYAML string, logs io.Writer
 		urls[i] = srv.URL
 	}
 	yaml := strings.NewReplacer("PRIMARY", urls[0], "FALLBACK", urls[1], "ANTHROPIC", urls[2]).Replace(testConfig) + extraYAML
-	cfg, err := config.Parse("test.yaml", []byte(yaml))
+	var err error
+	e.pol, err = policy.Parse("test.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.pol, err = policy.Compile(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	secrets, err := cfg.ResolveSecrets(func(k string) (string, bool) {
+	secrets, err := e.pol.Config.ResolveSecrets(func(k string) (string, bool) {
 		return map[string]string{"KEY_ACME": keyAcme, "KEY_GLOBEX": keyGlobex}[k], true
 	})
 	if err != nil {

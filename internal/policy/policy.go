@@ -184,6 +184,16 @@ func Compile(cfg *config.Config) (*Policy, error) {
 	return p, nil
 }
 
+// Parse decodes and compiles a configuration held in memory (name labels
+// its errors).
+func Parse(name string, data []byte) (*Policy, error) {
+	cfg, err := config.Parse(name, data)
+	if err != nil {
+		return nil, err
+	}
+	return Compile(cfg)
+}
+
 // Load reads, decodes and compiles the file at path. Decoding and
 // validation problems are reported together, in file order; a semantic
 // finding about a field that failed to decode is left out.

@@ -140,6 +140,12 @@ func parseAnthropicRequest(body []byte) (*Request, error) {
 }
 
 func anSystem(raw json.RawMessage) (string, error) {
+	return textOrBlocks(raw, "\n\n", "system", "system must be a string or an array of text blocks")
+}
+
+// textOrBlocks reads a field that is either a string or an array of text
+// blocks, joining the blocks' text with sep.
+func textOrBlocks(raw json.RawMessage, sep, param, msg string) (string, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return "", nil
 	}
@@ -149,13 +155,13 @@ func anSystem(raw json.RawMessage) (string, error) {
 	}
 	var blocks []anBlock
 	if err := json.Unmarshal(raw, &blocks); err != nil {
-		return "", invalid("system", "system must be a string or an array of text blocks")
+		return "", invalid(param, "%s", msg)
 	}
-	var parts []string
-	for _, b := range blocks {
-		parts = append(parts, b.Text)
+	parts := make([]string, len(blocks))
+	for i, b := range blocks {
+		parts[i] = b.Text
 	}
-	return strings.Join(parts, "\n\n"), nil
+	return strings.Join(parts, sep), nil
 }
 
 // anMessageIR reads one Messages turn. A user turn carrying tool_result
@@ -216,22 +222,7 @@ func anMessageIR(m anMessage, param string) ([]Message, error) {
 }
 
 func anToolResultText(raw json.RawMessage, param string) (string, error) {
-	if len(raw) == 0 {
-		return "", nil
-	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s, nil
-	}
-	var blocks []anBlock
-	if err := json.Unmarshal(raw, &blocks); err != nil {
-		return "", invalid(param+".content", "tool_result content must be a string or text blocks")
-	}
-	var parts []string
-	for _, b := range blocks {
-		parts = append(parts, b.Text)
-	}
-	return strings.Join(parts, ""), nil
+	return textOrBlocks(raw, "", param+".content", "tool_result content must be a string or text blocks")
 }
 
 // buildAnthropicRequest writes a neutral request as a Messages body.

@@ -744,25 +744,16 @@ func scanEvent(row scanner) (ledger.Event, error) {
 
 // Events returns a request's events in order.
 func (s *Store) Events(ctx context.Context, requestID string) ([]ledger.Event, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT request_id, seq, generation, type, at, data FROM events WHERE request_id = ? ORDER BY seq`, requestID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []ledger.Event
-	for rows.Next() {
-		e, err := scanEvent(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, e)
-	}
-	return out, rows.Err()
+	return s.events(ctx, `SELECT request_id, seq, generation, type, at, data FROM events WHERE request_id = ? ORDER BY seq`, requestID)
 }
 
 // StaleEvents returns the writes fenced off for a request (evidence).
 func (s *Store) StaleEvents(ctx context.Context, requestID string) ([]ledger.Event, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT request_id, 0, generation, type, at, data FROM stale_events WHERE request_id = ?`, requestID)
+	return s.events(ctx, `SELECT request_id, 0, generation, type, at, data FROM stale_events WHERE request_id = ?`, requestID)
+}
+
+func (s *Store) events(ctx context.Context, q string, args ...any) ([]ledger.Event, error) {
+	rows, err := s.r.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
