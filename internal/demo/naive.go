@@ -40,7 +40,10 @@ func runNaive(ctx context.Context, w *world, say func(string, ...any)) outcome {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); naiveGateway(ctx, w, say, "POST 1", render, newTurn) }()
-	time.Sleep(clientTimeout) // the mobile client gives up; the pipeline behind it does not
+	select { // the mobile client gives up; the pipeline behind it does not
+	case <-time.After(clientTimeout):
+	case <-ctx.Done():
+	}
 	say("POST 1: the client gave up after %v; it re-POSTs — a brand-new request to this stack", clientTimeout)
 	wg.Add(1)
 	go func() { defer wg.Done(); naiveGateway(ctx, w, say, "POST 2", render, newTurn) }()
