@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -638,7 +639,7 @@ func (s *Store) SettleUnfinished(ctx context.Context, owner string, at time.Time
 				return fmt.Errorf("settle unfinished: %w", err)
 			}
 		}
-		rows, err := tx.Query(`SELECT id FROM temp.settle ORDER BY id`)
+		rows, err := tx.Query(`SELECT id FROM temp.settle`)
 		if err != nil {
 			return err
 		}
@@ -656,6 +657,7 @@ func (s *Store) SettleUnfinished(ctx context.Context, owner string, at time.Time
 		_, err = tx.Exec(`DROP TABLE temp.settle`)
 		return err
 	})
+	slices.Sort(ids)
 	return ids, err
 }
 
