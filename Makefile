@@ -18,8 +18,8 @@ lint: ## gofmt, go vet and staticcheck
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
-fuzz: ## run every fuzz target for FUZZTIME (default 30s)
-	FUZZTIME=$${FUZZTIME:-30s}; git grep -l '^func Fuzz' -- '*_test.go' | while read -r f; do \
+fuzz: ## run every fuzz target for FUZZTIME executions (default 1000000x; a count, see .ci/run)
+	FUZZTIME=$${FUZZTIME:-1000000x}; git grep -l '^func Fuzz' -- '*_test.go' | while read -r f; do \
 	  for t in $$(grep -o '^func Fuzz[A-Za-z0-9_]*' $$f | sed 's/^func //'); do \
 	    $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $$FUZZTIME ./$$(dirname $$f) || exit 1; done; done
 
