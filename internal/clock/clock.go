@@ -48,7 +48,31 @@ func (f *Fake) Set(t time.Time) {
 	f.mu.Unlock()
 }
 
+// Offset is the wall clock moved forward by a manual offset: time passes
+// as it really does, so real waits and timers still end, and a test can
+// also jump ahead (an open breaker's open_for, a window's end) at once.
+// It is safe for concurrent use.
+type Offset struct {
+	mu  sync.Mutex
+	off time.Duration
+}
+
+// Now returns the wall clock plus the offset.
+func (o *Offset) Now() time.Time {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return time.Now().Add(o.off)
+}
+
+// Advance jumps the clock forward by d.
+func (o *Offset) Advance(d time.Duration) {
+	o.mu.Lock()
+	o.off += d
+	o.mu.Unlock()
+}
+
 var (
 	_ Clock = System{}
 	_ Clock = (*Fake)(nil)
+	_ Clock = (*Offset)(nil)
 )

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/oncegate/oncegate/internal/coord"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/metrics"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/provider"
 	"github.com/oncegate/oncegate/internal/receipt"
@@ -43,13 +45,18 @@ type call struct {
 	clientRetries int
 	rec           *receipt.Recorder
 	log           *eventLog
+	tenantBound   bool // the tenant's daily ceiling stopped the request
 	out           *output
-	lastFinish    string // the finish reason of the stream that completed
 }
 
 // attemptResult is what one attempt produced besides its observation.
 type attemptResult struct {
 	obs         receipt.Observation
+	ordinal     int
+	race        *raceSlot // nil: not hedged
+	slot        int       // 0: the attempt, 1: its hedge
+	prompt      int64     // prompt tokens sent
+	finish      string    // a completed stream's finish reason
 	kind        gw.Kind
 	route       *policy.Route
 	upstreamErr *provider.UpstreamError // a provider's error response
@@ -57,44 +64,98 @@ type attemptResult struct {
 	body        []byte                  // non-streamed success: the client's body
 }
 
-// run drives the engine: claim the identity, then for each decided
-// attempt wait for its not_before, make the attempt durable before it
-// leaves, record what happened, until a terminal — committed before the
-// clients get their last byte.
+// run drives the engine: admit the first attempt and claim the identity,
+// then for each decided attempt wait for its not_before, acquire what it
+// dispatches with (DESIGN §6), make it durable before it leaves, record
+// what happened, until a terminal — committed before the clients get their
+// last byte.
 func (c *call) run() {
 	defer c.g.inflight.Done()
-	adm := retry.Admission{}
-	d := c.rec.Start(adm, c.created)
+	if ok, wait := c.g.tenants.Take(c.tenant.ID); !ok {
+		c.g.metrics.ObserveTenantRejection(c.tenant.ID, CodeTenantRateLimited)
+		e := errorf(CodeTenantRateLimited, "tenant %s is over its %d requests per minute", c.tenant.ID, c.tenant.RequestsPerMinute)
+		e.retryAfter = int(math.Ceil(max(1, wait.Seconds())))
+		c.publishError(e, meta{})
+		return
+	}
+	adm := c.admission(false)
+	d, p, err := c.admit(c.rec.Start(adm, c.created), adm)
+	if err != nil {
+		c.abort(err)
+		return
+	}
 	if !c.claim(d) {
+		c.release(p, nil)
 		return
 	}
 	failpoint("after_dispatch_commit")
 	var last *attemptResult
 	for d.Dispatches() {
-		if !c.sleepUntil(d.NotBefore) {
-			c.rec.Cancel()
-			break
-		}
-		if n := len(c.rec.R.Attempts) + 1; n > 1 {
-			if err := c.log.append(c.ctx, true, c.dispatchEvents(d, n)...); err != nil {
+		if p == nil { // a later attempt: wait for it, then admit it
+			if !c.sleepUntil(d.NotBefore) {
+				c.rec.Cancel()
+				break
+			}
+			if d, p, err = c.admit(d, c.admission(true)); err != nil {
+				c.abort(err)
+				return
+			}
+			if p == nil {
+				break // refused: the engine stopped
+			}
+			if !c.sleepUntil(d.NotBefore) { // decided again, perhaps later
+				c.release(p, nil)
+				c.rec.Cancel()
+				break
+			}
+			if err := c.log.append(c.ctx, true, c.dispatchEvents(d, len(c.rec.R.Attempts)+1)...); err != nil {
+				c.release(p, nil)
 				c.abort(err)
 				return
 			}
 		}
-		last = c.attempt(d)
-		var err error
-		if d, err = c.rec.Observe(last.obs, adm); err != nil {
+		n := len(c.rec.R.Attempts) + 1
+		var res *attemptResult
+		if c.hedgeable(d) {
+			res, d, err = c.hedged(d, p, n)
+		} else {
+			res, d, err = c.single(c.attempt(c.ctx, d, n, p, nil, c.g.clock.Now()), p)
+		}
+		if err != nil {
 			c.abort(err)
 			return
 		}
-		a := c.rec.R.Attempts[len(c.rec.R.Attempts)-1]
-		_ = c.log.append(c.ctx, false, c.log.event(ledger.EvObserved, a.ObservedAt, a),
-			c.log.event(ledger.EvDecision, a.ObservedAt, c.rec.R.Decisions[len(c.rec.R.Decisions)-1]))
+		p, last = nil, res
 		if d.Dispatches() && c.out.started {
 			c.out.between(d, len(c.rec.R.Attempts)+1)
 		}
 	}
 	c.finish(d, last)
+}
+
+// single observes one unhedged attempt: its permit goes back, the engine
+// decides what follows, and both are logged.
+func (c *call) single(res *attemptResult, p *permit) (*attemptResult, retry.Decision, error) {
+	c.release(p, res)
+	d, err := c.rec.Observe(res.obs, c.admission(true))
+	if err != nil {
+		return nil, retry.Decision{}, err
+	}
+	c.logObserved(1)
+	return res, d, nil
+}
+
+// logObserved appends the last k attempts' observations and the decision
+// that followed them to the event log.
+func (c *call) logObserved(k int) {
+	r := c.rec.R
+	var evs []ledger.Event
+	for _, a := range r.Attempts[len(r.Attempts)-k:] {
+		evs = append(evs, c.log.event(ledger.EvObserved, a.ObservedAt, a))
+	}
+	at := r.Attempts[len(r.Attempts)-1].ObservedAt
+	evs = append(evs, c.log.event(ledger.EvDecision, at, r.Decisions[len(r.Decisions)-1]))
+	_ = c.log.append(c.ctx, false, evs...)
 }
 
 // dispatchEvents are attempt n's reserved and dispatched events: durable
@@ -174,6 +235,32 @@ func (c *call) finish(d retry.Decision, last *attemptResult) {
 	}
 	c.g.log.Info("request", "request_id", c.id, "tenant", c.tenant.ID, "model", c.alias.Name,
 		"attempts", len(r.Attempts), "terminal", r.Terminal, "reason", r.Reason, "joined", r.Dedup.Joined)
+	c.observeMetrics()
+}
+
+// observeMetrics counts the finished request and each of its attempts.
+func (c *call) observeMetrics() {
+	r, m := c.rec.R, c.g.metrics
+	m.ObserveRequest(metrics.Request{Model: r.Model, Terminal: r.Terminal, Reason: r.Reason, Attempts: len(r.Attempts),
+		Duration: c.g.clock.Now().Sub(c.created)})
+	if r.Reason == string(gw.ReasonCostBudget) && c.tenantBound {
+		m.ObserveTenantRejection(c.tenant.ID, CodeTenantBudget)
+	}
+	output := false
+	for i := range r.Attempts {
+		a := &r.Attempts[i]
+		ma := metrics.Attempt{Tenant: r.Tenant, Route: a.Route, Provider: a.Provider, Class: a.OutcomeClass, Kind: a.Kind,
+			Purpose: a.Purpose, AfterOutput: output, VisibleOutput: a.VisibleOutput,
+			Input: a.Usage.InputTokens, Output: a.Usage.OutputTokens, CostUSD: a.CostUSD}
+		if i > 0 {
+			ma.Cause = r.Attempts[i-1].Kind
+		}
+		if a.FirstByteAt != nil {
+			ma.TTFT = a.FirstByteAt.Sub(a.StartedAt)
+		}
+		m.ObserveAttempt(ma)
+		output = output || a.VisibleOutput
+	}
 }
 
 // answer renders the final response: for a stream that is visible, the
@@ -181,7 +268,7 @@ func (c *call) finish(d retry.Decision, last *attemptResult) {
 func (c *call) answer(d retry.Decision, last *attemptResult) (*coord.Head, []byte) {
 	switch {
 	case d.Action == retry.ActionComplete && c.stream:
-		return c.out.complete(last.route, c.billed())
+		return c.out.complete(last.route, last.finish, c.billed())
 	case d.Action == retry.ActionComplete:
 		h := http.Header{}
 		h.Set("Content-Type", "application/json")
@@ -193,7 +280,7 @@ func (c *call) answer(d retry.Decision, last *attemptResult) (*coord.Head, []byt
 	case d.Terminal == gw.TerminalCancelled:
 		return errorf(CodeInternal, "the client went away").render(c.proto, c.meta())
 	}
-	return terminalError(d.Terminal, d.Reason, last).render(c.proto, c.meta())
+	return c.terminalError(d, last).render(c.proto, c.meta())
 }
 
 // ledgerState maps a terminal to the ledger record state (DESIGN §3.2).
@@ -249,10 +336,12 @@ func upstreamPath(t policy.ProviderType) string {
 	return "/chat/completions"
 }
 
-// attempt makes one physical attempt on the decided route.
-func (c *call) attempt(d retry.Decision) *attemptResult {
+// attempt makes physical attempt n on the decided route, started at
+// started, under permit p; slot is its place in a hedge race (nil: none).
+// ctx ends it early (the client left, or its race was lost).
+func (c *call) attempt(ctx context.Context, d retry.Decision, n int, p *permit, slot *raceSlot, started time.Time) *attemptResult {
 	route := c.alias.Route(d.Route)
-	res := &attemptResult{route: route}
+	res := &attemptResult{route: route, ordinal: n, race: slot}
 	up := upstreamProtocol(route.Provider.Type)
 	target := provider.Target{Protocol: up, Model: route.Model, Stream: c.stream,
 		MaxOutputTokens: route.Caps.MaxOutputTokens, Continuation: string(route.Caps.Continuation)}
@@ -261,26 +350,32 @@ func (c *call) attempt(d retry.Decision) *attemptResult {
 		p := c.out.prefix()
 		prefix = &p
 	}
-	res.obs = receipt.Observation{StartedAt: c.g.clock.Now(), Breaker: receipt.BreakerState{State: "closed"}}
+	res.obs = receipt.Observation{StartedAt: started}
+	if p != nil {
+		res.obs.Breaker = receipt.BreakerState{State: p.ticket.State.String(), Generation: p.ticket.Generation}
+	}
 	built, err := provider.BuildRequest(c.in, target, prefix)
 	if err != nil {
 		return c.observe(res, gw.KindInvalidRequest, "", err.Error())
 	}
+	res.prompt = built.PromptTokens
 	hdr := http.Header{}
 	hdr.Set("Idempotency-Key", "og-"+c.id)
 	hdr.Set("X-Oncegate-Request-Id", c.id)
-	hdr.Set("X-Oncegate-Attempt", strconv.Itoa(len(c.rec.R.Attempts)+1))
+	hdr.Set("X-Oncegate-Attempt", strconv.Itoa(n))
 	if up == provider.Anthropic && c.proto == provider.Anthropic && c.anthropicBeta != "" {
 		hdr.Set("anthropic-beta", c.anthropicBeta)
 	}
-	ctx, cancel := context.WithDeadline(c.ctx, c.deadline)
+	ctx, cancel := context.WithDeadline(ctx, c.deadline)
 	defer cancel()
 	resp, err := c.g.clients[route.Provider.ID].Do(ctx, &upstream.Request{Path: upstreamPath(route.Provider.Type), Body: built.Body, Header: hdr})
 	if err != nil {
 		return c.transportFailure(res, err)
 	}
 	defer resp.Body.Close()
-	fb := resp.FirstByteAt
+	// The transport times the first byte on the wall clock; the receipt
+	// keeps every time on the gateway's clock.
+	fb := slot.sawFirstByte(c.g.clock.Now().Add(-time.Since(resp.FirstByteAt)))
 	res.obs.FirstByteAt = &fb
 	res.obs.HTTPStatus = resp.Status
 	if resp.Status/100 != 2 {

@@ -18,6 +18,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	oopt2 "github.com/openai/openai-go/v3/option"
 
+	"github.com/oncegate/oncegate/internal/clock"
 	"github.com/oncegate/oncegate/internal/ledger/sqlite"
 	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/policy"
@@ -32,6 +33,8 @@ const testConfig = `
 tenants:
   - {id: acme, api_key_env: KEY_ACME}
   - {id: globex, api_key_env: KEY_GLOBEX, max_data_boundary: private}
+  - {id: initech, api_key_env: KEY_INITECH, budget: {requests_per_minute: 3}}
+  - {id: umbrella, api_key_env: KEY_UMBRELLA, budget: {cost_usd_per_day: 0.001}}
 providers:
   - {id: mock-primary, type: openai, base_url: "PRIMARY/v1", timeouts: {connect: 1s, first_byte: 400ms, idle: 1s}}
   - {id: mock-fallback, type: openai, base_url: "FALLBACK/v1", timeouts: {connect: 1s, first_byte: 400ms, idle: 1s}}
@@ -86,11 +89,25 @@ models:
   - name: solo
     routes: [primary]
     retry: {max_attempts: 3, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s}
+  - name: hedged
+    routes: [primary, fallback]
+    retry: {max_attempts: 4, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s}
+    hedge: {after: 50ms}
+  - name: hedged-buffered
+    routes: [primary, fallback]
+    retry: {max_attempts: 4, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s}
+    stream: {buffer: true}
+    hedge: {after: 50ms}
+  - name: capped
+    routes: [primary]
+    retry: {max_attempts: 3, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s, max_cost_usd: 0.001}
 `
 
 const (
-	keyAcme   = "sk-og-acme-test"
-	keyGlobex = "sk-og-globex-test"
+	keyAcme     = "sk-og-acme-test"
+	keyGlobex   = "sk-og-globex-test"
+	keyInitech  = "sk-og-initech-test"
+	keyUmbrella = "sk-og-umbrella-test"
 )
 
 type env struct {
@@ -112,8 +129,30 @@ func newEnv(t *testing.T, mcfg mock.Config) *env {
 // and a log sink.
 func newEnvWith(t *testing.T, mcfg mock.Config, extraYAML string, logs io.Writer) *env {
 	t.Helper()
+	return newEnvOpts(t, envOptions{mock: mcfg, yaml: extraYAML, logs: logs})
+}
+
+// envOptions vary a test environment.
+type envOptions struct {
+	mock mock.Config
+	// primary, when set, configures the primary mock instead of mock.
+	primary *mock.Config
+	// yaml is extra top-level configuration, appended.
+	yaml string
+	logs io.Writer
+	// clock is the gateway's clock (default: the system clock).
+	clock clock.Clock
+}
+
+func newEnvOpts(t *testing.T, o envOptions) *env {
+	t.Helper()
+	mcfg, extraYAML, logs := o.mock, o.yaml, o.logs
 	e := &env{t: t}
-	e.primary, e.fallback, e.anthropic = mock.New(mcfg), mock.New(mcfg), mock.New(mcfg)
+	pcfg := mcfg
+	if o.primary != nil {
+		pcfg = *o.primary
+	}
+	e.primary, e.fallback, e.anthropic = mock.New(pcfg), mock.New(mcfg), mock.New(mcfg)
 	urls := make([]string, 3)
 	for i, m := range []*mock.Mock{e.primary, e.fallback, e.anthropic} {
 		srv := httptest.NewServer(m)
@@ -128,7 +167,7 @@ func newEnvWith(t *testing.T, mcfg mock.Config, extraYAML string, logs io.Writer
 		t.Fatal(err)
 	}
 	secrets, err := e.pol.Config.ResolveSecrets(func(k string) (string, bool) {
-		return map[string]string{"KEY_ACME": keyAcme, "KEY_GLOBEX": keyGlobex}[k], true
+		return map[string]string{"KEY_ACME": keyAcme, "KEY_GLOBEX": keyGlobex, "KEY_INITECH": keyInitech, "KEY_UMBRELLA": keyUmbrella}[k], true
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +177,7 @@ func newEnvWith(t *testing.T, mcfg mock.Config, extraYAML string, logs io.Writer
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{DrainTimeout: 2 * time.Second, Ledger: e.store, RejoinGrace: time.Second}
+	opts := Options{DrainTimeout: 2 * time.Second, Ledger: e.store, RejoinGrace: time.Second, Clock: o.clock}
 	if logs != nil {
 		opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
@@ -186,11 +225,18 @@ func captureHeaders(dst *http.Header) oopt2.Middleware {
 	}
 }
 
-// receipt fetches a receipt through the API as the acme tenant.
+// receipt fetches a receipt through the API as the acme tenant and
+// verifies it.
 func (e *env) receipt(id string) *receipt.Receipt {
 	e.t.Helper()
+	return e.receiptAs(keyAcme, id)
+}
+
+// receiptAs fetches and verifies a receipt as the tenant of key.
+func (e *env) receiptAs(key, id string) *receipt.Receipt {
+	e.t.Helper()
 	req, _ := http.NewRequest("GET", e.url+"/v1/receipts/"+id, nil)
-	req.Header.Set("Authorization", "Bearer "+keyAcme)
+	req.Header.Set("Authorization", "Bearer "+key)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		e.t.Fatal(err)

@@ -2,12 +2,15 @@ package gateway
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/oncegate/oncegate/internal/coord"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/provider"
+	"github.com/oncegate/oncegate/internal/retry"
 )
 
 // Client-facing error codes (DESIGN §4.4): a closed vocabulary, separate
@@ -127,26 +130,61 @@ func setIDHeaders(h http.Header, requestID string, attempts int) {
 }
 
 // terminalError is the client error for a logical request that ended
-// without an answer and before any output (DESIGN §4.4).
-func terminalError(t gw.Terminal, r gw.Reason, last *attemptResult) *apiError {
+// without an answer and before any output (DESIGN §4.4). Each names the
+// bound that stopped it, with its numbers.
+func (c *call) terminalError(d retry.Decision, last *attemptResult) *apiError {
+	t, r := d.Terminal, d.Reason
 	if last != nil && last.upstreamErr != nil && (t == gw.TerminalRejected) {
 		return &apiError{upstream: last.upstreamErr, code: CodeInvalidRequest}
 	}
+	n, pol := len(c.rec.R.Attempts), c.alias.Engine
 	switch {
 	case t == gw.TerminalDeadline:
-		return errorf(CodeDeadline, "the request's deadline passed before an answer arrived")
+		return errorf(CodeDeadline, "the request's deadline (%s after it arrived) passed before an answer arrived, after %d attempts",
+			c.deadline.Sub(c.created).Round(time.Millisecond), n)
 	case r == gw.ReasonCircuitOpen:
-		return errorf(CodeCircuitOpen, "every route's circuit breaker is open")
+		return errorf(CodeCircuitOpen, "the circuit breaker of every route that could serve model %q is open; no attempt was made after %d", c.alias.Name, n)
 	case r == gw.ReasonRetryBudget:
-		return errorf(CodeRetryBudget, "the fleet retry budget is exhausted")
+		return errorf(CodeRetryBudget, "the fleet retry budget is exhausted (an outage is being contained); %d attempts were made and none is retried", n)
+	case r == gw.ReasonCostBudget && d.TenantBound:
+		c.tenantBound = true
+		e := errorf(CodeTenantBudget, "tenant %s has reached its daily cost ceiling of $%g (the next attempt's worst case does not fit); it resets at 00:00 UTC",
+			c.tenant.ID, c.tenant.CostPerDay.USD())
+		now := c.g.clock.Now()
+		e.retryAfter = int(math.Ceil(nextUTCDay(now).Sub(now).Seconds()))
+		return e
+	case r == gw.ReasonCostBudget && n == 0:
+		e := errorf(CodeInvalidRequest, "the worst case of one attempt (~%d prompt tokens plus %d output tokens) costs more than model %q allows per request (max_cost_usd $%g); lower max_tokens or shorten the prompt",
+			c.rec.R.Request.EstimatedInputTokens, c.maxOutput(), c.alias.Name, pol.MaxCost.USD())
+		e.param = "max_tokens"
+		return e
+	case r == gw.ReasonCostBudget:
+		return errorf(CodeUpstreamUnavailable, "no provider answered, and the request's cost budget (max_cost_usd $%g) does not allow another attempt after %d", pol.MaxCost.USD(), n)
 	case t == gw.TerminalIndeterminate:
 		return errorf(CodeOutcomeUnknown, "the provider may have accepted the request; its outcome is unknown")
 	case t == gw.TerminalRejected && last != nil && last.kind == gw.KindProtocolViolation:
 		return errorf(CodeProtocolViolation, "the provider's response could not be read: %s", last.detail)
 	case t == gw.TerminalRejected:
-		return errorf(CodeInvalidRequest, "no route of this model can serve the request")
-	case r == gw.ReasonCostBudget:
-		return errorf(CodeUpstreamUnavailable, "the request's cost budget does not allow another attempt")
+		return errorf(CodeInvalidRequest, "no route of model %q can serve the request", c.alias.Name)
+	case r == gw.ReasonAttemptBudget:
+		return errorf(CodeUpstreamUnavailable, "no provider answered within %d attempts (max_attempts %d)", n, pol.MaxAttempts)
+	case r == gw.ReasonRouteBudget:
+		return errorf(CodeUpstreamUnavailable, "no provider answered within %d attempts (the route's max_attempts)", n)
 	}
-	return errorf(CodeUpstreamUnavailable, "no provider answered within the retry policy (%s)", r)
+	return errorf(CodeUpstreamUnavailable, "no provider answered: every route of model %q was tried (%d attempts, %s)", c.alias.Name, n, r)
+}
+
+// maxOutput is the output cap an attempt reserves for: the request's
+// max_tokens, else the first route's maximum.
+func (c *call) maxOutput() int64 {
+	out := c.alias.Routes[0].Caps.MaxOutputTokens
+	if m := c.in.IR.MaxTokens; m > 0 && (out == 0 || m < out) {
+		out = m
+	}
+	return out
+}
+
+func nextUTCDay(t time.Time) time.Time {
+	y, m, d := t.UTC().Date()
+	return time.Date(y, m, d+1, 0, 0, 0, 0, time.UTC)
 }

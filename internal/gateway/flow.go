@@ -26,6 +26,7 @@ func (c *call) record() *ledger.Record {
 func (c *call) claim(d retry.Decision) bool {
 	c.log = &eventLog{store: c.g.ledger, requestID: c.id, gen: 1}
 	if c.g.ledger == nil {
+		c.g.metrics.ObserveDedup("miss")
 		return true
 	}
 	evs := func() []ledger.Event {
@@ -43,6 +44,7 @@ func (c *call) claim(d retry.Decision) bool {
 			return false
 		}
 		if created {
+			c.g.metrics.ObserveDedup("miss")
 			return true
 		}
 		replace, done := c.resolve(existing)
@@ -135,6 +137,7 @@ func (c *call) replay(rec *ledger.Record) {
 		h.Set("Cache-Control", "no-cache")
 	}
 	c.flight.Finish(&coord.Head{Status: resp.Status, Header: h, Dedup: "replayed"}, resp.Body)
+	c.g.metrics.ObserveDedup("replayed")
 	_ = c.g.ledger.AddDedup(context.Background(), rec.Tenant, rec.RequestID, c.flight.Joined(), 1, max(c.clientRetries, c.flight.ClientRetries()))
 }
 

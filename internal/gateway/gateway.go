@@ -21,12 +21,15 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/oncegate/oncegate/internal/breaker"
 	"github.com/oncegate/oncegate/internal/clock"
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/coord"
 	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/metrics"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/provider"
+	"github.com/oncegate/oncegate/internal/quota"
 	"github.com/oncegate/oncegate/internal/receipt"
 	"github.com/oncegate/oncegate/internal/upstream"
 )
@@ -54,6 +57,18 @@ type Options struct {
 	// Secret is the fingerprint HMAC secret (default: the configured one,
 	// else the ledger's, else random for this process).
 	Secret []byte
+	// Breakers are the routes' circuit breakers (default: in this process,
+	// configured by the policy's breaker section).
+	Breakers Breakers
+	// RetryBudget is the fleet retry budget (default: in this process, the
+	// policy's retry_budget).
+	RetryBudget RetryBudget
+	// Tenants enforce tenant rates and cost ceilings (default: in this
+	// process, each tenant's budget).
+	Tenants TenantLimits
+	// Metrics receives the gateway's metrics (default: a registry of its
+	// own, served at /metrics).
+	Metrics *metrics.Metrics
 }
 
 // Gateway serves the API. It is safe for concurrent use.
@@ -71,6 +86,10 @@ type Gateway struct {
 	rejoinGrace time.Duration
 	owner       string
 	secret      []byte
+	breakers    Breakers
+	budget      RetryBudget
+	tenants     TenantLimits
+	metrics     *metrics.Metrics
 	mux         *http.ServeMux
 	inflight    sync.WaitGroup
 	stop        chan struct{}
@@ -108,6 +127,7 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 	if g.drain == 0 {
 		g.drain = 30 * time.Second
 	}
+	g.guards(pol, opts)
 	for key, id := range secrets.TenantKeys {
 		t := pol.Tenant(id)
 		if t == nil {
@@ -149,6 +169,40 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 		go g.expireRecords()
 	}
 	return g, nil
+}
+
+// guards sets up the overload protection of DESIGN §6: the options' or
+// in-process breakers, retry budget and tenant limits, and the metrics.
+func (g *Gateway) guards(pol *policy.Policy, opts Options) {
+	g.breakers, g.budget, g.tenants, g.metrics = opts.Breakers, opts.RetryBudget, opts.Tenants, opts.Metrics
+	if g.breakers == nil {
+		ids := make([]string, len(pol.Routes))
+		for i, r := range pol.Routes {
+			ids[i] = r.ID
+		}
+		b := pol.Breaker
+		g.breakers = breaker.NewSet(breaker.Config{FailureRatio: b.FailureRatio, MinRequests: b.MinRequests, Window: b.Window.D(),
+			OpenFor: b.OpenFor.D(), HalfOpenProbes: b.HalfOpenProbes}, g.clock, ids)
+	}
+	if g.budget == nil {
+		rb := pol.RetryBudget
+		g.budget = breaker.NewBudget(breaker.BudgetConfig{Ratio: rb.Ratio, MinPerSecond: rb.MinPerSecond, Window: rb.Window.D()}, g.clock)
+	}
+	if g.tenants == nil {
+		lim := map[string]quota.Tenant{}
+		for _, t := range pol.Tenants {
+			lim[t.ID] = quota.Tenant{RequestsPerMinute: t.RequestsPerMinute, CostPerDay: t.CostPerDay}
+		}
+		g.tenants = quota.New(g.clock, lim)
+	}
+	if g.metrics == nil {
+		g.metrics = metrics.New(nil)
+	}
+	if bs, ok := g.breakers.(breakerStates); ok {
+		g.metrics.RegisterBreakers(func(f func(string, int, int64)) {
+			bs.States(func(route string, st breaker.State, gen int64) { f(route, int(st), gen) })
+		})
+	}
 }
 
 func (g *Gateway) initSecret(opt []byte, configured string) error {
@@ -220,6 +274,7 @@ func (g *Gateway) routes() {
 	m.HandleFunc("GET /v1/receipts", g.authed(g.serveReceipts))
 	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	m.HandleFunc("GET /readyz", g.serveReady)
+	m.Handle("GET /metrics", g.metrics.Handler())
 	g.mux = m
 }
 

@@ -35,6 +35,9 @@ func (g *Gateway) serveChat(p provider.Protocol) http.HandlerFunc {
 			apiErr.write(w, p, meta{})
 			return
 		}
+		if c.clientRetries > 0 {
+			g.metrics.ObserveClientRetry()
+		}
 		f, owner, fctx, err := g.flights.Acquire(c.identity, c.requestSHA, c.id, c.deadline)
 		switch {
 		case errors.Is(err, coord.ErrConflict):
@@ -52,6 +55,7 @@ func (g *Gateway) serveChat(p provider.Protocol) http.HandlerFunc {
 				return
 			}
 			f.NoteClientRetry(c.clientRetries)
+			g.metrics.ObserveDedup("joined")
 			g.serveFlight(w, r, f, "joined")
 			return
 		}

@@ -110,8 +110,11 @@ func dispatchedUnobserved(evs []ledger.Event) bool {
 // event log; ok is false for a request that was not settled by recovery.
 func (g *Gateway) rebuild(evs []ledger.Event) (*receipt.Receipt, bool) {
 	r := &receipt.Receipt{RetryOwner: receipt.RetryOwner}
-	var pending *dispatchEvent
-	var pendingAt time.Time
+	type dispatched struct {
+		d  dispatchEvent
+		at time.Time
+	}
+	var pending []dispatched // in dispatch order; a hedge makes two at once
 	var term struct{ Terminal, Reason, By string }
 	for _, e := range evs {
 		switch e.Type {
@@ -121,13 +124,12 @@ func (g *Gateway) rebuild(evs []ledger.Event) (*receipt.Receipt, bool) {
 		case ledger.EvDispatch:
 			var d dispatchEvent
 			if json.Unmarshal(e.Data, &d) == nil {
-				pending, pendingAt = &d, e.At
+				pending = append(pending, dispatched{d, e.At})
 			}
 		case ledger.EvObserved:
 			var a receipt.Attempt
 			if json.Unmarshal(e.Data, &a) == nil {
 				r.Attempts = append(r.Attempts, a)
-				pending = nil
 			}
 		case ledger.EvDecision:
 			var d receipt.Decision
@@ -142,9 +144,15 @@ func (g *Gateway) rebuild(evs []ledger.Event) (*receipt.Receipt, bool) {
 		return nil, false
 	}
 	at := evs[len(evs)-1].At
-	if pending != nil && pending.Ordinal == len(r.Attempts)+1 {
-		r.Attempts = append(r.Attempts, g.unobserved(r, pending, pendingAt, at))
-		r.Decisions = append(r.Decisions, receipt.Decision{AfterAttempt: pending.Ordinal, Action: "stop",
+	unobserved := false
+	for _, p := range pending {
+		if p.d.Ordinal == len(r.Attempts)+1 {
+			r.Attempts = append(r.Attempts, g.unobserved(r, &p.d, p.at, at))
+			unobserved = true
+		}
+	}
+	if unobserved {
+		r.Decisions = append(r.Decisions, receipt.Decision{AfterAttempt: len(r.Attempts), Action: "stop",
 			Terminal: string(gw.TerminalIndeterminate), Reason: string(gw.ReasonIndeterminate)})
 	}
 	r.Terminal, r.Reason = term.Terminal, term.Reason

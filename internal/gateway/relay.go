@@ -58,6 +58,8 @@ func (o *output) streamHead(route string, attempts int) *coord.Head {
 // attemptStream is one attempt's view of its upstream stream.
 type attemptStream struct {
 	route     *policy.Route
+	ordinal   int
+	claimed   bool // the attempt holds the output (it won its race, if any)
 	model     string
 	input     int64 // prompt tokens: the provider's count once known
 	events    int
@@ -82,9 +84,26 @@ func (o *output) begin(a *attemptStream) {
 		o.held = o.enc.Start(o.held[:0], a.input)
 		return
 	}
-	c.flight.SetHead(o.streamHead(a.route.ID, len(c.rec.R.Attempts)+1))
+	c.flight.SetHead(o.streamHead(a.route.ID, a.ordinal))
 	o.started = true
 	o.pending = o.enc.Start(o.pending, a.input)
+}
+
+// errLostRace ends a stream whose rival showed output first.
+var errLostRace = errors.New("lost the hedge race")
+
+// claim makes a's attempt the one whose output the client gets: it wins
+// its hedge race, if it has one, and in buffer mode drops what an earlier
+// attempt held. It reports false when the rival won.
+func (o *output) claim(a *attemptStream, slot *raceSlot) bool {
+	if !slot.claim() {
+		return false
+	}
+	a.claimed = true
+	if o.buffer {
+		o.enc, o.held = nil, o.held[:0]
+	}
+	return true
 }
 
 // emit relays one visible event.
@@ -167,7 +186,7 @@ func (o *output) between(d retry.Decision, attempt int) {
 // complete renders the end of a successful stream: the finish frame with
 // the usage billed across all attempts, and the terminator. A stream held
 // in buffer mode is sent whole, with its head.
-func (o *output) complete(route *policy.Route, billed gw.Usage) (*coord.Head, []byte) {
+func (o *output) complete(route *policy.Route, finish string, billed gw.Usage) (*coord.Head, []byte) {
 	o.flush()
 	var head *coord.Head
 	var tail []byte
@@ -180,7 +199,7 @@ func (o *output) complete(route *policy.Route, billed gw.Usage) (*coord.Head, []
 		tail = append(tail, o.held...)
 		o.started = true
 	}
-	return head, o.enc.Finish(tail, o.c.lastFinish, billed, o.includeUsage)
+	return head, o.enc.Finish(tail, finish, billed, o.includeUsage)
 }
 
 // interrupt renders the end of a visible stream that cannot be completed
@@ -198,9 +217,9 @@ func (o *output) interrupt(d retry.Decision) []byte {
 // relay reads one attempt's upstream stream, relaying visible output as it
 // arrives, and classifies how the stream ended.
 func (c *call) relay(ctx context.Context, res *attemptResult, resp *upstream.Response, up provider.Protocol, built *provider.Built) *attemptResult {
-	a := &attemptStream{route: res.route, input: built.PromptTokens}
+	a := &attemptStream{route: res.route, ordinal: res.ordinal, input: built.PromptTokens}
 	o := c.out
-	if o.buffer {
+	if o.buffer && res.race == nil {
 		o.enc, o.held = nil, o.held[:0]
 	}
 	rd := sse.NewReader(resp.Body, maxEventBytes)
@@ -232,6 +251,10 @@ read:
 					a.inTool = true
 				}
 				if e.Visible() {
+					if !a.claimed && !o.claim(a, res.race) {
+						endErr = errLostRace
+						break read
+					}
 					o.emit(e, a)
 				}
 			case provider.EvFinish:
@@ -275,12 +298,17 @@ func (c *call) endStream(res *attemptResult, a *attemptStream, endErr error, bui
 	var ue *upstream.Error
 	isUpstream := errors.As(endErr, &ue)
 	switch {
+	case errors.Is(endErr, errLostRace):
+		return c.observe(res, gw.KindCancelled, gw.CauseHedgeLost, "lost the hedge race")
 	case (isUpstream && ue.Cancelled) || c.ctx.Err() != nil:
 		return c.observe(res, gw.KindCancelled, gw.CauseClientGone, "client disconnected")
 	case a.streamErr == nil && (a.done || a.finish != ""):
 		// A stream that reached its finish reason is complete even if the
 		// terminator never came (DESIGN §5.2).
-		c.lastFinish = firstNonEmpty(a.finish, provider.FinishStop)
+		if !res.race.claim() {
+			return c.observe(res, gw.KindCancelled, gw.CauseHedgeLost, "lost the hedge race")
+		}
+		res.finish = firstNonEmpty(a.finish, provider.FinishStop)
 		return c.observe(res, gw.KindOK, "", "")
 	case a.visible:
 		detail := "stream ended without a finish reason"

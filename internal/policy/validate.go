@@ -253,7 +253,7 @@ func (v *validator) engine(path string, m config.Model, routes []*Route) *retry.
 	p := &retry.Policy{MaxAttempts: rt.MaxAttempts, BaseDelay: rt.BaseDelay.D(), MaxDelay: rt.MaxDelay.D(),
 		RetryAfterCap: rt.RetryAfterCap.D(), Jitter: retry.Jitter(rt.Jitter), Deadline: rt.Deadline.D(),
 		MaxCost: gw.NanoFromUSD(rt.MaxCostUSD), AfterOutput: retry.AfterOutput(m.Stream.AfterOutput),
-		RestartMaxTokens: int64(m.Stream.RestartMaxTokens)}
+		RestartMaxTokens: int64(m.Stream.RestartMaxTokens), HedgeAfter: m.Hedge.After.D()}
 	for _, r := range routes {
 		p.Routes = append(p.Routes, retry.Route{ID: r.ID, MaxAttempts: r.MaxAttempts, MaxContextTokens: r.Caps.MaxContextTokens,
 			MaxOutputTokens: r.Caps.MaxOutputTokens, Price: r.Price, Continuation: r.Caps.Continuation})

@@ -121,6 +121,9 @@ type Decision struct {
 	Reason           string     `json:"reason,omitempty"`
 	BreakerRefused   []string   `json:"breaker_refused,omitempty"`
 	RetryBudgetSpent bool       `json:"retry_budget_spent,omitempty"`
+	// TenantAllowanceUSD is what the tenant could still reserve today when
+	// the decision was taken; absent when the tenant has no ceiling.
+	TenantAllowanceUSD *float64 `json:"tenant_allowance_usd,omitempty"`
 }
 
 // Totals sum the attempts.
@@ -135,6 +138,10 @@ type Totals struct {
 // under the given admission snapshot.
 func NewDecision(after int, d retry.Decision, adm retry.Admission) Decision {
 	rd := Decision{AfterAttempt: after, Action: string(d.Action), RetryBudgetSpent: adm.RetryBudgetSpent}
+	if adm.TenantCapped {
+		usd := adm.TenantAllowance.USD()
+		rd.TenantAllowanceUSD = &usd
+	}
 	for id, refused := range adm.Refused {
 		if refused {
 			rd.BreakerRefused = append(rd.BreakerRefused, id)
@@ -153,6 +160,9 @@ func NewDecision(after int, d retry.Decision, adm retry.Admission) Decision {
 // Admission is the admission snapshot a decision was taken under.
 func (d Decision) Admission() retry.Admission {
 	adm := retry.Admission{RetryBudgetSpent: d.RetryBudgetSpent}
+	if d.TenantAllowanceUSD != nil {
+		adm.TenantCapped, adm.TenantAllowance = true, gw.NanoFromUSD(*d.TenantAllowanceUSD)
+	}
 	if len(d.BreakerRefused) > 0 {
 		adm.Refused = map[string]bool{}
 		for _, id := range d.BreakerRefused {

@@ -83,6 +83,56 @@ func (rc *Recorder) Observe(o Observation, adm retry.Admission) (retry.Decision,
 	return d, nil
 }
 
+// Redecide takes the last decision again under a tighter admission (see
+// retry.Run.Redecide) and records it in place of the one it replaces.
+func (rc *Recorder) Redecide(adm retry.Admission) (retry.Decision, error) {
+	d, err := rc.run.Redecide(adm)
+	if err != nil {
+		return retry.Decision{}, err
+	}
+	rc.R.Decisions[len(rc.R.Decisions)-1] = NewDecision(len(rc.R.Attempts), d, adm)
+	rc.terminal(d)
+	return d, nil
+}
+
+// Hedge decides at at whether to hedge the attempt in flight and records
+// the hedge (after_attempt: the hedged attempt's ordinal).
+func (rc *Recorder) Hedge(adm retry.Admission, at time.Time) (retry.Decision, bool) {
+	d, ok := rc.run.Hedge(adm, at)
+	if ok {
+		rc.R.Decisions = append(rc.R.Decisions, NewDecision(len(rc.R.Attempts)+1, d, adm))
+	}
+	return d, ok
+}
+
+// CancelHedge forgets a recorded hedge that was never dispatched.
+func (rc *Recorder) CancelHedge() {
+	rc.run.CancelHedge()
+	rc.R.Decisions = rc.R.Decisions[:len(rc.R.Decisions)-1]
+}
+
+// ObservePair records a hedged attempt and its hedge, with what the
+// dispatcher observed of each, and takes and records the next decision.
+func (rc *Recorder) ObservePair(primary, hedge Observation, hedgeDecision retry.Decision, adm retry.Admission) (retry.Decision, error) {
+	prev := rc.run.Last()
+	pr, hr := rc.alias.Route(prev.Route), rc.alias.Route(hedgeDecision.Route)
+	if pr == nil || hr == nil {
+		return retry.Decision{}, fmt.Errorf("%w: routes %q/%q are not in alias %s", retry.ErrUnexpectedAttempt, prev.Route, hedgeDecision.Route, rc.alias.Name)
+	}
+	pa := rc.attempt(prev, pr, primary)
+	rc.R.Attempts = append(rc.R.Attempts, pa)
+	ha := rc.attempt(hedgeDecision, hr, hedge)
+	rc.R.Attempts = rc.R.Attempts[:len(rc.R.Attempts)-1]
+	d, err := rc.run.ObservePair(pa.Engine(), ha.Engine(), adm)
+	if err != nil {
+		return retry.Decision{}, err
+	}
+	rc.R.Attempts = append(rc.R.Attempts, pa, ha)
+	rc.R.Decisions = append(rc.R.Decisions, NewDecision(ha.Ordinal, d, adm))
+	rc.terminal(d)
+	return d, nil
+}
+
 func (rc *Recorder) attempt(prev retry.Decision, route *policy.Route, o Observation) Attempt {
 	n := len(rc.R.Attempts) + 1
 	routeN := 1

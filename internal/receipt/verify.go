@@ -216,12 +216,48 @@ func (v *verifier) replay() {
 			return
 		}
 		hist = append(hist, a.Engine())
+		if i+1 < len(r.Attempts) && r.Attempts[i+1].Purpose == string(retry.PurposeHedge) {
+			if !v.hedge(a, &r.Attempts[i+1], hist[:len(hist)-1], expected) {
+				return
+			}
+			i++
+			hist = append(hist, r.Attempts[i].Engine())
+		}
 		var err error
 		if expected, err = retry.Decide(e, req, hist, v.admission(i+1)); err != nil {
 			v.add(DriftAfterTerminal, a.Ordinal, "no attempt after a terminal", err.Error())
 			return
 		}
 	}
+}
+
+// hedge checks a hedge h of attempt p against the engine (DESIGN §6.4): it
+// is the hedge the engine allows when it was decided, on the route it
+// picks, decided no sooner than hedge.after into p and before p's first
+// byte; and exactly one of the pair lost, unless both failed on their own.
+// hist is what came before p; d is p's decision.
+func (v *verifier) hedge(p, h *Attempt, hist []retry.Attempt, d retry.Decision) bool {
+	e, n := v.alias.Engine, h.Ordinal
+	want, ok := retry.Hedge(e, v.r.EngineRequest(), hist, d, v.admission(n-1), h.NotBefore)
+	if !ok {
+		v.add(DriftRouteOrder, n, "no hedge: the engine allows none here", "a hedge to "+h.Route)
+		return false
+	}
+	v.decision(n-1, want)
+	if h.Route != want.Route {
+		v.add(DriftRouteOrder, n, "hedge to "+want.Route, "hedge to "+h.Route)
+		return false
+	}
+	if earliest := p.StartedAt.Add(e.HedgeAfter); h.NotBefore.Before(earliest) {
+		v.add(DriftEarly, n, "a hedge no sooner than "+ts(earliest)+" (hedge.after into attempt "+fmt.Sprint(p.Ordinal)+")", ts(h.NotBefore))
+	}
+	if p.FirstByteAt != nil && p.FirstByteAt.Before(h.NotBefore) {
+		v.add(DriftSchedule, n, "a hedge only while attempt "+fmt.Sprint(p.Ordinal)+" has no first byte", "first byte at "+ts(*p.FirstByteAt))
+	}
+	if p.Cause == string(gw.CauseHedgeLost) && h.Cause == string(gw.CauseHedgeLost) {
+		v.add(DriftDecision, n, "one winner of the hedge race", "both attempts lost")
+	}
+	return true
 }
 
 // terminal compares the receipt's terminal with the engine's last decision.

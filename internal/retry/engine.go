@@ -51,13 +51,15 @@ type Attempt struct {
 type Action string
 
 // The actions. Dispatch starts a logical request; the next four schedule
-// another attempt; Complete and Stop are terminal.
+// another attempt; Hedge duplicates the attempt in flight onto the next
+// route (DESIGN §6.4); Complete and Stop are terminal.
 const (
 	ActionDispatch Action = "dispatch"
 	ActionRetry    Action = "retry_same_route"
 	ActionFallback Action = "fallback"
 	ActionResume   Action = "resume"
 	ActionRestart  Action = "restart"
+	ActionHedge    Action = "hedge"
 	ActionComplete Action = "complete"
 	ActionStop     Action = "stop"
 )
@@ -74,12 +76,15 @@ type Decision struct {
 	// Terminal and Reason are set when Action is Complete or Stop.
 	Terminal gw.Terminal
 	Reason   gw.Reason
+	// TenantBound: a cost_budget stop came from the tenant's remaining
+	// allowance (Admission.TenantAllowance), not the request's own cap.
+	TenantBound bool
 }
 
 // Dispatches reports whether d schedules another attempt.
 func (d Decision) Dispatches() bool {
 	switch d.Action {
-	case ActionDispatch, ActionRetry, ActionFallback, ActionResume, ActionRestart:
+	case ActionDispatch, ActionRetry, ActionFallback, ActionResume, ActionRestart, ActionHedge:
 		return true
 	}
 	return false
@@ -96,6 +101,8 @@ func (d Decision) Purpose() Purpose {
 		return PurposeResume
 	case ActionRestart:
 		return PurposeRestart
+	case ActionHedge:
+		return PurposeHedge
 	}
 	return PurposeInitial
 }
@@ -109,13 +116,40 @@ func (d Decision) String() string {
 
 // Admission is the fleet's state at decision time, supplied by the caller
 // because it lives outside the request: which routes' breakers refuse new
-// attempts, and whether the fleet retry budget is spent (DESIGN §6).
+// attempts, whether the fleet retry budget is spent, and what the tenant
+// may still reserve today (DESIGN §6).
 type Admission struct {
 	Refused          map[string]bool
 	RetryBudgetSpent bool
+	// TenantCapped says the tenant has a daily cost ceiling; then
+	// TenantAllowance is what it may still reserve (ceiling minus what is
+	// charged and reserved), and an attempt whose worst case exceeds it is
+	// not dispatched.
+	TenantCapped    bool
+	TenantAllowance gw.NanoUSD
 }
 
 func (a Admission) admits(route string) bool { return !a.Refused[route] }
+
+// affords reports whether the tenant's allowance covers a reservation.
+func (a Admission) affords(reserve gw.NanoUSD) bool {
+	return !a.TenantCapped || reserve <= a.TenantAllowance
+}
+
+// costStop is the stop for a reservation that does not fit: the request's
+// own max_cost_usd (spent + reserve) or the tenant's allowance, in that
+// order; ok reports that it fits both.
+func costStop(p *Policy, hist []Attempt, reserve gw.NanoUSD, adm Admission, t gw.Terminal) (Decision, bool) {
+	switch {
+	case p.MaxCost > 0 && spent(hist)+reserve > p.MaxCost:
+		return stop(t, gw.ReasonCostBudget), false
+	case !adm.affords(reserve):
+		d := stop(t, gw.ReasonCostBudget)
+		d.TenantBound = true
+		return d, false
+	}
+	return Decision{}, true
+}
 
 // Errors returned by Decide and Run.
 var (
@@ -148,8 +182,8 @@ func Start(p *Policy, req *Request, adm Admission, now time.Time) Decision {
 			continue
 		}
 		reserve := reservation(r, req, 0)
-		if p.MaxCost > 0 && reserve > p.MaxCost {
-			return stop(gw.TerminalExhausted, gw.ReasonCostBudget)
+		if d, ok := costStop(p, nil, reserve, adm, gw.TerminalExhausted); !ok {
+			return d
 		}
 		return Decision{Action: ActionDispatch, Route: r.ID, NotBefore: now, Reserve: reserve}
 	}
@@ -159,10 +193,11 @@ func Start(p *Policy, req *Request, adm Admission, now time.Time) Decision {
 	return stop(gw.TerminalRejected, gw.ReasonNonRetryable) // no route can serve the request
 }
 
-// Decide returns the decision after the last of attempts was observed. It
-// re-checks the history: if an earlier attempt ended the request whatever
-// the fleet's admission was (see settled), or the history is longer than
-// the attempt budget, it returns ErrAfterTerminal. Stops that depend on
+// Decide returns the decision after the last step of attempts was
+// observed: the last attempt, or the last hedged pair (see Hedge). It
+// re-checks the history: if an earlier step ended the request whatever the
+// fleet's admission was (see settled), or the history is longer than the
+// attempt budget, it returns ErrAfterTerminal. Stops that depend on
 // admission (a breaker changes which route comes next, and so its wait)
 // are the caller's to track; Run does.
 func Decide(p *Policy, req *Request, attempts []Attempt, adm Admission) (Decision, error) {
@@ -172,13 +207,55 @@ func Decide(p *Policy, req *Request, attempts []Attempt, adm Admission) (Decisio
 	if len(attempts) > p.MaxAttempts {
 		return Decision{}, fmt.Errorf("%w: %d attempts exceed max_attempts %d", ErrAfterTerminal, len(attempts), p.MaxAttempts)
 	}
-	for i, a := range attempts[:len(attempts)-1] {
-		if settled(&a) {
-			return Decision{}, fmt.Errorf("%w: attempt %d follows attempt %d (%s)", ErrAfterTerminal, attempts[i+1].Ordinal, a.Ordinal, a.Kind)
+	for end := 0; end < len(attempts)-1; end++ {
+		if pairedWithNext(attempts, end) {
+			continue // the step goes on with its hedge
+		}
+		if a := deciding(attempts[:end+1]); settled(&a) {
+			return Decision{}, fmt.Errorf("%w: attempt %d follows attempt %d (%s)", ErrAfterTerminal, attempts[end+1].Ordinal, a.Ordinal, a.Kind)
 		}
 	}
 	return decide(p, req, attempts, adm), nil
 }
+
+// pairedWithNext reports whether attempt i was hedged by attempt i+1.
+func pairedWithNext(hist []Attempt, i int) bool {
+	return i+1 < len(hist) && hist[i+1].Purpose == PurposeHedge
+}
+
+// deciding returns the attempt whose outcome decides what follows hist.
+// That is the last attempt — unless the last two are an attempt and its
+// hedge, racing: then the winner decides. The winner is the one that
+// reached a decisive outcome (see Decisive) first; the other was cancelled
+// as hedge_lost, or had already failed on its own. If neither was
+// decisive (both failed before any output), the one observed last
+// decides, as of when the pair was over.
+func deciding(hist []Attempt) Attempt {
+	last := hist[len(hist)-1]
+	if last.Purpose != PurposeHedge || len(hist) < 2 {
+		return last
+	}
+	primary := hist[len(hist)-2]
+	switch {
+	case primary.Cause == gw.CauseHedgeLost:
+		return last
+	case last.Cause == gw.CauseHedgeLost:
+		return primary
+	case Decisive(&primary) != Decisive(&last):
+		if Decisive(&primary) {
+			return primary
+		}
+		return last
+	case primary.ObservedAt.After(last.ObservedAt):
+		return primary
+	}
+	return last
+}
+
+// Decisive reports whether an attempt's outcome decides a hedge race: it
+// showed output, or it ended the request on its own (see settled). A
+// retryable failure before output is not decisive: its rival races on.
+func Decisive(a *Attempt) bool { return a.VisibleOutput || settled(a) }
 
 // settled reports whether an attempt's outcome ends its request whatever
 // the admission: a success, a cancellation, a failed continuation, an
@@ -197,7 +274,7 @@ func settled(a *Attempt) bool {
 }
 
 func decide(p *Policy, req *Request, hist []Attempt, adm Admission) Decision {
-	last := &hist[len(hist)-1]
+	last := deciding(hist)
 	switch {
 	case last.Kind == gw.KindCancelled:
 		return stop(gw.TerminalCancelled, gw.ReasonCancelled)
@@ -211,28 +288,27 @@ func decide(p *Policy, req *Request, hist []Attempt, adm Admission) Decision {
 		// route is tried (DESIGN §5.3).
 		return stop(gw.TerminalIndeterminate, gw.ReasonIndeterminate)
 	case last.Kind == gw.KindStreamInterruptedAfterOutput:
-		return afterOutput(p, req, hist, adm)
+		return afterOutput(p, req, hist, &last, adm)
 	case last.Kind.Class() == gw.ClassIndeterminate:
 		return stop(gw.TerminalIndeterminate, gw.ReasonIndeterminate)
 	case last.Kind.Class() == gw.ClassNonRetryable:
 		if last.Cause == gw.CauseContextLength {
-			return again(p, req, hist, adm, ActionFallback)
+			return again(p, req, hist, &last, adm, ActionFallback)
 		}
 		return stop(gw.TerminalRejected, gw.ReasonNonRetryable)
 	}
-	return again(p, req, hist, adm, ActionRetry)
+	return again(p, req, hist, &last, adm, ActionRetry)
 }
 
 // afterOutput applies the alias's stream.after_output choice.
-func afterOutput(p *Policy, req *Request, hist []Attempt, adm Admission) Decision {
-	last := &hist[len(hist)-1]
+func afterOutput(p *Policy, req *Request, hist []Attempt, last *Attempt, adm Admission) Decision {
 	cur := p.Route(last.Route)
 	switch {
 	case p.AfterOutput == AfterOutputResume && cur != nil && cur.Continuation != ContinuationNone && !last.InToolCall:
 		// Output was delivered, so whatever stops the continuation leaves
 		// the request indeterminate, with the binding bound as the reason.
 		reserve := reservation(cur, req, last.EmittedTokens)
-		if d, ok := budgets(p, req, hist, adm); !ok {
+		if d, ok := budgets(p, req, hist, last, adm); !ok {
 			d.Terminal = gw.TerminalIndeterminate
 			return d
 		}
@@ -241,12 +317,13 @@ func afterOutput(p *Policy, req *Request, hist []Attempt, adm Admission) Decisio
 			return stop(gw.TerminalIndeterminate, gw.ReasonRouteBudget)
 		case !adm.admits(cur.ID):
 			return stop(gw.TerminalIndeterminate, gw.ReasonCircuitOpen)
-		case p.MaxCost > 0 && spent(hist)+reserve > p.MaxCost:
-			return stop(gw.TerminalIndeterminate, gw.ReasonCostBudget)
+		}
+		if d, ok := costStop(p, hist, reserve, adm, gw.TerminalIndeterminate); !ok {
+			return d
 		}
 		return Decision{Action: ActionResume, Route: cur.ID, NotBefore: last.ObservedAt, Reserve: reserve}
 	case p.AfterOutput == AfterOutputRestart && req.AcceptRestart && last.EmittedTokens < p.RestartMaxTokens:
-		d := again(p, req, hist, adm, ActionRestart)
+		d := again(p, req, hist, last, adm, ActionRestart)
 		if !d.Dispatches() {
 			d.Terminal = gw.TerminalIndeterminate
 		}
@@ -257,8 +334,7 @@ func afterOutput(p *Policy, req *Request, hist []Attempt, adm Admission) Decisio
 
 // budgets checks the bounds that hold whichever route comes next: the
 // deadline as observed, the total attempt budget, the fleet retry budget.
-func budgets(p *Policy, req *Request, hist []Attempt, adm Admission) (Decision, bool) {
-	last := &hist[len(hist)-1]
+func budgets(p *Policy, req *Request, hist []Attempt, last *Attempt, adm Admission) (Decision, bool) {
 	switch {
 	case !last.ObservedAt.Before(req.Deadline):
 		return stop(gw.TerminalDeadline, gw.ReasonDeadline), false
@@ -273,39 +349,16 @@ func budgets(p *Policy, req *Request, hist []Attempt, adm Admission) (Decision, 
 // again schedules another attempt after a retryable failure (or a restart,
 // or a context-length fallback): the same route while its budget lasts and
 // the failure allows it, otherwise the next admitted route by priority.
-func again(p *Policy, req *Request, hist []Attempt, adm Admission, action Action) Decision {
-	if d, ok := budgets(p, req, hist, adm); !ok {
+func again(p *Policy, req *Request, hist []Attempt, last *Attempt, adm Admission, action Action) Decision {
+	if d, ok := budgets(p, req, hist, last, adm); !ok {
 		return d
 	}
-	last := &hist[len(hist)-1]
 	cur := p.Route(last.Route)
-	ci := p.index(last.Route)
 	if cur == nil {
 		return stop(gw.TerminalRejected, gw.ReasonNonRetryable) // not a route of this policy
 	}
 	moveOn := last.Cause == gw.CauseFirstByteTimeout || last.Cause == gw.CauseContextLength
-	var next *Route
-	if !moveOn && routeAttempts(hist, cur.ID) < cur.MaxAttempts && adm.admits(cur.ID) {
-		next = cur
-	}
-	refused := !moveOn && routeAttempts(hist, cur.ID) < cur.MaxAttempts && !adm.admits(cur.ID)
-	if next == nil {
-		for i := ci + 1; i < len(p.Routes); i++ {
-			r := &p.Routes[i]
-			if !req.eligible(r.ID) || routeAttempts(hist, r.ID) >= r.MaxAttempts {
-				continue
-			}
-			if last.Cause == gw.CauseContextLength && r.MaxContextTokens <= cur.MaxContextTokens {
-				continue
-			}
-			if !adm.admits(r.ID) {
-				refused = true
-				continue
-			}
-			next = r
-			break
-		}
-	}
+	next, refused := nextRoute(p, req, hist, cur, moveOn, last.Cause == gw.CauseContextLength, adm)
 	switch {
 	case next == nil && refused:
 		return stop(gw.TerminalExhausted, gw.ReasonCircuitOpen)
@@ -332,13 +385,79 @@ func again(p *Policy, req *Request, hist []Attempt, adm Admission, action Action
 	wait, jit := Jittered(p.Jitter, exp, p.Digest, req.ID, ordinal)
 	d := Decision{Action: action, Route: next.ID, NotBefore: last.ObservedAt.Add(max(wait, hint)), JitterMS: jit,
 		Reserve: reservation(next, req, 0)}
-	if p.MaxCost > 0 && spent(hist)+d.Reserve > p.MaxCost {
-		return stop(gw.TerminalExhausted, gw.ReasonCostBudget)
+	if stop, ok := costStop(p, hist, d.Reserve, adm, gw.TerminalExhausted); !ok {
+		return stop
 	}
 	if !d.NotBefore.Before(req.Deadline) {
 		return stop(gw.TerminalDeadline, gw.ReasonDeadline)
 	}
 	return d
+}
+
+// nextRoute picks the route after cur: cur itself while its budget lasts
+// (unless the failure moves on), else the next eligible route by priority
+// with budget left (and, for a context that was too small, a strictly
+// larger one). refused reports that a breaker turned a candidate away.
+func nextRoute(p *Policy, req *Request, hist []Attempt, cur *Route, moveOn, larger bool, adm Admission) (next *Route, refused bool) {
+	if !moveOn && routeAttempts(hist, cur.ID) < cur.MaxAttempts {
+		if adm.admits(cur.ID) {
+			return cur, false
+		}
+		refused = true
+	}
+	for i := p.index(cur.ID) + 1; i < len(p.Routes); i++ {
+		r := &p.Routes[i]
+		if !req.eligible(r.ID) || routeAttempts(hist, r.ID) >= r.MaxAttempts {
+			continue
+		}
+		if larger && r.MaxContextTokens <= cur.MaxContextTokens {
+			continue
+		}
+		if !adm.admits(r.ID) {
+			refused = true
+			continue
+		}
+		return r, refused
+	}
+	return nil, refused
+}
+
+// Hedge decides whether to hedge the attempt in flight, which primary
+// dispatched and which has shown no first byte by at (DESIGN §6.4): one
+// duplicate on the next eligible route by priority that the breaker admits
+// and whose budget allows it, started at once. Both attempts count against
+// every budget: the attempt budget must hold both, the cost budget both
+// reservations, and the fleet retry budget counts the hedge as a retry. It
+// never hedges a stateful operation, a continuation, or anything after
+// visible output; ok is false when there is nothing to hedge to.
+func Hedge(p *Policy, req *Request, hist []Attempt, primary Decision, adm Admission, at time.Time) (Decision, bool) {
+	switch {
+	case p.HedgeAfter <= 0 || req.Stateful || !primary.Dispatches() || primary.Action == ActionHedge:
+		return Decision{}, false
+	case primary.Action == ActionResume || primary.Action == ActionRestart:
+		return Decision{}, false
+	case !at.Before(req.Deadline) || len(hist)+2 > p.MaxAttempts || adm.RetryBudgetSpent:
+		return Decision{}, false
+	}
+	for i := range hist {
+		if hist[i].VisibleOutput {
+			return Decision{}, false
+		}
+	}
+	cur := p.Route(primary.Route)
+	if cur == nil {
+		return Decision{}, false
+	}
+	inFlight := append(hist[:len(hist):len(hist)], Attempt{Route: cur.ID, Cost: primary.Reserve})
+	next, _ := nextRoute(p, req, inFlight, cur, true, false, adm)
+	if next == nil {
+		return Decision{}, false
+	}
+	d := Decision{Action: ActionHedge, Route: next.ID, NotBefore: at, Reserve: reservation(next, req, 0)}
+	if _, ok := costStop(p, inFlight, d.Reserve, adm, gw.TerminalExhausted); !ok {
+		return Decision{}, false
+	}
+	return d, true
 }
 
 // reservation is the worst-case cost of one attempt on r (DESIGN §2.2):

@@ -70,7 +70,10 @@ type Policy struct {
 	MaxCost          gw.NanoUSD // 0: no cost cap
 	AfterOutput      AfterOutput
 	RestartMaxTokens int64
-	Routes           []Route
+	// HedgeAfter is how long an attempt may go without a first byte before
+	// a hedge is dispatched (DESIGN §6.4); 0 disables hedging.
+	HedgeAfter time.Duration
+	Routes     []Route
 }
 
 // Route returns the route with id, or nil.
@@ -105,6 +108,9 @@ type Request struct {
 	MaxOutputTokens int64
 	// AcceptRestart: the client sent X-Oncegate-Accept-Restart: 1.
 	AcceptRestart bool
+	// Stateful: the operation writes provider-side state (DESIGN §7), so
+	// it is never hedged.
+	Stateful bool
 	// Ineligible lists routes the capability pre-filter ruled out before
 	// the first dispatch (DESIGN §8.2); they are skipped, never tried.
 	Ineligible map[string]string

@@ -1,0 +1,222 @@
+// Package breaker holds oncegate's fleet-level overload protection (DESIGN
+// §6.1, §6.2): a circuit breaker per route and the fleet retry budget. Both
+// take an injected clock and keep their counts over rolling windows; both
+// are safe for concurrent use. They hold state for one process; the
+// gateway reaches them through small interfaces so that a replicated
+// deployment can keep the same state elsewhere.
+package breaker
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/oncegate/oncegate/internal/clock"
+)
+
+// State is a breaker's state.
+type State int
+
+// The states. Their numbers are the value of oncegate_breaker_state.
+const (
+	Closed   State = 0
+	HalfOpen State = 1
+	Open     State = 2
+)
+
+func (s State) String() string {
+	switch s {
+	case Closed:
+		return "closed"
+	case HalfOpen:
+		return "half_open"
+	case Open:
+		return "open"
+	}
+	return fmt.Sprintf("state(%d)", int(s))
+}
+
+// Outcome is what an admitted attempt told the breaker about its route.
+type Outcome int
+
+// The outcomes. Ignore is for attempts that say nothing about the route's
+// health (the caller left, a hedge lost, the request itself was bad).
+const (
+	Success Outcome = iota
+	Failure
+	Ignore
+)
+
+// Config configures breakers (DESIGN §6.1).
+type Config struct {
+	// FailureRatio opens a closed breaker when, over Window, at least
+	// MinRequests attempts completed and this share of them failed.
+	FailureRatio float64
+	MinRequests  int
+	Window       time.Duration
+	// OpenFor is how long an open breaker refuses before it half-opens.
+	OpenFor time.Duration
+	// HalfOpenProbes is how many attempts a half-open breaker admits at
+	// once; the first to succeed closes it, the first to fail re-opens it.
+	HalfOpenProbes int
+}
+
+// Ticket is an admission: the state and generation the attempt was
+// admitted under, recorded on the attempt, and handed back with its
+// outcome.
+type Ticket struct {
+	State      State
+	Generation int64
+	probe      bool
+}
+
+// Breaker is one route's circuit breaker. It is safe for concurrent use.
+type Breaker struct {
+	cfg      Config
+	clock    clock.Clock
+	mu       sync.Mutex
+	state    State
+	gen      int64
+	openedAt time.Time
+	probes   int     // admitted half-open probes still in flight
+	counts   rolling // successes, failures while closed
+}
+
+// New returns a closed breaker at generation 1.
+func New(cfg Config, clk clock.Clock) *Breaker {
+	return &Breaker{cfg: cfg, clock: clk, gen: 1, counts: newRolling(cfg.Window)}
+}
+
+// refresh half-opens an open breaker whose open_for has passed.
+func (b *Breaker) refresh(now time.Time) {
+	if b.state == Open && !now.Before(b.openedAt.Add(b.cfg.OpenFor)) {
+		b.state, b.probes = HalfOpen, 0
+		b.gen++
+	}
+}
+
+func (b *Breaker) transition(s State, now time.Time) {
+	b.state = s
+	b.gen++
+	b.probes = 0
+	b.counts.reset()
+	if s == Open {
+		b.openedAt = now
+	}
+}
+
+// Allows reports, without taking anything, whether an attempt would be
+// admitted now.
+func (b *Breaker) Allows() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refresh(b.clock.Now())
+	return b.state == Closed || (b.state == HalfOpen && b.probes < b.cfg.HalfOpenProbes)
+}
+
+// Acquire admits an attempt, taking a probe slot when half-open; ok is
+// false when the breaker refuses. Every admitted ticket must be handed
+// back to Done.
+func (b *Breaker) Acquire() (t Ticket, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refresh(b.clock.Now())
+	switch {
+	case b.state == Closed:
+		return Ticket{State: Closed, Generation: b.gen}, true
+	case b.state == HalfOpen && b.probes < b.cfg.HalfOpenProbes:
+		b.probes++
+		return Ticket{State: HalfOpen, Generation: b.gen, probe: true}, true
+	}
+	return Ticket{State: b.state, Generation: b.gen}, false
+}
+
+// Done reports an admitted attempt's outcome. Outcomes of an earlier
+// generation (admitted before the breaker last changed state) are stale
+// and change nothing.
+func (b *Breaker) Done(t Ticket, o Outcome) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.clock.Now()
+	b.refresh(now)
+	if t.Generation != b.gen {
+		return
+	}
+	switch {
+	case t.probe && b.state == HalfOpen:
+		b.probes--
+		switch o {
+		case Success:
+			b.transition(Closed, now)
+		case Failure:
+			b.transition(Open, now)
+		}
+	case b.state == Closed && o != Ignore:
+		i := 0
+		if o == Failure {
+			i = 1
+		}
+		b.counts.add(now, i, 1)
+		ok, failed := b.counts.sum(now)
+		if total := ok + failed; total >= int64(b.cfg.MinRequests) && float64(failed) >= b.cfg.FailureRatio*float64(total) {
+			b.transition(Open, now)
+		}
+	}
+}
+
+// State returns the breaker's state and generation now.
+func (b *Breaker) State() (State, int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refresh(b.clock.Now())
+	return b.state, b.gen
+}
+
+// Set is the breakers of a fixed set of routes. It is safe for concurrent
+// use; a route it does not know is always admitted.
+type Set struct {
+	m     map[string]*Breaker
+	order []string
+}
+
+// NewSet returns closed breakers for routes.
+func NewSet(cfg Config, clk clock.Clock, routes []string) *Set {
+	s := &Set{m: make(map[string]*Breaker, len(routes))}
+	for _, r := range routes {
+		if _, dup := s.m[r]; !dup {
+			s.m[r] = New(cfg, clk)
+			s.order = append(s.order, r)
+		}
+	}
+	return s
+}
+
+// Allows reports whether route would admit an attempt now.
+func (s *Set) Allows(route string) bool {
+	b := s.m[route]
+	return b == nil || b.Allows()
+}
+
+// Acquire admits an attempt on route (see Breaker.Acquire).
+func (s *Set) Acquire(route string) (Ticket, bool) {
+	b := s.m[route]
+	if b == nil {
+		return Ticket{State: Closed}, true
+	}
+	return b.Acquire()
+}
+
+// Done reports the outcome of an attempt admitted on route.
+func (s *Set) Done(route string, t Ticket, o Outcome) {
+	if b := s.m[route]; b != nil {
+		b.Done(t, o)
+	}
+}
+
+// States calls f with every route's state, in the order routes were given.
+func (s *Set) States(f func(route string, st State, gen int64)) {
+	for _, r := range s.order {
+		st, gen := s.m[r].State()
+		f(r, st, gen)
+	}
+}

@@ -1,0 +1,170 @@
+package gateway
+
+import (
+	"time"
+
+	"github.com/oncegate/oncegate/internal/breaker"
+	"github.com/oncegate/oncegate/internal/gw"
+	"github.com/oncegate/oncegate/internal/quota"
+	"github.com/oncegate/oncegate/internal/retry"
+)
+
+// Breakers admits attempts per route (DESIGN §6.1). *breaker.Set keeps them
+// in this process; a replicated deployment can keep them elsewhere.
+type Breakers interface {
+	// Allows reports, without taking anything, whether route would admit
+	// an attempt now.
+	Allows(route string) bool
+	// Acquire admits an attempt on route, or refuses (ok false). Every
+	// admitted ticket goes back to Done with the attempt's outcome.
+	Acquire(route string) (t breaker.Ticket, ok bool)
+	// Done reports an admitted attempt's outcome.
+	Done(route string, t breaker.Ticket, o breaker.Outcome)
+}
+
+// RetryBudget is the fleet retry budget (DESIGN §6.2). *breaker.Budget
+// implements it.
+type RetryBudget interface {
+	// First counts a logical request's first attempt.
+	First()
+	// Allows reports, without taking it, whether one more retry fits.
+	Allows() bool
+	// Retry takes one retry; false means the budget is spent.
+	Retry() bool
+}
+
+// TenantLimits are the per-tenant request rate and daily cost ceiling
+// (DESIGN §6.3). *quota.Limits implements them.
+type TenantLimits interface {
+	// Take counts one logical request against the tenant's rate; when it
+	// is spent, ok is false and retryAfter says when to come back.
+	Take(tenant string) (ok bool, retryAfter time.Duration)
+	// Allowance is what the tenant may still reserve today; ok is false
+	// for a tenant without a ceiling.
+	Allowance(tenant string) (allowance gw.NanoUSD, ok bool)
+	// Reserve sets an attempt's worst-case cost aside before dispatch;
+	// false means it does not fit under the ceiling.
+	Reserve(tenant string, amount gw.NanoUSD) bool
+	// Settle releases a reservation and charges the attempt's real cost.
+	Settle(tenant string, reserved, cost gw.NanoUSD)
+}
+
+var (
+	_ Breakers     = (*breaker.Set)(nil)
+	_ RetryBudget  = (*breaker.Budget)(nil)
+	_ TenantLimits = (*quota.Limits)(nil)
+)
+
+// breakerStates is what a Breakers implementation offers to export
+// oncegate_breaker_state; breaker.Set does.
+type breakerStates interface {
+	States(f func(route string, st breaker.State, gen int64))
+}
+
+// permit is what a dispatched attempt holds until it is observed: its
+// route's breaker ticket and the tenant's reservation.
+type permit struct {
+	route    string
+	ticket   breaker.Ticket
+	reserved gw.NanoUSD
+}
+
+// admission snapshots the fleet's state for the engine: open breakers,
+// the fleet retry budget (for attempts after the first) and the tenant's
+// remaining allowance.
+func (c *call) admission(retrying bool) retry.Admission {
+	var adm retry.Admission
+	for _, r := range c.alias.Routes {
+		if !c.g.breakers.Allows(r.ID) {
+			if adm.Refused == nil {
+				adm.Refused = map[string]bool{}
+			}
+			adm.Refused[r.ID] = true
+		}
+	}
+	if retrying {
+		adm.RetryBudgetSpent = !c.g.budget.Allows()
+	}
+	adm.TenantAllowance, adm.TenantCapped = c.g.tenants.Allowance(c.tenant.ID)
+	return adm
+}
+
+// acquire takes what dispatching d needs: the route's breaker ticket, the
+// tenant's reservation of d's worst case, and — for every attempt but a
+// request's first — a retry from the fleet budget. If one is refused (a
+// concurrent request took the last of it since the snapshot), it gives back
+// what it took, tightens adm accordingly and returns false.
+func (c *call) acquire(d retry.Decision, first bool, adm *retry.Admission) (*permit, bool) {
+	t, ok := c.g.breakers.Acquire(d.Route)
+	if !ok {
+		if adm.Refused == nil {
+			adm.Refused = map[string]bool{}
+		}
+		adm.Refused[d.Route] = true
+		return nil, false
+	}
+	if !c.g.tenants.Reserve(c.tenant.ID, d.Reserve) {
+		c.g.breakers.Done(d.Route, t, breaker.Ignore)
+		a, _ := c.g.tenants.Allowance(c.tenant.ID)
+		adm.TenantCapped, adm.TenantAllowance = true, min(a, max(0, d.Reserve-1))
+		return nil, false
+	}
+	if first {
+		c.g.budget.First()
+	} else if !c.g.budget.Retry() {
+		c.g.breakers.Done(d.Route, t, breaker.Ignore)
+		c.g.tenants.Settle(c.tenant.ID, d.Reserve, 0)
+		adm.RetryBudgetSpent = true
+		return nil, false
+	}
+	return &permit{route: d.Route, ticket: t, reserved: d.Reserve}, true
+}
+
+// admit acquires what the decision d (taken under adm) dispatches with;
+// each refusal tightens the admission and the engine decides again, until
+// the permit is held or the decision dispatches nothing.
+func (c *call) admit(d retry.Decision, adm retry.Admission) (retry.Decision, *permit, error) {
+	first := len(c.rec.R.Attempts) == 0
+	for d.Dispatches() {
+		p, ok := c.acquire(d, first, &adm)
+		if ok {
+			return d, p, nil
+		}
+		var err error
+		if d, err = c.rec.Redecide(adm); err != nil {
+			return d, nil, err
+		}
+	}
+	return d, nil, nil
+}
+
+// release hands an observed attempt's permit back: its outcome to the
+// route's breaker and its real cost to the tenant's ledger.
+func (c *call) release(p *permit, res *attemptResult) {
+	if p == nil {
+		return
+	}
+	outcome, cost := breaker.Ignore, gw.NanoUSD(0)
+	if res != nil {
+		outcome = breakerOutcome(res.obs.Kind, res.obs.Cause)
+		cost = res.route.Price.Cost(res.obs.Usage)
+	}
+	c.g.breakers.Done(p.route, p.ticket, outcome)
+	c.g.tenants.Settle(c.tenant.ID, p.reserved, cost)
+}
+
+// breakerOutcome is what an attempt says about its route's health. A
+// failure of the route (no answer, an overloaded or broken answer) counts
+// against it; an answer counts for it; what the caller or the request
+// caused (it left, it lost a hedge, it was refused as invalid or unsafe)
+// says nothing about the route.
+func breakerOutcome(k gw.Kind, cause gw.Cause) breaker.Outcome {
+	switch k {
+	case gw.KindOK:
+		return breaker.Success
+	case gw.KindTimeoutBeforeResponse, gw.KindRateLimited, gw.KindUnavailable, gw.KindProtocolViolation,
+		gw.KindUnknownProviderAcceptance, gw.KindStreamInterruptedAfterOutput:
+		return breaker.Failure
+	}
+	return breaker.Ignore
+}

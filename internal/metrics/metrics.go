@@ -1,0 +1,194 @@
+// Package metrics exports oncegate's Prometheus metrics (DESIGN §10), all
+// prefixed oncegate_. Collectors live on an injected registry; the gateway
+// feeds them through typed Observe methods, once per logical request and
+// per attempt, from what the receipt records. A Metrics is safe for
+// concurrent use.
+package metrics
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics holds the collectors.
+type Metrics struct {
+	reg              *prometheus.Registry
+	logical          *prometheus.CounterVec
+	attempts         *prometheus.CounterVec
+	perRequest       prometheus.Histogram
+	dedup            *prometheus.CounterVec
+	clientRetries    prometheus.Counter
+	ttft             *prometheus.HistogramVec
+	duration         *prometheus.HistogramVec
+	resumes          *prometheus.CounterVec
+	restarts         *prometheus.CounterVec
+	interrupted      *prometheus.CounterVec
+	afterOutput      prometheus.Counter
+	deadline         prometheus.Counter
+	budgetRejections prometheus.Counter
+	tenantRejections *prometheus.CounterVec
+	hedges           *prometheus.CounterVec
+	billable         *prometheus.CounterVec
+	cost             *prometheus.CounterVec
+}
+
+// New registers oncegate's collectors on reg; with a nil reg it makes its
+// own registry.
+func New(reg *prometheus.Registry) *Metrics {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	f := func(c prometheus.Collector) { reg.MustRegister(c) }
+	m := &Metrics{reg: reg}
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "oncegate", Name: name, Help: help}, labels)
+		f(c)
+		return c
+	}
+	scalar := func(name, help string) prometheus.Counter {
+		c := prometheus.NewCounter(prometheus.CounterOpts{Namespace: "oncegate", Name: name, Help: help})
+		f(c)
+		return c
+	}
+	seconds := []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120}
+	m.logical = counter("logical_requests_total", "Logical requests by model alias and terminal.", "model", "terminal")
+	m.attempts = counter("attempts_total", "Physical attempts by route, outcome class and kind.", "route", "class", "kind")
+	m.perRequest = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "oncegate", Name: "attempts_per_logical_request",
+		Help: "Physical attempts per logical request.", Buckets: []float64{0, 1, 2, 3, 4, 5, 6, 8, 10}})
+	f(m.perRequest)
+	m.dedup = counter("dedup_total", "Arrivals by identity outcome: miss (a new logical request), joined, replayed.", "result")
+	m.clientRetries = scalar("client_retries_total", "Official-SDK retries (x-stainless-retry-count > 0) that reached the gateway.")
+	m.ttft = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "oncegate", Name: "time_to_first_token_seconds",
+		Help: "Time from an attempt's dispatch to its first byte, for attempts that produced output.", Buckets: seconds}, []string{"route"})
+	f(m.ttft)
+	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "oncegate", Name: "request_duration_seconds",
+		Help: "Logical request duration, from arrival to terminal.", Buckets: seconds}, []string{"model"})
+	f(m.duration)
+	m.resumes = counter("stream_resumes_total", "Continuation attempts after a stream broke after visible output.", "route")
+	m.restarts = counter("stream_restarts_total", "Fresh generations after visible output, for clients that accept restart.", "provider", "cause")
+	m.interrupted = counter("stream_interrupted_total", "Attempts whose stream broke after visible output.", "route")
+	m.afterOutput = scalar("retries_after_visible_output_total", "Attempts after visible output other than a declared resume or restart; must stay 0.")
+	m.deadline = scalar("deadline_exceeded_total", "Logical requests that ended at their deadline.")
+	m.budgetRejections = scalar("retry_budget_rejections_total", "Logical requests stopped because the fleet retry budget was spent.")
+	m.tenantRejections = counter("tenant_rejections_total", "Requests refused by a tenant limit.", "tenant", "code")
+	m.hedges = counter("hedges_total", "Hedged attempts by which of the pair won.", "winner")
+	m.billable = counter("billable_tokens_total", "Tokens charged, by tenant, route and type (input, output).", "tenant", "route", "type")
+	m.cost = counter("cost_usd_total", "USD charged, by tenant and route.", "tenant", "route")
+	return m
+}
+
+// Handler serves the metrics in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// Request is what one logical request contributes.
+type Request struct {
+	Model, Terminal, Reason string
+	Attempts                int
+	Duration                time.Duration
+}
+
+// ObserveRequest counts a finished logical request.
+func (m *Metrics) ObserveRequest(r Request) {
+	m.logical.WithLabelValues(r.Model, r.Terminal).Inc()
+	m.perRequest.Observe(float64(r.Attempts))
+	m.duration.WithLabelValues(r.Model).Observe(r.Duration.Seconds())
+	switch {
+	case r.Terminal == "deadline":
+		m.deadline.Inc()
+	case r.Reason == "retry_budget":
+		m.budgetRejections.Inc()
+	}
+}
+
+// Attempt is what one physical attempt contributes.
+type Attempt struct {
+	Tenant, Route, Provider, Class, Kind, Purpose string
+	// AfterOutput: an earlier attempt of the request had visible output.
+	AfterOutput bool
+	// Cause is the previous attempt's kind, for restarts.
+	Cause         string
+	VisibleOutput bool
+	TTFT          time.Duration // 0: no first byte
+	Input, Output int64
+	CostUSD       float64
+}
+
+// ObserveAttempt counts one attempt.
+func (m *Metrics) ObserveAttempt(a Attempt) {
+	m.attempts.WithLabelValues(a.Route, a.Class, a.Kind).Inc()
+	switch a.Purpose {
+	case "resume":
+		m.resumes.WithLabelValues(a.Route).Inc()
+	case "restart":
+		m.restarts.WithLabelValues(a.Provider, a.Cause).Inc()
+	default:
+		if a.AfterOutput {
+			m.afterOutput.Inc()
+		}
+	}
+	if a.Kind == "stream_interrupted_after_output" {
+		m.interrupted.WithLabelValues(a.Route).Inc()
+	}
+	if a.VisibleOutput && a.TTFT > 0 {
+		m.ttft.WithLabelValues(a.Route).Observe(a.TTFT.Seconds())
+	}
+	if a.Input > 0 {
+		m.billable.WithLabelValues(a.Tenant, a.Route, "input").Add(float64(a.Input))
+	}
+	if a.Output > 0 {
+		m.billable.WithLabelValues(a.Tenant, a.Route, "output").Add(float64(a.Output))
+	}
+	if a.CostUSD > 0 {
+		m.cost.WithLabelValues(a.Tenant, a.Route).Add(a.CostUSD)
+	}
+}
+
+// ObserveHedge counts a hedged pair by its winner: "primary", "hedge" or
+// "neither".
+func (m *Metrics) ObserveHedge(winner string) { m.hedges.WithLabelValues(winner).Inc() }
+
+// ObserveDedup counts one arrival: "miss", "joined" or "replayed".
+func (m *Metrics) ObserveDedup(result string) { m.dedup.WithLabelValues(result).Inc() }
+
+// ObserveClientRetry counts an arrival that was an official SDK's retry.
+func (m *Metrics) ObserveClientRetry() { m.clientRetries.Inc() }
+
+// ObserveTenantRejection counts a request a tenant limit refused, by the
+// error code it got.
+func (m *Metrics) ObserveTenantRejection(tenant, code string) {
+	m.tenantRejections.WithLabelValues(tenant, code).Inc()
+}
+
+// BreakerStates is a source of every route's breaker state, read at each
+// scrape: it calls f for each route.
+type BreakerStates func(f func(route string, state int, generation int64))
+
+// RegisterBreakers exports oncegate_breaker_state{route} (0 closed, 1
+// half-open, 2 open) and oncegate_breaker_generation{route} from src.
+func (m *Metrics) RegisterBreakers(src BreakerStates) {
+	m.reg.MustRegister(&breakerCollector{src: src})
+}
+
+var (
+	breakerStateDesc = prometheus.NewDesc("oncegate_breaker_state", "Circuit breaker state per route: 0 closed, 1 half-open, 2 open.", []string{"route"}, nil)
+	breakerGenDesc   = prometheus.NewDesc("oncegate_breaker_generation", "Circuit breaker generation per route: it grows at every state change.", []string{"route"}, nil)
+)
+
+type breakerCollector struct{ src BreakerStates }
+
+func (c *breakerCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- breakerStateDesc
+	ch <- breakerGenDesc
+}
+
+func (c *breakerCollector) Collect(ch chan<- prometheus.Metric) {
+	c.src(func(route string, state int, gen int64) {
+		ch <- prometheus.MustNewConstMetric(breakerStateDesc, prometheus.GaugeValue, float64(state), route)
+		ch <- prometheus.MustNewConstMetric(breakerGenDesc, prometheus.GaugeValue, float64(gen), route)
+	})
+}

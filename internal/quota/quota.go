@@ -1,0 +1,146 @@
+// Package quota enforces per-tenant limits (DESIGN §6.3): a request rate
+// and a daily cost ceiling. The ceiling is kept by reservation: an attempt
+// reserves its worst-case cost before it is dispatched and settles at its
+// real cost once observed, and a reservation that does not fit under the
+// ceiling is refused — so concurrent requests can never together spend
+// past it by more than what one attempt's real cost exceeded its estimate.
+// Limits is safe for concurrent use and holds one process's state.
+package quota
+
+import (
+	"math"
+	"sync"
+	"time"
+
+	"github.com/oncegate/oncegate/internal/clock"
+	"github.com/oncegate/oncegate/internal/gw"
+)
+
+// Tenant is one tenant's limits; zero values mean no limit.
+type Tenant struct {
+	RequestsPerMinute int
+	CostPerDay        gw.NanoUSD
+}
+
+// Limits holds every tenant's rate and spend.
+type Limits struct {
+	clock   clock.Clock
+	mu      sync.Mutex
+	tenants map[string]*state
+}
+
+type state struct {
+	lim Tenant
+	// The rate is a token bucket holding up to a minute's worth of
+	// requests, refilled continuously.
+	tokens float64
+	filled time.Time
+	// Spend is per UTC day.
+	day      string
+	charged  gw.NanoUSD
+	reserved gw.NanoUSD
+}
+
+// New returns the limits of the given tenants.
+func New(clk clock.Clock, tenants map[string]Tenant) *Limits {
+	l := &Limits{clock: clk, tenants: make(map[string]*state, len(tenants))}
+	now := clk.Now()
+	for id, t := range tenants {
+		l.tenants[id] = &state{lim: t, tokens: float64(t.RequestsPerMinute), filled: now, day: day(now)}
+	}
+	return l
+}
+
+func day(t time.Time) string { return t.UTC().Format(time.DateOnly) }
+
+// get returns the tenant's state with its day rolled over; nil for a
+// tenant without limits. l.mu is held.
+func (l *Limits) get(tenant string, now time.Time) *state {
+	s := l.tenants[tenant]
+	if s != nil && s.day != day(now) {
+		s.day, s.charged = day(now), 0 // reservations in flight carry over
+	}
+	return s
+}
+
+// Take counts one request against the tenant's rate. When the rate is
+// spent it returns false and how long until a request would be admitted.
+func (l *Limits) Take(tenant string) (ok bool, retryAfter time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.clock.Now()
+	s := l.get(tenant, now)
+	if s == nil || s.lim.RequestsPerMinute <= 0 {
+		return true, 0
+	}
+	rate := float64(s.lim.RequestsPerMinute) / 60 // per second
+	if el := now.Sub(s.filled).Seconds(); el > 0 {
+		s.tokens = math.Min(float64(s.lim.RequestsPerMinute), s.tokens+el*rate)
+	}
+	s.filled = now
+	if s.tokens >= 1 {
+		s.tokens--
+		return true, 0
+	}
+	return false, time.Duration((1 - s.tokens) / rate * float64(time.Second))
+}
+
+// Capped reports whether the tenant has a daily cost ceiling.
+func (l *Limits) Capped(tenant string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.tenants[tenant]
+	return s != nil && s.lim.CostPerDay > 0
+}
+
+// Allowance is what the tenant may still reserve today: the ceiling less
+// what is charged and reserved (never negative). ok is false when the
+// tenant has no ceiling.
+func (l *Limits) Allowance(tenant string) (allowance gw.NanoUSD, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.get(tenant, l.clock.Now())
+	if s == nil || s.lim.CostPerDay <= 0 {
+		return 0, false
+	}
+	return max(0, s.lim.CostPerDay-s.charged-s.reserved), true
+}
+
+// Reserve sets amount aside for an attempt about to be dispatched; false
+// means it does not fit under today's ceiling and nothing was reserved.
+func (l *Limits) Reserve(tenant string, amount gw.NanoUSD) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.get(tenant, l.clock.Now())
+	if s == nil || s.lim.CostPerDay <= 0 {
+		return true
+	}
+	if s.charged+s.reserved+amount > s.lim.CostPerDay {
+		return false
+	}
+	s.reserved += amount
+	return true
+}
+
+// Settle releases an attempt's reservation and charges what it cost.
+func (l *Limits) Settle(tenant string, reserved, cost gw.NanoUSD) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.get(tenant, l.clock.Now())
+	if s == nil || s.lim.CostPerDay <= 0 {
+		return
+	}
+	s.reserved = max(0, s.reserved-reserved)
+	s.charged += cost
+}
+
+// Spent is what the tenant was charged today and has reserved now.
+func (l *Limits) Spent(tenant string) (charged, reserved gw.NanoUSD) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.get(tenant, l.clock.Now())
+	if s == nil {
+		return 0, 0
+	}
+	return s.charged, s.reserved
+}

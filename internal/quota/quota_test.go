@@ -1,0 +1,89 @@
+package quota
+
+import (
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oncegate/oncegate/internal/clock"
+	"github.com/oncegate/oncegate/internal/gw"
+)
+
+var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+
+func TestRateAdmitsAMinuteAndNamesTheWait(t *testing.T) {
+	clk := clock.NewFake(t0)
+	l := New(clk, map[string]Tenant{"acme": {RequestsPerMinute: 60}})
+	for i := range 60 {
+		if ok, _ := l.Take("acme"); !ok {
+			t.Fatalf("request %d refused within the minute's burst", i+1)
+		}
+	}
+	ok, wait := l.Take("acme")
+	if ok || wait != time.Second {
+		t.Fatalf("61st: ok %v retry after %v, want refused for 1s", ok, wait)
+	}
+	clk.Advance(500 * time.Millisecond)
+	if ok, wait = l.Take("acme"); ok || wait != 500*time.Millisecond {
+		t.Fatalf("half a token later: %v %v", ok, wait)
+	}
+	clk.Advance(500 * time.Millisecond)
+	if ok, _ = l.Take("acme"); !ok {
+		t.Fatal("a refilled token was refused")
+	}
+	if ok, _ = l.Take("other"); !ok {
+		t.Fatal("a tenant without limits was refused")
+	}
+}
+
+func TestCostReservationsNeverPassTheCeiling(t *testing.T) {
+	clk := clock.NewFake(t0)
+	l := New(clk, map[string]Tenant{"acme": {CostPerDay: 1000}})
+	if !l.Reserve("acme", 600) || l.Reserve("acme", 500) {
+		t.Fatal("want 600 reserved and 500 more refused")
+	}
+	if a, ok := l.Allowance("acme"); !ok || a != 400 {
+		t.Fatalf("allowance %d %v, want 400", a, ok)
+	}
+	l.Settle("acme", 600, 250) // it cost less than its worst case
+	if a, _ := l.Allowance("acme"); a != 750 {
+		t.Fatalf("allowance after settling: %d, want 750", a)
+	}
+	clk.Set(time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)) // a new UTC day
+	if a, _ := l.Allowance("acme"); a != 1000 {
+		t.Fatalf("allowance on a new day: %d", a)
+	}
+	if _, ok := l.Allowance("other"); ok {
+		t.Fatal("a tenant without a ceiling has an allowance")
+	}
+}
+
+// 64 goroutines spend at the ceiling at once: what is charged never passes
+// the ceiling by more than one reservation, whatever the interleaving.
+func TestCostCeilingUnderConcurrency(t *testing.T) {
+	const ceiling, reserve = gw.NanoUSD(1_000_000), gw.NanoUSD(30_000)
+	l := New(clock.NewFake(t0), map[string]Tenant{"acme": {CostPerDay: ceiling}})
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(g), 1))
+			for range 200 {
+				if l.Reserve("acme", reserve) {
+					// Real costs vary, up to 10 % over the estimate.
+					l.Settle("acme", reserve, gw.NanoUSD(r.Int64N(int64(reserve)*11/10)))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	charged, reserved := l.Spent("acme")
+	if reserved != 0 || charged > ceiling+reserve {
+		t.Fatalf("charged %d (reserved %d) over ceiling %d + one reservation %d", charged, reserved, ceiling, reserve)
+	}
+	if charged < ceiling-2*reserve {
+		t.Fatalf("charged only %d of %d: the ceiling refused too early", charged, ceiling)
+	}
+}
