@@ -41,6 +41,8 @@ func main() {
 	flag.IntVar(&o.tokens, "tokens", 32, "tokens per answer")
 	flag.StringVar(&o.only, "only", "", "run only the runs whose name contains this")
 	flag.BoolVar(&o.ledger, "ledger", false, "also run the gateway with the durable SQLite ledger (synchronous=FULL, group commit)")
+	flag.BoolVar(&o.amplify, "amplification", false, "instead: the retry amplification table (naive retry stack versus oncegate at 0, 50 and 100 % upstream failure)")
+	flag.IntVar(&o.actions, "actions", 1000, "user actions per amplification run")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole benchmark to this file")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -49,7 +51,11 @@ func main() {
 			defer pprof.StopCPUProfile()
 		}
 	}
-	if err := run(context.Background(), o, os.Stdout); err != nil {
+	do := run
+	if o.amplify {
+		do = amplification
+	}
+	if err := do(context.Background(), o, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -63,6 +69,8 @@ type options struct {
 	tokens      int
 	only        string
 	ledger      bool
+	amplify     bool
+	actions     int
 }
 
 // result is one run's measurements.

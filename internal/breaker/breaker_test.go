@@ -219,3 +219,16 @@ func TestPropertyBreakerInvariants(t *testing.T) {
 		}
 	})
 }
+
+// The hot path of every attempt: a snapshot, an admission, an outcome.
+func BenchmarkBreakerAttempt(b *testing.B) {
+	s := NewSet(testConfig(), clock.System{}, []string{"primary", "fallback"})
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			_ = s.Allows("primary") && s.Allows("fallback")
+			t, _ := s.Acquire("primary")
+			s.Done("primary", t, Success)
+		}
+	})
+}

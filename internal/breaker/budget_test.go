@@ -71,3 +71,14 @@ func TestBudgetConcurrent(t *testing.T) {
 		t.Fatalf("%d retries admitted over the bound %d", got, bound)
 	}
 }
+
+func BenchmarkBudgetRetry(b *testing.B) {
+	bu := NewBudget(BudgetConfig{Ratio: 0.1, MinPerSecond: 10, Window: 10 * time.Second}, clock.System{})
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			bu.First()
+			_ = bu.Allows()
+		}
+	})
+}
