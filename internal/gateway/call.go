@@ -88,6 +88,9 @@ func (c *call) run() {
 		c.release(p, nil)
 		return
 	}
+	if d.Dispatches() {
+		c.g.budget.First()
+	}
 	failpoint("after_dispatch_commit")
 	var last *attemptResult
 	for d.Dispatches() {

@@ -91,7 +91,8 @@ func (c *call) admission(retrying bool) retry.Admission {
 
 // acquire takes what dispatching d needs: the route's breaker ticket, the
 // tenant's reservation of d's worst case, and — for every attempt but a
-// request's first — a retry from the fleet budget. If one is refused (a
+// request's first — a retry from the fleet budget. (A first attempt is
+// counted once its request is claimed: a replay is no first attempt.) If one is refused (a
 // concurrent request took the last of it since the snapshot), it gives back
 // what it took, tightens adm accordingly and returns false.
 func (c *call) acquire(d retry.Decision, first bool, adm *retry.Admission) (*permit, bool) {
@@ -109,9 +110,7 @@ func (c *call) acquire(d retry.Decision, first bool, adm *retry.Admission) (*per
 		adm.TenantCapped, adm.TenantAllowance = true, min(a, max(0, d.Reserve-1))
 		return nil, false
 	}
-	if first {
-		c.g.budget.First()
-	} else if !c.g.budget.Retry() {
+	if !first && !c.g.budget.Retry() {
 		c.g.breakers.Done(d.Route, t, breaker.Ignore)
 		c.g.tenants.Settle(c.tenant.ID, d.Reserve, 0)
 		adm.RetryBudgetSpent = true
