@@ -111,7 +111,7 @@ func (c *call) run() {
 				c.rec.Cancel()
 				break
 			}
-			if err := c.log.append(c.ctx, true, c.dispatchEvents(d, len(c.rec.R.Attempts)+1)...); err != nil {
+			if err := c.log.append(c.ctx, c.dispatchEvents(d, len(c.rec.R.Attempts)+1)...); err != nil {
 				c.release(p, nil)
 				c.abort(err)
 				return
@@ -152,13 +152,20 @@ func (c *call) single(res *attemptResult, p *permit) (*attemptResult, retry.Deci
 // that followed them to the event log.
 func (c *call) logObserved(k int) {
 	r := c.rec.R
-	var evs []ledger.Event
 	for _, a := range r.Attempts[len(r.Attempts)-k:] {
-		evs = append(evs, c.log.event(ledger.EvObserved, a.ObservedAt, a))
+		c.log.later(ledger.EvObserved, a.ObservedAt, a, receiptRef{InReceipt: true, Ordinal: a.Ordinal})
 	}
 	at := r.Attempts[len(r.Attempts)-1].ObservedAt
-	evs = append(evs, c.log.event(ledger.EvDecision, at, r.Decisions[len(r.Decisions)-1]))
-	_ = c.log.append(c.ctx, false, evs...)
+	d := r.Decisions[len(r.Decisions)-1]
+	c.log.later(ledger.EvDecision, at, d, receiptRef{InReceipt: true, AfterAttempt: d.AfterAttempt})
+}
+
+// receiptRef is the payload of an event whose content the receipt beside
+// it holds: which attempt or decision of it.
+type receiptRef struct {
+	InReceipt    bool `json:"in_receipt"`
+	Ordinal      int  `json:"ordinal,omitempty"`
+	AfterAttempt int  `json:"after_attempt,omitempty"`
 }
 
 // dispatchEvents are attempt n's reserved and dispatched events: durable
@@ -312,7 +319,7 @@ func (c *call) commit(state ledger.State, stored *ledger.Response) error {
 	now := c.g.clock.Now()
 	term := c.log.event(ledger.EvTerminal, now, map[string]string{"terminal": r.Terminal, "reason": r.Reason})
 	return c.g.ledger.Finish(context.Background(), &ledger.Finish{Identity: c.identity, RequestID: c.id, Generation: c.log.gen,
-		State: state, Response: stored, At: now, Events: []ledger.Event{term}, Receipt: body, Tenant: c.tenant.ID,
+		State: state, Response: stored, At: now, Events: append(c.log.take(true), term), Receipt: body, Tenant: c.tenant.ID,
 		Release: r.Terminal == string(gw.TerminalCancelled)})
 }
 

@@ -12,11 +12,28 @@ import (
 // eventLog writes one logical request's durable log (DESIGN §3.3): events
 // numbered from 1 and fenced by the owner's generation. A nil store makes
 // every write a no-op (the ledger is disabled).
+//
+// Observations and decisions need not be durable at once: they wait in
+// memory for the request's next durable write — the next dispatch, or the
+// terminal — and go in the same commit, in order. That saves a write per
+// attempt and loses nothing recovery relies on: an observation lost in a
+// crash leaves its attempt dispatched-but-unobserved, which recovery
+// reads as indeterminate, the conservative reading. When they go with the
+// terminal, the receipt in that commit holds every attempt and decision
+// in full, so their events carry a reference to it instead of a copy.
 type eventLog struct {
 	store     ledger.Store
 	requestID string
 	gen       int64
 	seq       int64
+	pending   []pendingEvent
+}
+
+// pendingEvent is an event waiting for the next durable write: data is
+// its payload, ref what stands for it beside a receipt.
+type pendingEvent struct {
+	ev        ledger.Event
+	data, ref any
 }
 
 func (l *eventLog) event(typ ledger.EventType, at time.Time, data any) ledger.Event {
@@ -28,12 +45,39 @@ func (l *eventLog) event(typ ledger.EventType, at time.Time, data any) ledger.Ev
 	return ledger.Event{RequestID: l.requestID, Seq: l.seq, Generation: l.gen, Type: typ, At: at, Data: b}
 }
 
-// append writes events; with wait it returns once they are durable.
-func (l *eventLog) append(ctx context.Context, wait bool, evs ...ledger.Event) error {
+// later queues an event for the next durable write.
+func (l *eventLog) later(typ ledger.EventType, at time.Time, data, ref any) {
+	l.seq++
+	if l.store == nil {
+		return
+	}
+	l.pending = append(l.pending, pendingEvent{ev: ledger.Event{RequestID: l.requestID, Seq: l.seq, Generation: l.gen, Type: typ, At: at},
+		data: data, ref: ref})
+}
+
+// append writes evs after every queued event and returns once all are
+// durable.
+func (l *eventLog) append(ctx context.Context, evs ...ledger.Event) error {
 	if l.store == nil {
 		return nil
 	}
-	return l.store.Append(ctx, wait, evs...)
+	return l.store.Append(ctx, true, append(l.take(false), evs...)...)
+}
+
+// take returns the queued events, encoded in full or — beside the
+// receipt — by reference, and forgets them.
+func (l *eventLog) take(beside bool) []ledger.Event {
+	out := make([]ledger.Event, len(l.pending), len(l.pending)+1)
+	for i, p := range l.pending {
+		v := p.data
+		if beside {
+			v = p.ref
+		}
+		out[i] = p.ev
+		out[i].Data, _ = json.Marshal(v)
+	}
+	l.pending = l.pending[:0]
+	return out
 }
 
 // dispatchEvent is the payload of attempt_reserved and attempt_dispatched.

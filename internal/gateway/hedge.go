@@ -165,7 +165,7 @@ func (c *call) hedged(d retry.Decision, p *permit, n int) (*attemptResult, retry
 	}
 	if ok {
 		evs := append(c.dispatchEvents(h, n+1), c.log.event(ledger.EvDecision, at, c.rec.R.Decisions[len(c.rec.R.Decisions)-1]))
-		if err := c.log.append(c.ctx, true, evs...); err != nil {
+		if err := c.log.append(c.ctx, evs...); err != nil {
 			c.release(hp, nil)
 			pcancel()
 			c.release(p, <-results)

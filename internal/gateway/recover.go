@@ -128,12 +128,12 @@ func (g *Gateway) rebuild(evs []ledger.Event) (*receipt.Receipt, bool) {
 			}
 		case ledger.EvObserved:
 			var a receipt.Attempt
-			if json.Unmarshal(e.Data, &a) == nil {
+			if json.Unmarshal(e.Data, &a) == nil && a.Route != "" { // not a reference to a receipt
 				r.Attempts = append(r.Attempts, a)
 			}
 		case ledger.EvDecision:
 			var d receipt.Decision
-			if json.Unmarshal(e.Data, &d) == nil {
+			if json.Unmarshal(e.Data, &d) == nil && d.Action != "" {
 				r.Decisions = append(r.Decisions, d)
 			}
 		case ledger.EvTerminal:

@@ -8,7 +8,6 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -72,13 +71,16 @@ const maxBatch = 1024
 
 // Store is the SQLite ledger. It is safe for concurrent use.
 type Store struct {
-	w       *sql.DB // the single writer connection
-	r       *sql.DB // WAL readers
-	stmts   map[string]*sql.Stmt
-	ops     chan *op
-	stop    chan struct{}
-	stopped chan struct{}
-	once    sync.Once
+	w         *sql.DB // the single writer connection
+	r         *sql.DB // WAL readers
+	cp        *sql.DB // the checkpointer
+	committed chan struct{}
+	cpStopped chan struct{}
+	stmts     map[string]*sql.Stmt
+	ops       chan *op
+	stop      chan struct{}
+	stopped   chan struct{}
+	once      sync.Once
 }
 
 var _ ledger.Store = (*Store)(nil)
@@ -86,11 +88,14 @@ var _ ledger.Store = (*Store)(nil)
 // Open opens (creating if needed) the database at path and migrates it.
 func Open(path string) (*Store, error) {
 	q := url.Values{}
-	for _, p := range []string{"journal_mode(WAL)", "synchronous(FULL)", "busy_timeout(10000)", "foreign_keys(OFF)", "cache_size(-65536)"} {
+	for _, p := range []string{"page_size(8192)", "journal_mode(WAL)", "synchronous(FULL)", "busy_timeout(10000)", "foreign_keys(OFF)", "cache_size(-8192)"} {
 		q.Add("_pragma", p)
 	}
 	dsn := "file:" + path + "?" + q.Encode()
-	w, err := sql.Open("sqlite", dsn+"&_txlock=immediate")
+	// The writer never checkpoints: a background connection does (see
+	// checkpoints), so the one goroutine every commit waits on only
+	// commits.
+	w, err := sql.Open("sqlite", dsn+"&_txlock=immediate&"+url.Values{"_pragma": {"wal_autocheckpoint(0)"}}.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("open ledger %s: %w", path, err)
 	}
@@ -105,7 +110,15 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("open ledger readers %s: %w", path, err)
 	}
 	r.SetMaxOpenConns(8)
-	s := &Store{w: w, r: r, ops: make(chan *op, 4096), stop: make(chan struct{}), stopped: make(chan struct{}), stmts: map[string]*sql.Stmt{}}
+	cp, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		_ = w.Close()
+		_ = r.Close()
+		return nil, fmt.Errorf("open ledger checkpointer %s: %w", path, err)
+	}
+	cp.SetMaxOpenConns(1)
+	s := &Store{w: w, r: r, cp: cp, ops: make(chan *op, 4096), stop: make(chan struct{}), stopped: make(chan struct{}),
+		stmts: map[string]*sql.Stmt{}, committed: make(chan struct{}, 1), cpStopped: make(chan struct{})}
 	for _, q := range writes {
 		st, err := w.Prepare(q)
 		if err != nil {
@@ -116,7 +129,35 @@ func Open(path string) (*Store, error) {
 		s.stmts[q] = st
 	}
 	go s.loop()
+	go s.checkpoints()
 	return s, nil
+}
+
+// checkpointEvery is how often the background checkpointer copies the WAL
+// into the database while commits keep coming.
+const checkpointEvery = 20 * time.Millisecond
+
+// checkpoints copies committed WAL frames into the database file in the
+// background (PASSIVE: it never blocks the writer or a reader), so that the
+// WAL stays short and the writer resets it to its start once everything in
+// it is checkpointed.
+func (s *Store) checkpoints() {
+	defer close(s.cpStopped)
+	t := time.NewTicker(checkpointEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			_, _ = s.cp.Exec(`PRAGMA wal_checkpoint(PASSIVE)`)
+			return
+		case <-s.committed:
+			<-t.C
+			if _, err := s.cp.Exec(`PRAGMA wal_checkpoint(PASSIVE)`); err != nil {
+				// A checkpoint that cannot run now runs at the next tick.
+				continue
+			}
+		}
+	}
 }
 
 // The writer's statements, prepared once on its one connection: compiling
@@ -276,7 +317,14 @@ func (s *Store) apply(batch []*op) error {
 			return nil // o.err says what failed; nothing was committed
 		}
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	select {
+	case s.committed <- struct{}{}:
+	default:
+	}
+	return nil
 }
 
 // write queues apply and, when wait, blocks until it is committed.
@@ -304,7 +352,8 @@ func (s *Store) write(ctx context.Context, wait bool, apply func(tx wtx) error) 
 func (s *Store) Close() error {
 	s.once.Do(func() { close(s.stop) })
 	<-s.stopped
-	return errors.Join(s.w.Close(), s.r.Close())
+	<-s.cpStopped
+	return errors.Join(s.w.Close(), s.r.Close(), s.cp.Close())
 }
 
 func ns(t time.Time) int64 {
@@ -339,8 +388,8 @@ func scanRecord(row scanner) (*ledger.Record, error) {
 	}
 	r.Stream, r.LeaseUntil, r.CreatedAt, r.FinishedAt = stream == 1, fromNS(lease), fromNS(created), fromNS(finished)
 	if len(resp) > 0 {
-		r.Response = &ledger.Response{}
-		if err := json.Unmarshal(resp, r.Response); err != nil {
+		var err error
+		if r.Response, err = decodeResponse(resp); err != nil {
 			return nil, fmt.Errorf("stored response of %s: %w", r.RequestID, err)
 		}
 	}
@@ -463,17 +512,19 @@ func (s *Store) Append(ctx context.Context, wait bool, events ...ledger.Event) e
 
 // Finish commits a terminal with its response, events and receipt.
 func (s *Store) Finish(ctx context.Context, f *ledger.Finish) error {
-	return s.write(ctx, true, func(tx wtx) error { return finish(tx, f) })
-}
-
-func finish(tx wtx, f *ledger.Finish) error {
+	// Encode here, on the caller's goroutine: the writer is one goroutine
+	// for everyone.
 	var resp []byte
 	if f.Response != nil {
 		var err error
-		if resp, err = json.Marshal(f.Response); err != nil {
-			return err
+		if resp, err = encodeResponse(f.Response); err != nil {
+			return fmt.Errorf("encode the stored response of %s: %w", f.RequestID, err)
 		}
 	}
+	return s.write(ctx, true, func(tx wtx) error { return finish(tx, f, resp) })
+}
+
+func finish(tx wtx, f *ledger.Finish, resp []byte) error {
 	// The fence is in the statement: only the current generation, in
 	// progress, is finished.
 	var res sql.Result

@@ -1,0 +1,59 @@
+package sqlite
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+
+	"github.com/oncegate/oncegate/internal/ledger"
+)
+
+// responseV2 marks a stored response encoded as its metadata (JSON) and
+// then its body as raw bytes, rather than one JSON document whose body is
+// base64 (the first encoding, which starts with '{' and is still read).
+const responseV2 = 0x02
+
+// responseMeta is a stored response without its body.
+type responseMeta struct {
+	Status      int    `json:"status"`
+	ContentType string `json:"content_type"`
+	Route       string `json:"route,omitempty"`
+	Attempts    int    `json:"attempts"`
+	Truncated   bool   `json:"truncated,omitempty"`
+}
+
+// encodeResponse is 0x02, uvarint(len(meta)), meta, body.
+func encodeResponse(r *ledger.Response) ([]byte, error) {
+	meta, err := json.Marshal(responseMeta{Status: r.Status, ContentType: r.ContentType, Route: r.Route, Attempts: r.Attempts, Truncated: r.Truncated})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, 1+binary.MaxVarintLen64+len(meta)+len(r.Body))
+	out = append(out, responseV2)
+	out = binary.AppendUvarint(out, uint64(len(meta)))
+	out = append(out, meta...)
+	return append(out, r.Body...), nil
+}
+
+var errBadResponse = errors.New("malformed stored response")
+
+func decodeResponse(b []byte) (*ledger.Response, error) {
+	r := &ledger.Response{}
+	if len(b) > 0 && b[0] == '{' {
+		return r, json.Unmarshal(b, r)
+	}
+	if len(b) == 0 || b[0] != responseV2 {
+		return nil, errBadResponse
+	}
+	n, k := binary.Uvarint(b[1:])
+	if k <= 0 || n > uint64(len(b)-1-k) {
+		return nil, errBadResponse
+	}
+	var m responseMeta
+	if err := json.Unmarshal(b[1+k:1+k+int(n)], &m); err != nil {
+		return nil, err
+	}
+	r.Status, r.ContentType, r.Route, r.Attempts, r.Truncated = m.Status, m.ContentType, m.Route, m.Attempts, m.Truncated
+	r.Body = b[1+k+int(n):]
+	return r, nil
+}
