@@ -23,10 +23,7 @@ import (
 // route, three attempts, the default fleet retry budget, and a breaker
 // that opens at 75 % failures (so that a half-broken route without a
 // fallback is still tried).
-const amplifyConfig = `
-listen: 127.0.0.1:0
-tenants: [{id: bench, api_key_env: BENCH_KEY}]
-providers: [{id: mock, type: openai, base_url: "MOCK/v1", timeouts: {connect: 2s, first_byte: 30s, idle: 30s}}]
+const amplifyConfig = benchPreamble + `
 routes:
   - {id: mock, provider: mock, model: bench-model, behavior_class: c, data_boundary: local, max_attempts: 3,
      capabilities: {streaming: true, max_context_tokens: 100000, max_output_tokens: 4096}}

@@ -94,10 +94,14 @@ func pct(xs []time.Duration, p float64) time.Duration {
 	return s[int(float64(len(s)-1)*p)]
 }
 
-const benchConfig = `
+// benchPreamble is one tenant and the mock as the one provider.
+const benchPreamble = `
 listen: 127.0.0.1:0
 tenants: [{id: bench, api_key_env: BENCH_KEY}]
 providers: [{id: mock, type: openai, base_url: "MOCK/v1", timeouts: {connect: 2s, first_byte: 30s, idle: 30s}}]
+`
+
+const benchConfig = benchPreamble + `
 routes:
   - {id: mock, provider: mock, model: bench-model, behavior_class: c, data_boundary: local, max_attempts: 1,
      capabilities: {streaming: true, max_context_tokens: 100000, max_output_tokens: 4096}}

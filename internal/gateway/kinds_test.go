@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -22,19 +21,7 @@ import (
 // its body.
 func (e *env) post(path, body string, headers map[string]string) (*http.Response, []byte) {
 	e.t.Helper()
-	req, _ := http.NewRequest("POST", e.url+path, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+keyAcme)
-	req.Header.Set("Content-Type", "application/json")
-	for k, v := range headers {
-		req.Header.Set(k, v)
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	data, _ := io.ReadAll(res.Body)
-	return res, data
+	return e.postKey(keyAcme, path, body, headers)
 }
 
 func chatBody(model string, stream bool) string {
