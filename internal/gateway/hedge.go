@@ -56,6 +56,20 @@ func (s *raceSlot) sawFirstByte(fallback time.Time) time.Time {
 	return r.clock.Now()
 }
 
+// rivals is how many attempts after this one race it: 1 for a hedged
+// primary, else 0.
+func (s *raceSlot) rivals() int {
+	if s == nil || s.i != 0 {
+		return 0
+	}
+	s.race.mu.Lock()
+	defer s.race.mu.Unlock()
+	if s.race.hedged {
+		return 1
+	}
+	return 0
+}
+
 // hedge decides to hedge if the primary still has no first byte and no
 // winner, and returns the time of the decision.
 func (r *hedgeRace) hedge(cancelHedge context.CancelFunc) (time.Time, bool) {
@@ -66,6 +80,13 @@ func (r *hedgeRace) hedge(cancelHedge context.CancelFunc) (time.Time, bool) {
 	}
 	r.hedged, r.cancel[1] = true, cancelHedge
 	return r.clock.Now(), true
+}
+
+// unhedge takes back a hedge decided but never dispatched.
+func (r *hedgeRace) unhedge() {
+	r.mu.Lock()
+	r.hedged, r.cancel[1] = false, nil
+	r.mu.Unlock()
 }
 
 // claim makes the slot's attempt the winner unless its rival won first; it
@@ -173,6 +194,7 @@ func (c *call) hedged(d retry.Decision, p *permit, n int) (*attemptResult, retry
 		}
 	}
 	if !ok {
+		race.unhedge()
 		return c.single(<-results, p)
 	}
 	go func() { results <- c.raced(hctx, h, n+1, hp, &raceSlot{race: race, i: 1}, at) }()

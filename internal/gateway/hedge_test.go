@@ -7,6 +7,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 
+	"github.com/oncegate/oncegate/internal/clock"
 	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/provider"
 	"github.com/oncegate/oncegate/internal/receipt"
@@ -34,8 +35,8 @@ func checkHedgeWon(t *testing.T, e *env, r *receipt.Receipt) {
 	if h.Route != "fallback" || h.Purpose != "hedge" || h.Kind != "ok" {
 		t.Fatalf("hedge attempt %+v", h)
 	}
-	if d := h.NotBefore.Sub(p.StartedAt); d < 50*time.Millisecond || d > 300*time.Millisecond {
-		t.Fatalf("hedged %v into the primary, want just after hedge.after (50ms)", d)
+	if d := h.NotBefore.Sub(p.StartedAt); d < 50*time.Millisecond || d >= 500*time.Millisecond {
+		t.Fatalf("hedged %v into the primary, want after hedge.after (50ms) and before its first byte (500ms)", d)
 	}
 	if r.Decisions[1].Action != "hedge" || r.Decisions[1].Route != "fallback" || r.Terminal != "succeeded" {
 		t.Fatalf("decisions %+v, terminal %s", r.Decisions, r.Terminal)
@@ -52,10 +53,9 @@ func checkHedgeWon(t *testing.T, e *env, r *receipt.Receipt) {
 
 func TestHedgeWinsOverASlowPrimary(t *testing.T) {
 	e := slowPrimary(t)
-	start := time.Now()
 	res, body := e.post("/v1/chat/completions", chatBody("hedged", false), nil)
-	if took := time.Since(start); res.StatusCode != 200 || took > 400*time.Millisecond {
-		t.Fatalf("%d after %v: %s", res.StatusCode, took, body)
+	if res.StatusCode != 200 {
+		t.Fatalf("%d: %s", res.StatusCode, body)
 	}
 	if res.Header.Get("X-Oncegate-Route") != "fallback" || res.Header.Get("X-Oncegate-Attempts") != "2" {
 		t.Fatalf("route %q attempts %q", res.Header.Get("X-Oncegate-Route"), res.Header.Get("X-Oncegate-Attempts"))
@@ -142,4 +142,39 @@ func TestHedgedPairOutcomes(t *testing.T) {
 		}
 		waitFor(t, func() bool { _, f, _ := e.upstreamCalls(r.RequestID); return f.Disconnects == 1 })
 	})
+}
+
+// The race's rules, step by step: a decisive end claims and cancels the
+// rival; a retryable failure leaves the rival racing and keeps its own
+// outcome; an attempt whose rival already won has lost, whatever it did.
+func TestHedgeRaceRules(t *testing.T) {
+	newRace := func() (*hedgeRace, *raceSlot, *raceSlot, *[2]int) {
+		cancelled := &[2]int{}
+		r := newHedgeRace(clock.System{}, func() { cancelled[0]++ })
+		if _, ok := r.hedge(func() { cancelled[1]++ }); !ok {
+			t.Fatal("no hedge before any first byte")
+		}
+		return r, &raceSlot{race: r, i: 0}, &raceSlot{race: r, i: 1}, cancelled
+	}
+	_, p, h, cancelled := newRace()
+	if h.finish(false) || p.finish(true) || *cancelled != [2]int{0, 0} {
+		t.Fatalf("a hedge that failed first keeps its outcome; the primary then wins (cancelled %v)", *cancelled)
+	}
+	_, p, h, cancelled = newRace()
+	if !h.claim() || *cancelled != [2]int{1, 0} || !p.finish(false) || p.claim() {
+		t.Fatalf("the hedge showed output first: the primary is cancelled and lost (cancelled %v)", *cancelled)
+	}
+	r, p, _, _ := newRace()
+	p.sawFirstByte(time.Now())
+	if _, ok := r.hedge(func() {}); ok || p.rivals() != 1 {
+		t.Fatal("a second hedge, or one after the first byte")
+	}
+	r.unhedge()
+	if p.rivals() != 0 {
+		t.Fatal("an undone hedge still counts as a rival")
+	}
+	var lone *raceSlot
+	if !lone.claim() || lone.finish(true) || lone.rivals() != 0 {
+		t.Fatal("a lone attempt always wins")
+	}
 }

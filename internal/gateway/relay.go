@@ -59,6 +59,7 @@ func (o *output) streamHead(route string, attempts int) *coord.Head {
 type attemptStream struct {
 	route     *policy.Route
 	ordinal   int
+	race      *raceSlot
 	claimed   bool // the attempt holds the output (it won its race, if any)
 	model     string
 	input     int64 // prompt tokens: the provider's count once known
@@ -84,7 +85,7 @@ func (o *output) begin(a *attemptStream) {
 		o.held = o.enc.Start(o.held[:0], a.input)
 		return
 	}
-	c.flight.SetHead(o.streamHead(a.route.ID, a.ordinal))
+	c.flight.SetHead(o.streamHead(a.route.ID, a.ordinal+a.race.rivals()))
 	o.started = true
 	o.pending = o.enc.Start(o.pending, a.input)
 }
@@ -217,7 +218,7 @@ func (o *output) interrupt(d retry.Decision) []byte {
 // relay reads one attempt's upstream stream, relaying visible output as it
 // arrives, and classifies how the stream ended.
 func (c *call) relay(ctx context.Context, res *attemptResult, resp *upstream.Response, up provider.Protocol, built *provider.Built) *attemptResult {
-	a := &attemptStream{route: res.route, ordinal: res.ordinal, input: built.PromptTokens}
+	a := &attemptStream{route: res.route, ordinal: res.ordinal, race: res.race, input: built.PromptTokens}
 	o := c.out
 	if o.buffer && res.race == nil {
 		o.enc, o.held = nil, o.held[:0]
