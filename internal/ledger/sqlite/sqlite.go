@@ -88,7 +88,7 @@ var _ ledger.Store = (*Store)(nil)
 // Open opens (creating if needed) the database at path and migrates it.
 func Open(path string) (*Store, error) {
 	q := url.Values{}
-	for _, p := range []string{"page_size(8192)", "journal_mode(WAL)", "synchronous(FULL)", "busy_timeout(10000)", "foreign_keys(OFF)", "cache_size(-8192)"} {
+	for _, p := range []string{"journal_mode(WAL)", "synchronous(FULL)", "busy_timeout(10000)", "foreign_keys(OFF)", "cache_size(-8192)"} {
 		q.Add("_pragma", p)
 	}
 	dsn := "file:" + path + "?" + q.Encode()
