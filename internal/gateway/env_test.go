@@ -142,6 +142,10 @@ type envOptions struct {
 	logs io.Writer
 	// clock is the gateway's clock (default: the system clock).
 	clock clock.Clock
+	// breakers, budget and tenants replace the gateway's own (nil: its own).
+	breakers Breakers
+	budget   RetryBudget
+	tenants  TenantLimits
 }
 
 func newEnvOpts(t *testing.T, o envOptions) *env {
@@ -177,7 +181,8 @@ func newEnvOpts(t *testing.T, o envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{DrainTimeout: 2 * time.Second, Ledger: e.store, RejoinGrace: time.Second, Clock: o.clock}
+	opts := Options{DrainTimeout: 2 * time.Second, Ledger: e.store, RejoinGrace: time.Second, Clock: o.clock,
+		Breakers: o.breakers, RetryBudget: o.budget, Tenants: o.tenants}
 	if logs != nil {
 		opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}

@@ -55,6 +55,20 @@ func (l *eventLog) later(typ ledger.EventType, at time.Time, data, ref any) {
 		data: data, ref: ref})
 }
 
+// amend replaces the payload of the last queued event of type typ: a
+// decision taken again before it was written.
+func (l *eventLog) amend(typ ledger.EventType, data any) {
+	if l == nil {
+		return // before the claim: the created event will carry it
+	}
+	for i := len(l.pending) - 1; i >= 0; i-- {
+		if l.pending[i].ev.Type == typ {
+			l.pending[i].data = data
+			return
+		}
+	}
+}
+
 // append writes evs after every queued event and returns once all are
 // durable.
 func (l *eventLog) append(ctx context.Context, evs ...ledger.Event) error {

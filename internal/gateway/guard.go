@@ -5,6 +5,7 @@ import (
 
 	"github.com/oncegate/oncegate/internal/breaker"
 	"github.com/oncegate/oncegate/internal/gw"
+	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/quota"
 	"github.com/oncegate/oncegate/internal/retry"
 )
@@ -133,6 +134,7 @@ func (c *call) admit(d retry.Decision, adm retry.Admission) (retry.Decision, *pe
 		if d, err = c.rec.Redecide(adm); err != nil {
 			return d, nil, err
 		}
+		c.log.amend(ledger.EvDecision, c.rec.R.Decisions[len(c.rec.R.Decisions)-1])
 	}
 	return d, nil, nil
 }

@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/breaker"
 	"github.com/oncegate/oncegate/internal/clock"
+	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/mock"
 )
 
@@ -367,4 +369,70 @@ func TestMetricsCountWhatReceiptsSay(t *testing.T) {
 			t.Errorf("%s = %v, want %v", sample, got, want)
 		}
 	}
+}
+
+// lastSlot is a fleet whose snapshot says yes but whose last slot goes to
+// a concurrent request at the moment of dispatch: the breaker of route
+// refuses to Acquire, the budget to Retry, the tenant to Reserve.
+type lastSlot struct {
+	route           string
+	noRetry, noCost bool
+}
+
+func (l *lastSlot) Allows(string) bool { return true }
+func (l *lastSlot) Acquire(route string) (breaker.Ticket, bool) {
+	return breaker.Ticket{State: breaker.Closed, Generation: 1}, route != l.route
+}
+func (l *lastSlot) Done(string, breaker.Ticket, breaker.Outcome) {}
+func (l *lastSlot) Take(string) (bool, time.Duration)            { return true, 0 }
+func (l *lastSlot) Allowance(string) (gw.NanoUSD, bool)          { return 1 << 40, l.noCost }
+func (l *lastSlot) Reserve(string, gw.NanoUSD) bool              { return !l.noCost }
+func (l *lastSlot) Settle(string, gw.NanoUSD, gw.NanoUSD)        {}
+
+// lastRetry is lastSlot's retry budget.
+type lastRetry struct{ *lastSlot }
+
+func (l lastRetry) First()       {}
+func (l lastRetry) Allows() bool { return true }
+func (l lastRetry) Retry() bool  { return !l.noRetry }
+
+func lastSlotEnv(t *testing.T, l *lastSlot) *env {
+	return newEnvOpts(t, envOptions{mock: mock.Config{Tokens: 4}, breakers: l, budget: lastRetry{l}, tenants: l})
+}
+
+// What the snapshot admitted but a concurrent request took first is
+// decided again, and the receipt records the admission that decided.
+func TestAdmissionLostAtDispatchIsDecidedAgain(t *testing.T) {
+	t.Run("the primary's last probe", func(t *testing.T) {
+		l := &lastSlot{route: "primary"}
+		e := lastSlotEnv(t, l)
+		res, body := e.post("/v1/chat/completions", chatBody("chat", false), nil)
+		r := e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
+		if res.StatusCode != 200 || len(r.Attempts) != 1 || r.Attempts[0].Route != "fallback" || fmt.Sprint(r.Decisions[0].BreakerRefused) != "[primary]" {
+			t.Fatalf("%d %s: %+v %+v", res.StatusCode, body, r.Attempts, r.Decisions)
+		}
+		if e.primary.Stats().Requests != 0 {
+			t.Fatal("the refused route was called")
+		}
+	})
+	t.Run("the fleet's last retry", func(t *testing.T) {
+		l := &lastSlot{noRetry: true}
+		e := lastSlotEnv(t, l)
+		e.primary.SetScript(rules(first(1, mock.Fault{Type: mock.FaultStatus, Status: 503})))
+		res, _ := e.post("/v1/chat/completions", chatBody("chat", false), nil)
+		r := e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
+		if res.StatusCode != 503 || len(r.Attempts) != 1 || r.Reason != "retry_budget" || !r.Decisions[1].RetryBudgetSpent {
+			t.Fatalf("%d: %+v %+v", res.StatusCode, r.Attempts, r.Decisions)
+		}
+	})
+	t.Run("the tenant's last dollar", func(t *testing.T) {
+		l := &lastSlot{noCost: true}
+		e := lastSlotEnv(t, l)
+		res, body := e.post("/v1/chat/completions", chatBody("chat", false), nil)
+		r := e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
+		if res.StatusCode != 429 || !strings.Contains(string(body), CodeTenantBudget) || len(r.Attempts) != 0 || r.Reason != "cost_budget" ||
+			r.Decisions[0].TenantAllowanceUSD == nil {
+			t.Fatalf("%d %s: %+v", res.StatusCode, body, r.Decisions)
+		}
+	})
 }
