@@ -13,8 +13,12 @@ import (
 func WriteTable(w io.Writer, p *Policy) error {
 	for _, a := range p.Aliases {
 		e := a.Engine
-		fmt.Fprintf(w, "model %s  (max_attempts %d, backoff %v..%v, jitter %s, deadline %v, max_cost %s, after_output %s, boundary ≤ %s)\n",
-			a.Name, e.MaxAttempts, e.BaseDelay, e.MaxDelay, e.Jitter, e.Deadline, costText(e.MaxCost.USD()), e.AfterOutput, a.MaxBoundary)
+		hedge := "off"
+		if e.HedgeAfter > 0 {
+			hedge = "after " + e.HedgeAfter.String()
+		}
+		fmt.Fprintf(w, "model %s  (max_attempts %d, backoff %v..%v, jitter %s, deadline %v, max_cost %s, after_output %s, hedge %s, boundary ≤ %s)\n",
+			a.Name, e.MaxAttempts, e.BaseDelay, e.MaxDelay, e.Jitter, e.Deadline, costText(e.MaxCost.USD()), e.AfterOutput, hedge, a.MaxBoundary)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "  PRIORITY\tROUTE\tPROVIDER\tMODEL\tRELEASE\tBOUNDARY\tINPUT\tCONTINUATION\tMAX ATTEMPTS\tPRICE IN/OUT $/MTok")
 		for i, r := range a.Routes {
@@ -27,6 +31,16 @@ func WriteTable(w io.Writer, p *Policy) error {
 		}
 		fmt.Fprintf(w, "  policy sha256 %s\n\n", a.Digest)
 	}
+	for _, t := range p.Tenants {
+		rate := "unlimited"
+		if t.RequestsPerMinute > 0 {
+			rate = strconv.Itoa(t.RequestsPerMinute) + "/min"
+		}
+		fmt.Fprintf(w, "tenant %s  (requests %s, cost %s per day, boundary ≤ %s)\n", t.ID, rate, costText(t.CostPerDay.USD()), t.MaxBoundary)
+	}
+	b, rb := p.Breaker, p.RetryBudget
+	fmt.Fprintf(w, "breakers open at %v%% failures of ≥ %d attempts in %v, for %v, then admit %d probes; retry budget %v × first attempts + %v/s over %v\n\n",
+		num(b.FailureRatio*100), b.MinRequests, b.Window, b.OpenFor, b.HalfOpenProbes, num(rb.Ratio), num(rb.MinPerSecond), rb.Window)
 	_, err := fmt.Fprintf(w, "policy sha256 %s  (%d tenants, %d providers, %d routes, %d models)\n",
 		p.Digest, len(p.Tenants), len(p.Providers), len(p.Routes), len(p.Aliases))
 	return err
