@@ -45,7 +45,6 @@ type call struct {
 	clientRetries int
 	rec           *receipt.Recorder
 	log           *eventLog
-	tenantBound   bool // the tenant's daily ceiling stopped the request
 	out           *output
 }
 
@@ -253,7 +252,7 @@ func (c *call) observeMetrics() {
 	r, m := c.rec.R, c.g.metrics
 	m.ObserveRequest(metrics.Request{Model: r.Model, Terminal: r.Terminal, Reason: r.Reason, Attempts: len(r.Attempts),
 		Duration: c.g.clock.Now().Sub(c.created)})
-	if r.Reason == string(gw.ReasonCostBudget) && c.tenantBound {
+	if last := c.rec.Last(); last.Reason == gw.ReasonCostBudget && last.TenantBound {
 		m.ObserveTenantRejection(c.tenant.ID, CodeTenantBudget)
 	}
 	output := false

@@ -147,7 +147,6 @@ func (c *call) terminalError(d retry.Decision, last *attemptResult) *apiError {
 	case r == gw.ReasonRetryBudget:
 		return errorf(CodeRetryBudget, "the fleet retry budget is exhausted (an outage is being contained); %d attempts were made and none is retried", n)
 	case r == gw.ReasonCostBudget && d.TenantBound:
-		c.tenantBound = true
 		e := errorf(CodeTenantBudget, "tenant %s has reached its daily cost ceiling of $%g (the next attempt's worst case does not fit); it resets at 00:00 UTC",
 			c.tenant.ID, c.tenant.CostPerDay.USD())
 		now := c.g.clock.Now()
