@@ -4,6 +4,8 @@ import (
 	"context"
 	"math"
 	"net/http"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/oncegate/oncegate/internal/coord"
@@ -166,6 +168,29 @@ func (g *Gateway) serveFlight(w http.ResponseWriter, r *http.Request, f *coord.F
 	ctx := r.Context()
 	h, ok := rd.Head(ctx)
 	if !ok {
+		return
+	}
+	if h.Header.Get("Content-Type") != "text/event-stream" {
+		// A whole answer: send it with its length in one write, not as
+		// flushed chunks.
+		var body []byte
+		for {
+			b, done, ok := rd.Next(ctx)
+			if !ok {
+				return
+			}
+			if body == nil {
+				body = b
+			} else {
+				body = append(slices.Clip(body), b...)
+			}
+			if done {
+				break
+			}
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		writeHead(w, h, dedup)
+		_, _ = w.Write(body)
 		return
 	}
 	writeHead(w, h, dedup)

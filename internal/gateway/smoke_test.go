@@ -23,6 +23,9 @@ func TestSmokeOpenAIJSONAndStream(t *testing.T) {
 	if res.Choices[0].Message.Content != want {
 		t.Fatalf("got %q want %q", res.Choices[0].Message.Content, want)
 	}
+	if h.Get("Content-Length") == "" || h.Get("Transfer-Encoding") != "" {
+		t.Fatalf("a whole JSON answer goes with its length, not chunked: %v", h)
+	}
 	id := h.Get("X-Oncegate-Request-Id")
 	r := e.receipt(id)
 	t.Logf("headers %v receipt attempts %d terminal %s", h, len(r.Attempts), r.Terminal)
@@ -36,6 +39,9 @@ func TestSmokeOpenAIJSONAndStream(t *testing.T) {
 	}
 	if acc.Choices[0].Message.Content != want {
 		t.Fatalf("stream got %q", acc.Choices[0].Message.Content)
+	}
+	if h.Get("Content-Length") != "" {
+		t.Fatalf("a stream has no length: %v", h)
 	}
 	t.Logf("stream headers %v", h)
 	e.receipt(h.Get("X-Oncegate-Request-Id"))
