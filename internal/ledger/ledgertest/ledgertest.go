@@ -116,6 +116,42 @@ func Run(t *testing.T, open Opener) {
 			}
 		}
 	})
+	t.Run("a caller's writes commit in the order it made them", func(t *testing.T) {
+		// Fire-and-forget events, then a finish that waits: under load
+		// and alone, the finish never overtakes them (they would be
+		// fenced off, the request already finished).
+		s := open(t, false)
+		var wg sync.WaitGroup
+		for g := range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 40 {
+					id := fmt.Sprintf("o%d-%d", g, i)
+					if _, _, err := s.Claim(ctx, rec("k:"+id, id), []ledger.Event{ev(id, 1, 1, ledger.EvCreated)}); err != nil {
+						t.Error(err)
+						return
+					}
+					if err := s.Append(ctx, false, ev(id, 2, 1, ledger.EvObserved)); err != nil {
+						t.Error(err)
+						return
+					}
+					if err := s.Finish(ctx, finish(id, 1, 3)); err != nil {
+						t.Errorf("%s: %v", id, err)
+						return
+					}
+					if evs, err := s.Events(ctx, id); err != nil || len(evs) != 3 {
+						t.Errorf("%s: the finish overtook its own earlier write (events %v %v)", id, evs, err)
+						return
+					}
+				}
+			}()
+			if g == 0 {
+				wg.Wait() // the first writer alone, then fifteen at once
+			}
+		}
+		wg.Wait()
+	})
 	t.Run("finish is fenced and final", func(t *testing.T) {
 		s := open(t, false)
 		if _, _, err := s.Claim(ctx, rec("k:f", "f"), []ledger.Event{ev("f", 1, 1, ledger.EvCreated)}); err != nil {

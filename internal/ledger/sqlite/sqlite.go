@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
@@ -109,9 +110,14 @@ type Store struct {
 	cpStopped chan struct{}
 	stmts     map[string]*sql.Stmt
 	ops       chan *op
-	stop      chan struct{}
-	stopped   chan struct{}
-	once      sync.Once
+	// conn is held by whoever is writing: the writer goroutine, or a
+	// caller committing its own write when nothing else is queued.
+	conn sync.Mutex
+	// queued counts writes handed to the writer and not yet committed.
+	queued  atomic.Int64
+	stop    chan struct{}
+	stopped chan struct{}
+	once    sync.Once
 }
 
 var _ ledger.Store = (*Store)(nil)
@@ -276,8 +282,8 @@ const (
 	fillMax     = 64 // wait for at most this many writes
 )
 
-// loop is the single writer: it takes every queued write, applies them in
-// one transaction and commits once.
+// loop is the writer: it takes every queued write, applies them in one
+// transaction and commits once.
 func (s *Store) loop() {
 	defer close(s.stopped)
 	batch := make([]*op, 0, maxBatch)
@@ -290,12 +296,16 @@ func (s *Store) loop() {
 			for {
 				select {
 				case o := <-s.ops:
+					s.conn.Lock()
 					s.commit([]*op{o})
+					s.conn.Unlock()
+					s.queued.Add(-1)
 				default:
 					return
 				}
 			}
 		}
+		s.conn.Lock()
 	drain:
 		for len(batch) < maxBatch {
 			select {
@@ -310,6 +320,8 @@ func (s *Store) loop() {
 		}
 		prev = len(batch)
 		s.commit(batch)
+		s.conn.Unlock()
+		s.queued.Add(-int64(len(batch)))
 	}
 }
 
@@ -395,17 +407,40 @@ func (s *Store) apply(batch []*op) error {
 	return nil
 }
 
-// write queues apply and, when wait, blocks until it is committed.
+// write queues apply and, when wait, blocks until it is committed. A
+// caller that would wait alone — nothing queued, nobody writing — commits
+// its write itself: handing it to the writer and being woken again would
+// add two goroutine switches to the one commit it waits for. Anything
+// this caller queued before is still queued then, so its writes stay in
+// order.
 func (s *Store) write(ctx context.Context, wait bool, apply func(tx wtx) error) error {
 	o := &op{apply: apply}
+	if wait && s.queued.Load() == 0 && s.conn.TryLock() {
+		if s.queued.Load() == 0 {
+			select {
+			case <-s.stop:
+				s.conn.Unlock()
+				return errors.New("ledger: closed")
+			default:
+			}
+			o.done = make(chan error, 1)
+			s.commit([]*op{o})
+			s.conn.Unlock()
+			return <-o.done
+		}
+		s.conn.Unlock()
+	}
 	if wait {
 		o.done = make(chan error, 1)
 	}
+	s.queued.Add(1)
 	select {
 	case s.ops <- o:
 	case <-s.stop:
+		s.queued.Add(-1)
 		return errors.New("ledger: closed")
 	case <-ctx.Done():
+		s.queued.Add(-1)
 		return ctx.Err()
 	}
 	if !wait {
@@ -421,6 +456,8 @@ func (s *Store) Close() error {
 	s.once.Do(func() { close(s.stop) })
 	<-s.stopped
 	<-s.cpStopped
+	s.conn.Lock() // a caller committing its own write finishes it
+	defer s.conn.Unlock()
 	return errors.Join(s.w.Close(), s.r.Close(), s.cp.Close())
 }
 

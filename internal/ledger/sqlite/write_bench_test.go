@@ -20,7 +20,13 @@ import (
 // request's claim (record, created, reserved, dispatched) and finish
 // (observed, decision, terminal, stored response, receipt), with the
 // payload sizes the gateway writes, from 64 concurrent requests.
-func BenchmarkRequestWrites(b *testing.B) {
+func BenchmarkRequestWrites(b *testing.B) { benchmarkRequestWrites(b, 64) }
+
+// BenchmarkRequestWritesSequential is the same from one client at a time:
+// the ledger's latency, two commits per request.
+func BenchmarkRequestWritesSequential(b *testing.B) { benchmarkRequestWrites(b, 1) }
+
+func benchmarkRequestWrites(b *testing.B, clients int) {
 	st, err := Open(filepath.Join(b.TempDir(), "bench.db"))
 	if err != nil {
 		b.Fatal(err)
@@ -38,7 +44,7 @@ func BenchmarkRequestWrites(b *testing.B) {
 	b.ResetTimer()
 	start := time.Now()
 	var wg sync.WaitGroup
-	for range 64 {
+	for range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
