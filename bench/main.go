@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -44,7 +45,14 @@ func main() {
 	flag.BoolVar(&o.amplify, "amplification", false, "instead: the retry amplification table (naive retry stack versus oncegate at 0, 50 and 100 % upstream failure)")
 	flag.IntVar(&o.actions, "actions", 1000, "user actions per amplification run")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole benchmark to this file")
+	traceFile := flag.String("trace", "", "write an execution trace of the whole benchmark to this file (go tool trace)")
 	flag.Parse()
+	if *traceFile != "" {
+		f, err := os.Create(*traceFile)
+		if err == nil && trace.Start(f) == nil {
+			defer trace.Stop()
+		}
+	}
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err == nil && pprof.StartCPUProfile(f) == nil {
