@@ -5,10 +5,13 @@ import (
 	"database/sql"
 	"path/filepath"
 	"testing"
+	"time"
+
+	"github.com/oncegate/oncegate/internal/ledger"
 )
 
 // A database written by the first schema keeps its events and receipts
-// through the migration to the second, and the second's writes work on it.
+// through the migrations, and the latest schema's writes work on it.
 func TestMigrationKeepsEventsAndReceipts(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "v1.db")
 	db, err := sql.Open("sqlite", "file:"+path)
@@ -45,6 +48,37 @@ func TestMigrationKeepsEventsAndReceipts(t *testing.T) {
 	}
 	if err := s.PutReceipt(ctx, "acme", "r2", []byte(`{}`)); err != nil {
 		t.Fatal(err)
+	}
+	// The latest schema's writes — one row per write's events, the
+	// receipt beside them — work on the migrated database, and old rows
+	// read beside new ones.
+	now := time.Now()
+	ev := func(seq int64, typ ledger.EventType) ledger.Event {
+		return ledger.Event{RequestID: "r1", Seq: seq, Generation: 1, Type: typ, At: now, Data: []byte("n")}
+	}
+	rec := &ledger.Record{Identity: "k:new", RequestID: "r1", Tenant: "acme", Operation: "chat.completions", RequestSHA256: "x",
+		State: ledger.InProgress, Owner: "o", Generation: 1, LeaseUntil: now.Add(time.Minute), CreatedAt: now}
+	if _, created, err := s.Claim(ctx, rec, nil); err != nil || !created {
+		t.Fatalf("claim: %v %v", created, err)
+	}
+	if err := s.Append(ctx, true, ev(3, ledger.EvDispatch), ev(4, ledger.EvObserved)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Finish(ctx, &ledger.Finish{Identity: "k:new", RequestID: "r1", Generation: 1, State: ledger.Succeeded, At: now,
+		Events: []ledger.Event{ev(5, ledger.EvTerminal)}, Receipt: []byte(`{"request_id":"r1","v":3}`), Tenant: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	evs, err = s.Events(ctx, "r1")
+	if err != nil || len(evs) != 5 {
+		t.Fatalf("old and new events: %+v, %v", evs, err)
+	}
+	for i, e := range evs {
+		if e.Seq != int64(i+1) {
+			t.Fatalf("event %d has seq %d", i, e.Seq)
+		}
+	}
+	if body, err := s.Receipt(ctx, "acme", "r1"); err != nil || string(body) != `{"request_id":"r1","v":3}` {
+		t.Fatalf("receipt rewritten after the migration: %s, %v", body, err)
 	}
 	var v int
 	if err := s.r.QueryRow(`SELECT MAX(version) FROM schema_version`).Scan(&v); err != nil || v != len(migrations) {

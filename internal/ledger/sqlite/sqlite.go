@@ -96,6 +96,39 @@ var migrations = []string{
 	ALTER TABLE receipts_v2 RENAME TO receipts;
 	CREATE UNIQUE INDEX receipts_by_id ON receipts(request_id);
 	CREATE INDEX receipts_by_tenant ON receipts(tenant, request_id);`,
+
+	// 3: fewer B-trees and rows per request, so a commit rewrites fewer
+	// pages (each B-tree a commit touches costs a page; a request's two
+	// commits wrote 19 before). One write's events share a row (see
+	// events.go); the receipt is a row of the events table (seq 0) found
+	// by the events index, listed by a partial index of receipts alone;
+	// one index on finished_at (0 while in progress) replaces the partial
+	// indexes of unfinished and of finished records.
+	`CREATE TABLE events_v3 (
+		id         INTEGER PRIMARY KEY,
+		request_id TEXT NOT NULL,
+		seq        INTEGER NOT NULL,
+		last_seq   INTEGER NOT NULL,
+		generation INTEGER NOT NULL,
+		type       TEXT NOT NULL,
+		at         INTEGER NOT NULL,
+		dispatched INTEGER NOT NULL DEFAULT 0,
+		observed   INTEGER NOT NULL DEFAULT 0,
+		tenant     TEXT,
+		data       BLOB
+	);
+	INSERT INTO events_v3 (request_id, seq, last_seq, generation, type, at, dispatched, observed, data)
+		SELECT request_id, seq, seq, generation, type, at, type = 'attempt_dispatched', type = 'attempt_observed', data FROM events ORDER BY id;
+	INSERT INTO events_v3 (request_id, seq, last_seq, generation, type, at, tenant, data)
+		SELECT request_id, 0, 0, 0, 'receipt', 0, tenant, body FROM receipts ORDER BY id;
+	DROP TABLE events;
+	DROP TABLE receipts;
+	ALTER TABLE events_v3 RENAME TO events;
+	CREATE UNIQUE INDEX events_by_request ON events(request_id, seq);
+	CREATE UNIQUE INDEX receipts_by_tenant ON events(tenant, request_id) WHERE seq = 0;
+	DROP INDEX requests_unfinished;
+	DROP INDEX requests_finished_at;
+	CREATE INDEX requests_by_finish ON requests(finished_at);`,
 }
 
 // maxBatch bounds how many queued writes share one commit.
@@ -202,17 +235,17 @@ func (s *Store) checkpoints() {
 const (
 	qInsertRecord  = `INSERT INTO requests (` + recordCols + `) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,NULL) ON CONFLICT(identity) DO NOTHING`
 	qSelectByID    = `SELECT ` + recordCols + ` FROM requests WHERE identity = ?`
-	qInsertEvent   = `INSERT INTO events (request_id, seq, generation, type, at, data) VALUES (?,?,?,?,?,?)`
+	qInsertEvent   = `INSERT INTO events (` + eventCols + `) VALUES (?,?,?,?,?,?,?,?,?)`
 	qInsertStale   = `INSERT INTO stale_events (request_id, generation, type, at, data) VALUES (?,?,?,?,?)`
 	qFence         = `SELECT generation, state FROM requests WHERE request_id = ?`
 	qFinish        = `UPDATE requests SET state = ?, finished_at = ?, response = ?, generation = ? WHERE request_id = ? AND generation = ? AND state = 'in_progress'`
 	qRelease       = `DELETE FROM requests WHERE request_id = ? AND generation = ? AND state = 'in_progress'`
 	qSettle        = `UPDATE requests SET state = ?, finished_at = ?, generation = ? WHERE request_id = ?`
-	qInsertReceipt = `INSERT INTO receipts (request_id, tenant, body) VALUES (?,?,?) ON CONFLICT(request_id) DO UPDATE SET body = excluded.body`
+	qInsertReceipt = `INSERT INTO events (request_id, seq, last_seq, generation, type, at, tenant, data) VALUES (?,0,0,0,'receipt',0,?,?)
+		ON CONFLICT(request_id, seq) DO UPDATE SET data = excluded.data`
 )
 
-var writes = []string{qInsertRecord, qSelectByID, qInsertEvent, qInsertStale, qFence, qFinish, qRelease, qSettle, qInsertReceipt,
-	eventsInsert(2), eventsInsert(3), eventsInsert(4), eventsInsert(5), eventsInsert(6), eventsInsert(7), eventsInsert(8)}
+var writes = []string{qInsertRecord, qSelectByID, qInsertEvent, qInsertStale, qFence, qFinish, qRelease, qSettle, qInsertReceipt}
 
 // wtx is the writer's transaction with its prepared statements.
 type wtx struct {
@@ -506,35 +539,25 @@ func insertRecord(tx wtx, r *ledger.Record) (sql.Result, error) {
 	if r.Stream {
 		stream = 1
 	}
+	finished := ns(r.FinishedAt)
+	if r.State == ledger.InProgress {
+		finished = 0 // requests_by_finish finds the unfinished at 0
+	}
 	return tx.exec(qInsertRecord, r.Identity, r.RequestID, r.Tenant, r.Operation, r.RequestSHA256, stream, string(r.State),
-		r.Owner, r.Generation, ns(r.LeaseUntil), ns(r.CreatedAt), ns(r.FinishedAt))
+		r.Owner, r.Generation, ns(r.LeaseUntil), ns(r.CreatedAt), finished)
 }
 
+// insertEvents writes one write's events (one request's, in order) as one
+// row.
 func insertEvents(tx wtx, evs []ledger.Event) error {
-	switch len(evs) {
-	case 0:
-		return nil
-	case 1:
-		e := evs[0]
-		if _, err := tx.exec(qInsertEvent, e.RequestID, e.Seq, e.Generation, string(e.Type), ns(e.At), e.Data); err != nil {
-			return fmt.Errorf("event %s #%d: %w", e.Type, e.Seq, err)
-		}
+	if len(evs) == 0 {
 		return nil
 	}
-	args := make([]any, 0, 6*len(evs))
-	for _, e := range evs {
-		args = append(args, e.RequestID, e.Seq, e.Generation, string(e.Type), ns(e.At), e.Data)
-	}
-	if _, err := tx.exec(eventsInsert(len(evs)), args...); err != nil {
-		return fmt.Errorf("events of %s: %w", evs[0].RequestID, err)
+	row := rowOf(evs)
+	if _, err := tx.exec(qInsertEvent, row.args()...); err != nil {
+		return fmt.Errorf("events #%d-#%d of %s: %w", row.seq, row.lastSeq, row.requestID, err)
 	}
 	return nil
-}
-
-// eventsInsert is the multi-row event insert for n rows (n ≤ 8 are
-// prepared once).
-func eventsInsert(n int) string {
-	return `INSERT INTO events (request_id, seq, generation, type, at, data) VALUES ` + placeholders(n, 6)
 }
 
 func insertStale(tx wtx, evs []ledger.Event) {
@@ -726,8 +749,9 @@ func settleChunkOf(tx wtx, fs []*ledger.Finish) error {
 				return err
 			}
 		}
-		for _, e := range f.Events {
-			evs = append(evs, e.RequestID, e.Seq, e.Generation, string(e.Type), ns(e.At), e.Data)
+		for i := range f.Events {
+			row := rowOf(f.Events[i : i+1])
+			evs = append(evs, row.args()...)
 			nEv++
 		}
 		if f.Receipt != nil {
@@ -741,9 +765,10 @@ func settleChunkOf(tx wtx, fs []*ledger.Finish) error {
 		args []any
 	}{
 		{nDel, `DELETE FROM requests WHERE request_id IN (` + placeholders(nDel, 1) + `)`, del},
-		{nEv, `INSERT INTO events (request_id, seq, generation, type, at, data) VALUES ` + placeholders(nEv, 6), evs},
-		{nRc, `INSERT INTO receipts (request_id, tenant, body) VALUES ` + placeholders(nRc, 3) +
-			` ON CONFLICT(request_id) DO UPDATE SET body = excluded.body`, rcs},
+		{nEv, `INSERT INTO events (` + eventCols + `) VALUES ` + placeholders(nEv, 9), evs},
+		{nRc, `INSERT INTO events (request_id, tenant, data, seq, last_seq, generation, type, at) VALUES ` +
+			strings.TrimSuffix(strings.Repeat(`(?,?,?,0,0,0,'receipt',0),`, nRc), ",") +
+			` ON CONFLICT(request_id, seq) DO UPDATE SET data = excluded.data`, rcs},
 	}
 	for _, st := range stmts {
 		if st.n == 0 {
@@ -778,12 +803,12 @@ func (s *Store) SettleUnfinished(ctx context.Context, owner string, at time.Time
 		}{
 			{`DROP TABLE IF EXISTS temp.settle`, nil},
 			{`CREATE TEMP TABLE settle AS SELECT r.request_id AS id, r.generation AS gen,
-				COALESCE(SUM(e.type = 'attempt_dispatched'), 0) > COALESCE(SUM(e.type = 'attempt_observed'), 0) AS pending,
-				COALESCE(MAX(e.seq), 0) AS seq
-				FROM requests r LEFT JOIN events e ON e.request_id = r.request_id
-				WHERE r.state = 'in_progress' AND r.owner != ? GROUP BY r.request_id`, []any{owner}},
-			{`INSERT INTO events (request_id, seq, generation, type, at, data)
-				SELECT id, seq + 1, gen, 'terminal_committed', ?,
+				COALESCE(SUM(e.dispatched), 0) > COALESCE(SUM(e.observed), 0) AS pending,
+				COALESCE(MAX(e.last_seq), 0) AS seq
+				FROM requests r LEFT JOIN events e ON e.request_id = r.request_id AND e.seq > 0
+				WHERE r.finished_at = 0 AND r.state = 'in_progress' AND r.owner != ? GROUP BY r.request_id`, []any{owner}},
+			{`INSERT INTO events (request_id, seq, last_seq, generation, type, at, data)
+				SELECT id, seq + 1, seq + 1, gen, 'terminal_committed', ?,
 				CASE WHEN pending THEN '{"by":"recovery","reason":"indeterminate","terminal":"indeterminate"}'
 				ELSE '{"by":"recovery","reason":"cancelled","terminal":"cancelled"}' END FROM temp.settle`, []any{ns(at)}},
 			{`UPDATE requests SET state = 'indeterminate', finished_at = ?, generation = generation + 1
@@ -820,7 +845,8 @@ func (s *Store) SettleUnfinished(ctx context.Context, owner string, at time.Time
 // PutReceipt stores a receipt unless one exists.
 func (s *Store) PutReceipt(ctx context.Context, tenant, requestID string, body []byte) error {
 	return s.write(ctx, false, func(tx wtx) error {
-		_, err := tx.Exec(`INSERT INTO receipts (request_id, tenant, body) VALUES (?,?,?) ON CONFLICT(request_id) DO NOTHING`, requestID, tenant, body)
+		_, err := tx.Exec(`INSERT INTO events (request_id, seq, last_seq, generation, type, at, tenant, data) VALUES (?,0,0,0,'receipt',0,?,?)
+			ON CONFLICT(request_id, seq) DO NOTHING`, requestID, tenant, body)
 		return err
 	})
 }
@@ -847,14 +873,14 @@ func (s *Store) Get(ctx context.Context, identity string) (*ledger.Record, error
 // Renew extends owner's leases.
 func (s *Store) Renew(ctx context.Context, owner string, until time.Time) error {
 	return s.write(ctx, true, func(tx wtx) error {
-		_, err := tx.Exec(`UPDATE requests SET lease_until = ? WHERE owner = ? AND state = 'in_progress'`, ns(until), owner)
+		_, err := tx.Exec(`UPDATE requests SET lease_until = ? WHERE finished_at = 0 AND owner = ? AND state = 'in_progress'`, ns(until), owner)
 		return err
 	})
 }
 
 // Unfinished lists in-progress records of other owners with their events.
 func (s *Store) Unfinished(ctx context.Context, owner string) ([]ledger.Unfinished, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT `+recordCols+` FROM requests WHERE state = 'in_progress' AND owner != ?`, owner)
+	rows, err := s.r.QueryContext(ctx, `SELECT `+recordCols+` FROM requests WHERE finished_at = 0 AND state = 'in_progress' AND owner != ?`, owner)
 	if err != nil {
 		return nil, err
 	}
@@ -874,35 +900,39 @@ func (s *Store) Unfinished(ctx context.Context, owner string) ([]ledger.Unfinish
 		return out, err
 	}
 	evRows, err := s.r.QueryContext(ctx, `SELECT e.request_id, e.seq, e.generation, e.type, e.at, e.data FROM events e
-		JOIN requests r ON r.request_id = e.request_id WHERE r.state = 'in_progress' AND r.owner != ? ORDER BY e.request_id, e.seq`, owner)
+		JOIN requests r ON r.request_id = e.request_id WHERE r.finished_at = 0 AND r.state = 'in_progress' AND r.owner != ? AND e.seq > 0
+		ORDER BY e.request_id, e.seq`, owner)
 	if err != nil {
 		return nil, err
 	}
 	defer evRows.Close()
 	for evRows.Next() {
-		e, err := scanEvent(evRows)
+		evs, err := scanEvents(evRows)
 		if err != nil {
 			return nil, err
 		}
-		if i, ok := index[e.RequestID]; ok {
-			out[i].Events = append(out[i].Events, e)
+		if i, ok := index[evs[0].RequestID]; ok {
+			out[i].Events = append(out[i].Events, evs...)
 		}
 	}
 	return out, evRows.Err()
 }
 
-func scanEvent(row scanner) (ledger.Event, error) {
-	var e ledger.Event
-	var typ string
-	var at int64
-	err := row.Scan(&e.RequestID, &e.Seq, &e.Generation, &typ, &at, &e.Data)
-	e.Type, e.At = ledger.EventType(typ), fromNS(at)
-	return e, err
+// scanEvents reads one row of (request_id, seq, generation, type, at,
+// data) as its events.
+func scanEvents(row scanner) ([]ledger.Event, error) {
+	var id, typ string
+	var seq, gen, at int64
+	var data []byte
+	if err := row.Scan(&id, &seq, &gen, &typ, &at, &data); err != nil {
+		return nil, err
+	}
+	return expandRow(id, seq, gen, typ, at, data)
 }
 
 // Events returns a request's events in order.
 func (s *Store) Events(ctx context.Context, requestID string) ([]ledger.Event, error) {
-	return s.events(ctx, `SELECT request_id, seq, generation, type, at, data FROM events WHERE request_id = ? ORDER BY seq`, requestID)
+	return s.events(ctx, `SELECT request_id, seq, generation, type, at, data FROM events WHERE request_id = ? AND seq > 0 ORDER BY seq`, requestID)
 }
 
 // StaleEvents returns the writes fenced off for a request (evidence).
@@ -918,11 +948,11 @@ func (s *Store) events(ctx context.Context, q string, args ...any) ([]ledger.Eve
 	defer rows.Close()
 	var out []ledger.Event
 	for rows.Next() {
-		e, err := scanEvent(rows)
+		evs, err := scanEvents(rows)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, e)
+		out = append(out, evs...)
 	}
 	return out, rows.Err()
 }
@@ -930,7 +960,7 @@ func (s *Store) events(ctx context.Context, q string, args ...any) ([]ledger.Eve
 // Receipt returns a tenant's receipt.
 func (s *Store) Receipt(ctx context.Context, tenant, requestID string) ([]byte, error) {
 	var body []byte
-	err := s.r.QueryRowContext(ctx, `SELECT body FROM receipts WHERE request_id = ? AND tenant = ?`, requestID, tenant).Scan(&body)
+	err := s.r.QueryRowContext(ctx, `SELECT data FROM events WHERE request_id = ? AND seq = 0 AND tenant = ?`, requestID, tenant).Scan(&body)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ledger.ErrNotFound
 	}
@@ -939,7 +969,7 @@ func (s *Store) Receipt(ctx context.Context, tenant, requestID string) ([]byte, 
 
 // Receipts lists a tenant's receipts after `after`.
 func (s *Store) Receipts(ctx context.Context, tenant string, limit int, after string) ([][]byte, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT body FROM receipts WHERE tenant = ? AND request_id > ? ORDER BY request_id LIMIT ?`, tenant, after, limit)
+	rows, err := s.r.QueryContext(ctx, `SELECT data FROM events WHERE tenant = ? AND seq = 0 AND request_id > ? ORDER BY request_id LIMIT ?`, tenant, after, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -960,7 +990,7 @@ func (s *Store) Receipts(ctx context.Context, tenant string, limit int, after st
 func (s *Store) AddDedup(ctx context.Context, tenant, requestID string, joined, replayed, clientRetries int) error {
 	return s.write(ctx, false, func(tx wtx) error {
 		var body []byte
-		err := tx.QueryRow(`SELECT body FROM receipts WHERE request_id = ? AND tenant = ?`, requestID, tenant).Scan(&body)
+		err := tx.QueryRow(`SELECT data FROM events WHERE request_id = ? AND seq = 0 AND tenant = ?`, requestID, tenant).Scan(&body)
 		if err != nil {
 			return err
 		}
@@ -968,7 +998,7 @@ func (s *Store) AddDedup(ctx context.Context, tenant, requestID string, joined, 
 		if err != nil {
 			return err
 		}
-		_, err = tx.Exec(`UPDATE receipts SET body = ? WHERE request_id = ?`, next, requestID)
+		_, err = tx.Exec(`UPDATE events SET data = ? WHERE request_id = ? AND seq = 0`, next, requestID)
 		return err
 	})
 }
@@ -993,7 +1023,7 @@ func (s *Store) Secret(ctx context.Context) ([]byte, error) {
 func (s *Store) Expire(ctx context.Context, cutoff time.Time) (int, error) {
 	n := 0
 	err := s.write(ctx, true, func(tx wtx) error {
-		res, err := tx.Exec(`DELETE FROM requests WHERE state != 'in_progress' AND finished_at > 0 AND finished_at < ?`, ns(cutoff))
+		res, err := tx.Exec(`DELETE FROM requests WHERE finished_at > 0 AND finished_at < ? AND state != 'in_progress'`, ns(cutoff))
 		if err != nil {
 			return err
 		}
