@@ -208,9 +208,8 @@ func Open(path string) (*Store, error) {
 const checkpointEvery = 20 * time.Millisecond
 
 // checkpoints copies committed WAL frames into the database file in the
-// background (PASSIVE: it never blocks the writer or a reader), so that the
-// WAL stays short and the writer resets it to its start once everything in
-// it is checkpointed.
+// background, so that the WAL stays short: once everything in it is
+// checkpointed, the next commit starts it over from its beginning.
 func (s *Store) checkpoints() {
 	defer close(s.cpStopped)
 	t := time.NewTicker(checkpointEvery)
@@ -222,12 +221,28 @@ func (s *Store) checkpoints() {
 			return
 		case <-s.committed:
 			<-t.C
-			if _, err := s.cp.Exec(`PRAGMA wal_checkpoint(PASSIVE)`); err != nil {
-				// A checkpoint that cannot run now runs at the next tick.
-				continue
-			}
+			s.checkpoint()
 		}
 	}
+}
+
+// checkpoint copies the WAL into the database in two passes. The first
+// runs beside the writer (PASSIVE: it never blocks a writer or a reader)
+// and copies nearly everything; but commits land while it runs, and a WAL
+// with frames left over is never started over — each commit appends to
+// it, so it grows for as long as traffic lasts (by 40 MB in five seconds
+// under load), with a costlier sync for every commit that grows it and a
+// longer replay after a crash. The second pass holds the writer off while
+// it copies the few frames the first missed, so the next commit finds the
+// WAL fully checkpointed and writes over it from the start. A pass that
+// cannot run now runs at the next tick.
+func (s *Store) checkpoint() {
+	if _, err := s.cp.Exec(`PRAGMA wal_checkpoint(PASSIVE)`); err != nil {
+		return
+	}
+	s.conn.Lock()
+	defer s.conn.Unlock()
+	_, _ = s.cp.Exec(`PRAGMA wal_checkpoint(PASSIVE)`)
 }
 
 // The writer's statements, prepared once on its one connection: compiling

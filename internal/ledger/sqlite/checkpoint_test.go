@@ -1,0 +1,72 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/oncegate/oncegate/internal/ledger"
+)
+
+// Under writes that never pause, the WAL is still started over after each
+// checkpoint: its file stops growing once the first checkpoints have run,
+// rather than growing by every commit for as long as the writes last.
+func TestWALStartsOverUnderSteadyWrites(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(filepath.Join(dir, "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	var stop atomic.Bool
+	done := make(chan error, 1)
+	var n atomic.Int64
+	go func() {
+		for i := 0; !stop.Load(); i++ {
+			id := fmt.Sprintf("r%d", i)
+			now := time.Now()
+			rec := &ledger.Record{Identity: "k:" + id, RequestID: id, Tenant: "acme", Operation: "chat.completions", RequestSHA256: "x",
+				State: ledger.InProgress, Owner: "o", Generation: 1, LeaseUntil: now.Add(time.Minute), CreatedAt: now}
+			if _, _, err := s.Claim(ctx, rec, []ledger.Event{{RequestID: id, Seq: 1, Generation: 1, Type: ledger.EvCreated, At: now, Data: make([]byte, 900)}}); err != nil {
+				done <- err
+				return
+			}
+			if err := s.Finish(ctx, &ledger.Finish{Identity: rec.Identity, RequestID: id, Generation: 1, State: ledger.Succeeded, At: now,
+				Response: &ledger.Response{Status: 200, ContentType: "application/json", Attempts: 1, Body: make([]byte, 500)},
+				Events:   []ledger.Event{{RequestID: id, Seq: 2, Generation: 1, Type: ledger.EvTerminal, At: now}},
+				Receipt:  make([]byte, 1700), Tenant: "acme"}); err != nil {
+				done <- err
+				return
+			}
+			n.Add(1)
+		}
+		done <- nil
+	}()
+	wal := func() int64 {
+		fi, err := os.Stat(filepath.Join(dir, "ledger.db-wal"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	time.Sleep(500 * time.Millisecond)
+	early, atEarly := wal(), n.Load()
+	time.Sleep(1500 * time.Millisecond)
+	late, atLate := wal(), n.Load()
+	stop.Store(true)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("WAL %d bytes after %d requests, %d bytes after %d", early, atEarly, late, atLate)
+	if atLate < 2*atEarly {
+		t.Skipf("too few writes to tell (%d, then %d)", atEarly, atLate)
+	}
+	if late > early*3/2+1<<20 {
+		t.Fatalf("the WAL kept growing under steady writes: %d bytes after %d requests, %d after %d", early, atEarly, late, atLate)
+	}
+}
