@@ -16,15 +16,12 @@ import (
 // "packed" and its data is their encoding below. The row's seq is its
 // first event's, last_seq its last's, and dispatched and observed count
 // its attempt_dispatched and attempt_observed events, so recovery still
-// classifies requests with one set-based statement.
+// classifies requests with one set-based statement. A request's receipt
+// is its row with seq 0 and the type "receipt", in write order beside the
+// terminal it belongs to.
 
 // typePacked is the type of a row holding several events.
 const typePacked = "packed"
-
-// typeReceipt is the type of a request's receipt row (seq 0): the receipt
-// rides in the events table, in write order, beside the terminal it
-// belongs to.
-const typeReceipt = "receipt"
 
 // packedV1 starts the first encoding of a packed row.
 const packedV1 = 0x01
