@@ -296,7 +296,14 @@ func oopt(k, v string) oopt2.RequestOption { return oopt2.WithHeader(k, v) }
 // waitFor polls cond until it holds or three seconds pass.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Second)
+	waitWithin(t, 3*time.Second, cond)
+}
+
+// waitWithin is waitFor with its own patience, for work whose length
+// scales with the machine (the race detector slows it several times).
+func waitWithin(t *testing.T, patience time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(patience)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatal("condition never held")
