@@ -46,7 +46,16 @@ func main() {
 	flag.IntVar(&o.actions, "actions", 1000, "user actions per amplification run")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole benchmark to this file")
 	traceFile := flag.String("trace", "", "write an execution trace of the whole benchmark to this file (go tool trace)")
+	memprofile := flag.String("memprofile", "", "write an allocation profile of the whole benchmark to this file")
 	flag.Parse()
+	if *memprofile != "" {
+		defer func() {
+			if f, err := os.Create(*memprofile); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				_ = f.Close()
+			}
+		}()
+	}
 	if *traceFile != "" {
 		f, err := os.Create(*traceFile)
 		if err == nil && trace.Start(f) == nil {
