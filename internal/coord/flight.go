@@ -163,10 +163,13 @@ func (f *Flight) Write(b []byte) {
 	f.mu.Unlock()
 }
 
-// Finish publishes the end of the output (and the head, if the answer is
-// a whole response rather than a stream) and removes the flight from the
-// table: later arrivals go to the ledger.
+// Finish removes the flight from the table — later arrivals go to the
+// ledger — and then publishes the end of the output (and the head, if the
+// answer is a whole response rather than a stream). In that order: a
+// client that has read the end and asks again must find the ledger's
+// record (a replay), not the flight that just ended (a join).
 func (f *Flight) Finish(h *Head, body []byte) {
+	f.local.remove(f)
 	f.mu.Lock()
 	if h != nil {
 		f.head = h
@@ -175,7 +178,6 @@ func (f *Flight) Finish(h *Head, body []byte) {
 	f.done = true
 	f.notify()
 	f.mu.Unlock()
-	f.local.remove(f)
 }
 
 func (l *Local) remove(f *Flight) {

@@ -149,3 +149,31 @@ func BenchmarkFanout1000(b *testing.B) {
 		b.ReportMetric(float64(total.Microseconds())/chunks, "µs/chunk-to-all")
 	}
 }
+
+// A subscriber that has read a finished flight's end never finds it still
+// in the table: its client's next request goes to the ledger (a replay),
+// not into the flight that just ended (a join).
+func TestAFinishedFlightIsGoneBeforeItsEndIsRead(t *testing.T) {
+	l := NewLocal(1 << 20)
+	for i := range 2000 {
+		f, _, _, err := l.Acquire("k:a", "sha", "r", time.Now().Add(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		read := make(chan int)
+		go func() {
+			rd := f.NewReader()
+			for {
+				if _, done, _ := rd.Next(context.Background()); done {
+					read <- l.Len()
+					return
+				}
+			}
+		}()
+		f.Finish(&Head{Status: 200}, []byte("answer"))
+		if n := <-read; n != 0 {
+			t.Fatalf("iteration %d: the end was read while the flight was still in the table", i)
+		}
+		f.Leave()
+	}
+}
