@@ -148,6 +148,7 @@ type Store struct {
 	conn sync.Mutex
 	// queued counts writes handed to the writer and not yet committed.
 	queued  atomic.Int64
+	rows    batchRows // the open batch's pending rows (under conn)
 	stop    chan struct{}
 	stopped chan struct{}
 	once    sync.Once
@@ -248,24 +249,103 @@ func (s *Store) checkpoint() {
 // The writer's statements, prepared once on its one connection: compiling
 // SQL on every write would cost more than the writes.
 const (
-	qInsertRecord  = `INSERT INTO requests (` + recordCols + `) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,NULL) ON CONFLICT(identity) DO NOTHING`
-	qSelectByID    = `SELECT ` + recordCols + ` FROM requests WHERE identity = ?`
-	qInsertEvent   = `INSERT INTO events (` + eventCols + `) VALUES (?,?,?,?,?,?,?,?,?)`
-	qInsertStale   = `INSERT INTO stale_events (request_id, generation, type, at, data) VALUES (?,?,?,?,?)`
-	qFence         = `SELECT generation, state FROM requests WHERE request_id = ?`
-	qFinish        = `UPDATE requests SET state = ?, finished_at = ?, response = ?, generation = ? WHERE request_id = ? AND generation = ? AND state = 'in_progress'`
-	qRelease       = `DELETE FROM requests WHERE request_id = ? AND generation = ? AND state = 'in_progress'`
-	qSettle        = `UPDATE requests SET state = ?, finished_at = ?, generation = ? WHERE request_id = ?`
-	qInsertReceipt = `INSERT INTO events (request_id, seq, last_seq, generation, type, at, tenant, data) VALUES (?,0,0,0,'receipt',0,?,?)
-		ON CONFLICT(request_id, seq) DO UPDATE SET data = excluded.data`
+	qInsertRecord = `INSERT INTO requests (` + recordCols + `) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,NULL) ON CONFLICT(identity) DO NOTHING`
+	qSelectByID   = `SELECT ` + recordCols + ` FROM requests WHERE identity = ?`
+	qInsertStale  = `INSERT INTO stale_events (request_id, generation, type, at, data) VALUES (?,?,?,?,?)`
+	qFence        = `SELECT generation, state FROM requests WHERE request_id = ?`
+	qFinish       = `UPDATE requests SET state = ?, finished_at = ?, response = ?, generation = ? WHERE request_id = ? AND generation = ? AND state = 'in_progress'`
+	qRelease      = `DELETE FROM requests WHERE request_id = ? AND generation = ? AND state = 'in_progress'`
+	qSettle       = `UPDATE requests SET state = ?, finished_at = ?, generation = ? WHERE request_id = ?`
 )
 
-var writes = []string{qInsertRecord, qSelectByID, qInsertEvent, qInsertStale, qFence, qFinish, qRelease, qSettle, qInsertReceipt}
+var writes = func() []string {
+	out := []string{qInsertRecord, qSelectByID, qInsertStale, qFence, qFinish, qRelease, qSettle}
+	for n := 1; n <= maxRowsPerInsert; n++ {
+		out = append(out, eventsInsert(n), receiptsInsert(n))
+	}
+	return out
+}()
 
 // wtx is the writer's transaction with its prepared statements.
 type wtx struct {
 	*sql.Tx
-	st map[string]*sql.Stmt
+	st   map[string]*sql.Stmt
+	rows *batchRows
+}
+
+// batchRows are the events rows and receipts a batch's writes add, put in
+// with one multi-row statement each when the batch is done (or before any
+// other statement that might read them): a few statements per commit, not
+// two or three per write.
+type batchRows struct {
+	events   []any // eventCols values, 9 per row
+	receipts []any // (request_id, tenant, data), 3 per row
+	err      error // putting them in failed: the batch fails
+}
+
+// Exec runs an unprepared statement after the batch's pending rows.
+func (w wtx) Exec(q string, args ...any) (sql.Result, error) {
+	if err := w.flush(); err != nil {
+		return nil, err
+	}
+	return w.Tx.Exec(q, args...)
+}
+
+// Query runs an unprepared query after the batch's pending rows.
+func (w wtx) Query(q string, args ...any) (*sql.Rows, error) {
+	if err := w.flush(); err != nil {
+		return nil, err
+	}
+	return w.Tx.Query(q, args...)
+}
+
+// QueryRow runs an unprepared one-row query after the batch's pending
+// rows (if putting them in fails, the batch does).
+func (w wtx) QueryRow(q string, args ...any) *sql.Row {
+	_ = w.flush()
+	return w.Tx.QueryRow(q, args...)
+}
+
+// flush puts the pending rows in; an error is also kept for the batch.
+func (w wtx) flush() error {
+	if w.rows.err == nil {
+		w.rows.err = w.put()
+	}
+	return w.rows.err
+}
+
+func (w wtx) put() error {
+	for len(w.rows.events) > 0 {
+		n := min(len(w.rows.events)/9, maxRowsPerInsert)
+		if _, err := w.Tx.Stmt(w.st[eventsInsert(n)]).Exec(w.rows.events[:9*n]...); err != nil {
+			w.rows.events = w.rows.events[:0]
+			return fmt.Errorf("events: %w", err)
+		}
+		w.rows.events = w.rows.events[9*n:]
+	}
+	for len(w.rows.receipts) > 0 {
+		n := min(len(w.rows.receipts)/3, maxRowsPerInsert)
+		if _, err := w.Tx.Stmt(w.st[receiptsInsert(n)]).Exec(w.rows.receipts[:3*n]...); err != nil {
+			w.rows.receipts = w.rows.receipts[:0]
+			return fmt.Errorf("receipts: %w", err)
+		}
+		w.rows.receipts = w.rows.receipts[3*n:]
+	}
+	return nil
+}
+
+// maxRowsPerInsert bounds a multi-row insert (each size up to it is
+// prepared once).
+const maxRowsPerInsert = 32
+
+func eventsInsert(n int) string {
+	return `INSERT INTO events (` + eventCols + `) VALUES ` + placeholders(n, 9)
+}
+
+func receiptsInsert(n int) string {
+	return `INSERT INTO events (request_id, tenant, data, seq, last_seq, generation, type, at) VALUES ` +
+		strings.TrimSuffix(strings.Repeat(`(?,?,?,0,0,0,'receipt',0),`, n), ",") +
+		` ON CONFLICT(request_id, seq) DO UPDATE SET data = excluded.data`
 }
 
 func (w wtx) exec(q string, args ...any) (sql.Result, error) {
@@ -435,15 +515,27 @@ func (s *Store) apply(batch []*op) error {
 	if err != nil {
 		return err
 	}
-	w := wtx{tx, s.stmts}
+	s.rows = batchRows{events: s.rows.events[:0], receipts: s.rows.receipts[:0]}
+	w := wtx{tx, s.stmts, &s.rows}
 	for _, o := range batch {
-		if o.err = o.apply(w); !clean(o.err) {
+		if o.err = o.apply(w); !clean(o.err) || s.rows.err != nil {
 			_ = tx.Rollback()
 			if len(batch) > 1 {
 				return errReplay
 			}
+			if o.err == nil {
+				o.err = s.rows.err
+			}
 			return nil // o.err says what failed; nothing was committed
 		}
+	}
+	if err := w.flush(); err != nil {
+		_ = tx.Rollback()
+		if len(batch) > 1 {
+			return errReplay // find whose rows they were
+		}
+		batch[0].err = err
+		return nil
 	}
 	if err := tx.Commit(); err != nil {
 		return err
@@ -562,16 +654,14 @@ func insertRecord(tx wtx, r *ledger.Record) (sql.Result, error) {
 		r.Owner, r.Generation, ns(r.LeaseUntil), ns(r.CreatedAt), finished)
 }
 
-// insertEvents writes one write's events (one request's, in order) as one
-// row.
+// insertEvents adds one write's events (one request's, in order) to the
+// batch as one row.
 func insertEvents(tx wtx, evs []ledger.Event) error {
 	if len(evs) == 0 {
 		return nil
 	}
 	row := rowOf(evs)
-	if _, err := tx.exec(qInsertEvent, row.args()...); err != nil {
-		return fmt.Errorf("events #%d-#%d of %s: %w", row.seq, row.lastSeq, row.requestID, err)
-	}
+	tx.rows.events = append(tx.rows.events, row.args()...)
 	return nil
 }
 
@@ -696,9 +786,7 @@ func finish(tx wtx, f *ledger.Finish, resp []byte) error {
 		return err
 	}
 	if f.Receipt != nil {
-		if _, err := tx.exec(qInsertReceipt, f.RequestID, f.Tenant, f.Receipt); err != nil {
-			return err
-		}
+		tx.rows.receipts = append(tx.rows.receipts, f.RequestID, f.Tenant, f.Receipt)
 	}
 	return nil
 }
