@@ -70,3 +70,53 @@ func TestWALStartsOverUnderSteadyWrites(t *testing.T) {
 		t.Fatalf("the WAL kept growing under steady writes: %d bytes after %d requests, %d after %d", early, atEarly, late, atLate)
 	}
 }
+
+// A batch whose rows go in together still fails only the write that was
+// wrong: the others commit, and that one gets its own error.
+func TestABadWriteInABatchFailsAlone(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	now := time.Now()
+	ev := func(id string, seq int64) ledger.Event {
+		return ledger.Event{RequestID: id, Seq: seq, Generation: 1, Type: ledger.EvObserved, At: now, Data: []byte("x")}
+	}
+	const n = 16
+	for i := range n {
+		id := fmt.Sprintf("b%d", i)
+		rec := &ledger.Record{Identity: "k:" + id, RequestID: id, Tenant: "acme", Operation: "chat.completions", RequestSHA256: "x",
+			State: ledger.InProgress, Owner: "o", Generation: 1, LeaseUntil: now.Add(time.Minute), CreatedAt: now}
+		if _, _, err := s.Claim(ctx, rec, []ledger.Event{ev(id, 1)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Hold the writer off until every append is queued: they commit as
+	// one batch. Request b7's repeats its claim's sequence number.
+	s.conn.Lock()
+	errs := make([]chan error, n)
+	for i := range n {
+		errs[i] = make(chan error, 1)
+		seq := int64(2)
+		if i == 7 {
+			seq = 1
+		}
+		go func() { errs[i] <- s.Append(ctx, true, ev(fmt.Sprintf("b%d", i), seq)) }()
+	}
+	for s.queued.Load() < n {
+		time.Sleep(time.Millisecond)
+	}
+	s.conn.Unlock()
+	for i := range n {
+		err := <-errs[i]
+		evs, _ := s.Events(ctx, fmt.Sprintf("b%d", i))
+		switch {
+		case i == 7 && (err == nil || len(evs) != 1):
+			t.Fatalf("the duplicate sequence number: %v, %d events", err, len(evs))
+		case i != 7 && (err != nil || len(evs) != 2):
+			t.Fatalf("b%d beside the bad write: %v, %d events", i, err, len(evs))
+		}
+	}
+}
