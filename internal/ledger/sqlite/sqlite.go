@@ -205,8 +205,12 @@ func Open(path string) (*Store, error) {
 }
 
 // checkpointEvery is how often the background checkpointer copies the WAL
-// into the database while commits keep coming.
-const checkpointEvery = 20 * time.Millisecond
+// into the database while commits keep coming. A checkpoint copies each
+// page once however many commits rewrote it, so a longer interval copies
+// less: at 100 ms the checkpointer costs about 10 µs of CPU per request
+// under the load benchmark, at 20 ms 45 µs, for a WAL of about 10 MB
+// there instead of 3.
+const checkpointEvery = 100 * time.Millisecond
 
 // checkpoints copies committed WAL frames into the database file in the
 // background, so that the WAL stays short: once everything in it is
