@@ -319,21 +319,25 @@ func (w wtx) flush() error {
 }
 
 func (w wtx) put() error {
-	for len(w.rows.events) > 0 {
-		n := min(len(w.rows.events)/9, maxRowsPerInsert)
-		if _, err := w.Tx.Stmt(w.st[eventsInsert(n)]).Exec(w.rows.events[:9*n]...); err != nil {
-			w.rows.events = w.rows.events[:0]
-			return fmt.Errorf("events: %w", err)
-		}
-		w.rows.events = w.rows.events[9*n:]
+	if err := w.putRows(&w.rows.events, 9, eventsInsert); err != nil {
+		return fmt.Errorf("events: %w", err)
 	}
-	for len(w.rows.receipts) > 0 {
-		n := min(len(w.rows.receipts)/3, maxRowsPerInsert)
-		if _, err := w.Tx.Stmt(w.st[receiptsInsert(n)]).Exec(w.rows.receipts[:3*n]...); err != nil {
-			w.rows.receipts = w.rows.receipts[:0]
-			return fmt.Errorf("receipts: %w", err)
+	if err := w.putRows(&w.rows.receipts, 3, receiptsInsert); err != nil {
+		return fmt.Errorf("receipts: %w", err)
+	}
+	return nil
+}
+
+// putRows inserts vals, width values a row, maxRowsPerInsert rows a
+// statement, and empties it.
+func (w wtx) putRows(vals *[]any, width int, insert func(rows int) string) error {
+	defer func() { *vals = (*vals)[:0] }()
+	for v := *vals; len(v) > 0; {
+		n := min(len(v)/width, maxRowsPerInsert)
+		if _, err := w.Tx.Stmt(w.st[insert(n)]).Exec(v[:width*n]...); err != nil {
+			return err
 		}
-		w.rows.receipts = w.rows.receipts[3*n:]
+		v = v[width*n:]
 	}
 	return nil
 }
