@@ -133,7 +133,7 @@ func parseOpenAIRequest(body []byte) (*Request, error) {
 	}
 	var system []string
 	for i, m := range in.Messages {
-		param := fmt.Sprintf("messages[%d]", i)
+		param := "messages[" + strconv.Itoa(i) + "]"
 		switch m.Role {
 		case "system", "developer":
 			text, _, err := oaContent(m.Content, param)

@@ -35,8 +35,8 @@ type state struct {
 	// requests, refilled continuously.
 	tokens float64
 	filled time.Time
-	// Spend is per UTC day.
-	day      string
+	// Spend is per UTC day (days since the Unix epoch).
+	day      int64
 	charged  gw.NanoUSD
 	reserved gw.NanoUSD
 }
@@ -51,7 +51,15 @@ func New(clk clock.Clock, tenants map[string]Tenant) *Limits {
 	return l
 }
 
-func day(t time.Time) string { return t.UTC().Format(time.DateOnly) }
+// day is t's UTC day: days since the Unix epoch, rounded down (a number,
+// not a formatted date: it is compared on every request).
+func day(t time.Time) int64 {
+	s := t.Unix()
+	if s < 0 {
+		return (s+1)/86400 - 1
+	}
+	return s / 86400
+}
 
 // get returns the tenant's state with its day rolled over; nil for a
 // tenant without limits. l.mu is held.

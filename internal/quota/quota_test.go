@@ -87,3 +87,20 @@ func TestCostCeilingUnderConcurrency(t *testing.T) {
 		t.Fatalf("charged only %d of %d: the ceiling refused too early", charged, ceiling)
 	}
 }
+
+func TestDayIsTheUTCDay(t *testing.T) {
+	for _, c := range []struct {
+		at   time.Time
+		want int64
+	}{
+		{time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC), 0},
+		{time.Date(1970, 1, 1, 23, 59, 59, 0, time.UTC), 0},
+		{time.Date(1969, 12, 31, 23, 59, 59, 0, time.UTC), -1},
+		{time.Date(1969, 12, 31, 0, 0, 0, 0, time.UTC), -1},
+		{time.Date(2026, 12, 1, 23, 30, 0, 0, time.FixedZone("UTC-5", -5*3600)), 20789}, // 04:30 UTC on the 2nd
+	} {
+		if got := day(c.at); got != c.want {
+			t.Errorf("day(%v) = %d, want %d", c.at, got, c.want)
+		}
+	}
+}
