@@ -162,6 +162,10 @@ func Open(path string) (*Store, error) {
 	for _, p := range []string{"journal_mode(WAL)", "synchronous(FULL)", "busy_timeout(10000)", "foreign_keys(OFF)", "cache_size(-8192)"} {
 		q.Add("_pragma", p)
 	}
+	if err := registerWALVFS(); err != nil {
+		return nil, fmt.Errorf("open ledger %s: %w", path, err)
+	}
+	q.Set("vfs", walVFSName)
 	dsn := "file:" + path + "?" + q.Encode()
 	// The writer never checkpoints: a background connection does (see
 	// checkpoints), so the one goroutine every commit waits on only
