@@ -68,6 +68,10 @@ func main() {
 			defer pprof.StopCPUProfile()
 		}
 	}
+	// The gateway runs here as `oncegate serve` runs it: with its
+	// collector target (unless GOGC is set), which the direct path in the
+	// same process shares.
+	o.gcPercent = gateway.TuneGC(os.LookupEnv)
 	do := run
 	if o.amplify {
 		do = amplification
@@ -88,6 +92,7 @@ type options struct {
 	ledger      bool
 	amplify     bool
 	actions     int
+	gcPercent   int // the collector target in force
 }
 
 // result is one run's measurements.
@@ -168,8 +173,8 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		}
 	}
 
-	fmt.Fprintf(out, "oncegate load benchmark: concurrency %d, %v per run, mock ttft %v, interval %v, %d tokens, GOMAXPROCS %d\n\n",
-		o.concurrency, o.duration, o.ttft, o.interval, o.tokens, gomaxprocs())
+	fmt.Fprintf(out, "oncegate load benchmark: concurrency %d, %v per run, mock ttft %v, interval %v, %d tokens, GOMAXPROCS %d, GOGC %d\n\n",
+		o.concurrency, o.duration, o.ttft, o.interval, o.tokens, gomaxprocs(), o.gcPercent)
 	runs := []struct {
 		name, url, model string
 		stream, auth     bool

@@ -36,6 +36,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return reportConfigError(stderr, *path, err)
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	gateway.TuneGC(os.LookupEnv)
 	storeURL := pol.Config.Store
 	if *storeFlag != "" {
 		storeURL = *storeFlag
