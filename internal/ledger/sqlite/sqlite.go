@@ -666,7 +666,10 @@ func scanRecord(row scanner) (*ledger.Record, error) {
 	return &r, nil
 }
 
-func insertRecord(tx wtx, r *ledger.Record) (sql.Result, error) {
+// recordArgs are r's values for qInsertRecord. They are made on the
+// caller's goroutine, as are eventArgs: the writer, one goroutine for
+// everyone, only runs the statements.
+func recordArgs(r *ledger.Record) []any {
 	stream := 0
 	if r.Stream {
 		stream = 1
@@ -675,18 +678,27 @@ func insertRecord(tx wtx, r *ledger.Record) (sql.Result, error) {
 	if r.State == ledger.InProgress {
 		finished = 0 // requests_by_finish finds the unfinished at 0
 	}
-	return tx.exec(qInsertRecord, r.Identity, r.RequestID, r.Tenant, r.Operation, r.RequestSHA256, stream, string(r.State),
-		r.Owner, r.Generation, ns(r.LeaseUntil), ns(r.CreatedAt), finished)
+	return []any{r.Identity, r.RequestID, r.Tenant, r.Operation, r.RequestSHA256, stream, string(r.State),
+		r.Owner, r.Generation, ns(r.LeaseUntil), ns(r.CreatedAt), finished}
 }
 
-// insertEvents adds one write's events (one request's, in order) to the
-// batch as one row.
-func insertEvents(tx wtx, evs []ledger.Event) error {
+func insertRecord(tx wtx, args []any) (sql.Result, error) {
+	return tx.exec(qInsertRecord, args...)
+}
+
+// eventArgs are the values of one write's events (one request's, in
+// order) as one row of the events table; nil for none.
+func eventArgs(evs []ledger.Event) []any {
 	if len(evs) == 0 {
 		return nil
 	}
 	row := rowOf(evs)
-	tx.rows.events = append(tx.rows.events, row.args()...)
+	return row.args()
+}
+
+// insertEvents adds a row of eventArgs to the batch.
+func insertEvents(tx wtx, row []any) error {
+	tx.rows.events = append(tx.rows.events, row...)
 	return nil
 }
 
@@ -719,14 +731,15 @@ func fence(tx wtx, requestID string, gen int64) error {
 func (s *Store) Claim(ctx context.Context, rec *ledger.Record, events []ledger.Event) (*ledger.Record, bool, error) {
 	var existing *ledger.Record
 	created := false
+	recArgs, evArgs := recordArgs(rec), eventArgs(events)
 	err := s.write(ctx, true, func(tx wtx) error {
-		res, err := insertRecord(tx, rec)
+		res, err := insertRecord(tx, recArgs)
 		if err != nil {
 			return err
 		}
 		if n, _ := res.RowsAffected(); n == 1 {
 			created = true
-			return insertEvents(tx, events)
+			return insertEvents(tx, evArgs)
 		}
 		existing, err = scanRecord(tx.queryRow(qSelectByID, rec.Identity))
 		return err
@@ -737,6 +750,7 @@ func (s *Store) Claim(ctx context.Context, rec *ledger.Record, events []ledger.E
 // Replace swaps the identity's record for a new request.
 func (s *Store) Replace(ctx context.Context, prev string, rec *ledger.Record, events []ledger.Event) (bool, error) {
 	ok := false
+	recArgs, evArgs := recordArgs(rec), eventArgs(events)
 	err := s.write(ctx, true, func(tx wtx) error {
 		res, err := tx.Exec(`DELETE FROM requests WHERE identity = ? AND request_id = ?`, rec.Identity, prev)
 		if err != nil {
@@ -745,11 +759,11 @@ func (s *Store) Replace(ctx context.Context, prev string, rec *ledger.Record, ev
 		if n, _ := res.RowsAffected(); n != 1 {
 			return nil
 		}
-		if _, err := insertRecord(tx, rec); err != nil {
+		if _, err := insertRecord(tx, recArgs); err != nil {
 			return err
 		}
 		ok = true
-		return insertEvents(tx, events)
+		return insertEvents(tx, evArgs)
 	})
 	return ok, err
 }
@@ -759,12 +773,13 @@ func (s *Store) Append(ctx context.Context, wait bool, events ...ledger.Event) e
 	if len(events) == 0 {
 		return nil
 	}
+	evArgs := eventArgs(events)
 	return s.write(ctx, wait, func(tx wtx) error {
 		if err := fence(tx, events[0].RequestID, events[0].Generation); err != nil {
 			insertStale(tx, events)
 			return err
 		}
-		return insertEvents(tx, events)
+		return insertEvents(tx, evArgs)
 	})
 }
 
@@ -779,10 +794,11 @@ func (s *Store) Finish(ctx context.Context, f *ledger.Finish) error {
 			return fmt.Errorf("encode the stored response of %s: %w", f.RequestID, err)
 		}
 	}
-	return s.write(ctx, true, func(tx wtx) error { return finish(tx, f, resp) })
+	evArgs := eventArgs(f.Events)
+	return s.write(ctx, true, func(tx wtx) error { return finish(tx, f, resp, evArgs) })
 }
 
-func finish(tx wtx, f *ledger.Finish, resp []byte) error {
+func finish(tx wtx, f *ledger.Finish, resp []byte, evArgs []any) error {
 	// The fence is in the statement: only the current generation, in
 	// progress, is finished.
 	var res sql.Result
@@ -807,7 +823,7 @@ func finish(tx wtx, f *ledger.Finish, resp []byte) error {
 		insertStale(tx, f.Events)
 		return ferr
 	}
-	if err := insertEvents(tx, f.Events); err != nil {
+	if err := insertEvents(tx, evArgs); err != nil {
 		return err
 	}
 	if f.Receipt != nil {
