@@ -697,9 +697,8 @@ func eventArgs(evs []ledger.Event) []any {
 }
 
 // insertEvents adds a row of eventArgs to the batch.
-func insertEvents(tx wtx, row []any) error {
+func insertEvents(tx wtx, row []any) {
 	tx.rows.events = append(tx.rows.events, row...)
-	return nil
 }
 
 func insertStale(tx wtx, evs []ledger.Event) {
@@ -739,7 +738,8 @@ func (s *Store) Claim(ctx context.Context, rec *ledger.Record, events []ledger.E
 		}
 		if n, _ := res.RowsAffected(); n == 1 {
 			created = true
-			return insertEvents(tx, evArgs)
+			insertEvents(tx, evArgs)
+			return nil
 		}
 		existing, err = scanRecord(tx.queryRow(qSelectByID, rec.Identity))
 		return err
@@ -763,7 +763,8 @@ func (s *Store) Replace(ctx context.Context, prev string, rec *ledger.Record, ev
 			return err
 		}
 		ok = true
-		return insertEvents(tx, evArgs)
+		insertEvents(tx, evArgs)
+		return nil
 	})
 	return ok, err
 }
@@ -779,7 +780,8 @@ func (s *Store) Append(ctx context.Context, wait bool, events ...ledger.Event) e
 			insertStale(tx, events)
 			return err
 		}
-		return insertEvents(tx, evArgs)
+		insertEvents(tx, evArgs)
+		return nil
 	})
 }
 
@@ -823,9 +825,7 @@ func finish(tx wtx, f *ledger.Finish, resp []byte, evArgs []any) error {
 		insertStale(tx, f.Events)
 		return ferr
 	}
-	if err := insertEvents(tx, evArgs); err != nil {
-		return err
-	}
+	insertEvents(tx, evArgs)
 	if f.Receipt != nil {
 		tx.rows.receipts = append(tx.rows.receipts, f.RequestID, f.Tenant, f.Receipt)
 	}

@@ -146,22 +146,31 @@ func walFileOf(pFile uintptr) *walFile {
 	return walFiles[pFile]
 }
 
-// flush hands what is gathered to the wrapped file in one write; on
-// failure it is dropped, and the error fails the sync or read that asked.
+// writeDown hands n bytes at p to the wrapped file at off.
+func (f *walFile) writeDown(tls *libc.TLS, p uintptr, n int32, off int64) int32 {
+	walWritesOut.Add(1)
+	return call[func(*libc.TLS, uintptr, uintptr, int32, int64) int32](f.methods.FxWrite)(tls, f.inner, p, n, off)
+}
+
+// flush hands what is gathered to the wrapped file, walWriteMax at a
+// time; on failure it is dropped, and the error fails the sync or read
+// that asked.
 func (f *walFile) flush(tls *libc.TLS) int32 {
-	if len(f.buf) == 0 {
-		return lib.SQLITE_OK
-	}
-	write := call[func(*libc.TLS, uintptr, uintptr, int32, int64) int32](f.methods.FxWrite)
 	rc := int32(lib.SQLITE_OK)
 	for b, off := f.buf, f.off; len(b) > 0 && rc == lib.SQLITE_OK; {
 		n := min(len(b), walWriteMax)
-		rc = write(tls, f.inner, uintptr(unsafe.Pointer(&b[0])), int32(n), off)
-		walWritesOut.Add(1)
+		rc = f.writeDown(tls, uintptr(unsafe.Pointer(&b[0])), int32(n), off)
 		b, off = b[n:], off+int64(n)
 	}
 	f.buf = f.buf[:0]
 	return rc
+}
+
+// flushed is the WAL file pFile with nothing gathered, and the outcome of
+// writing it down.
+func flushed(tls *libc.TLS, pFile uintptr) (*walFile, int32) {
+	f := walFileOf(pFile)
+	return f, f.flush(tls)
 }
 
 func walWrite(tls *libc.TLS, pFile, zBuf uintptr, n int32, off int64) int32 {
@@ -175,9 +184,7 @@ func walWrite(tls *libc.TLS, pFile, zBuf uintptr, n int32, off int64) int32 {
 		return rc
 	}
 	if int(n) > walWriteMax {
-		write := call[func(*libc.TLS, uintptr, uintptr, int32, int64) int32](f.methods.FxWrite)
-		walWritesOut.Add(1)
-		return write(tls, f.inner, zBuf, n, off)
+		return f.writeDown(tls, zBuf, n, off)
 	}
 	if f.buf == nil {
 		f.buf = make([]byte, 0, 256<<10)
@@ -188,8 +195,7 @@ func walWrite(tls *libc.TLS, pFile, zBuf uintptr, n int32, off int64) int32 {
 }
 
 func walClose(tls *libc.TLS, pFile uintptr) int32 {
-	f := walFileOf(pFile)
-	rc := f.flush(tls)
+	f, rc := flushed(tls, pFile)
 	crc := call[func(*libc.TLS, uintptr) int32](f.methods.FxClose)(tls, f.inner)
 	walFilesMu.Lock()
 	delete(walFiles, pFile)
@@ -201,40 +207,40 @@ func walClose(tls *libc.TLS, pFile uintptr) int32 {
 }
 
 func walRead(tls *libc.TLS, pFile, zBuf uintptr, n int32, off int64) int32 {
-	f := walFileOf(pFile)
-	if rc := f.flush(tls); rc != lib.SQLITE_OK {
+	f, rc := flushed(tls, pFile)
+	if rc != lib.SQLITE_OK {
 		return rc
 	}
 	return call[func(*libc.TLS, uintptr, uintptr, int32, int64) int32](f.methods.FxRead)(tls, f.inner, zBuf, n, off)
 }
 
 func walTruncate(tls *libc.TLS, pFile uintptr, size int64) int32 {
-	f := walFileOf(pFile)
-	if rc := f.flush(tls); rc != lib.SQLITE_OK {
+	f, rc := flushed(tls, pFile)
+	if rc != lib.SQLITE_OK {
 		return rc
 	}
 	return call[func(*libc.TLS, uintptr, int64) int32](f.methods.FxTruncate)(tls, f.inner, size)
 }
 
 func walSync(tls *libc.TLS, pFile uintptr, flags int32) int32 {
-	f := walFileOf(pFile)
-	if rc := f.flush(tls); rc != lib.SQLITE_OK {
+	f, rc := flushed(tls, pFile)
+	if rc != lib.SQLITE_OK {
 		return rc
 	}
 	return call[func(*libc.TLS, uintptr, int32) int32](f.methods.FxSync)(tls, f.inner, flags)
 }
 
 func walFileSize(tls *libc.TLS, pFile, pSize uintptr) int32 {
-	f := walFileOf(pFile)
-	if rc := f.flush(tls); rc != lib.SQLITE_OK {
+	f, rc := flushed(tls, pFile)
+	if rc != lib.SQLITE_OK {
 		return rc
 	}
 	return call[func(*libc.TLS, uintptr, uintptr) int32](f.methods.FxFileSize)(tls, f.inner, pSize)
 }
 
 func walFileControl(tls *libc.TLS, pFile uintptr, op int32, pArg uintptr) int32 {
-	f := walFileOf(pFile)
-	if rc := f.flush(tls); rc != lib.SQLITE_OK {
+	f, rc := flushed(tls, pFile)
+	if rc != lib.SQLITE_OK {
 		return rc
 	}
 	return call[func(*libc.TLS, uintptr, int32, uintptr) int32](f.methods.FxFileControl)(tls, f.inner, op, pArg)
