@@ -25,7 +25,11 @@ func keyed(key string) map[string]string { return map[string]string{"Idempotency
 // 200 concurrent identical keyed requests: one upstream call, 200
 // byte-identical answers.
 func TestConcurrentDuplicatesMakeOneUpstreamCall(t *testing.T) {
-	e := newEnv(t, mock.Config{Tokens: 10, TTFT: 300 * time.Millisecond})
+	// The first request stays in flight while the others arrive; its
+	// first byte comes well inside the routes' 400 ms first-byte timeout,
+	// which a loaded CI machine under -race once pushed a 300 ms one past
+	// (a timed-out attempt and its retry: two upstream calls).
+	e := newEnv(t, mock.Config{Tokens: 10, TTFT: 150 * time.Millisecond})
 	const n = 200
 	bodies := make([][]byte, n)
 	dedup := make([]string, n)
@@ -44,7 +48,11 @@ func TestConcurrentDuplicatesMakeOneUpstreamCall(t *testing.T) {
 	}
 	wg.Wait()
 	if got := e.primary.Stats().Requests + e.fallback.Stats().Requests; got != 1 {
-		t.Fatalf("%d upstream calls for 200 identical keyed requests", got)
+		var kinds []string
+		for _, a := range e.receipt(ids[0]).Attempts {
+			kinds = append(kinds, a.Kind)
+		}
+		t.Fatalf("%d upstream calls for 200 identical keyed requests (the receipt's attempts: %v)", got, kinds)
 	}
 	count := map[string]int{}
 	for i := range bodies {
@@ -132,11 +140,12 @@ func TestKeylessRePostJoinsTheStreamInFlight(t *testing.T) {
 // up and retries on its own: one upstream generation, and its final
 // attempt receives the answer.
 func TestSDKTimeoutRetryJoinsInsteadOfPayingTwice(t *testing.T) {
-	// The upstream takes 350 ms (inside the gateway's 400 ms first-byte
-	// timeout); the SDK gives up after 150 ms and retries on its own.
-	e := newEnv(t, mock.Config{Tokens: 8, TTFT: 350 * time.Millisecond})
+	// The upstream takes 250 ms (well inside the gateway's 400 ms
+	// first-byte timeout, even on a loaded machine); the SDK gives up after
+	// 100 ms and retries on its own.
+	e := newEnv(t, mock.Config{Tokens: 8, TTFT: 250 * time.Millisecond})
 	var h http.Header
-	c := e.anthropicClient(&h, aopt.WithRequestTimeout(150*time.Millisecond), aopt.WithMaxRetries(4))
+	c := e.anthropicClient(&h, aopt.WithRequestTimeout(100*time.Millisecond), aopt.WithMaxRetries(4))
 	res, err := c.Messages.New(context.Background(), anthropic.MessageNewParams{Model: "chat", MaxTokens: 50,
 		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock(prompt))}})
 	if err != nil {
