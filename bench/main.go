@@ -28,6 +28,8 @@ import (
 
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/gateway"
+	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/ledger/memory"
 	"github.com/oncegate/oncegate/internal/ledger/sqlite"
 	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/policy"
@@ -208,13 +210,13 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	return nil
 }
 
-// startGateway serves the policy in process; st nil means no ledger.
-func startGateway(ctx context.Context, pol *policy.Policy, secrets *config.Secrets, st *sqlite.Store) (string, error) {
-	opts := gateway.Options{Receipts: gateway.NewMemoryReceipts(10_000)}
-	if st != nil {
-		opts.Ledger = st
+// startGateway serves the policy in process over st; nil means the
+// in-memory ledger (no durability: what the gateway costs without disk).
+func startGateway(ctx context.Context, pol *policy.Policy, secrets *config.Secrets, st ledger.Store) (string, error) {
+	if st == nil {
+		st = memory.New(10_000)
 	}
-	g, err := gateway.New(pol, secrets, opts)
+	g, err := gateway.New(pol, secrets, gateway.Options{Ledger: st})
 	if err != nil {
 		return "", err
 	}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/oncegate/oncegate/internal/coord"
@@ -46,7 +47,21 @@ type call struct {
 	rec           *receipt.Recorder
 	log           *eventLog
 	out           *output
+	// leaseLost is set when the store would not renew this call's lease:
+	// it lapsed, and another gateway may have settled the request. The
+	// call dispatches nothing more.
+	leaseLost atomic.Bool
 }
+
+// loseLease marks the call's lease lost (see leaseLost).
+func (c *call) loseLease() {
+	if !c.leaseLost.Swap(true) {
+		c.g.log.Warn("lost the lease of a request in flight; it dispatches nothing more", "request_id", c.id)
+	}
+}
+
+// errLeaseLost refuses a dispatch after the call's lease was lost.
+var errLeaseLost = errors.New("the request's lease lapsed")
 
 // attemptResult is what one attempt produced besides its observation.
 type attemptResult struct {
@@ -177,10 +192,15 @@ func (c *call) dispatchEvents(d retry.Decision, n int) []ledger.Event {
 
 // abort ends a call the engine or the ledger refused (a fenced-off owner,
 // an internal error): nothing more is sent upstream.
+//
+// The call stops holding its lease: if no terminal could be committed,
+// the lease lapses and recovery settles the request — indeterminate if an
+// attempt is in flight, released otherwise — never re-dispatched.
 func (c *call) abort(err error) {
+	c.g.live.Delete(c.id)
 	c.g.log.Error("request aborted", "request_id", c.id, "err", err)
 	e := errorf(CodeInternal, "internal error (request %s)", c.id)
-	if errors.Is(err, ledger.ErrStaleGeneration) || errors.Is(err, ledger.ErrFinished) {
+	if errors.Is(err, ledger.ErrStaleGeneration) || errors.Is(err, ledger.ErrFinished) || errors.Is(err, errLeaseLost) {
 		e = errorf(CodeOutcomeUnknown, "another owner took this request over; its outcome is theirs")
 	}
 	c.publishError(e, c.meta())
@@ -225,7 +245,7 @@ func (c *call) finish(d retry.Decision, last *attemptResult) {
 	head, tail := c.answer(d, last)
 	state := ledgerState(gw.Terminal(r.Terminal))
 	var stored *ledger.Response
-	if c.g.ledger != nil && (head != nil || c.out.started) { // only a ledger keeps it, for replays
+	if head != nil || c.out.started {
 		body, _ := c.flight.Output()
 		stored = &ledger.Response{Status: http.StatusOK, ContentType: "text/event-stream", Attempts: len(r.Attempts),
 			Body: append(append([]byte(nil), body...), tail...)}
@@ -238,8 +258,9 @@ func (c *call) finish(d retry.Decision, last *attemptResult) {
 		c.abort(err)
 		return
 	}
+	c.g.live.Delete(c.id)
 	c.flight.Finish(head, tail)
-	if extra := c.flight.Joined() - r.Dedup.Joined; extra > 0 && c.g.ledger != nil {
+	if extra := c.flight.Joined() - r.Dedup.Joined; extra > 0 {
 		_ = c.g.ledger.AddDedup(context.Background(), c.tenant.ID, c.id, extra, 0, c.flight.ClientRetries())
 	}
 	c.g.log.Info("request", "request_id", c.id, "tenant", c.tenant.ID, "model", c.alias.Name,
@@ -308,9 +329,6 @@ func ledgerState(t gw.Terminal) ledger.State {
 // caller gave up before any answer, so the key may be used again.
 func (c *call) commit(state ledger.State, stored *ledger.Response) error {
 	r := c.rec.R
-	if c.g.ledger == nil {
-		return c.g.receipts.Put(r)
-	}
 	body, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -319,7 +337,7 @@ func (c *call) commit(state ledger.State, stored *ledger.Response) error {
 	term := c.log.event(ledger.EvTerminal, now, map[string]string{"terminal": r.Terminal, "reason": r.Reason})
 	return c.g.ledger.Finish(context.Background(), &ledger.Finish{Identity: c.identity, RequestID: c.id, Generation: c.log.gen,
 		State: state, Response: stored, At: now, Events: append(c.log.take(true), term), Receipt: body, Tenant: c.tenant.ID,
-		Release: r.Terminal == string(gw.TerminalCancelled)})
+		Charge: int64(gw.NanoFromUSD(r.Totals.CostUSD)), Release: r.Terminal == string(gw.TerminalCancelled)})
 }
 
 // billed sums every attempt's usage: what the client is charged.

@@ -4,14 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/oncegate/oncegate/internal/ledger"
 )
 
 // eventLog writes one logical request's durable log (DESIGN §3.3): events
-// numbered from 1 and fenced by the owner's generation. A nil store makes
-// every write a no-op (the ledger is disabled).
+// numbered from 1 and fenced by the owner's generation.
 //
 // Observations and decisions need not be durable at once: they wait in
 // memory for the request's next durable write — the next dispatch, or the
@@ -23,6 +23,7 @@ import (
 // in full, so their events carry a reference to it instead of a copy.
 type eventLog struct {
 	store     ledger.Store
+	lost      *atomic.Bool // the owner's lease was lost: write nothing more
 	requestID string
 	gen       int64
 	seq       int64
@@ -38,9 +39,6 @@ type pendingEvent struct {
 
 func (l *eventLog) event(typ ledger.EventType, at time.Time, data any) ledger.Event {
 	l.seq++
-	if l.store == nil {
-		return ledger.Event{} // no ledger: nothing will be written
-	}
 	b, _ := json.Marshal(data) // plain structs and maps: cannot fail
 	return ledger.Event{RequestID: l.requestID, Seq: l.seq, Generation: l.gen, Type: typ, At: at, Data: b}
 }
@@ -48,9 +46,6 @@ func (l *eventLog) event(typ ledger.EventType, at time.Time, data any) ledger.Ev
 // later queues an event for the next durable write.
 func (l *eventLog) later(typ ledger.EventType, at time.Time, data, ref any) {
 	l.seq++
-	if l.store == nil {
-		return
-	}
 	l.pending = append(l.pending, pendingEvent{ev: ledger.Event{RequestID: l.requestID, Seq: l.seq, Generation: l.gen, Type: typ, At: at},
 		data: data, ref: ref})
 }
@@ -72,8 +67,8 @@ func (l *eventLog) amend(typ ledger.EventType, data any) {
 // append writes evs after every queued event and returns once all are
 // durable.
 func (l *eventLog) append(ctx context.Context, evs ...ledger.Event) error {
-	if l.store == nil {
-		return nil
+	if l.lost != nil && l.lost.Load() {
+		return errLeaseLost
 	}
 	return l.store.Append(ctx, true, append(l.take(false), evs...)...)
 }

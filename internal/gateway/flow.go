@@ -26,11 +26,7 @@ func (c *call) record() *ledger.Record {
 // identity already has a record, claim answers from it (a replay, or the
 // error the arrival table of DESIGN §3.2 names) and returns false.
 func (c *call) claim(d retry.Decision) bool {
-	c.log = &eventLog{store: c.g.ledger, requestID: c.id, gen: 1}
-	if c.g.ledger == nil {
-		c.g.metrics.ObserveDedup("miss")
-		return true
-	}
+	c.log = &eventLog{store: c.g.ledger, requestID: c.id, gen: 1, lost: &c.leaseLost}
 	evs := func() []ledger.Event {
 		c.log.seq = 0
 		out := []ledger.Event{c.log.event(ledger.EvCreated, c.created, c.rec.R)}
@@ -47,6 +43,7 @@ func (c *call) claim(d retry.Decision) bool {
 		}
 		if created {
 			c.g.metrics.ObserveDedup("miss")
+			c.g.live.Store(c.id, c)
 			return true
 		}
 		replace, done := c.resolve(existing)
@@ -60,6 +57,8 @@ func (c *call) claim(d retry.Decision) bool {
 				return false
 			}
 			if ok {
+				c.g.metrics.ObserveDedup("miss")
+				c.g.live.Store(c.id, c)
 				return true
 			}
 		}

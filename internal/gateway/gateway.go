@@ -26,6 +26,7 @@ import (
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/coord"
 	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/ledger/memory"
 	"github.com/oncegate/oncegate/internal/metrics"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/provider"
@@ -40,12 +41,10 @@ type Options struct {
 	Clock clock.Clock
 	// Logger receives one line per logical request (default: discard).
 	Logger *slog.Logger
-	// Ledger is the idempotency ledger and event log. Nil disables
-	// durability: joins still work in process, receipts stay in memory.
+	// Ledger is the idempotency ledger, event log and receipt store
+	// (default: an in-memory ledger, which nothing outlives). The caller
+	// closes it after the gateway.
 	Ledger ledger.Store
-	// Receipts stores receipts when there is no ledger (default: in
-	// memory, the last 100,000).
-	Receipts ReceiptStore
 	// DrainTimeout bounds graceful shutdown (default 30s).
 	DrainTimeout time.Duration
 	// Lease is how long an owner's claim on a request lasts between
@@ -77,7 +76,6 @@ type Gateway struct {
 	keys        []tenantKey
 	clients     map[string]*upstream.Client
 	ledger      ledger.Store
-	receipts    ReceiptStore
 	flights     *coord.Local
 	clock       clock.Clock
 	log         *slog.Logger
@@ -95,6 +93,9 @@ type Gateway struct {
 	stop        chan struct{}
 	stopOnce    sync.Once
 	background  sync.WaitGroup
+	// live are the calls this process owns, by request id: their leases
+	// are renewed while they run.
+	live sync.Map
 }
 
 type tenantKey struct {
@@ -105,7 +106,7 @@ type tenantKey struct {
 // New builds a gateway for a compiled policy and its resolved secrets. With
 // a ledger it first recovers what a previous process left unfinished.
 func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, error) {
-	g := &Gateway{pol: pol, clients: map[string]*upstream.Client{}, ledger: opts.Ledger, receipts: opts.Receipts,
+	g := &Gateway{pol: pol, clients: map[string]*upstream.Client{}, ledger: opts.Ledger,
 		clock: opts.Clock, log: opts.Logger, drain: opts.DrainTimeout, lease: opts.Lease, rejoinGrace: opts.RejoinGrace,
 		flights: coord.NewLocal(int(pol.Limits.MaxStreamBufferBytes)), owner: uuid.Must(uuid.NewV7()).String(),
 		stop: make(chan struct{})}
@@ -121,8 +122,8 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
-	if g.receipts == nil {
-		g.receipts = NewMemoryReceipts(100_000)
+	if g.ledger == nil {
+		g.ledger = memory.New(0)
 	}
 	if g.drain == 0 {
 		g.drain = 30 * time.Second
@@ -156,18 +157,17 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 		return nil, err
 	}
 	g.routes()
-	if g.ledger != nil {
-		n, err := g.recover(context.Background())
-		if err != nil {
-			return nil, fmt.Errorf("recover unfinished requests: %w", err)
-		}
-		if n > 0 {
-			g.log.Warn("recovered unfinished requests from a previous run", "count", n)
-		}
-		g.background.Add(2)
-		go g.renewLeases()
-		go g.expireRecords()
+	n, err := g.recover(context.Background())
+	if err != nil {
+		return nil, fmt.Errorf("recover unfinished requests: %w", err)
 	}
+	if n > 0 {
+		g.log.Warn("recovered unfinished requests whose owners are gone", "count", n)
+	}
+	g.background.Add(3)
+	go g.renewLeases()
+	go g.settleLapsed()
+	go g.expireRecords()
 	return g, nil
 }
 
@@ -211,19 +211,20 @@ func (g *Gateway) initSecret(opt []byte, configured string) error {
 		g.secret = opt
 	case configured != "":
 		g.secret = []byte(configured)
-	case g.ledger != nil:
+	default:
 		s, err := g.ledger.Secret(context.Background())
 		if err != nil {
 			return fmt.Errorf("fingerprint secret: %w", err)
 		}
 		g.secret = s
-	default:
-		g.secret = []byte(uuid.NewString())
 	}
 	return nil
 }
 
-// renewLeases keeps this process's claims alive while it runs.
+// renewLeases keeps this process's claims alive while their calls run
+// (DESIGN §3.3). A lease the store would not renew — it lapsed, so
+// recovery elsewhere may have settled the request — is lost for good: its
+// call dispatches nothing more.
 func (g *Gateway) renewLeases() {
 	defer g.background.Done()
 	t := time.NewTicker(g.lease / 3)
@@ -233,8 +234,48 @@ func (g *Gateway) renewLeases() {
 		case <-g.stop:
 			return
 		case <-t.C:
-			if err := g.ledger.Renew(context.Background(), g.owner, g.clock.Now().Add(g.lease)); err != nil {
-				g.log.Error("renew leases", "err", err)
+			g.renew()
+		}
+	}
+}
+
+func (g *Gateway) renew() {
+	var ids []string
+	g.live.Range(func(k, _ any) bool { ids = append(ids, k.(string)); return true })
+	if len(ids) == 0 {
+		return
+	}
+	now := g.clock.Now()
+	lost, err := g.ledger.Renew(context.Background(), g.owner, ids, now, now.Add(g.lease))
+	if err != nil {
+		g.log.Error("renew leases", "err", err)
+		return
+	}
+	for _, id := range lost {
+		if v, ok := g.live.Load(id); ok {
+			v.(*call).loseLease()
+		}
+	}
+}
+
+// settleLapsed settles, now and then, the requests whose owners' leases
+// lapsed: another gateway sharing the store died, or a call of this one
+// ended without a terminal (its store was unreachable). Nothing is ever
+// re-dispatched: a request with an attempt in flight becomes
+// indeterminate (DESIGN §12).
+func (g *Gateway) settleLapsed() {
+	defer g.background.Done()
+	t := time.NewTicker(g.lease / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-g.stop:
+			return
+		case <-t.C:
+			if n, err := g.recover(context.Background()); err != nil {
+				g.log.Error("settle lapsed requests", "err", err)
+			} else if n > 0 {
+				g.log.Warn("settled requests whose owners' leases lapsed", "count", n)
 			}
 		}
 	}
@@ -389,9 +430,6 @@ func (g *Gateway) serveModels(w http.ResponseWriter, r *http.Request, t *policy.
 
 // receipt loads one of the tenant's receipts.
 func (g *Gateway) receipt(ctx context.Context, tenant, id string) (*receipt.Receipt, error) {
-	if g.ledger == nil {
-		return g.receipts.Get(tenant, id)
-	}
 	body, err := g.ledger.Receipt(ctx, tenant, id)
 	if errors.Is(err, ledger.ErrNotFound) {
 		// A request recovery settled whose receipt is not rebuilt yet.
@@ -405,9 +443,6 @@ func (g *Gateway) receipt(ctx context.Context, tenant, id string) (*receipt.Rece
 
 // listReceipts loads the tenant's receipts after `after`.
 func (g *Gateway) listReceipts(ctx context.Context, tenant string, limit int, after string) ([]*receipt.Receipt, error) {
-	if g.ledger == nil {
-		return g.receipts.List(tenant, limit, after)
-	}
 	bodies, err := g.ledger.Receipts(ctx, tenant, limit, after)
 	if err != nil {
 		return nil, err
@@ -467,7 +502,7 @@ func (g *Gateway) serveReceipts(w http.ResponseWriter, r *http.Request, t *polic
 }
 
 func (g *Gateway) serveReady(w http.ResponseWriter, r *http.Request) {
-	if _, err := g.listReceipts(r.Context(), "", 1, ""); err != nil {
+	if err := g.ledger.Ping(r.Context()); err != nil {
 		http.Error(w, "store unavailable: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}

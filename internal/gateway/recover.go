@@ -21,7 +21,7 @@ import (
 // functions of the event log, are rebuilt in the background (or on
 // demand, if a client asks first).
 func (g *Gateway) recover(ctx context.Context) (int, error) {
-	ids, err := g.ledger.SettleUnfinished(ctx, g.owner, g.clock.Now())
+	ids, err := g.ledger.SettleLapsed(ctx, g.clock.Now())
 	if err != nil {
 		return 0, err
 	}
@@ -62,7 +62,8 @@ func (g *Gateway) recoveredReceipt(ctx context.Context, tenant, id string) (*rec
 	if err != nil {
 		return nil, err
 	}
-	return r, g.ledger.PutReceipt(ctx, r.Tenant, id, body)
+	return r, g.ledger.PutReceipt(ctx, &ledger.StoredReceipt{Tenant: r.Tenant, RequestID: id, Body: body,
+		Charge: int64(gw.NanoFromUSD(r.Totals.CostUSD)), At: g.clock.Now()})
 }
 
 // settleOne settles a single request whose owner's lease lapsed while this
@@ -74,7 +75,7 @@ func (g *Gateway) settleOne(ctx context.Context, rec *ledger.Record) {
 		return
 	}
 	now := g.clock.Now()
-	pending := dispatchedUnobserved(evs)
+	pending := ledger.InFlight(evs)
 	terminal, reason, state := gw.TerminalCancelled, gw.ReasonCancelled, ledger.FailedNoEffect
 	if pending {
 		terminal, reason, state = gw.TerminalIndeterminate, gw.ReasonIndeterminate, ledger.Indeterminate
@@ -83,27 +84,16 @@ func (g *Gateway) settleOne(ctx context.Context, rec *ledger.Record) {
 	term := ledger.Event{RequestID: rec.RequestID, Seq: int64(len(evs)) + 1, Generation: rec.Generation, Type: ledger.EvTerminal, At: now, Data: data}
 	r, _ := g.rebuild(append(evs, term))
 	var body []byte
+	var charge int64
 	if r != nil {
 		body, _ = json.Marshal(r)
+		charge = int64(gw.NanoFromUSD(r.Totals.CostUSD))
 	}
 	f := &ledger.Finish{Identity: rec.Identity, RequestID: rec.RequestID, Generation: rec.Generation, State: state, At: now,
-		Events: []ledger.Event{term}, Receipt: body, Tenant: rec.Tenant, Takeover: true, Release: !pending}
+		Events: []ledger.Event{term}, Receipt: body, Tenant: rec.Tenant, Charge: charge, Takeover: true, Release: !pending}
 	if err := g.ledger.Settle(ctx, []*ledger.Finish{f}); err != nil && !errors.Is(err, ledger.ErrStaleGeneration) {
 		g.log.Error("settle a lapsed request", "request_id", rec.RequestID, "err", err)
 	}
-}
-
-func dispatchedUnobserved(evs []ledger.Event) bool {
-	d, o := 0, 0
-	for _, e := range evs {
-		switch e.Type {
-		case ledger.EvDispatch:
-			d++
-		case ledger.EvObserved:
-			o++
-		}
-	}
-	return d > o
 }
 
 // rebuild reconstructs the receipt of a request recovery settled, from its

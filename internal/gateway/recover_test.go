@@ -76,7 +76,7 @@ func TestRecoverySettlesEveryUnfinishedRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	left, err := st.Unfinished(context.Background(), "nobody")
+	left, err := st.Unfinished(context.Background())
 	if err != nil || len(left) != 0 {
 		t.Fatalf("%d requests still unfinished (%v)", len(left), err)
 	}

@@ -105,6 +105,10 @@ type Finish struct {
 	Events     []Event // the remaining events, terminal_committed last
 	Receipt    []byte  // receipt JSON
 	Tenant     string
+	// Charge is what the request cost its tenant, in nano-USD: added to
+	// the tenant's spend for the UTC day of At in the same commit, so the
+	// day's spend survives a restart (see Spend).
+	Charge int64
 	// Release deletes the record instead of finishing it (the caller gave
 	// up before any answer: the key may be used again); the events and the
 	// receipt stay.
@@ -112,6 +116,16 @@ type Finish struct {
 	// Takeover bumps the generation as it finishes (recovery settling
 	// another owner's request).
 	Takeover bool
+}
+
+// StoredReceipt is a receipt stored on its own (one rebuilt after
+// recovery), with what it charges its tenant on the UTC day of At.
+type StoredReceipt struct {
+	Tenant    string
+	RequestID string
+	Body      []byte
+	Charge    int64 // nano-USD
+	At        time.Time
 }
 
 // Errors the store returns.
@@ -123,9 +137,13 @@ var (
 	ErrNotFound = errors.New("ledger: not found")
 	// ErrFinished: the record already has a terminal state.
 	ErrFinished = errors.New("ledger: already finished")
+	// ErrReadOnly: the store was opened to read, and this call writes.
+	ErrReadOnly = errors.New("ledger: opened read-only")
 )
 
 // Store is a ledger backend. Implementations are safe for concurrent use.
+// Leases are compared with the times callers pass, so the gateways that
+// share a store need clocks that agree to well within a lease.
 type Store interface {
 	// Claim creates rec (state in_progress, generation 1) with its first
 	// events in one durable commit, unless a record for rec.Identity
@@ -153,21 +171,27 @@ type Store interface {
 	// Settle finishes many requests in one commit (recovery); fenced-off
 	// ones are skipped.
 	Settle(ctx context.Context, fs []*Finish) error
-	// SettleUnfinished settles, in one commit, every in-progress request
-	// not held by owner (DESIGN §3.3 recovery): one with a dispatched,
-	// unobserved attempt becomes indeterminate (generation bumped); one
-	// with nothing in flight releases its identity. Each gets a
-	// terminal_committed event {"terminal","reason","by":"recovery"}. It
-	// returns the settled request ids; their receipts are the caller's to
-	// build from the events and store with PutReceipt.
-	SettleUnfinished(ctx context.Context, owner string, at time.Time) ([]string, error)
-	// PutReceipt stores a receipt unless one exists.
-	PutReceipt(ctx context.Context, tenant, requestID string, receipt []byte) error
-	// Renew extends the lease of every in-progress record owner holds.
-	Renew(ctx context.Context, owner string, until time.Time) error
-	// Unfinished lists in-progress records not held by owner, with their
-	// events, for recovery.
-	Unfinished(ctx context.Context, owner string) ([]Unfinished, error)
+	// SettleLapsed settles, in one commit, every in-progress request whose
+	// owner's lease lapsed before at (DESIGN §3.3 recovery, §12): one with
+	// a dispatched, unobserved attempt becomes indeterminate (generation
+	// bumped); one with nothing in flight releases its identity. Each
+	// gets a terminal_committed event {"terminal","reason","by":"recovery"}.
+	// A request whose lease is live is never touched: its owner may be
+	// another gateway that is running. It returns the settled request
+	// ids; their receipts are the caller's to build from the events and
+	// store with PutReceipt.
+	SettleLapsed(ctx context.Context, at time.Time) ([]string, error)
+	// PutReceipt stores a receipt, and adds its charge to the tenant's
+	// spend, unless a receipt for that request exists.
+	PutReceipt(ctx context.Context, r *StoredReceipt) error
+	// Renew extends to until the leases of owner's in-progress requests
+	// ids. A lease that lapsed before now is not renewed — its owner lost
+	// it, and recovery may already have settled it — nor is one another
+	// owner holds or one that finished; lost lists those of ids that were
+	// in progress and are not (or no longer) owner's to hold.
+	Renew(ctx context.Context, owner string, ids []string, now, until time.Time) (lost []string, err error)
+	// Unfinished lists every in-progress record with its events.
+	Unfinished(ctx context.Context) ([]Unfinished, error)
 	// Events returns a request's events in order.
 	Events(ctx context.Context, requestID string) ([]Event, error)
 	// Receipt returns a tenant's receipt JSON, or ErrNotFound.
@@ -179,13 +203,28 @@ type Store interface {
 	// replayed arrivals) and raises its client_retry_count to at least
 	// clientRetries, atomically.
 	AddDedup(ctx context.Context, tenant, requestID string, joined, replayed, clientRetries int) error
+	// Spend returns what each tenant was charged on a UTC day (days since
+	// the Unix epoch, see Day), in nano-USD: the charges of the receipts
+	// stored that day.
+	Spend(ctx context.Context, day int64) (map[string]int64, error)
 	// Secret returns the gateway's fingerprint secret, creating it once.
 	Secret(ctx context.Context) ([]byte, error)
 	// Expire deletes finished records that finished before cutoff (their
 	// events and receipts stay); it returns how many.
 	Expire(ctx context.Context, cutoff time.Time) (int, error)
+	// Ping reports whether the store can be reached now.
+	Ping(ctx context.Context) error
 	// Close flushes pending writes and releases the store.
 	Close() error
+}
+
+// Day is t's UTC day: days since the Unix epoch, rounded down.
+func Day(t time.Time) int64 {
+	s := t.Unix()
+	if s < 0 {
+		return (s+1)/86400 - 1
+	}
+	return s / 86400
 }
 
 // Unfinished is a record recovery must settle, with its events.
@@ -218,4 +257,20 @@ func AddDedup(receipt []byte, joined, replayed, clientRetries int) ([]byte, erro
 	_ = json.Unmarshal(top["client_retry_count"], &retries)
 	top["client_retry_count"], _ = json.Marshal(max(retries, clientRetries))
 	return json.Marshal(top)
+}
+
+// InFlight reports whether a request's events show an attempt dispatched
+// and never observed: one whose outcome is unknown, so the request cannot
+// be retried blind (DESIGN §3.3).
+func InFlight(evs []Event) bool {
+	d, o := 0, 0
+	for _, e := range evs {
+		switch e.Type {
+		case EvDispatch:
+			d++
+		case EvObserved:
+			o++
+		}
+	}
+	return d > o
 }

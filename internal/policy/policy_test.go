@@ -137,7 +137,7 @@ func TestValidationRules(t *testing.T) {
 		{"bad after_output", "routes: [a, b]", "routes: [a, b]\n    stream: {after_output: pray}", `unknown value "pray"`},
 		{"hedge with one route", "routes: [a, b]", "routes: [a]\n    hedge: {after: 1s}", "hedging needs a second route"},
 		{"breaker ratio", "models:", "breaker: {failure_ratio: 1.5}\nmodels:", "must be in (0, 1]"},
-		{"store scheme", "models:", "store: mysql://x\nmodels:", "want sqlite://PATH or postgres"},
+		{"store scheme", "models:", "store: mysql://x\nmodels:", "want sqlite://PATH, postgres://… or memory://"},
 		{"on_expired", "models:", "idempotency: {on_expired: maybe}\nmodels:", `unknown value "maybe"`},
 		{"duplicate alias", "models:\n  - name: chat\n    routes: [a, b]", "models:\n  - name: chat\n    routes: [a, b]\n  - name: chat\n    routes: [a]", "duplicate model alias"},
 	}

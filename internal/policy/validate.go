@@ -54,8 +54,8 @@ func (v *validator) modalities(path string, in []string) {
 
 func (v *validator) globals() {
 	c := v.cfg
-	if !strings.HasPrefix(c.Store, "sqlite://") && !strings.HasPrefix(c.Store, "postgres://") && !strings.HasPrefix(c.Store, "postgresql://") {
-		v.fail("store", "want sqlite://PATH or postgres://…, found %q", c.Store)
+	if c.Store != "memory://" && !strings.HasPrefix(c.Store, "sqlite://") && !strings.HasPrefix(c.Store, "postgres://") && !strings.HasPrefix(c.Store, "postgresql://") {
+		v.fail("store", "want sqlite://PATH, postgres://… or memory://, found %q", c.Store)
 	}
 	if c.Coordination != "local" && !strings.HasPrefix(c.Coordination, "redis://") {
 		v.fail("coordination", "want local or redis://…, found %q", c.Coordination)

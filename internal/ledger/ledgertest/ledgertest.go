@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -254,9 +255,10 @@ func Run(t *testing.T, open Opener) {
 	})
 	t.Run("unfinished, renew and expire", func(t *testing.T) {
 		s := open(t, false)
-		mine, theirs, done := rec("k:m", "m"), rec("k:t", "t"), rec("k:d", "d")
-		theirs.Owner = "dead-owner"
-		for _, r := range []*ledger.Record{mine, theirs, done} {
+		mine, theirs, done, lapsed := rec("k:m", "m"), rec("k:t", "t"), rec("k:d", "d"), rec("k:l", "l")
+		theirs.Owner = "other-owner"
+		lapsed.LeaseUntil = t0.Add(-time.Second)
+		for _, r := range []*ledger.Record{mine, theirs, done, lapsed} {
 			if _, _, err := s.Claim(ctx, r, []ledger.Event{ev(r.RequestID, 1, 1, ledger.EvCreated), ev(r.RequestID, 2, 1, ledger.EvDispatch)}); err != nil {
 				t.Fatal(err)
 			}
@@ -264,18 +266,33 @@ func Run(t *testing.T, open Opener) {
 		if err := s.Finish(ctx, finish("d", 1, 3)); err != nil {
 			t.Fatal(err)
 		}
-		u, err := s.Unfinished(ctx, "owner-1")
-		if err != nil || len(u) != 1 || u[0].Record.RequestID != "t" || len(u[0].Events) != 2 || u[0].Events[1].Type != ledger.EvDispatch {
+		u, err := s.Unfinished(ctx)
+		if err != nil || len(u) != 3 {
 			t.Fatalf("unfinished %+v %v", u, err)
 		}
-		if err := s.Renew(ctx, "owner-1", t0.Add(time.Hour)); err != nil {
+		for _, x := range u {
+			if x.Record.RequestID == "t" && (len(x.Events) != 2 || x.Events[1].Type != ledger.EvDispatch) {
+				t.Fatalf("unfinished events %+v", x.Events)
+			}
+		}
+		// Only the owner's own live leases are renewed: not another
+		// owner's, not a finished request's, not one that lapsed.
+		lost, err := s.Renew(ctx, "owner-1", []string{"m", "t", "d", "l", "never"}, t0, t0.Add(time.Hour))
+		if err != nil {
 			t.Fatal(err)
+		}
+		slices.Sort(lost)
+		if !slices.Equal(lost, []string{"d", "l", "never", "t"}) {
+			t.Fatalf("lost %v", lost)
 		}
 		if r, _ := s.Get(ctx, "k:m"); !r.LeaseUntil.Equal(t0.Add(time.Hour)) {
 			t.Fatalf("lease %v", r.LeaseUntil)
 		}
 		if r, _ := s.Get(ctx, "k:t"); !r.LeaseUntil.Equal(t0.Add(30 * time.Second)) {
 			t.Fatal("renew touched another owner's lease")
+		}
+		if r, _ := s.Get(ctx, "k:l"); !r.LeaseUntil.Equal(t0.Add(-time.Second)) {
+			t.Fatal("a lapsed lease was renewed")
 		}
 		n, err := s.Expire(ctx, t0.Add(2*time.Second))
 		if err != nil || n != 1 {
@@ -291,13 +308,16 @@ func Run(t *testing.T, open Opener) {
 			t.Fatal("expiry removed an in-progress record")
 		}
 	})
-	t.Run("settle unfinished: indeterminate or released, never left open", func(t *testing.T) {
+	t.Run("settle lapsed: indeterminate or released, never a live lease", func(t *testing.T) {
 		s := open(t, false)
 		dead := rec("k:pend", "pend")
 		dead.Owner = "dead"
 		idle := rec("k:idle", "idle")
 		idle.Owner = "dead"
 		mine := rec("k:mine", "mine")
+		mine.LeaseUntil = t0.Add(2 * time.Minute)
+		live := rec("k:live", "live")
+		live.Owner, live.LeaseUntil = "another-gateway", t0.Add(2*time.Minute)
 		for _, c := range []struct {
 			r   *ledger.Record
 			evs []ledger.Event
@@ -305,12 +325,13 @@ func Run(t *testing.T, open Opener) {
 			{dead, []ledger.Event{ev("pend", 1, 1, ledger.EvCreated), ev("pend", 2, 1, ledger.EvReserved), ev("pend", 3, 1, ledger.EvDispatch)}},
 			{idle, []ledger.Event{ev("idle", 1, 1, ledger.EvCreated), ev("idle", 2, 1, ledger.EvDispatch), ev("idle", 3, 1, ledger.EvObserved)}},
 			{mine, []ledger.Event{ev("mine", 1, 1, ledger.EvCreated), ev("mine", 2, 1, ledger.EvDispatch)}},
+			{live, []ledger.Event{ev("live", 1, 1, ledger.EvCreated), ev("live", 2, 1, ledger.EvDispatch)}},
 		} {
 			if _, _, err := s.Claim(ctx, c.r, c.evs); err != nil {
 				t.Fatal(err)
 			}
 		}
-		ids, err := s.SettleUnfinished(ctx, "owner-1", t0.Add(time.Minute))
+		ids, err := s.SettleLapsed(ctx, t0.Add(time.Minute))
 		if err != nil || len(ids) != 2 || ids[0] != "idle" || ids[1] != "pend" {
 			t.Fatalf("settled %v %v", ids, err)
 		}
@@ -320,20 +341,71 @@ func Run(t *testing.T, open Opener) {
 		if _, err := s.Get(ctx, "k:idle"); !errors.Is(err, ledger.ErrNotFound) {
 			t.Fatal("a request with nothing in flight kept its identity")
 		}
-		if r, _ := s.Get(ctx, "k:mine"); r.State != ledger.InProgress {
-			t.Fatal("recovery settled its own owner's request")
+		for _, k := range []string{"k:mine", "k:live"} {
+			if r, _ := s.Get(ctx, k); r.State != ledger.InProgress || r.Generation != 1 {
+				t.Fatalf("recovery settled %s, whose lease is live", k)
+			}
+		}
+		// The lapsed owner's late terminal is refused.
+		if err := s.Finish(ctx, finish("pend", 1, 4)); !errors.Is(err, ledger.ErrStaleGeneration) {
+			t.Fatalf("a lapsed owner's late finish: %v", err)
 		}
 		evs, _ := s.Events(ctx, "pend")
 		if last := evs[len(evs)-1]; last.Type != ledger.EvTerminal || last.Seq != 4 || !bytes.Contains(last.Data, []byte(`"terminal":"indeterminate"`)) {
 			t.Fatalf("terminal event %+v", last)
 		}
-		if err := s.PutReceipt(ctx, "acme", "pend", []byte(`{"a":1}`)); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.PutReceipt(ctx, "acme", "pend", []byte(`{"a":2}`)); err != nil {
-			t.Fatal(err)
+		for i, body := range []string{`{"a":1}`, `{"a":2}`} {
+			if err := s.PutReceipt(ctx, &ledger.StoredReceipt{Tenant: "acme", RequestID: "pend", Body: []byte(body), Charge: 1000, At: t0}); err != nil {
+				t.Fatalf("put receipt %d: %v", i, err)
+			}
 		}
 		waitFor(t, func() bool { b, _ := s.Receipt(ctx, "acme", "pend"); return string(b) == `{"a":1}` })
+		if spend, err := s.Spend(ctx, ledger.Day(t0)); err != nil || spend["acme"] != 1000 {
+			t.Fatalf("a receipt put twice charged %v (%v), want 1000 once", spend, err)
+		}
+	})
+	t.Run("the day's spend is kept per tenant and day", func(t *testing.T) {
+		s := open(t, false)
+		day := ledger.Day(t0)
+		for i, c := range []struct {
+			tenant string
+			charge int64
+			at     time.Time
+		}{{"acme", 250, t0}, {"acme", 750, t0.Add(time.Hour)}, {"globex", 5, t0}, {"acme", 1e9, t0.Add(24 * time.Hour)}} {
+			id := fmt.Sprintf("spend-%d", i)
+			if _, _, err := s.Claim(ctx, rec("k:"+id, id), nil); err != nil {
+				t.Fatal(err)
+			}
+			f := finish(id, 1, 1)
+			f.Tenant, f.Charge, f.At = c.tenant, c.charge, c.at
+			if err := s.Finish(ctx, f); err != nil {
+				t.Fatal(err)
+			}
+		}
+		settled := rec("k:settled", "settled")
+		if _, _, err := s.Claim(ctx, settled, nil); err != nil {
+			t.Fatal(err)
+		}
+		f := finish("settled", 1, 1)
+		f.Charge, f.Takeover = 3000, true
+		fenced := finish("spend-0", 1, 9) // finished already: skipped, not charged
+		fenced.Charge = 1e6
+		if err := s.Settle(ctx, []*ledger.Finish{f, fenced}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.Spend(ctx, day)
+		if err != nil || got["acme"] != 4000 || got["globex"] != 5 || len(got) != 2 {
+			t.Fatalf("spend of the day %v %v", got, err)
+		}
+		if got, _ := s.Spend(ctx, day+1); got["acme"] != 1e9 {
+			t.Fatalf("spend of the next day %v", got)
+		}
+		if got, _ := s.Spend(ctx, day-1); len(got) != 0 {
+			t.Fatalf("spend of the day before %v", got)
+		}
+		if err := s.Ping(ctx); err != nil {
+			t.Fatalf("ping: %v", err)
+		}
 	})
 	t.Run("durable across a restart", func(t *testing.T) {
 		s := open(t, false)
@@ -344,7 +416,9 @@ func Run(t *testing.T, open Opener) {
 		if _, _, err := s.Claim(ctx, rec("k:dur", "dur"), []ledger.Event{ev("dur", 1, 1, ledger.EvCreated)}); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Finish(ctx, finish("dur", 1, 2)); err != nil {
+		f := finish("dur", 1, 2)
+		f.Charge = 42
+		if err := s.Finish(ctx, f); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.Close(); err != nil {
@@ -357,6 +431,9 @@ func Run(t *testing.T, open Opener) {
 		}
 		if r, err := s2.Get(ctx, "k:dur"); err != nil || r.State != ledger.Succeeded {
 			t.Fatalf("after restart: %+v %v", r, err)
+		}
+		if spend, err := s2.Spend(ctx, ledger.Day(t0)); err != nil || spend["acme"] != 42 {
+			t.Fatalf("the day's spend after a restart: %v %v", spend, err)
 		}
 	})
 	t.Run("property: owners and crashes never make two terminals", func(t *testing.T) {

@@ -46,7 +46,7 @@ func TestMigrationKeepsEventsAndReceipts(t *testing.T) {
 	if err != nil || len(list) != 2 || string(list[0]) != `{"request_id":"r0"}` {
 		t.Fatalf("receipts listed in request-id order: %q, %v", list, err)
 	}
-	if err := s.PutReceipt(ctx, "acme", "r2", []byte(`{}`)); err != nil {
+	if err := s.PutReceipt(ctx, &ledger.StoredReceipt{Tenant: "acme", RequestID: "r2", Body: []byte(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
 	// The latest schema's writes — one row per write's events, the

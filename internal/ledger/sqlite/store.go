@@ -1,0 +1,188 @@
+// Package sqlite is the embedded ledger backend: a pure-Go SQLite database
+// in WAL mode with full durability (synchronous=FULL). One writer
+// goroutine group-commits every queued write in one transaction, so many
+// requests share one fsync; reads go to a separate pool of WAL readers.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
+
+	"github.com/oncegate/oncegate/internal/ledger"
+)
+
+// Store is the SQLite ledger. It is safe for concurrent use.
+type Store struct {
+	w         *sql.DB // the single writer connection (nil: read-only)
+	r         *sql.DB // WAL readers
+	cp        *sql.DB // the checkpointer
+	lock      *fileLock
+	committed chan struct{}
+	cpStopped chan struct{}
+	stmts     map[string]*sql.Stmt
+	ops       chan *op
+	// conn is held by whoever is writing: the writer goroutine, or a
+	// caller committing its own write when nothing else is queued.
+	conn sync.Mutex
+	// queued counts writes handed to the writer and not yet committed.
+	queued  atomic.Int64
+	rows    batchRows // the open batch's pending rows (under conn)
+	stop    chan struct{}
+	stopped chan struct{}
+	once    sync.Once
+}
+
+var _ ledger.Store = (*Store)(nil)
+
+// ErrLocked: another process has the database open to write.
+var ErrLocked = errors.New("the ledger is in use by another oncegate process")
+
+func dsn(path string) (string, error) {
+	q := url.Values{}
+	for _, p := range []string{"journal_mode(WAL)", "synchronous(FULL)", "busy_timeout(10000)", "foreign_keys(OFF)", "cache_size(-8192)"} {
+		q.Add("_pragma", p)
+	}
+	if err := registerWALVFS(); err != nil {
+		return "", err
+	}
+	q.Set("vfs", walVFSName)
+	return "file:" + path + "?" + q.Encode(), nil
+}
+
+// Open opens (creating if needed) the database at path to write, and
+// migrates it. One process at a time may: Open holds an exclusive lock on
+// path + ".lock" until Close (the kernel drops it if the process dies),
+// and fails with ErrLocked while another process holds it. So a second
+// gateway started by mistake on the same file stops before it touches
+// anything — and every request still in progress in the database belongs
+// to a process that is gone: Open ends their leases, for recovery to
+// settle at once (DESIGN §3.3).
+func Open(path string) (*Store, error) {
+	lock, err := lockFile(path + ".lock")
+	if err != nil {
+		return nil, fmt.Errorf("open ledger %s: %w", path, err)
+	}
+	s, err := open(path)
+	if err != nil {
+		lock.release()
+		return nil, err
+	}
+	s.lock = lock
+	if _, err := s.w.Exec(`UPDATE requests SET lease_until = 0 WHERE finished_at = 0 AND state = 'in_progress'`); err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("end the leases of a previous process in %s: %w", path, err)
+	}
+	return s, nil
+}
+
+func open(path string) (*Store, error) {
+	dsn, err := dsn(path)
+	if err != nil {
+		return nil, fmt.Errorf("open ledger %s: %w", path, err)
+	}
+	// The writer never checkpoints: a background connection does (see
+	// checkpoints), so the one goroutine every commit waits on only
+	// commits.
+	w, err := sql.Open("sqlite", dsn+"&_txlock=immediate&"+url.Values{"_pragma": {"wal_autocheckpoint(0)"}}.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("open ledger %s: %w", path, err)
+	}
+	w.SetMaxOpenConns(1)
+	if err := migrate(w); err != nil {
+		_ = w.Close()
+		return nil, fmt.Errorf("migrate ledger %s: %w", path, err)
+	}
+	r, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		_ = w.Close()
+		return nil, fmt.Errorf("open ledger readers %s: %w", path, err)
+	}
+	r.SetMaxOpenConns(8)
+	cp, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		_ = w.Close()
+		_ = r.Close()
+		return nil, fmt.Errorf("open ledger checkpointer %s: %w", path, err)
+	}
+	cp.SetMaxOpenConns(1)
+	s := &Store{w: w, r: r, cp: cp, ops: make(chan *op, 4096), stop: make(chan struct{}), stopped: make(chan struct{}),
+		stmts: map[string]*sql.Stmt{}, committed: make(chan struct{}, 1), cpStopped: make(chan struct{})}
+	for _, q := range writes {
+		st, err := w.Prepare(q)
+		if err != nil {
+			_ = w.Close()
+			_ = r.Close()
+			_ = cp.Close()
+			return nil, fmt.Errorf("prepare %q: %w", q, err)
+		}
+		s.stmts[q] = st
+	}
+	go s.loop()
+	go s.checkpoints()
+	return s, nil
+}
+
+// OpenReadOnly opens an existing database to read while a gateway may be
+// writing it (`oncegate receipts`): it takes no lock and never writes;
+// every write returns ledger.ErrReadOnly.
+func OpenReadOnly(path string) (*Store, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("open ledger %s: %w", path, err)
+	}
+	dsn, err := dsn(path)
+	if err != nil {
+		return nil, fmt.Errorf("open ledger %s: %w", path, err)
+	}
+	r, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open ledger %s: %w", path, err)
+	}
+	r.SetMaxOpenConns(4)
+	return &Store{r: r}, nil
+}
+
+// Ping reports whether the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	return s.r.PingContext(ctx)
+}
+
+// Close commits what is queued and closes the database.
+func (s *Store) Close() error {
+	if s.w == nil { // read-only
+		return s.r.Close()
+	}
+	s.once.Do(func() { close(s.stop) })
+	<-s.stopped
+	<-s.cpStopped
+	s.conn.Lock() // a caller committing its own write finishes it
+	defer s.conn.Unlock()
+	err := errors.Join(s.w.Close(), s.r.Close(), s.cp.Close())
+	if s.lock != nil {
+		s.lock.release()
+		s.lock = nil
+	}
+	return err
+}
+
+func ns(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNS(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, v).UTC()
+}
