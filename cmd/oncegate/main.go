@@ -9,6 +9,7 @@
 //	oncegate mock    [--listen ADDR]          run the fault-injecting mock provider
 //	oncegate check   --config FILE            validate and print the route tables
 //	oncegate verify  --config FILE RECEIPT    re-run the retry engine over a receipt
+//	oncegate migrate --config FILE            apply the store's schema migrations
 package main
 
 import (
@@ -35,6 +36,7 @@ var verbs = map[string]func(ctx context.Context, args []string, stdout, stderr i
 	"check":    check,
 	"verify":   verify,
 	"receipts": receipts,
+	"migrate":  migrate,
 }
 
 const usage = `oncegate — an LLM gateway that owns retries
@@ -44,7 +46,9 @@ usage:
   oncegate serve   --config FILE              run the gateway
   oncegate mock    [--listen ADDR] [--script FILE] [--ttft D] [--interval D] [--tokens N]
                                               run the fault-injecting mock provider
-  oncegate check   --config FILE              validate a configuration and print its route tables
+  oncegate check   --config FILE [--connect]  validate a configuration and print its route tables;
+                                              --connect also reaches its store and coordination
+  oncegate migrate --config FILE              apply the store's schema migrations (serve does too)
   oncegate verify  --config FILE RECEIPT.json re-run the retry engine over a receipt; exit 1 on drift
   oncegate receipts --config FILE [--tenant T] [ID]
                                               list a tenant's receipts, or print one

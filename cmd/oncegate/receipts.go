@@ -40,7 +40,7 @@ func receipts(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if *storeFlag != "" {
 		storeURL = *storeFlag
 	}
-	store, err := openStore(storeURL, true)
+	store, err := openStore(ctx, storeURL, true)
 	if err != nil {
 		fmt.Fprintf(stderr, "oncegate receipts: %v\n", err)
 		return 1

@@ -41,7 +41,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *storeFlag != "" {
 		storeURL = *storeFlag
 	}
-	store, err := openStore(storeURL, false)
+	store, err := openStore(ctx, storeURL, false)
 	if err != nil {
 		fmt.Fprintf(stderr, "oncegate serve: %v\n", err)
 		return 1

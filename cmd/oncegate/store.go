@@ -1,18 +1,21 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/memory"
+	"github.com/oncegate/oncegate/internal/ledger/postgres"
 	"github.com/oncegate/oncegate/internal/ledger/sqlite"
+	"github.com/oncegate/oncegate/internal/policy"
 )
 
 // openStore opens the ledger a configuration's `store` names, to write
-// (serve) or, with readOnly, to read beside a gateway that writes it
+// (serve) or, with readOnly, to read beside gateways that write it
 // (receipts).
-func openStore(store string, readOnly bool) (ledger.Store, error) {
+func openStore(ctx context.Context, store string, readOnly bool) (ledger.Store, error) {
 	switch {
 	case store == "memory://":
 		if readOnly {
@@ -28,8 +31,11 @@ func openStore(store string, readOnly bool) (ledger.Store, error) {
 			return sqlite.OpenReadOnly(path)
 		}
 		return sqlite.Open(path)
-	case strings.HasPrefix(store, "postgres://"), strings.HasPrefix(store, "postgresql://"):
-		return nil, fmt.Errorf("store %q: the PostgreSQL backend is not built yet; use sqlite://PATH", store)
+	case policy.IsPostgres(store):
+		if readOnly {
+			return postgres.OpenReadOnly(ctx, store)
+		}
+		return postgres.Open(ctx, store)
 	}
-	return nil, fmt.Errorf("store %q: want sqlite://PATH", store)
+	return nil, fmt.Errorf("store %q: want sqlite://PATH, postgres://… or memory://", store)
 }

@@ -56,6 +56,10 @@ type Config struct {
 	Breaker Breaker `yaml:"breaker"`
 	// Limits bounds what one request may carry and receive.
 	Limits Limits `yaml:"limits"`
+	// Lease is how a request's owner holds it while it runs (DESIGN §3.3,
+	// §12): what bounds how long a request whose gateway died stays in
+	// progress before another settles it.
+	Lease Lease `yaml:"lease"`
 
 	file    string
 	present map[string]Pos
@@ -290,6 +294,17 @@ type Limits struct {
 	// MaxStreamBufferBytes caps the chunks kept for joiners of one stream.
 	// Default 8388608 (8 MiB).
 	MaxStreamBufferBytes int64 `yaml:"max_stream_buffer_bytes" default:"8388608"`
+}
+
+// Lease configures the owner's lease on each request in flight.
+type Lease struct {
+	// TTL is how long a claim lasts without renewal: a gateway that dies
+	// leaves its requests in progress this long before another settles
+	// them (indeterminate when an attempt was in flight). Default 30s.
+	TTL Duration `yaml:"ttl" default:"30s"`
+	// Renew is how often a gateway renews the claims it holds; at most
+	// half the TTL, so one late renewal never loses a lease. Default 10s.
+	Renew Duration `yaml:"renew" default:"10s"`
 }
 
 // Duration is a time.Duration written as "500ms", "30s" or "24h".

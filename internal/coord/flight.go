@@ -31,7 +31,29 @@ var (
 	// ErrTruncated: the flight's output outgrew its buffer; it cannot be
 	// joined from the start any more.
 	ErrTruncated = errors.New("coord: flight output past the join buffer")
+	// ErrGone: the flight is no longer in flight here (it finished, or
+	// was never here).
+	ErrGone = errors.New("coord: no such flight in flight")
+	// ErrOwnerGone: the gateway that owns a flight another gateway's
+	// client joined stopped before the output ended.
+	ErrOwnerGone = errors.New("coord: the flight's owner is gone")
+	// ErrUnavailable: the shared coordination (Redis) cannot be reached.
+	ErrUnavailable = errors.New("coord: coordination unavailable")
 )
+
+// Subscription is one client's view of a logical request's output: from
+// its first byte, then live — of a flight in this process (Reader), or of
+// one another gateway owns. It is not safe for concurrent use.
+type Subscription interface {
+	// Head waits for the response head; it fails with ctx's error, or
+	// ErrOwnerGone if another gateway owns the flight and stopped first.
+	Head(ctx context.Context) (*Head, error)
+	// Next waits for output past what was read and returns it, with done
+	// once everything was read; errors as Head's.
+	Next(ctx context.Context) (b []byte, done bool, err error)
+	// Leave ends the subscription; the flight's work goes on for others.
+	Leave()
+}
 
 // Flight is one logical request in flight. Its methods are safe for
 // concurrent use: one writer (the call) and any number of subscribers.
@@ -55,6 +77,7 @@ type Flight struct {
 	grace   time.Duration
 	timer   *time.Timer
 	cancel  context.CancelFunc
+	ended   func() // called once the flight finished (SetOnFinish)
 }
 
 // Local is the in-process flight table. It is safe for concurrent use.
@@ -99,6 +122,30 @@ func (l *Local) Acquire(identity, sha, requestID string, deadline time.Time) (f 
 	return f, true, ctx, nil
 }
 
+// Join subscribes one more client, from another gateway, to the flight in
+// flight for identity — if it is still the request requestID: ErrGone if
+// not, ErrTruncated past the join buffer. It counts as a joiner.
+func (l *Local) Join(identity, requestID string) (*Flight, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f := l.flights[identity]
+	if f == nil || f.RequestID != requestID {
+		return nil, ErrGone
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.trunc {
+		return nil, ErrTruncated
+	}
+	f.subs++
+	f.joined++
+	if f.timer != nil {
+		f.timer.Stop()
+		f.timer = nil
+	}
+	return f, nil
+}
+
 // Len is how many flights are in the table.
 func (l *Local) Len() int {
 	l.mu.Lock()
@@ -111,6 +158,15 @@ func (l *Local) Len() int {
 func (f *Flight) SetGrace(d time.Duration) {
 	f.mu.Lock()
 	f.grace = d
+	f.mu.Unlock()
+}
+
+// SetOnFinish sets what to do once the flight has finished (after it left
+// the table and its end was published): a shared coordinator releases its
+// claim there. Nil: nothing.
+func (f *Flight) SetOnFinish(fn func()) {
+	f.mu.Lock()
+	f.ended = fn
 	f.mu.Unlock()
 }
 
@@ -177,7 +233,19 @@ func (f *Flight) Finish(h *Head, body []byte) {
 	f.body = append(f.body, body...)
 	f.done = true
 	f.notify()
+	ended := f.ended
+	f.ended = nil
 	f.mu.Unlock()
+	if ended != nil {
+		ended()
+	}
+}
+
+// Done reports whether the flight has finished.
+func (f *Flight) Done() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.done
 }
 
 func (l *Local) remove(f *Flight) {
@@ -222,37 +290,40 @@ func (f *Flight) Leave() {
 // Cancel ends the flight's work now (for example when the server stops).
 func (f *Flight) Cancel() { f.cancel() }
 
-// Reader reads a flight's output from the start. It is not safe for
-// concurrent use; each subscriber has its own.
+// Reader reads a flight's output from the start: a Subscription to a
+// flight in this process. It is not safe for concurrent use; each
+// subscriber has its own.
 type Reader struct {
 	f   *Flight
 	off int
 }
 
-// NewReader starts reading f from its first byte.
+var _ Subscription = (*Reader)(nil)
+
+// NewReader starts reading f from its first byte, for a subscriber that
+// Acquire or Join counted.
 func (f *Flight) NewReader() *Reader { return &Reader{f: f} }
 
-// Head waits for the response head; ok is false if ctx ended first.
-func (r *Reader) Head(ctx context.Context) (*Head, bool) {
+// Head waits for the response head.
+func (r *Reader) Head(ctx context.Context) (*Head, error) {
 	for {
 		r.f.mu.Lock()
 		h, ch := r.f.head, r.f.changed
 		r.f.mu.Unlock()
 		if h != nil {
-			return h, true
+			return h, nil
 		}
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return nil, false
+			return nil, ctx.Err()
 		}
 	}
 }
 
 // Next waits for output past what this reader has seen and returns it,
-// with done once the flight finished and everything was read. ok is false
-// if ctx ended first.
-func (r *Reader) Next(ctx context.Context) (b []byte, done, ok bool) {
+// with done once the flight finished and everything was read.
+func (r *Reader) Next(ctx context.Context) (b []byte, done bool, err error) {
 	for {
 		r.f.mu.Lock()
 		body, fin, ch := r.f.body, r.f.done, r.f.changed
@@ -260,15 +331,63 @@ func (r *Reader) Next(ctx context.Context) (b []byte, done, ok bool) {
 		if r.off < len(body) {
 			b = body[r.off:]
 			r.off = len(body)
-			return b, false, true
+			return b, false, nil
 		}
 		if fin {
-			return nil, true, true
+			return nil, true, nil
 		}
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return nil, false, false
+			return nil, false, ctx.Err()
 		}
 	}
+}
+
+// Leave ends the subscription (Flight.Leave).
+func (r *Reader) Leave() { r.f.Leave() }
+
+// Arrival is what places a request among the flights: its identity and
+// body digest, the logical request it would become, and its deadline.
+type Arrival struct {
+	Identity  string
+	SHA256    string
+	RequestID string
+	Deadline  time.Time
+	// ClientRetries is the official SDK's retry count it carried.
+	ClientRetries int
+}
+
+// Place is where an arrival goes: it owns a new flight (Owner, its work
+// under Work), or it joined the flight in flight in this process. Remote,
+// when set on an owned flight, says that the logical request is in
+// flight on another gateway: this flight relays that one's output to its
+// subscribers rather than running the request.
+type Place struct {
+	Flight *Flight
+	Owner  bool
+	Work   context.Context
+	Remote *Remote
+	// Err, on an owned flight, is why it cannot run: ErrConflict (the
+	// identity is in flight on another gateway with another body) or
+	// ErrUnavailable (the shared coordination cannot be reached). The
+	// owner answers every subscriber with it.
+	Err error
+}
+
+// Remote names a logical request another gateway owns.
+type Remote struct {
+	Owner     string // the owning gateway's id
+	RequestID string
+	Deadline  time.Time
+}
+
+// Place puts an arrival in this process's table (Acquire): coord.Local is
+// the coordination of a single gateway.
+func (l *Local) Place(_ context.Context, a Arrival) (Place, error) {
+	f, owner, work, err := l.Acquire(a.Identity, a.SHA256, a.RequestID, a.Deadline)
+	if err != nil {
+		return Place{}, err
+	}
+	return Place{Flight: f, Owner: owner, Work: work}, nil
 }

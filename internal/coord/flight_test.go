@@ -32,13 +32,13 @@ func TestJoinersReadEverythingFromTheStart(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			rd := f.NewReader()
-			if h, ok := rd.Head(context.Background()); !ok || h.Status != 200 {
+			if h, err := rd.Head(context.Background()); err != nil || h.Status != 200 {
 				t.Error("no head")
 			}
 			var b bytes.Buffer
 			for {
-				chunk, done, ok := rd.Next(context.Background())
-				if !ok || done {
+				chunk, done, err := rd.Next(context.Background())
+				if err != nil || done {
 					break
 				}
 				b.Write(chunk)
@@ -120,8 +120,8 @@ func BenchmarkFanout1000(b *testing.B) {
 				ready.Done()
 				seen := 0
 				for {
-					c, done, ok := rd.Next(context.Background())
-					if !ok || done {
+					c, done, err := rd.Next(context.Background())
+					if err != nil || done {
 						return
 					}
 					seen += len(c)

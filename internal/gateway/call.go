@@ -47,6 +47,11 @@ type call struct {
 	rec           *receipt.Recorder
 	log           *eventLog
 	out           *output
+	// followTo is the request another gateway runs for this identity,
+	// which this call relays instead (set by claim); follows counts how
+	// often the call went after one, so it never goes round forever.
+	followTo *coord.Remote
+	follows  int
 	// leaseLost is set when the store would not renew this call's lease:
 	// it lapsed, and another gateway may have settled the request. The
 	// call dispatches nothing more.
@@ -84,8 +89,14 @@ type attemptResult struct {
 // what happened, until a terminal — committed before the clients get their
 // last byte.
 func (c *call) run() {
-	defer c.g.inflight.Done()
-	if ok, wait := c.g.tenants.Take(c.tenant.ID); !ok {
+	ok, wait, err := c.g.tenants.Take(c.tenant.ID)
+	if err != nil {
+		e := errorf(CodeCoordinationUnavailable, "the gateway's shared coordination (Redis) is unreachable; nothing was sent, retry shortly")
+		e.retryAfter = 1
+		c.publishError(e, meta{})
+		return
+	}
+	if !ok {
 		c.g.metrics.ObserveTenantRejection(c.tenant.ID, CodeTenantRateLimited)
 		e := errorf(CodeTenantRateLimited, "tenant %s is over its %d requests per minute", c.tenant.ID, c.tenant.RequestsPerMinute)
 		e.retryAfter = int(math.Ceil(max(1, wait.Seconds())))
@@ -100,6 +111,9 @@ func (c *call) run() {
 	}
 	if !c.claim(d) {
 		c.release(p, nil)
+		if c.followTo != nil {
+			c.follow(c.followTo)
+		}
 		return
 	}
 	if d.Dispatches() {

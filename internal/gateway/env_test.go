@@ -19,6 +19,7 @@ import (
 	oopt2 "github.com/openai/openai-go/v3/option"
 
 	"github.com/oncegate/oncegate/internal/clock"
+	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/ledger/sqlite"
 	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/policy"
@@ -118,6 +119,9 @@ type env struct {
 	dbPath                       string
 	url                          string
 	pol                          *policy.Policy
+	secrets                      *config.Secrets
+	opts                         Options
+	stop                         func() // stops the gateway and closes its store
 }
 
 func newEnv(t *testing.T, mcfg mock.Config) *env {
@@ -170,24 +174,33 @@ func newEnvOpts(t *testing.T, o envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	secrets, err := e.pol.Config.ResolveSecrets(func(k string) (string, bool) {
+	e.secrets, err = e.pol.Config.ResolveSecrets(func(k string) (string, bool) {
 		return map[string]string{"KEY_ACME": keyAcme, "KEY_GLOBEX": keyGlobex, "KEY_INITECH": keyInitech, "KEY_UMBRELLA": keyUmbrella}[k], true
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.dbPath = filepath.Join(t.TempDir(), "ledger.db")
-	e.store, err = sqlite.Open(e.dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := Options{DrainTimeout: 2 * time.Second, Ledger: e.store, RejoinGrace: time.Second, Clock: o.clock,
+	e.opts = Options{DrainTimeout: 2 * time.Second, RejoinGrace: time.Second, Clock: o.clock,
 		Breakers: o.breakers, RetryBudget: o.budget, Tenants: o.tenants}
 	if logs != nil {
-		opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		e.opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	e.gw, err = New(e.pol, secrets, opts)
-	if err != nil {
+	e.start()
+	t.Cleanup(func() { e.stop() })
+	return e
+}
+
+// start runs a gateway over the store at e.dbPath.
+func (e *env) start() {
+	t := e.t
+	var err error
+	if e.store, err = sqlite.Open(e.dbPath); err != nil {
+		t.Fatal(err)
+	}
+	opts := e.opts
+	opts.Ledger = e.store
+	if e.gw, err = New(e.pol, e.secrets, opts); err != nil {
 		t.Fatal(err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -196,10 +209,17 @@ func newEnvOpts(t *testing.T, o envOptions) *env {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { _ = e.gw.Serve(ctx, ln); close(done) }()
-	t.Cleanup(func() { cancel(); <-done; e.gw.Close(); _ = e.store.Close() })
+	g, st := e.gw, e.store
+	go func() { _ = g.Serve(ctx, ln); close(done) }()
+	e.stop = func() { cancel(); <-done; g.Close(); _ = st.Close() }
 	e.url = "http://" + ln.Addr().String()
-	return e
+}
+
+// restart stops the gateway and starts a new one over the same store, as
+// a new process would after a restart.
+func (e *env) restart() {
+	e.stop()
+	e.start()
 }
 
 // openai is an official OpenAI SDK client at its default settings (retries

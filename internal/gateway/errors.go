@@ -33,6 +33,9 @@ const (
 	CodeProtocolViolation   = "upstream_protocol_violation"
 	CodeRequestTooLarge     = "request_too_large"
 	CodeInternal            = "internal_error"
+	// A part of the gateway is down and nothing was sent: come back.
+	CodeStoreUnavailable        = "store_unavailable"
+	CodeCoordinationUnavailable = "coordination_unavailable"
 )
 
 // codeStatus is each gateway code's HTTP status and whether a client may
@@ -43,23 +46,25 @@ var codeStatus = map[string]struct {
 	typ    string // error type in OpenAI's vocabulary
 	anType string // error type in Anthropic's vocabulary
 }{
-	CodeInvalidRequest:      {400, false, "invalid_request_error", "invalid_request_error"},
-	CodeInvalidKey:          {400, false, "invalid_request_error", "invalid_request_error"},
-	CodeRequestTooLarge:     {413, false, "invalid_request_error", "request_too_large"},
-	CodeUnauthorized:        {401, false, "authentication_error", "authentication_error"},
-	CodeModelNotFound:       {404, false, "invalid_request_error", "not_found_error"},
-	CodeKeyInUse:            {409, true, "invalid_request_error", "invalid_request_error"},
-	CodeKeyExpired:          {409, false, "invalid_request_error", "invalid_request_error"},
-	CodeKeyReused:           {422, false, "invalid_request_error", "invalid_request_error"},
-	CodeTenantRateLimited:   {429, true, "rate_limit_error", "rate_limit_error"},
-	CodeTenantBudget:        {429, false, "rate_limit_error", "rate_limit_error"},
-	CodeOutcomeUnknown:      {502, false, "api_error", "api_error"},
-	CodeProtocolViolation:   {502, false, "api_error", "api_error"},
-	CodeUpstreamUnavailable: {503, false, "api_error", "overloaded_error"},
-	CodeCircuitOpen:         {503, false, "api_error", "overloaded_error"},
-	CodeRetryBudget:         {503, false, "api_error", "overloaded_error"},
-	CodeDeadline:            {504, false, "api_error", "api_error"},
-	CodeInternal:            {500, false, "api_error", "api_error"},
+	CodeInvalidRequest:          {400, false, "invalid_request_error", "invalid_request_error"},
+	CodeInvalidKey:              {400, false, "invalid_request_error", "invalid_request_error"},
+	CodeRequestTooLarge:         {413, false, "invalid_request_error", "request_too_large"},
+	CodeUnauthorized:            {401, false, "authentication_error", "authentication_error"},
+	CodeModelNotFound:           {404, false, "invalid_request_error", "not_found_error"},
+	CodeKeyInUse:                {409, true, "invalid_request_error", "invalid_request_error"},
+	CodeKeyExpired:              {409, false, "invalid_request_error", "invalid_request_error"},
+	CodeKeyReused:               {422, false, "invalid_request_error", "invalid_request_error"},
+	CodeTenantRateLimited:       {429, true, "rate_limit_error", "rate_limit_error"},
+	CodeTenantBudget:            {429, false, "rate_limit_error", "rate_limit_error"},
+	CodeOutcomeUnknown:          {502, false, "api_error", "api_error"},
+	CodeProtocolViolation:       {502, false, "api_error", "api_error"},
+	CodeUpstreamUnavailable:     {503, false, "api_error", "overloaded_error"},
+	CodeCircuitOpen:             {503, false, "api_error", "overloaded_error"},
+	CodeRetryBudget:             {503, false, "api_error", "overloaded_error"},
+	CodeDeadline:                {504, false, "api_error", "api_error"},
+	CodeInternal:                {500, false, "api_error", "api_error"},
+	CodeStoreUnavailable:        {503, true, "api_error", "overloaded_error"},
+	CodeCoordinationUnavailable: {503, true, "api_error", "overloaded_error"},
 }
 
 // apiError is an error on its way to a client.
@@ -68,6 +73,9 @@ type apiError struct {
 	message    string
 	param      string
 	retryAfter int // seconds; 0: no Retry-After header
+	// noRetry sends x-should-retry: false whatever the code says: an
+	// attempt was already sent, so a client's retry could pay twice.
+	noRetry bool
 	// upstream, when set, is a provider's non-retryable error passed
 	// through with its own status, type and code (after sanitising).
 	upstream *provider.UpstreamError
@@ -98,7 +106,7 @@ func (e *apiError) render(p provider.Protocol, m meta) (*coord.Head, []byte) {
 	if p == provider.Anthropic {
 		ce.Type = cs.anType
 	}
-	retry := cs.retry
+	retry := cs.retry && !e.noRetry
 	if u := e.upstream; u != nil {
 		ce.Status, ce.Type, ce.Code, ce.Message, ce.Param, retry = u.Status, u.Type, u.Code, u.Message, u.Param, false
 		if ce.Type == "" {
@@ -138,6 +146,9 @@ func (c *call) terminalError(d retry.Decision, last *attemptResult) *apiError {
 		return &apiError{upstream: last.upstreamErr, code: CodeInvalidRequest}
 	}
 	n, pol := len(c.rec.R.Attempts), c.alias.Engine
+	if e := c.coordinationDown(d, n); e != nil {
+		return e
+	}
 	switch {
 	case t == gw.TerminalDeadline:
 		return errorf(CodeDeadline, "the request's deadline (%s after it arrived) passed before an answer arrived, after %d attempts",
@@ -171,6 +182,28 @@ func (c *call) terminalError(d retry.Decision, last *attemptResult) *apiError {
 		return errorf(CodeUpstreamUnavailable, "no provider answered within %d attempts (the route's max_attempts)", n)
 	}
 	return errorf(CodeUpstreamUnavailable, "no provider answered: every route of model %q was tried (%d attempts, %s)", c.alias.Name, n, r)
+}
+
+// coordinationDown is the error for a request the engine stopped because
+// a shared bound refused it while the shared coordination was unreachable:
+// the refusal says nothing about the breakers, budgets or tenant, and
+// the client should hear what did happen.
+func (c *call) coordinationDown(d retry.Decision, attempts int) *apiError {
+	if c.g.coordHealth == nil {
+		return nil
+	}
+	switch r := d.Reason; {
+	case r == gw.ReasonCircuitOpen, r == gw.ReasonRetryBudget, r == gw.ReasonCostBudget && d.TenantBound:
+	default:
+		return nil
+	}
+	err := c.g.coordHealth.Err()
+	if err == nil {
+		return nil
+	}
+	e := errorf(CodeCoordinationUnavailable, "the gateway's shared coordination is unreachable, so no attempt could be admitted after %d; retry shortly", attempts)
+	e.noRetry = attempts > 0
+	return e
 }
 
 // maxOutput is the output cap an attempt reserves for: the request's

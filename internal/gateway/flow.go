@@ -38,7 +38,7 @@ func (c *call) claim(d retry.Decision) bool {
 	for range 3 {
 		existing, created, err := c.g.ledger.Claim(c.ctx, c.record(), evs())
 		if err != nil {
-			c.abort(err)
+			c.storeDown(err)
 			return false
 		}
 		if created {
@@ -46,14 +46,15 @@ func (c *call) claim(d retry.Decision) bool {
 			c.g.live.Store(c.id, c)
 			return true
 		}
-		replace, done := c.resolve(existing)
-		if done {
+		replace, follow := c.resolve(existing)
+		if follow != nil {
+			c.followTo = follow
 			return false
 		}
 		if replace {
 			ok, err := c.g.ledger.Replace(c.ctx, existing.RequestID, c.record(), evs())
 			if err != nil {
-				c.abort(err)
+				c.storeDown(err)
 				return false
 			}
 			if ok {
@@ -61,17 +62,30 @@ func (c *call) claim(d retry.Decision) bool {
 				c.g.live.Store(c.id, c)
 				return true
 			}
+		} else {
+			return false // answered
 		}
 	}
 	c.publishError(errorf(CodeKeyInUse, "the idempotency key is changing hands; retry"), meta{requestID: c.id})
 	return false
 }
 
+// storeDown answers an arrival the store could not claim: nothing was
+// sent, so the client may come back (503 store_unavailable).
+func (c *call) storeDown(err error) {
+	c.g.log.Error("store unavailable: request refused", "request_id", c.id, "err", err)
+	e := errorf(CodeStoreUnavailable, "the gateway's store is unreachable; nothing was sent, retry shortly")
+	e.retryAfter = 1
+	c.publishError(e, meta{})
+}
+
 // resolve answers an arrival whose identity already has a record (DESIGN
 // §3.2): a replay, 422 for a different body, 502 for an indeterminate
 // outcome, 409 while another owner holds it or past retention. replace
-// asks to start a new logical request in the record's place instead.
-func (c *call) resolve(rec *ledger.Record) (replace, done bool) {
+// asks to start a new logical request in the record's place instead;
+// follow, to relay the request another gateway runs (replicas). With
+// neither, the arrival was answered.
+func (c *call) resolve(rec *ledger.Record) (replace bool, follow *coord.Remote) {
 	now := c.g.clock.Now()
 	idem := c.g.pol.Idempotency
 	m := meta{requestID: rec.RequestID, attempts: 0}
@@ -84,21 +98,24 @@ func (c *call) resolve(rec *ledger.Record) (replace, done bool) {
 			c.g.settleOne(c.ctx, rec)
 			e := errorf(CodeOutcomeUnknown, "the request's owner stopped mid-request; its outcome is unknown (state indeterminate)")
 			c.publishError(e, m)
-			return false, true
+			return false, nil
+		}
+		if rec.Owner != c.g.owner && c.g.remotes != nil && rec.RequestSHA256 == c.requestSHA {
+			return false, &coord.Remote{Owner: rec.Owner, RequestID: rec.RequestID}
 		}
 		e := errorf(CodeKeyInUse, "this request is in progress elsewhere")
 		e.retryAfter = int(math.Ceil(max(1, rec.LeaseUntil.Sub(now).Seconds())))
 		c.publishError(e, m)
-		return false, true
+		return false, nil
 	}
 	age := now.Sub(rec.FinishedAt)
 	if rec.Keyed() {
 		if age > idem.Retention.D() {
 			if idem.OnExpired == "reject" {
 				c.publishError(errorf(CodeKeyExpired, "the idempotency key expired (retention %v); use a new key", idem.Retention.D()), m)
-				return false, true
+				return false, nil
 			}
-			return true, false
+			return true, nil
 		}
 	} else {
 		window := idem.FingerprintReplayWindow.D()
@@ -106,20 +123,20 @@ func (c *call) resolve(rec *ledger.Record) (replace, done bool) {
 			window = max(window, idem.SDKRetryWindow.D())
 		}
 		if age > window {
-			return true, false // the same question asked again later: a new request
+			return true, nil // the same question asked again later: a new request
 		}
 	}
 	if rec.RequestSHA256 != c.requestSHA {
 		c.publishError(errorf(CodeKeyReused, "the idempotency key was used with a different request body"), m)
-		return false, true
+		return false, nil
 	}
 	if rec.State == ledger.Indeterminate || rec.Response == nil {
 		m.terminal = "indeterminate"
 		c.publishError(errorf(CodeOutcomeUnknown, "the first attempt's outcome is unknown (state indeterminate); it will not be re-sent"), m)
-		return false, true
+		return false, nil
 	}
 	c.replay(rec)
-	return false, true
+	return false, nil
 }
 
 // replay answers from a finished record's stored response.
@@ -161,12 +178,11 @@ func writeHead(w http.ResponseWriter, h *coord.Head, dedup string) {
 // serveFlight sends a flight's output to one client — the owner or a
 // joiner — from its first byte, flushing as it arrives. The client leaving
 // ends only its own subscription.
-func (g *Gateway) serveFlight(w http.ResponseWriter, r *http.Request, f *coord.Flight, dedup string) {
-	defer f.Leave()
-	rd := f.NewReader()
+func (g *Gateway) serveFlight(w http.ResponseWriter, r *http.Request, rd coord.Subscription, dedup string) {
+	defer rd.Leave()
 	ctx := r.Context()
-	h, ok := rd.Head(ctx)
-	if !ok {
+	h, err := rd.Head(ctx)
+	if err != nil {
 		return
 	}
 	if h.Header.Get("Content-Type") != "text/event-stream" {
@@ -174,8 +190,8 @@ func (g *Gateway) serveFlight(w http.ResponseWriter, r *http.Request, f *coord.F
 		// flushed chunks.
 		var body []byte
 		for {
-			b, done, ok := rd.Next(ctx)
-			if !ok {
+			b, done, err := rd.Next(ctx)
+			if err != nil {
 				return
 			}
 			if body == nil {
@@ -195,8 +211,8 @@ func (g *Gateway) serveFlight(w http.ResponseWriter, r *http.Request, f *coord.F
 	writeHead(w, h, dedup)
 	rc := http.NewResponseController(w)
 	for {
-		b, done, ok := rd.Next(ctx)
-		if !ok || done {
+		b, done, err := rd.Next(ctx)
+		if err != nil || done {
 			return
 		}
 		if _, err := w.Write(b); err != nil {
@@ -210,8 +226,8 @@ func (g *Gateway) serveFlight(w http.ResponseWriter, r *http.Request, f *coord.F
 
 // joinTooLong is the 409 for a join that would outlast the joiner's own
 // deadline (DESIGN §3.2): come back when the owner's deadline has passed.
-func joinTooLong(f *coord.Flight, now time.Time) *apiError {
+func joinTooLong(deadline, now time.Time) *apiError {
 	e := errorf(CodeKeyInUse, "this request is in progress and may take longer than your deadline allows")
-	e.retryAfter = int(math.Ceil(max(1, f.Deadline.Sub(now).Seconds())))
+	e.retryAfter = int(math.Ceil(max(1, deadline.Sub(now).Seconds())))
 	return e
 }

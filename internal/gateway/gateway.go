@@ -25,6 +25,7 @@ import (
 	"github.com/oncegate/oncegate/internal/clock"
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/coord"
+	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/memory"
 	"github.com/oncegate/oncegate/internal/metrics"
@@ -48,8 +49,11 @@ type Options struct {
 	// DrainTimeout bounds graceful shutdown (default 30s).
 	DrainTimeout time.Duration
 	// Lease is how long an owner's claim on a request lasts between
-	// renewals (default 30s).
+	// renewals (default: the configuration's lease.ttl).
 	Lease time.Duration
+	// LeaseRenew is how often the claims are renewed (default: the
+	// configuration's lease.renew, or a third of Lease when Lease is set).
+	LeaseRenew time.Duration
 	// RejoinGrace is how long a request whose caller can come back (a
 	// keyed request, an official SDK) survives its last client (default 5s).
 	RejoinGrace time.Duration
@@ -68,6 +72,38 @@ type Options struct {
 	// Metrics receives the gateway's metrics (default: a registry of its
 	// own, served at /metrics).
 	Metrics *metrics.Metrics
+	// Owner is this gateway's id: the owner of the ledger records it
+	// claims, by which other replicas reach it (default: a new UUIDv7).
+	Owner string
+	// Flights places arrivals among the requests in flight (default: this
+	// process's table, coord.Local). A Flights that also implements
+	// Remotes relays flights other gateways own to the clients that
+	// joined them here.
+	Flights Flights
+	// Coordination, when set, is the shared coordination whose health
+	// /readyz reports and whose outage turns refusals into 503
+	// coordination_unavailable.
+	Coordination Health
+}
+
+// Flights places each arrival: the owner of a new flight, or a joiner of
+// the one in flight for its identity (DESIGN §3.2, §12). *coord.Local
+// does it in one process; the Redis coordinator across replicas.
+type Flights interface {
+	Place(ctx context.Context, a coord.Arrival) (coord.Place, error)
+}
+
+// Remotes subscribes to flights other gateways own.
+type Remotes interface {
+	Watch(ctx context.Context, identity string, r coord.Remote, clientRetries int) (coord.Subscription, error)
+}
+
+// Health is a shared part's availability.
+type Health interface {
+	// Err is nil while the part answers, the reason while it does not.
+	Err() error
+	// Ping asks the part now.
+	Ping(ctx context.Context) error
 }
 
 // Gateway serves the API. It is safe for concurrent use.
@@ -76,11 +112,14 @@ type Gateway struct {
 	keys        []tenantKey
 	clients     map[string]*upstream.Client
 	ledger      ledger.Store
-	flights     *coord.Local
+	flights     Flights
+	remotes     Remotes // nil: no other gateways
+	coordHealth Health  // nil: nothing shared
 	clock       clock.Clock
 	log         *slog.Logger
 	drain       time.Duration
 	lease       time.Duration
+	leaseRenew  time.Duration
 	rejoinGrace time.Duration
 	owner       string
 	secret      []byte
@@ -108,10 +147,27 @@ type tenantKey struct {
 func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, error) {
 	g := &Gateway{pol: pol, clients: map[string]*upstream.Client{}, ledger: opts.Ledger,
 		clock: opts.Clock, log: opts.Logger, drain: opts.DrainTimeout, lease: opts.Lease, rejoinGrace: opts.RejoinGrace,
-		flights: coord.NewLocal(int(pol.Limits.MaxStreamBufferBytes)), owner: uuid.Must(uuid.NewV7()).String(),
-		stop: make(chan struct{})}
+		flights: opts.Flights, owner: opts.Owner, coordHealth: opts.Coordination, stop: make(chan struct{})}
+	if g.owner == "" {
+		g.owner = uuid.Must(uuid.NewV7()).String()
+	}
+	if g.flights == nil {
+		g.flights = coord.NewLocal(int(pol.Limits.MaxStreamBufferBytes))
+	}
+	g.remotes, _ = g.flights.(Remotes)
+	switch {
+	case opts.LeaseRenew > 0:
+		g.leaseRenew = opts.LeaseRenew
+	case g.lease > 0:
+		g.leaseRenew = g.lease / 3
+	default:
+		g.leaseRenew = pol.Config.Lease.Renew.D()
+	}
 	if g.lease == 0 {
-		g.lease = 30 * time.Second
+		g.lease = pol.Config.Lease.TTL.D()
+	}
+	if g.lease <= 0 || g.leaseRenew <= 0 { // a policy compiled without defaults
+		g.lease, g.leaseRenew = 30*time.Second, 10*time.Second
 	}
 	if g.rejoinGrace == 0 {
 		g.rejoinGrace = 5 * time.Second
@@ -129,6 +185,9 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 		g.drain = 30 * time.Second
 	}
 	g.guards(pol, opts)
+	if err := g.seedSpend(context.Background()); err != nil {
+		return nil, err
+	}
 	for key, id := range secrets.TenantKeys {
 		t := pol.Tenant(id)
 		if t == nil {
@@ -205,6 +264,28 @@ func (g *Gateway) guards(pol *policy.Policy, opts Options) {
 	}
 }
 
+// seedSpend gives the tenant limits today's spend from the store, so that
+// a restart does not hand a tenant a fresh budget (DESIGN §6.3).
+func (g *Gateway) seedSpend(ctx context.Context) error {
+	s, ok := g.tenants.(interface {
+		Seed(day int64, charged map[string]gw.NanoUSD)
+	})
+	if !ok {
+		return nil
+	}
+	day := gw.Day(g.clock.Now())
+	spend, err := g.ledger.Spend(ctx, day)
+	if err != nil {
+		return fmt.Errorf("read today's spend from the store: %w", err)
+	}
+	charged := make(map[string]gw.NanoUSD, len(spend))
+	for t, v := range spend {
+		charged[t] = gw.NanoUSD(v)
+	}
+	s.Seed(day, charged)
+	return nil
+}
+
 func (g *Gateway) initSecret(opt []byte, configured string) error {
 	switch {
 	case len(opt) > 0:
@@ -227,7 +308,7 @@ func (g *Gateway) initSecret(opt []byte, configured string) error {
 // call dispatches nothing more.
 func (g *Gateway) renewLeases() {
 	defer g.background.Done()
-	t := time.NewTicker(g.lease / 3)
+	t := time.NewTicker(g.leaseRenew)
 	defer t.Stop()
 	for {
 		select {
@@ -505,6 +586,12 @@ func (g *Gateway) serveReady(w http.ResponseWriter, r *http.Request) {
 	if err := g.ledger.Ping(r.Context()); err != nil {
 		http.Error(w, "store unavailable: "+err.Error(), http.StatusServiceUnavailable)
 		return
+	}
+	if g.coordHealth != nil {
+		if err := g.coordHealth.Ping(r.Context()); err != nil {
+			http.Error(w, "coordination unavailable: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 	}
 	_, _ = w.Write([]byte("ready\n"))
 }

@@ -38,16 +38,18 @@ type RetryBudget interface {
 // (DESIGN §6.3). *quota.Limits implements them.
 type TenantLimits interface {
 	// Take counts one logical request against the tenant's rate; when it
-	// is spent, ok is false and retryAfter says when to come back.
-	Take(tenant string) (ok bool, retryAfter time.Duration)
+	// is spent, ok is false and retryAfter says when to come back. An
+	// error says the limit could not be consulted (coordination down).
+	Take(tenant string) (ok bool, retryAfter time.Duration, err error)
 	// Allowance is what the tenant may still reserve today; ok is false
 	// for a tenant without a ceiling.
 	Allowance(tenant string) (allowance gw.NanoUSD, ok bool)
-	// Reserve sets an attempt's worst-case cost aside before dispatch;
-	// false means it does not fit under the ceiling.
-	Reserve(tenant string, amount gw.NanoUSD) bool
+	// Reserve sets an attempt's worst-case cost aside before dispatch,
+	// until the attempt ends at the latest; false means it does not fit
+	// under the ceiling (or the ceiling could not be consulted).
+	Reserve(tenant string, amount gw.NanoUSD, until time.Time) (quota.Reservation, bool)
 	// Settle releases a reservation and charges the attempt's real cost.
-	Settle(tenant string, reserved, cost gw.NanoUSD)
+	Settle(r quota.Reservation, cost gw.NanoUSD)
 }
 
 var (
@@ -67,7 +69,7 @@ type breakerStates interface {
 type permit struct {
 	route    string
 	ticket   breaker.Ticket
-	reserved gw.NanoUSD
+	reserved quota.Reservation
 }
 
 // admission snapshots the fleet's state for the engine: open breakers,
@@ -105,7 +107,8 @@ func (c *call) acquire(d retry.Decision, first bool, adm *retry.Admission) (*per
 		adm.Refused[d.Route] = true
 		return nil, false
 	}
-	if !c.g.tenants.Reserve(c.tenant.ID, d.Reserve) {
+	res, ok := c.g.tenants.Reserve(c.tenant.ID, d.Reserve, c.deadline.Add(c.g.lease))
+	if !ok {
 		c.g.breakers.Done(d.Route, t, breaker.Ignore)
 		a, _ := c.g.tenants.Allowance(c.tenant.ID)
 		adm.TenantCapped, adm.TenantAllowance = true, min(a, max(0, d.Reserve-1))
@@ -113,11 +116,11 @@ func (c *call) acquire(d retry.Decision, first bool, adm *retry.Admission) (*per
 	}
 	if !first && !c.g.budget.Retry() {
 		c.g.breakers.Done(d.Route, t, breaker.Ignore)
-		c.g.tenants.Settle(c.tenant.ID, d.Reserve, 0)
+		c.g.tenants.Settle(res, 0)
 		adm.RetryBudgetSpent = true
 		return nil, false
 	}
-	return &permit{route: d.Route, ticket: t, reserved: d.Reserve}, true
+	return &permit{route: d.Route, ticket: t, reserved: res}, true
 }
 
 // admit acquires what the decision d (taken under adm) dispatches with;
@@ -151,7 +154,7 @@ func (c *call) release(p *permit, res *attemptResult) {
 		cost = res.route.Price.Cost(res.obs.Usage)
 	}
 	c.g.breakers.Done(p.route, p.ticket, outcome)
-	c.g.tenants.Settle(c.tenant.ID, p.reserved, cost)
+	c.g.tenants.Settle(p.reserved, cost)
 }
 
 // breakerOutcome is what an attempt says about its route's health. A

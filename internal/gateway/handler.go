@@ -38,7 +38,9 @@ func (g *Gateway) serveChat(p provider.Protocol) http.HandlerFunc {
 		if c.clientRetries > 0 {
 			g.metrics.ObserveClientRetry()
 		}
-		f, owner, fctx, err := g.flights.Acquire(c.identity, c.requestSHA, c.id, c.deadline)
+		place, err := g.flights.Place(r.Context(), coord.Arrival{Identity: c.identity, SHA256: c.requestSHA, RequestID: c.id,
+			Deadline: c.deadline, ClientRetries: c.clientRetries})
+		f := place.Flight
 		switch {
 		case errors.Is(err, coord.ErrConflict):
 			errorf(CodeKeyReused, "the idempotency key is in use with a different request body").write(w, p, meta{})
@@ -48,24 +50,37 @@ func (g *Gateway) serveChat(p provider.Protocol) http.HandlerFunc {
 			e.retryAfter = 1
 			e.write(w, p, meta{})
 			return
-		case !owner:
+		case err != nil:
+			errorf(CodeInternal, "place the request: %v", err).write(w, p, meta{})
+			return
+		case !place.Owner:
 			if now := g.clock.Now(); f.Deadline.After(c.deadline) {
 				f.Leave()
-				joinTooLong(f, now).write(w, p, meta{requestID: f.RequestID})
+				joinTooLong(f.Deadline, now).write(w, p, meta{requestID: f.RequestID})
 				return
 			}
 			f.NoteClientRetry(c.clientRetries)
 			g.metrics.ObserveDedup("joined")
-			g.serveFlight(w, r, f, "joined")
+			g.serveFlight(w, r, f.NewReader(), "joined")
 			return
 		}
-		c.flight, c.ctx = f, fctx
+		c.flight, c.ctx = f, place.Work
 		if r.Header.Get("Idempotency-Key") != "" || r.Header.Get("X-Stainless-Retry-Count") != "" {
 			f.SetGrace(g.rejoinGrace) // the caller can come back for this answer
 		}
 		g.inflight.Add(1)
-		go c.run()
-		g.serveFlight(w, r, f, "miss")
+		go func() {
+			defer g.inflight.Done()
+			switch {
+			case place.Err != nil:
+				c.refuse(place.Err)
+			case place.Remote != nil:
+				c.follow(place.Remote)
+			default:
+				c.run()
+			}
+		}()
+		g.serveFlight(w, r, f.NewReader(), "miss")
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/oncegate/oncegate/internal/clock"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/mock"
+	"github.com/oncegate/oncegate/internal/quota"
 )
 
 // postKey sends a raw request as the tenant of key.
@@ -384,10 +385,12 @@ func (l *lastSlot) Acquire(route string) (breaker.Ticket, bool) {
 	return breaker.Ticket{State: breaker.Closed, Generation: 1}, route != l.route
 }
 func (l *lastSlot) Done(string, breaker.Ticket, breaker.Outcome) {}
-func (l *lastSlot) Take(string) (bool, time.Duration)            { return true, 0 }
+func (l *lastSlot) Take(string) (bool, time.Duration, error)     { return true, 0, nil }
 func (l *lastSlot) Allowance(string) (gw.NanoUSD, bool)          { return 1 << 40, l.noCost }
-func (l *lastSlot) Reserve(string, gw.NanoUSD) bool              { return !l.noCost }
-func (l *lastSlot) Settle(string, gw.NanoUSD, gw.NanoUSD)        {}
+func (l *lastSlot) Reserve(t string, a gw.NanoUSD, _ time.Time) (quota.Reservation, bool) {
+	return quota.Reservation{Tenant: t, Amount: a}, !l.noCost
+}
+func (l *lastSlot) Settle(quota.Reservation, gw.NanoUSD) {}
 
 // lastRetry is lastSlot's retry budget.
 type lastRetry struct{ *lastSlot }
@@ -435,4 +438,33 @@ func TestAdmissionLostAtDispatchIsDecidedAgain(t *testing.T) {
 			t.Fatalf("%d %s: %+v", res.StatusCode, body, r.Decisions)
 		}
 	})
+}
+
+// The day's spend lives in the store: a tenant at its ceiling is still at
+// it after a restart (the new process does not hand it a fresh budget).
+func TestTenantSpendSurvivesARestart(t *testing.T) {
+	e := newEnv(t, mock.Config{Tokens: 24})
+	served := 0
+	for i := 0; ; i++ {
+		res, body := e.postKey(keyUmbrella, "/v1/chat/completions", distinctBody("chat", i, `,"max_tokens":24`), nil)
+		if res.StatusCode == 429 {
+			if !strings.Contains(string(body), CodeTenantBudget) {
+				t.Fatalf("refused for another reason: %s", body)
+			}
+			break
+		}
+		if res.StatusCode != 200 || i > 100 {
+			t.Fatalf("request %d: %d %s", i, res.StatusCode, body)
+		}
+		served++
+	}
+	calls := e.primary.Stats().Requests
+	e.restart()
+	res, body := e.postKey(keyUmbrella, "/v1/chat/completions", distinctBody("chat", 1000, `,"max_tokens":24`), nil)
+	if res.StatusCode != 429 || !strings.Contains(string(body), CodeTenantBudget) {
+		t.Fatalf("after a restart, at the ceiling (%d served before): %d %s", served, res.StatusCode, body)
+	}
+	if n := e.primary.Stats().Requests; n != calls {
+		t.Fatalf("the provider saw %d more calls after the restart", n-calls)
+	}
 }

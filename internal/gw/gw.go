@@ -6,7 +6,10 @@
 // (DESIGN §2.1, §2.2, §9): they appear in receipts, metrics and error bodies.
 package gw
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // Class is the retry family of an observed attempt outcome (DESIGN §2.1).
 type Class string
@@ -217,4 +220,15 @@ func (p Price) Cost(u Usage) NanoUSD {
 // estimate at the input price plus the output cap at the output price.
 func (p Price) WorstCase(inputTokens, maxOutputTokens int64) NanoUSD {
 	return p.Cost(Usage{InputTokens: inputTokens, OutputTokens: maxOutputTokens})
+}
+
+// Day is t's UTC day: days since the Unix epoch, rounded down. (A number,
+// not a formatted date: spend is kept per day and compared on every
+// request.)
+func Day(t time.Time) int64 {
+	s := t.Unix()
+	if s < 0 {
+		return (s+1)/86400 - 1
+	}
+	return s / 86400
 }

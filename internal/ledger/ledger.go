@@ -12,6 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/oncegate/oncegate/internal/gw"
 )
 
 // State is a ledger record's state (DESIGN §3.2).
@@ -219,13 +221,7 @@ type Store interface {
 }
 
 // Day is t's UTC day: days since the Unix epoch, rounded down.
-func Day(t time.Time) int64 {
-	s := t.Unix()
-	if s < 0 {
-		return (s+1)/86400 - 1
-	}
-	return s / 86400
-}
+func Day(t time.Time) int64 { return gw.Day(t) }
 
 // Unfinished is a record recovery must settle, with its events.
 type Unfinished struct {

@@ -138,6 +138,12 @@ func TestValidationRules(t *testing.T) {
 		{"hedge with one route", "routes: [a, b]", "routes: [a]\n    hedge: {after: 1s}", "hedging needs a second route"},
 		{"breaker ratio", "models:", "breaker: {failure_ratio: 1.5}\nmodels:", "must be in (0, 1]"},
 		{"store scheme", "models:", "store: mysql://x\nmodels:", "want sqlite://PATH, postgres://… or memory://"},
+		{"store sqlite without a file", "models:", "store: sqlite://\nmodels:", "names no file"},
+		{"store postgres unparseable", "models:", "store: \"postgres://u@h:99999/db\"\nmodels:", "invalid port"},
+		{"coordination scheme", "models:", "coordination: etcd://x\nmodels:", "want local or redis://"},
+		{"coordination redis unparseable", "models:", "store: postgres://h/db\ncoordination: redis://h:6379/notadb\nmodels:", "invalid database number"},
+		{"coordination redis needs a shared store", "models:", "store: sqlite://x.db\ncoordination: \"redis://:hunter2@h:6379/0\"\nmodels:", "can be opened by one process only"},
+		{"lease renew past half the ttl", "models:", "lease: {ttl: 10s, renew: 6s}\nmodels:", "at most half of lease.ttl"},
 		{"on_expired", "models:", "idempotency: {on_expired: maybe}\nmodels:", `unknown value "maybe"`},
 		{"duplicate alias", "models:\n  - name: chat\n    routes: [a, b]", "models:\n  - name: chat\n    routes: [a, b]\n  - name: chat\n    routes: [a]", "duplicate model alias"},
 	}

@@ -2,12 +2,15 @@ package policy
 
 import (
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/retry"
+	"github.com/redis/go-redis/v9"
 )
 
 // validator collects every violation in one pass over the configuration.
@@ -54,12 +57,8 @@ func (v *validator) modalities(path string, in []string) {
 
 func (v *validator) globals() {
 	c := v.cfg
-	if c.Store != "memory://" && !strings.HasPrefix(c.Store, "sqlite://") && !strings.HasPrefix(c.Store, "postgres://") && !strings.HasPrefix(c.Store, "postgresql://") {
-		v.fail("store", "want sqlite://PATH, postgres://… or memory://, found %q", c.Store)
-	}
-	if c.Coordination != "local" && !strings.HasPrefix(c.Coordination, "redis://") {
-		v.fail("coordination", "want local or redis://…, found %q", c.Coordination)
-	}
+	v.store(c.Store)
+	v.coordination(c.Coordination, c.Store)
 	v.oneOf("idempotency.on_expired", c.Idempotency.OnExpired, "new", "reject")
 	v.positive("idempotency.retention", float64(c.Idempotency.Retention))
 	v.nonNegative("retry_budget.ratio", c.RetryBudget.Ratio)
@@ -75,6 +74,11 @@ func (v *validator) globals() {
 	v.positive("limits.max_body_bytes", float64(c.Limits.MaxBodyBytes))
 	v.positive("limits.max_response_bytes", float64(c.Limits.MaxResponseBytes))
 	v.positive("limits.max_stream_buffer_bytes", float64(c.Limits.MaxStreamBufferBytes))
+	v.positive("lease.ttl", float64(c.Lease.TTL))
+	v.positive("lease.renew", float64(c.Lease.Renew))
+	if c.Lease.Renew > 0 && c.Lease.TTL > 0 && c.Lease.Renew*2 > c.Lease.TTL {
+		v.fail("lease.renew", "must be at most half of lease.ttl (%v), so that one late renewal never loses a lease; found %v", c.Lease.TTL, c.Lease.Renew)
+	}
 }
 
 func (v *validator) tenants() []*Tenant {
@@ -268,4 +272,60 @@ func findRoute(routes []*Route, id string) *Route {
 		}
 	}
 	return nil
+}
+
+// store checks the store URL: a scheme this binary serves, and a URL its
+// driver accepts.
+func (v *validator) store(s string) {
+	switch {
+	case s == "memory://":
+	case strings.HasPrefix(s, "sqlite://"):
+		if strings.TrimPrefix(s, "sqlite://") == "" {
+			v.fail("store", "sqlite:// names no file (want sqlite://PATH)")
+		}
+	case IsPostgres(s):
+		if _, err := pgconn.ParseConfig(s); err != nil {
+			v.fail("store", "%v", err)
+		}
+	default:
+		v.fail("store", "want sqlite://PATH, postgres://… or memory://, found %q", s)
+	}
+}
+
+// IsPostgres reports whether a store URL names PostgreSQL.
+func IsPostgres(store string) bool {
+	return strings.HasPrefix(store, "postgres://") || strings.HasPrefix(store, "postgresql://")
+}
+
+// IsRedis reports whether a coordination URL names Redis.
+func IsRedis(coordination string) bool {
+	return strings.HasPrefix(coordination, "redis://") || strings.HasPrefix(coordination, "rediss://")
+}
+
+// coordination checks the coordination URL, and that replicas sharing it
+// can share the store too.
+func (v *validator) coordination(s, store string) {
+	switch {
+	case s == "local":
+	case IsRedis(s):
+		if _, err := redis.ParseURL(s); err != nil {
+			v.fail("coordination", "%v", err)
+		}
+		if !IsPostgres(store) {
+			v.fail("coordination", "%s shares state between several gateways, but store %q can be opened by one process only: use postgres://… (or coordination: local)", redactRedis(s), store)
+		}
+	default:
+		v.fail("coordination", "want local or redis://…, found %q", s)
+	}
+}
+
+// redactRedis hides a Redis URL's password.
+func redactRedis(s string) string {
+	if u, err := url.Parse(s); err == nil {
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		}
+		return u.String()
+	}
+	return "redis://…"
 }

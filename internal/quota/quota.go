@@ -51,15 +51,7 @@ func New(clk clock.Clock, tenants map[string]Tenant) *Limits {
 	return l
 }
 
-// day is t's UTC day: days since the Unix epoch, rounded down (a number,
-// not a formatted date: it is compared on every request).
-func day(t time.Time) int64 {
-	s := t.Unix()
-	if s < 0 {
-		return (s+1)/86400 - 1
-	}
-	return s / 86400
-}
+func day(t time.Time) int64 { return gw.Day(t) }
 
 // get returns the tenant's state with its day rolled over; nil for a
 // tenant without limits. l.mu is held.
@@ -71,15 +63,40 @@ func (l *Limits) get(tenant string, now time.Time) *state {
 	return s
 }
 
+// Reservation is one attempt's worst case, set aside under a tenant's
+// ceiling until it settles. ID names it where reservations are kept apart
+// (shared coordination); Day is the UTC day it was made on.
+type Reservation struct {
+	Tenant string
+	Amount gw.NanoUSD
+	ID     string
+	Day    int64
+}
+
+// Seed sets what each tenant was charged on day, from the store, so that
+// a restart does not hand a tenant a fresh budget (DESIGN §6.3). A
+// tenant's spend is only ever raised by it.
+func (l *Limits) Seed(day int64, charged map[string]gw.NanoUSD) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for id, v := range charged {
+		s := l.get(id, l.clock.Now())
+		if s != nil && s.day == day && v > s.charged {
+			s.charged = v
+		}
+	}
+}
+
 // Take counts one request against the tenant's rate. When the rate is
 // spent it returns false and how long until a request would be admitted.
-func (l *Limits) Take(tenant string) (ok bool, retryAfter time.Duration) {
+// It never fails (the error is for limits kept elsewhere).
+func (l *Limits) Take(tenant string) (ok bool, retryAfter time.Duration, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.clock.Now()
 	s := l.get(tenant, now)
 	if s == nil || s.lim.RequestsPerMinute <= 0 {
-		return true, 0
+		return true, 0, nil
 	}
 	rate := float64(s.lim.RequestsPerMinute) / 60 // per second
 	if el := now.Sub(s.filled).Seconds(); el > 0 {
@@ -88,9 +105,9 @@ func (l *Limits) Take(tenant string) (ok bool, retryAfter time.Duration) {
 	s.filled = now
 	if s.tokens >= 1 {
 		s.tokens--
-		return true, 0
+		return true, 0, nil
 	}
-	return false, time.Duration((1 - s.tokens) / rate * float64(time.Second))
+	return false, time.Duration((1 - s.tokens) / rate * float64(time.Second)), nil
 }
 
 // Capped reports whether the tenant has a daily cost ceiling.
@@ -116,29 +133,33 @@ func (l *Limits) Allowance(tenant string) (allowance gw.NanoUSD, ok bool) {
 
 // Reserve sets amount aside for an attempt about to be dispatched; false
 // means it does not fit under today's ceiling and nothing was reserved.
-func (l *Limits) Reserve(tenant string, amount gw.NanoUSD) bool {
+// (until, when the attempt ends at the latest, matters to limits kept
+// elsewhere; here a reservation lives until it is settled.)
+func (l *Limits) Reserve(tenant string, amount gw.NanoUSD, _ time.Time) (Reservation, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s := l.get(tenant, l.clock.Now())
+	now := l.clock.Now()
+	r := Reservation{Tenant: tenant, Amount: amount, Day: day(now)}
+	s := l.get(tenant, now)
 	if s == nil || s.lim.CostPerDay <= 0 {
-		return true
+		return r, true
 	}
 	if s.charged+s.reserved+amount > s.lim.CostPerDay {
-		return false
+		return Reservation{}, false
 	}
 	s.reserved += amount
-	return true
+	return r, true
 }
 
 // Settle releases an attempt's reservation and charges what it cost.
-func (l *Limits) Settle(tenant string, reserved, cost gw.NanoUSD) {
+func (l *Limits) Settle(r Reservation, cost gw.NanoUSD) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s := l.get(tenant, l.clock.Now())
+	s := l.get(r.Tenant, l.clock.Now())
 	if s == nil || s.lim.CostPerDay <= 0 {
 		return
 	}
-	s.reserved = max(0, s.reserved-reserved)
+	s.reserved = max(0, s.reserved-r.Amount)
 	s.charged += cost
 }
 

@@ -16,23 +16,23 @@ func TestRateAdmitsAMinuteAndNamesTheWait(t *testing.T) {
 	clk := clock.NewFake(t0)
 	l := New(clk, map[string]Tenant{"acme": {RequestsPerMinute: 60}})
 	for i := range 60 {
-		if ok, _ := l.Take("acme"); !ok {
+		if ok, _, _ := l.Take("acme"); !ok {
 			t.Fatalf("request %d refused within the minute's burst", i+1)
 		}
 	}
-	ok, wait := l.Take("acme")
+	ok, wait, _ := l.Take("acme")
 	if ok || wait != time.Second {
 		t.Fatalf("61st: ok %v retry after %v, want refused for 1s", ok, wait)
 	}
 	clk.Advance(500 * time.Millisecond)
-	if ok, wait = l.Take("acme"); ok || wait != 500*time.Millisecond {
+	if ok, wait, _ = l.Take("acme"); ok || wait != 500*time.Millisecond {
 		t.Fatalf("half a token later: %v %v", ok, wait)
 	}
 	clk.Advance(500 * time.Millisecond)
-	if ok, _ = l.Take("acme"); !ok {
+	if ok, _, _ = l.Take("acme"); !ok {
 		t.Fatal("a refilled token was refused")
 	}
-	if ok, _ = l.Take("other"); !ok {
+	if ok, _, _ = l.Take("other"); !ok {
 		t.Fatal("a tenant without limits was refused")
 	}
 }
@@ -40,13 +40,14 @@ func TestRateAdmitsAMinuteAndNamesTheWait(t *testing.T) {
 func TestCostReservationsNeverPassTheCeiling(t *testing.T) {
 	clk := clock.NewFake(t0)
 	l := New(clk, map[string]Tenant{"acme": {CostPerDay: 1000}})
-	if !l.Reserve("acme", 600) || l.Reserve("acme", 500) {
+	r, ok := l.Reserve("acme", 600, t0.Add(time.Minute))
+	if _, more := l.Reserve("acme", 500, t0.Add(time.Minute)); !ok || more {
 		t.Fatal("want 600 reserved and 500 more refused")
 	}
 	if a, ok := l.Allowance("acme"); !ok || a != 400 {
 		t.Fatalf("allowance %d %v, want 400", a, ok)
 	}
-	l.Settle("acme", 600, 250) // it cost less than its worst case
+	l.Settle(r, 250) // it cost less than its worst case
 	if a, _ := l.Allowance("acme"); a != 750 {
 		t.Fatalf("allowance after settling: %d, want 750", a)
 	}
@@ -71,9 +72,9 @@ func TestCostCeilingUnderConcurrency(t *testing.T) {
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(uint64(g), 1))
 			for range 200 {
-				if l.Reserve("acme", reserve) {
+				if res, ok := l.Reserve("acme", reserve, t0.Add(time.Minute)); ok {
 					// Real costs vary, up to 10 % over the estimate.
-					l.Settle("acme", reserve, gw.NanoUSD(r.Int64N(int64(reserve)*11/10)))
+					l.Settle(res, gw.NanoUSD(r.Int64N(int64(reserve)*11/10)))
 				}
 			}
 		}()
@@ -99,8 +100,26 @@ func TestDayIsTheUTCDay(t *testing.T) {
 		{time.Date(1969, 12, 31, 0, 0, 0, 0, time.UTC), -1},
 		{time.Date(2026, 12, 1, 23, 30, 0, 0, time.FixedZone("UTC-5", -5*3600)), 20789}, // 04:30 UTC on the 2nd
 	} {
-		if got := day(c.at); got != c.want {
-			t.Errorf("day(%v) = %d, want %d", c.at, got, c.want)
+		if got := gw.Day(c.at); got != c.want {
+			t.Errorf("Day(%v) = %d, want %d", c.at, got, c.want)
 		}
+	}
+}
+
+// TestSeedKeepsTheDaysSpendAcrossARestart: a new process seeded with what
+// the store says was charged today refuses what does not fit.
+func TestSeedKeepsTheDaysSpendAcrossARestart(t *testing.T) {
+	clk := clock.NewFake(t0)
+	l := New(clk, map[string]Tenant{"acme": {CostPerDay: 1000}})
+	l.Seed(gw.Day(t0)-1, map[string]gw.NanoUSD{"acme": 900}) // yesterday's: ignored
+	if a, _ := l.Allowance("acme"); a != 1000 {
+		t.Fatalf("yesterday's spend counted today: allowance %d", a)
+	}
+	l.Seed(gw.Day(t0), map[string]gw.NanoUSD{"acme": 900, "unknown": 5})
+	if _, ok := l.Reserve("acme", 200, t0); ok {
+		t.Fatal("a reservation past the seeded spend was admitted")
+	}
+	if a, _ := l.Allowance("acme"); a != 100 {
+		t.Fatalf("allowance after the seed: %d, want 100", a)
 	}
 }

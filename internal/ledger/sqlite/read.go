@@ -30,7 +30,7 @@ func scanRecord(row scanner) (*ledger.Record, error) {
 	r.Stream, r.LeaseUntil, r.CreatedAt, r.FinishedAt = stream == 1, fromNS(lease), fromNS(created), fromNS(finished)
 	if len(resp) > 0 {
 		var err error
-		if r.Response, err = decodeResponse(resp); err != nil {
+		if r.Response, err = ledger.DecodeResponse(resp); err != nil {
 			return nil, fmt.Errorf("stored response of %s: %w", r.RequestID, err)
 		}
 	}

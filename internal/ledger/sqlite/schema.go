@@ -152,3 +152,6 @@ func migrate(db *sql.DB) error {
 	}
 	return nil
 }
+
+// Version is the schema version this binary migrates to.
+func Version() int { return len(migrations) }

@@ -71,7 +71,7 @@ func TestTheWALGetsACommitInFewWritesAndAllOfItBeforeTheAck(t *testing.T) {
 	if err := db.QueryRow(`SELECT state, response FROM requests WHERE request_id = 'req-big'`).Scan(&state, &resp); err != nil {
 		t.Fatalf("the acknowledged finish is not in the files: %v", err)
 	}
-	r, err := decodeResponse(resp)
+	r, err := ledger.DecodeResponse(resp)
 	if err != nil {
 		t.Fatal(err)
 	}

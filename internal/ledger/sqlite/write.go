@@ -141,7 +141,7 @@ func (s *Store) Finish(ctx context.Context, f *ledger.Finish) error {
 	var resp []byte
 	if f.Response != nil {
 		var err error
-		if resp, err = encodeResponse(f.Response); err != nil {
+		if resp, err = ledger.EncodeResponse(f.Response); err != nil {
 			return fmt.Errorf("encode the stored response of %s: %w", f.RequestID, err)
 		}
 	}

@@ -1,11 +1,9 @@
-package sqlite
+package ledger
 
 import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
-
-	"github.com/oncegate/oncegate/internal/ledger"
 )
 
 // responseV2 marks a stored response encoded as its metadata (JSON) and
@@ -22,8 +20,8 @@ type responseMeta struct {
 	Truncated   bool   `json:"truncated,omitempty"`
 }
 
-// encodeResponse is 0x02, uvarint(len(meta)), meta, body.
-func encodeResponse(r *ledger.Response) ([]byte, error) {
+// EncodeResponse encodes a stored response for a backend to keep: 0x02, uvarint(len(meta)), meta, body.
+func EncodeResponse(r *Response) ([]byte, error) {
 	meta, err := json.Marshal(responseMeta{Status: r.Status, ContentType: r.ContentType, Route: r.Route, Attempts: r.Attempts, Truncated: r.Truncated})
 	if err != nil {
 		return nil, err
@@ -37,8 +35,10 @@ func encodeResponse(r *ledger.Response) ([]byte, error) {
 
 var errBadResponse = errors.New("malformed stored response")
 
-func decodeResponse(b []byte) (*ledger.Response, error) {
-	r := &ledger.Response{}
+// DecodeResponse reads what EncodeResponse wrote (or the first, JSON,
+// encoding).
+func DecodeResponse(b []byte) (*Response, error) {
+	r := &Response{}
 	if len(b) > 0 && b[0] == '{' {
 		return r, json.Unmarshal(b, r)
 	}

@@ -1,0 +1,184 @@
+package gateway
+
+import (
+	"errors"
+	"time"
+
+	"github.com/oncegate/oncegate/internal/coord"
+	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/provider"
+)
+
+// refuse answers an arrival whose flight cannot run (coord.Place.Err):
+// the identity is in flight on another gateway with another body, or the
+// shared coordination is down — then a finished request is still replayed
+// from the store (DESIGN §12), and anything else is refused with 503
+// coordination_unavailable: never a silent fallback to this process alone.
+func (c *call) refuse(err error) {
+	if errors.Is(err, coord.ErrConflict) {
+		c.publishError(errorf(CodeKeyReused, "the idempotency key is in use with a different request body"), meta{})
+		return
+	}
+	if rec, gerr := c.g.ledger.Get(c.ctx, c.identity); gerr == nil && rec.State.Finished() {
+		c.log = &eventLog{store: c.g.ledger, requestID: c.id, gen: 1, lost: &c.leaseLost}
+		if replace, follow := c.resolve(rec); !replace && follow == nil {
+			return // answered from the store
+		}
+	}
+	e := errorf(CodeCoordinationUnavailable, "the gateway's shared coordination (Redis) is unreachable; nothing was sent, retry shortly")
+	e.retryAfter = 1
+	c.publishError(e, meta{})
+}
+
+// maxFollows bounds how often one arrival goes back to the store to find
+// the request it joined has ended without an answer to give.
+const maxFollows = 3
+
+// follow serves an arrival whose logical request another gateway owns
+// (coord.Place.Remote, or an in-progress record in the store): its flight
+// here relays that gateway's output, from its first byte, to every client
+// that joined it here. If the owner stops before the end, the store
+// decides: the stored answer is replayed; a request whose owner's lease
+// lapsed is settled (indeterminate, never re-dispatched: 502
+// outcome_unknown, or an in-band stream_interrupted once output was
+// sent); a released identity is claimed anew.
+func (c *call) follow(rem *coord.Remote) {
+	c.follows++
+	c.followTo = nil
+	now := c.g.clock.Now()
+	if !rem.Deadline.IsZero() && rem.Deadline.After(c.deadline) {
+		c.publishError(joinTooLong(rem.Deadline, now), meta{requestID: rem.RequestID})
+		return
+	}
+	started := false
+	var err error
+	if c.g.remotes == nil {
+		err = coord.ErrOwnerGone
+	} else {
+		var sub coord.Subscription
+		if sub, err = c.g.remotes.Watch(c.ctx, c.identity, *rem, c.clientRetries); err == nil {
+			started, err = c.copyRemote(sub)
+			sub.Leave()
+		}
+	}
+	switch {
+	case err == nil:
+		return
+	case errors.Is(err, coord.ErrTruncated):
+		e := errorf(CodeKeyInUse, "this request's output is past the join buffer; retry when it has finished")
+		e.retryAfter = 1
+		c.publishError(e, meta{requestID: rem.RequestID})
+		return
+	case started:
+		// The client has part of the answer: end it in band, never with
+		// another generation's output.
+		c.flight.Finish(nil, interruptFrame(c.proto, rem.RequestID))
+		return
+	}
+	c.awaitStored(rem)
+}
+
+// copyRemote relays a remote flight's output into this one; started says
+// whether the head went out (then a failure is in-band).
+func (c *call) copyRemote(sub coord.Subscription) (started bool, err error) {
+	h, err := sub.Head(c.ctx)
+	if err != nil {
+		return false, err
+	}
+	head := *h
+	head.Header = h.Header.Clone()
+	head.Dedup = "joined"
+	if head.Header.Get("Content-Type") != "text/event-stream" {
+		// A whole answer: publish it with its body, in one piece.
+		var body []byte
+		for {
+			b, done, err := sub.Next(c.ctx)
+			if err != nil {
+				return false, err
+			}
+			body = append(body, b...)
+			if done {
+				break
+			}
+		}
+		c.g.metrics.ObserveDedup("joined")
+		c.flight.Finish(&head, body)
+		return true, nil
+	}
+	c.flight.SetHead(&head)
+	for {
+		b, done, err := sub.Next(c.ctx)
+		if err != nil {
+			return true, err
+		}
+		if done {
+			c.g.metrics.ObserveDedup("joined")
+			c.flight.Finish(nil, nil)
+			return true, nil
+		}
+		c.flight.Write(b)
+	}
+}
+
+// interruptFrame ends a relayed stream whose owner stopped mid-output.
+func interruptFrame(p provider.Protocol, requestID string) []byte {
+	ce := &provider.ClientError{Type: "stream_interrupted", Code: "stream_interrupted", RequestID: requestID,
+		Message: "the gateway serving this stream stopped before it ended; its outcome is unknown (request " + requestID + ")"}
+	return provider.NewEncoder(p, provider.ResponseID(p, requestID), 0, "").Error(nil, ce)
+}
+
+// storePoll is how often an arrival whose remote owner went quiet looks
+// at the store for the request's fate.
+const storePoll = 100 * time.Millisecond
+
+// awaitStored waits for the store to say how the request ended, then
+// answers as an arrival after it would: a replay, 502 outcome_unknown
+// once the owner's lease lapsed (settling the request), or — the
+// identity released — a new logical request.
+func (c *call) awaitStored(rem *coord.Remote) {
+	c.log = &eventLog{store: c.g.ledger, requestID: c.id, gen: 1, lost: &c.leaseLost}
+	for {
+		rec, err := c.g.ledger.Get(c.ctx, c.identity)
+		switch {
+		case errors.Is(err, ledger.ErrNotFound) && c.follows < maxFollows:
+			c.run()
+			return
+		case err != nil && c.ctx.Err() == nil:
+			e := errorf(CodeStoreUnavailable, "the gateway's store is unreachable; retry shortly")
+			if !errors.Is(err, ledger.ErrNotFound) {
+				e.retryAfter = 1
+			}
+			c.publishError(e, meta{requestID: rem.RequestID})
+			return
+		case err != nil:
+			c.publishError(errorf(CodeInternal, "the client went away"), meta{requestID: rem.RequestID})
+			return
+		case rec.State.Finished(), rec.RequestID != rem.RequestID, rec.LeaseUntil.Before(c.g.clock.Now()):
+			replace, follow := c.resolve(rec)
+			switch {
+			case follow != nil && c.follows < maxFollows:
+				c.follow(follow)
+			case follow != nil:
+				e := errorf(CodeKeyInUse, "this request is in progress elsewhere")
+				e.retryAfter = 1
+				c.publishError(e, meta{requestID: follow.RequestID})
+			case replace:
+				c.run()
+			}
+			return
+		}
+		// In progress under a live lease: its owner may still finish it.
+		t := time.NewTimer(storePoll)
+		select {
+		case <-t.C:
+		case <-c.ctx.Done():
+			t.Stop()
+			c.publishError(errorf(CodeInternal, "the client went away"), meta{requestID: rem.RequestID})
+			return
+		}
+		if c.g.clock.Now().After(c.deadline) {
+			c.publishError(joinTooLong(rec.LeaseUntil, c.g.clock.Now()), meta{requestID: rem.RequestID})
+			return
+		}
+	}
+}

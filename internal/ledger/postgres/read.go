@@ -1,0 +1,136 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncegate/oncegate/internal/ledger"
+)
+
+func scanRecord(row pgx.Row) (*ledger.Record, error) {
+	var r ledger.Record
+	var lease, created, finished int64
+	var state string
+	var resp []byte
+	if err := row.Scan(&r.Identity, &r.RequestID, &r.Tenant, &r.Operation, &r.RequestSHA256, &r.Stream, &state,
+		&r.Owner, &r.Generation, &lease, &created, &finished, &resp); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, ledger.ErrNotFound
+		}
+		return nil, err
+	}
+	r.State, r.LeaseUntil, r.CreatedAt, r.FinishedAt = ledger.State(state), fromNS(lease), fromNS(created), fromNS(finished)
+	if len(resp) > 0 {
+		var err error
+		if r.Response, err = ledger.DecodeResponse(resp); err != nil {
+			return nil, fmt.Errorf("stored response of %s: %w", r.RequestID, err)
+		}
+	}
+	return &r, nil
+}
+
+// Get returns the record for identity.
+func (s *Store) Get(ctx context.Context, identity string) (*ledger.Record, error) {
+	return scanRecord(s.pool.QueryRow(ctx, `SELECT `+recordCols+` FROM requests WHERE identity = $1`, identity))
+}
+
+// Unfinished lists in-progress records with their events.
+func (s *Store) Unfinished(ctx context.Context) ([]ledger.Unfinished, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+recordCols+` FROM requests WHERE state = 'in_progress' ORDER BY request_id`)
+	if err != nil {
+		return nil, err
+	}
+	var out []ledger.Unfinished
+	index := map[string]int{}
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			rows.Close()
+			return nil, err
+		}
+		index[r.RequestID] = len(out)
+		out = append(out, ledger.Unfinished{Record: r})
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(out) == 0 {
+		return out, err
+	}
+	evs, err := s.events(ctx, `SELECT e.request_id, e.seq, e.generation, e.type, e.at, e.data FROM events e
+		JOIN requests r ON r.request_id = e.request_id WHERE r.state = 'in_progress' ORDER BY e.request_id, e.seq`)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range evs {
+		if i, ok := index[e.RequestID]; ok {
+			out[i].Events = append(out[i].Events, e)
+		}
+	}
+	return out, nil
+}
+
+// Events returns a request's events in order.
+func (s *Store) Events(ctx context.Context, requestID string) ([]ledger.Event, error) {
+	return s.events(ctx, `SELECT request_id, seq, generation, type, at, data FROM events WHERE request_id = $1 ORDER BY seq`, requestID)
+}
+
+// StaleEvents returns the writes fenced off for a request (evidence).
+func (s *Store) StaleEvents(ctx context.Context, requestID string) ([]ledger.Event, error) {
+	return s.events(ctx, `SELECT request_id, 0, generation, 'stale_owner_write', at, data FROM stale_events WHERE request_id = $1`, requestID)
+}
+
+func (s *Store) events(ctx context.Context, q string, args ...any) ([]ledger.Event, error) {
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (ledger.Event, error) {
+		var e ledger.Event
+		var typ string
+		var at int64
+		err := row.Scan(&e.RequestID, &e.Seq, &e.Generation, &typ, &at, &e.Data)
+		e.Type, e.At = ledger.EventType(typ), fromNS(at)
+		return e, err
+	})
+}
+
+// Receipt returns a tenant's receipt.
+func (s *Store) Receipt(ctx context.Context, tenant, requestID string) ([]byte, error) {
+	var body []byte
+	err := s.pool.QueryRow(ctx, `SELECT body FROM receipts WHERE request_id = $1 AND tenant = $2`, requestID, tenant).Scan(&body)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ledger.ErrNotFound
+	}
+	return body, err
+}
+
+// Receipts lists a tenant's receipts after `after`.
+func (s *Store) Receipts(ctx context.Context, tenant string, limit int, after string) ([][]byte, error) {
+	rows, err := s.pool.Query(ctx, `SELECT body FROM receipts WHERE tenant = $1 AND request_id > $2 ORDER BY request_id LIMIT $3`,
+		tenant, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[[]byte])
+}
+
+// Spend returns each tenant's charges on a UTC day.
+func (s *Store) Spend(ctx context.Context, day int64) (map[string]int64, error) {
+	rows, err := s.pool.Query(ctx, `SELECT tenant, charged FROM tenant_spend WHERE day = $1`, day)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var t string
+		var v int64
+		if err := rows.Scan(&t, &v); err != nil {
+			return nil, err
+		}
+		out[t] = v
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,129 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// migrations are applied in order, once each, at Open or by `oncegate
+// migrate`; the schema version is the number applied. Times are Unix
+// nanoseconds (bigint), as in the SQLite backend, so both return the same
+// instants; 0 means none.
+var migrations = []string{
+	`CREATE TABLE requests (
+		identity       text PRIMARY KEY,
+		request_id     text NOT NULL UNIQUE,
+		tenant         text NOT NULL,
+		operation      text NOT NULL,
+		request_sha256 text NOT NULL,
+		stream         boolean NOT NULL,
+		state          text NOT NULL,
+		owner          text NOT NULL,
+		generation     bigint NOT NULL,
+		lease_until    bigint NOT NULL,
+		created_at     bigint NOT NULL,
+		finished_at    bigint NOT NULL DEFAULT 0,
+		response       bytea
+	);
+	CREATE INDEX requests_in_progress ON requests (lease_until) WHERE state = 'in_progress';
+	CREATE INDEX requests_finished ON requests (finished_at) WHERE state <> 'in_progress';
+	CREATE TABLE events (
+		request_id text NOT NULL,
+		seq        bigint NOT NULL,
+		generation bigint NOT NULL,
+		type       text NOT NULL,
+		at         bigint NOT NULL,
+		data       bytea,
+		PRIMARY KEY (request_id, seq)
+	);
+	CREATE TABLE stale_events (
+		request_id text NOT NULL,
+		generation bigint NOT NULL,
+		type       text NOT NULL,
+		at         bigint NOT NULL,
+		data       bytea
+	);
+	CREATE INDEX stale_events_by_request ON stale_events (request_id);
+	CREATE TABLE receipts (
+		request_id text PRIMARY KEY,
+		tenant     text NOT NULL,
+		body       bytea NOT NULL
+	);
+	CREATE INDEX receipts_by_tenant ON receipts (tenant, request_id);
+	CREATE TABLE tenant_spend (
+		day     bigint NOT NULL,
+		tenant  text NOT NULL,
+		charged bigint NOT NULL,
+		PRIMARY KEY (day, tenant)
+	);
+	CREATE TABLE meta (k text PRIMARY KEY, v bytea NOT NULL);`,
+}
+
+// migrationLock is the advisory lock that serialises migrations: replicas
+// starting together migrate once, the others wait and find it done.
+const migrationLock = 0x6f6e63656761 // "oncega"
+
+// Version is the schema version this binary migrates to.
+func Version() int { return len(migrations) }
+
+// migrate applies the migrations the database lacks, each in its own
+// transaction under migrationLock, and returns how many it applied. A
+// database migrated by a newer binary (a version past ours) is an error:
+// this binary does not know its schema.
+func migrate(ctx context.Context, pool *pgxpool.Pool) (int, error) {
+	applied := 0
+	for {
+		n, done, err := migrateOne(ctx, pool)
+		if err != nil {
+			return applied, err
+		}
+		applied += n
+		if done {
+			return applied, nil
+		}
+	}
+}
+
+func migrateOne(ctx context.Context, pool *pgxpool.Pool) (applied int, done bool, err error) {
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrationLock)); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS oncegate_schema (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+			return err
+		}
+		v, err := schemaVersion(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if v > len(migrations) {
+			return fmt.Errorf("the database's schema is version %d, newer than this binary's %d: upgrade oncegate", v, len(migrations))
+		}
+		if v == len(migrations) {
+			done = true
+			return nil
+		}
+		if _, err := tx.Exec(ctx, migrations[v]); err != nil {
+			return fmt.Errorf("migration %d: %w", v+1, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO oncegate_schema (version) VALUES ($1)`, v+1); err != nil {
+			return err
+		}
+		applied = 1
+		return nil
+	})
+	return applied, done, err
+}
+
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func schemaVersion(ctx context.Context, q querier) (int, error) {
+	var v int
+	err := q.QueryRow(ctx, `SELECT COALESCE(MAX(version), 0) FROM oncegate_schema`).Scan(&v)
+	return v, err
+}
