@@ -8,8 +8,13 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"time"
 
+	"github.com/google/uuid"
+
+	"github.com/oncegate/oncegate/internal/coord/redis"
 	"github.com/oncegate/oncegate/internal/gateway"
+	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/policy"
 )
 
@@ -20,6 +25,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	path := fs.String("config", "", "configuration file (required)")
 	listen := fs.String("listen", "", "address to listen on (default: the config's listen)")
 	storeFlag := fs.String("store", "", "ledger to use (default: the config's store), e.g. sqlite:///var/lib/oncegate/ledger.db")
+	coordFlag := fs.String("coordination", "", "coordination to use (default: the config's coordination), e.g. redis://127.0.0.1:6379/0")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -37,17 +43,36 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
 	gateway.TuneGC(os.LookupEnv)
-	storeURL := pol.Config.Store
+	storeURL, coordURL := pol.Config.Store, pol.Config.Coordination
 	if *storeFlag != "" {
 		storeURL = *storeFlag
 	}
-	store, err := openStore(ctx, storeURL, false)
+	if *coordFlag != "" {
+		coordURL = *coordFlag
+	}
+	if policy.IsRedis(coordURL) && !policy.IsPostgres(storeURL) {
+		fmt.Fprintf(stderr, "oncegate serve: coordination %s shares state between gateways, but store %s can be opened by one process only: use postgres://…\n",
+			redis.Redact(coordURL), storeURL)
+		return 1
+	}
+	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	store, err := openStore(openCtx, storeURL, false)
 	if err != nil {
 		fmt.Fprintf(stderr, "oncegate serve: %v\n", err)
 		return 1
 	}
 	defer store.Close()
-	g, err := gateway.New(pol, secrets, gateway.Options{Logger: log, Ledger: store})
+	opts := gateway.Options{Logger: log, Ledger: store, Owner: uuid.Must(uuid.NewV7()).String()}
+	if policy.IsRedis(coordURL) {
+		co, err := shared(openCtx, pol, coordURL, store, log, &opts)
+		if err != nil {
+			fmt.Fprintf(stderr, "oncegate serve: %v\n", err)
+			return 1
+		}
+		defer co.Close()
+	}
+	g, err := gateway.New(pol, secrets, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "oncegate serve: %v\n", err)
 		return 1
@@ -62,11 +87,27 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "oncegate serve: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "oncegate listening on http://%s (policy %s)\n", ln.Addr(), pol.Digest[:12])
+	fmt.Fprintf(stdout, "oncegate listening on http://%s (policy %s, gateway %s)\n", ln.Addr(), pol.Digest[:12], opts.Owner)
 	if err := g.Serve(ctx, ln); err != nil {
 		fmt.Fprintf(stderr, "oncegate serve: %v\n", err)
 		return 1
 	}
 	fmt.Fprintln(stdout, "oncegate stopped")
 	return 0
+}
+
+// shared connects the Redis coordination and puts it in the gateway's
+// options: in-flight claims and joins across gateways, and the breakers,
+// retry budget and tenant limits every replica shares (DESIGN §12).
+func shared(ctx context.Context, pol *policy.Policy, url string, store ledger.Store, log *slog.Logger, opts *gateway.Options) (*redis.Coordinator, error) {
+	co, err := redis.New(ctx, redis.Config{URL: url, Owner: opts.Owner, LeaseTTL: pol.Config.Lease.TTL.D(), Renew: pol.Config.Lease.Renew.D(),
+		JoinBuffer: int(pol.Limits.MaxStreamBufferBytes), Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	opts.Flights, opts.Coordination = co, co
+	opts.Breakers = co.NewBreakers(gateway.BreakerConfig(pol), gateway.RouteIDs(pol))
+	opts.RetryBudget = co.NewBudget(gateway.BudgetConfig(pol))
+	opts.Tenants = co.NewTenants(gateway.TenantLimitsOf(pol), store.Spend)
+	return co, nil
 }

@@ -70,6 +70,15 @@ type Ticket struct {
 	probe      bool
 }
 
+// ProbeTicket is a ticket issued elsewhere (a breaker shared by several
+// gateways): probe says it holds a half-open breaker's probe slot.
+func ProbeTicket(st State, gen int64, probe bool) Ticket {
+	return Ticket{State: st, Generation: gen, probe: probe}
+}
+
+// Probe reports whether the ticket holds a half-open breaker's probe slot.
+func (t Ticket) Probe() bool { return t.probe }
+
 // Breaker is one route's circuit breaker. It is safe for concurrent use.
 type Breaker struct {
 	cfg      Config

@@ -235,24 +235,13 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 func (g *Gateway) guards(pol *policy.Policy, opts Options) {
 	g.breakers, g.budget, g.tenants, g.metrics = opts.Breakers, opts.RetryBudget, opts.Tenants, opts.Metrics
 	if g.breakers == nil {
-		ids := make([]string, len(pol.Routes))
-		for i, r := range pol.Routes {
-			ids[i] = r.ID
-		}
-		b := pol.Breaker
-		g.breakers = breaker.NewSet(breaker.Config{FailureRatio: b.FailureRatio, MinRequests: b.MinRequests, Window: b.Window.D(),
-			OpenFor: b.OpenFor.D(), HalfOpenProbes: b.HalfOpenProbes}, g.clock, ids)
+		g.breakers = breaker.NewSet(BreakerConfig(pol), g.clock, RouteIDs(pol))
 	}
 	if g.budget == nil {
-		rb := pol.RetryBudget
-		g.budget = breaker.NewBudget(breaker.BudgetConfig{Ratio: rb.Ratio, MinPerSecond: rb.MinPerSecond, Window: rb.Window.D()}, g.clock)
+		g.budget = breaker.NewBudget(BudgetConfig(pol), g.clock)
 	}
 	if g.tenants == nil {
-		lim := map[string]quota.Tenant{}
-		for _, t := range pol.Tenants {
-			lim[t.ID] = quota.Tenant{RequestsPerMinute: t.RequestsPerMinute, CostPerDay: t.CostPerDay}
-		}
-		g.tenants = quota.New(g.clock, lim)
+		g.tenants = quota.New(g.clock, TenantLimitsOf(pol))
 	}
 	if g.metrics == nil {
 		g.metrics = metrics.New(nil)

@@ -6,6 +6,7 @@ import (
 	"github.com/oncegate/oncegate/internal/breaker"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/quota"
 	"github.com/oncegate/oncegate/internal/retry"
 )
@@ -171,4 +172,35 @@ func breakerOutcome(k gw.Kind, cause gw.Cause) breaker.Outcome {
 		return breaker.Failure
 	}
 	return breaker.Ignore
+}
+
+// BreakerConfig is the policy's breaker section as breakers take it.
+func BreakerConfig(pol *policy.Policy) breaker.Config {
+	b := pol.Breaker
+	return breaker.Config{FailureRatio: b.FailureRatio, MinRequests: b.MinRequests, Window: b.Window.D(),
+		OpenFor: b.OpenFor.D(), HalfOpenProbes: b.HalfOpenProbes}
+}
+
+// BudgetConfig is the policy's retry_budget as the budget takes it.
+func BudgetConfig(pol *policy.Policy) breaker.BudgetConfig {
+	rb := pol.RetryBudget
+	return breaker.BudgetConfig{Ratio: rb.Ratio, MinPerSecond: rb.MinPerSecond, Window: rb.Window.D()}
+}
+
+// RouteIDs lists the policy's routes, in order.
+func RouteIDs(pol *policy.Policy) []string {
+	ids := make([]string, len(pol.Routes))
+	for i, r := range pol.Routes {
+		ids[i] = r.ID
+	}
+	return ids
+}
+
+// TenantLimitsOf is each tenant's budget as the limits take it.
+func TenantLimitsOf(pol *policy.Policy) map[string]quota.Tenant {
+	lim := map[string]quota.Tenant{}
+	for _, t := range pol.Tenants {
+		lim[t.ID] = quota.Tenant{RequestsPerMinute: t.RequestsPerMinute, CostPerDay: t.CostPerDay}
+	}
+	return lim
 }

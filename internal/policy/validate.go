@@ -2,12 +2,12 @@ package policy
 
 import (
 	"fmt"
-	"net/url"
 	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/oncegate/oncegate/internal/config"
+	rediscoord "github.com/oncegate/oncegate/internal/coord/redis"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/retry"
 	"github.com/redis/go-redis/v9"
@@ -308,24 +308,17 @@ func (v *validator) coordination(s, store string) {
 	switch {
 	case s == "local":
 	case IsRedis(s):
-		if _, err := redis.ParseURL(s); err != nil {
+		u, _, err := rediscoord.SplitPrefix(s)
+		if err == nil {
+			_, err = redis.ParseURL(u)
+		}
+		if err != nil {
 			v.fail("coordination", "%v", err)
 		}
 		if !IsPostgres(store) {
-			v.fail("coordination", "%s shares state between several gateways, but store %q can be opened by one process only: use postgres://… (or coordination: local)", redactRedis(s), store)
+			v.fail("coordination", "%s shares state between several gateways, but store %q can be opened by one process only: use postgres://… (or coordination: local)", rediscoord.Redact(s), store)
 		}
 	default:
 		v.fail("coordination", "want local or redis://…, found %q", s)
 	}
-}
-
-// redactRedis hides a Redis URL's password.
-func redactRedis(s string) string {
-	if u, err := url.Parse(s); err == nil {
-		if _, has := u.User.Password(); has {
-			u.User = url.UserPassword(u.User.Username(), "xxxxx")
-		}
-		return u.String()
-	}
-	return "redis://…"
 }

@@ -65,7 +65,7 @@ func (c *Coordinator) Place(ctx context.Context, a coord.Arrival) (coord.Place, 
 		return coord.Place{Flight: f, Work: work}, err
 	}
 	p := coord.Place{Flight: f, Owner: true, Work: work}
-	key := prefixClaim + a.Identity
+	key := c.prefix + prefixClaim + a.Identity
 	v, _ := json.Marshal(claimValue{Owner: c.cfg.Owner, RequestID: a.RequestID, SHA256: a.SHA256, Deadline: a.Deadline.UnixMilli()})
 	now := c.clock.Now()
 	existing, err := scriptClaim.Run(ctx, c.rdb, []string{key}, string(v), c.cfg.LeaseTTL.Milliseconds()).Text()
@@ -169,7 +169,7 @@ type watchMsg struct {
 // one about its flights. go-redis resubscribes after an outage.
 func (c *Coordinator) listen() {
 	defer c.wg.Done()
-	ps := c.rdb.Subscribe(context.Background(), prefixOwner+c.cfg.Owner)
+	ps := c.rdb.Subscribe(context.Background(), c.prefix+prefixOwner+c.cfg.Owner)
 	defer ps.Close()
 	ch := ps.Channel()
 	for {
@@ -218,7 +218,7 @@ const outputTTL = time.Minute
 // forward starts copying a flight's output for a remote joiner, or
 // answers why it cannot.
 func (c *Coordinator) forward(w watchMsg) {
-	key := prefixOutput + w.RequestID
+	key := c.prefix + prefixOutput + w.RequestID
 	f, err := c.local.Join(w.Identity, w.RequestID)
 	if err != nil {
 		kind := entryGone
@@ -320,9 +320,9 @@ func (c *Coordinator) xadd(key, kind string, data []byte, end bool) {
 // the join buffer, coord.ErrUnavailable while Redis cannot be reached.
 func (c *Coordinator) Watch(ctx context.Context, identity string, r coord.Remote, clientRetries int) (coord.Subscription, error) {
 	msg, _ := json.Marshal(watchMsg{Op: "watch", Identity: identity, RequestID: r.RequestID, Retries: clientRetries})
-	rd := &remote{c: c, identity: identity, r: r, key: prefixOutput + r.RequestID, last: "0", signal: make(chan struct{}, 1)}
+	rd := &remote{c: c, identity: identity, r: r, key: c.prefix + prefixOutput + r.RequestID, last: "0", signal: make(chan struct{}, 1)}
 	c.hub.add(rd) // before the owner can write: nothing is missed
-	n, err := c.rdb.Publish(ctx, prefixOwner+r.Owner, msg).Result()
+	n, err := c.rdb.Publish(ctx, c.prefix+prefixOwner+r.Owner, msg).Result()
 	if err == nil && n == 0 {
 		err = coord.ErrOwnerGone // nobody listens for that owner: it is not running
 	} else if err != nil {
@@ -391,16 +391,23 @@ func (r *remote) next(ctx context.Context) (goredis.XMessage, error) {
 }
 
 // ownerHolds reports whether the owner still holds the claim on the
-// request: a claim gone or changed means the flight ended (the store has
-// the answer) or its owner's lease lapsed.
+// request and still listens: a claim gone or changed means the flight
+// ended (the store has the answer) or its owner's lease lapsed; an owner
+// not subscribed any more has stopped (or lost Redis: either way it can
+// copy nothing more).
 func (r *remote) ownerHolds(ctx context.Context) bool {
-	v, err := r.c.rdb.Get(ctx, prefixClaim+r.identity).Result()
-	if err != nil {
+	pipe := r.c.rdb.Pipeline()
+	get := pipe.Get(ctx, r.c.prefix+prefixClaim+r.identity)
+	subs := pipe.PubSubNumSub(ctx, r.c.prefix+prefixOwner+r.r.Owner)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
 		r.c.check(err)
 		return false
 	}
 	var held claimValue
-	return json.Unmarshal([]byte(v), &held) == nil && held.RequestID == r.r.RequestID && held.Owner == r.r.Owner
+	if json.Unmarshal([]byte(get.Val()), &held) != nil || held.RequestID != r.r.RequestID || held.Owner != r.r.Owner {
+		return false
+	}
+	return subs.Val()[r.c.prefix+prefixOwner+r.r.Owner] > 0
 }
 
 func entry(m goredis.XMessage) (kind string, data []byte) {
@@ -463,7 +470,7 @@ func (r *remote) Leave() {
 	r.left = true
 	r.c.hub.remove(r)
 	msg, _ := json.Marshal(watchMsg{Op: "leave", Identity: r.identity, RequestID: r.r.RequestID})
-	owner := prefixOwner + r.r.Owner
+	owner := r.c.prefix + prefixOwner + r.r.Owner
 	r.c.batch.add(func(p goredis.Pipeliner) { p.Publish(context.Background(), owner, msg) })
 }
 

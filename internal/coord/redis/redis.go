@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,13 +57,14 @@ type Config struct {
 // Coordinator is the shared coordination of one gateway. It is safe for
 // concurrent use.
 type Coordinator struct {
-	cfg   Config
-	rdb   *goredis.Client
-	local *coord.Local
-	clock clock.Clock
-	log   *slog.Logger
-	batch *batcher
-	hub   *hub
+	cfg    Config
+	prefix string // of every key and channel
+	rdb    *goredis.Client
+	local  *coord.Local
+	clock  clock.Clock
+	log    *slog.Logger
+	batch  *batcher
+	hub    *hub
 
 	claims   sync.Map // identity → *claim this gateway holds
 	fwdMu    sync.Mutex
@@ -71,17 +73,21 @@ type Coordinator struct {
 	downMu sync.Mutex
 	down   error // non-nil while Redis is unreachable
 
+	syncMu  sync.Mutex
+	syncers []syncer // breakers and budget, synced every syncEvery
+
 	roundTrips atomic.Int64
 	stop       chan struct{}
 	stopOnce   sync.Once
 	wg         sync.WaitGroup
 }
 
-// Key prefixes: every key and channel oncegate uses starts with "oncegate:".
+// What keys and channels are named, after the coordinator's prefix
+// ("oncegate:" unless the URL's key_prefix says otherwise).
 const (
-	prefixClaim  = "oncegate:claim:"
-	prefixOutput = "oncegate:out:"
-	prefixOwner  = "oncegate:owner:"
+	prefixClaim  = "claim:"
+	prefixOutput = "out:"
+	prefixOwner  = "owner:"
 )
 
 // New connects to Redis and starts the coordinator's background work:
@@ -89,7 +95,11 @@ const (
 // replicas. It fails if Redis cannot be reached now; once running, an
 // outage is reported per call and survived.
 func New(ctx context.Context, cfg Config) (*Coordinator, error) {
-	opts, err := goredis.ParseURL(cfg.URL)
+	u, prefix, err := SplitPrefix(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("coordination: %w", err)
+	}
+	opts, err := goredis.ParseURL(u)
 	if err != nil {
 		return nil, fmt.Errorf("coordination: %w", err)
 	}
@@ -103,7 +113,7 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	c := &Coordinator{cfg: cfg, rdb: goredis.NewClient(opts), local: coord.NewLocal(cfg.JoinBuffer), clock: cfg.Clock,
+	c := &Coordinator{cfg: cfg, prefix: prefix, rdb: goredis.NewClient(opts), local: coord.NewLocal(cfg.JoinBuffer), clock: cfg.Clock,
 		log: cfg.Logger, forwards: map[string]*forwarder{}, stop: make(chan struct{})}
 	c.rdb.AddHook(counter{&c.roundTrips})
 	if err := c.rdb.Ping(ctx).Err(); err != nil {
@@ -111,9 +121,10 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 		return nil, fmt.Errorf("coordination %s: %w", Redact(cfg.URL), err)
 	}
 	c.batch, c.hub = newBatcher(c), newHub(c)
-	c.wg.Add(4)
+	c.wg.Add(5)
 	go c.batch.run()
 	go c.hub.run()
+	go c.syncLoop()
 	go c.renewClaims()
 	go c.listen()
 	return c, nil
@@ -177,13 +188,94 @@ func (c *Coordinator) setDown(err error) {
 	}
 }
 
+// syncer is shared state with a copy in this gateway, brought up to date
+// in the background: sync queues its commands and returns what to do
+// with their answers once the pipeline ran.
+type syncer interface {
+	sync(ctx context.Context, pipe goredis.Pipeliner) func()
+}
+
+func (c *Coordinator) addSyncer(s syncer) {
+	c.syncMu.Lock()
+	c.syncers = append(c.syncers, s)
+	c.syncMu.Unlock()
+}
+
+// syncLoop syncs the breakers and the budget every syncEvery, all in one
+// pipeline; while Redis is down it also finds out when Redis is back.
+func (c *Coordinator) syncLoop() {
+	defer c.wg.Done()
+	t := time.NewTicker(syncEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		}
+		c.syncMu.Lock()
+		all := append([]syncer(nil), c.syncers...)
+		c.syncMu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if len(all) == 0 {
+			if c.Err() != nil {
+				_ = c.Ping(ctx)
+			}
+			cancel()
+			continue
+		}
+		pipe := c.rdb.Pipeline()
+		var after []func()
+		for _, s := range all {
+			after = append(after, s.sync(ctx, pipe))
+		}
+		_, err := pipe.Exec(ctx)
+		if errors.Is(err, goredis.Nil) {
+			err = nil
+		}
+		c.check(err)
+		for _, f := range after {
+			f()
+		}
+		cancel()
+	}
+}
+
+// SplitPrefix takes the key_prefix parameter oncegate adds to a Redis URL
+// out of it: every key and channel starts with it, so that several
+// deployments (or tests) can share one Redis. Default "oncegate:".
+func SplitPrefix(raw string) (redisURL, prefix string, err error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", "", err
+	}
+	q := u.Query()
+	prefix = "oncegate:"
+	if q.Has("key_prefix") {
+		if prefix = q.Get("key_prefix"); prefix == "" {
+			return "", "", fmt.Errorf("key_prefix is empty")
+		}
+		q.Del("key_prefix")
+		u.RawQuery = q.Encode()
+	}
+	return u.String(), prefix, nil
+}
+
 // Redact returns a Redis URL fit for logs: its password hidden.
-func Redact(u string) string {
+func Redact(raw string) string {
+	u, prefix, err := SplitPrefix(raw)
+	if err != nil {
+		return "redis://…"
+	}
 	opts, err := goredis.ParseURL(u)
 	if err != nil {
 		return "redis://…"
 	}
-	return fmt.Sprintf("redis://%s/%d", opts.Addr, opts.DB)
+	s := fmt.Sprintf("redis://%s/%d", opts.Addr, opts.DB)
+	if prefix != "oncegate:" {
+		s += "?key_prefix=" + url.QueryEscape(prefix)
+	}
+	return s
 }
 
 // counter is a go-redis hook counting round trips.
@@ -212,8 +304,12 @@ type Info struct {
 }
 
 // Probe connects and says what it found, changing nothing.
-func Probe(ctx context.Context, url string) (*Info, error) {
-	opts, err := goredis.ParseURL(url)
+func Probe(ctx context.Context, raw string) (*Info, error) {
+	u, _, err := SplitPrefix(raw)
+	if err != nil {
+		return nil, fmt.Errorf("coordination: %w", err)
+	}
+	opts, err := goredis.ParseURL(u)
 	if err != nil {
 		return nil, fmt.Errorf("coordination: %w", err)
 	}
@@ -221,7 +317,7 @@ func Probe(ctx context.Context, url string) (*Info, error) {
 	defer rdb.Close()
 	start := time.Now()
 	if err := rdb.Ping(ctx).Err(); err != nil {
-		return nil, fmt.Errorf("reach %s: %w", Redact(url), err)
+		return nil, fmt.Errorf("reach %s: %w", Redact(raw), err)
 	}
 	info := &Info{Ping: time.Since(start)}
 	if m, err := rdb.InfoMap(ctx, "server").Result(); err == nil {
