@@ -7,17 +7,25 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
+	"time"
 
 	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/coord/redis"
+	"github.com/oncegate/oncegate/internal/ledger/postgres"
+	"github.com/oncegate/oncegate/internal/ledger/sqlite"
 	"github.com/oncegate/oncegate/internal/policy"
 )
 
 // check validates a configuration (DESIGN §8.2) and prints its route
-// tables and policy digests. Exit 1 lists every violation.
-func check(_ context.Context, args []string, stdout, stderr io.Writer) int {
+// tables and policy digests. Exit 1 lists every violation. With
+// --connect it also reaches the store and the coordination and says what
+// it found; exit 1 if either cannot be reached.
+func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", "", "configuration file (required)")
+	connect := fs.Bool("connect", false, "also reach the store and the coordination, and report what they are")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -36,8 +44,79 @@ func check(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	if _, err := p.Config.ResolveSecrets(os.LookupEnv); err != nil {
 		fmt.Fprintf(stdout, "\nnote: `serve` will need these environment variables:\n%v\n", err)
 	}
+	if p.Config.Coordination == "local" && policy.IsPostgres(p.Config.Store) {
+		fmt.Fprintln(stdout, "\nnote: coordination is local: run one gateway on this store (coordination: redis://… shares in-flight requests, breakers and budgets between several)")
+	}
+	if *connect {
+		fmt.Fprintln(stdout)
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		failed := false
+		for _, probe := range []func(context.Context, *config.Config) (string, error){probeStore, probeCoordination} {
+			line, err := probe(ctx, p.Config)
+			if err != nil {
+				fmt.Fprintf(stderr, "%s: %v\n", line, err)
+				failed = true
+				continue
+			}
+			fmt.Fprintln(stdout, line)
+		}
+		if failed {
+			return 1
+		}
+	}
 	fmt.Fprintln(stdout, "\nconfiguration OK")
 	return 0
+}
+
+// probeStore reaches the configured store and describes it.
+func probeStore(ctx context.Context, c *config.Config) (string, error) {
+	switch s := c.Store; {
+	case s == "memory://":
+		return "store memory://: in this process only (nothing outlives it)", nil
+	case strings.HasPrefix(s, "sqlite://"):
+		path := strings.TrimPrefix(s, "sqlite://")
+		info, err := sqlite.Probe(path)
+		line := "store " + s
+		switch {
+		case err != nil:
+			return line, err
+		case !info.Exists:
+			return fmt.Sprintf("%s: no file yet; serve creates it at schema version %d", line, sqlite.Version()), nil
+		}
+		line = fmt.Sprintf("%s: %d bytes, schema version %d of %d", line, info.Bytes, info.SchemaVersion, sqlite.Version())
+		if info.HeldBy != "" {
+			line += fmt.Sprintf("; open in a gateway now (pid %s): a second one on it will refuse to start", info.HeldBy)
+		}
+		return line, nil
+	default:
+		line := "store " + postgres.Redact(s)
+		info, err := postgres.Probe(ctx, s)
+		if err != nil {
+			return line, err
+		}
+		state := "up to date"
+		switch v := info.SchemaVersion; {
+		case v < postgres.Version():
+			state = "serve (or oncegate migrate) applies the rest"
+		case v > postgres.Version():
+			return line, fmt.Errorf("schema version %d is newer than this binary's %d: upgrade oncegate", v, postgres.Version())
+		}
+		return fmt.Sprintf("%s: PostgreSQL %s, schema version %d of %d (%s)", line, info.ServerVersion, info.SchemaVersion, postgres.Version(), state), nil
+	}
+}
+
+// probeCoordination reaches the configured coordination and describes it.
+func probeCoordination(ctx context.Context, c *config.Config) (string, error) {
+	if c.Coordination == "local" {
+		return "coordination local: in this process only", nil
+	}
+	line := "coordination " + redis.Redact(c.Coordination)
+	info, err := redis.Probe(ctx, c.Coordination)
+	if err != nil {
+		return line, err
+	}
+	return fmt.Sprintf("%s: Redis %s, ping %v", line, info.Version, info.Ping.Round(10*time.Microsecond)), nil
 }
 
 // reportConfigError prints every violation of a configuration and returns

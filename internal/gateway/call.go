@@ -52,6 +52,9 @@ type call struct {
 	// often the call went after one, so it never goes round forever.
 	followTo *coord.Remote
 	follows  int
+	// finishing is set as the terminal is committed: a lease the store
+	// reports lost from then on was lost to the terminal itself.
+	finishing atomic.Bool
 	// leaseLost is set when the store would not renew this call's lease:
 	// it lapsed, and another gateway may have settled the request. The
 	// call dispatches nothing more.
@@ -60,7 +63,7 @@ type call struct {
 
 // loseLease marks the call's lease lost (see leaseLost).
 func (c *call) loseLease() {
-	if !c.leaseLost.Swap(true) {
+	if !c.leaseLost.Swap(true) && !c.finishing.Load() {
 		c.g.log.Warn("lost the lease of a request in flight; it dispatches nothing more", "request_id", c.id)
 	}
 }
@@ -214,8 +217,25 @@ func (c *call) abort(err error) {
 	c.g.live.Delete(c.id)
 	c.g.log.Error("request aborted", "request_id", c.id, "err", err)
 	e := errorf(CodeInternal, "internal error (request %s)", c.id)
-	if errors.Is(err, ledger.ErrStaleGeneration) || errors.Is(err, ledger.ErrFinished) || errors.Is(err, errLeaseLost) {
+	switch {
+	case errors.Is(err, ledger.ErrStaleGeneration) || errors.Is(err, ledger.ErrFinished) || errors.Is(err, errLeaseLost):
 		e = errorf(CodeOutcomeUnknown, "another owner took this request over; its outcome is theirs")
+	case errors.Is(err, errStore):
+		c.g.store.failed(err)
+		// An attempt may have been sent: its outcome could not be
+		// recorded, and the request is settled once the store is back
+		// (indeterminate if an attempt was in flight). The client must
+		// not send it again blind.
+		e = errorf(CodeStoreUnavailable, "the gateway's store became unreachable while this request ran; its outcome is unknown")
+		e.noRetry = len(c.rec.R.Attempts) > 0 || c.log != nil && c.log.seq > 1
+	}
+	if c.out != nil && c.out.started {
+		// The client already reads a stream: end it with the protocol's
+		// in-band error, not a JSON body after its last frame.
+		c.out.flush()
+		cs := codeStatus[e.code]
+		c.flight.Finish(nil, c.out.enc.Error(nil, &provider.ClientError{Type: cs.typ, Code: e.code, Message: e.message, RequestID: c.id}))
+		return
 	}
 	c.publishError(e, c.meta())
 }
@@ -342,6 +362,7 @@ func ledgerState(t gw.Terminal) ledger.State {
 // durable commit. A cancelled request releases its identity instead: its
 // caller gave up before any answer, so the key may be used again.
 func (c *call) commit(state ledger.State, stored *ledger.Response) error {
+	c.finishing.Store(true)
 	r := c.rec.R
 	body, err := json.Marshal(r)
 	if err != nil {
@@ -349,9 +370,9 @@ func (c *call) commit(state ledger.State, stored *ledger.Response) error {
 	}
 	now := c.g.clock.Now()
 	term := c.log.event(ledger.EvTerminal, now, map[string]string{"terminal": r.Terminal, "reason": r.Reason})
-	return c.g.ledger.Finish(context.Background(), &ledger.Finish{Identity: c.identity, RequestID: c.id, Generation: c.log.gen,
+	return storeErr(c.g.ledger.Finish(context.Background(), &ledger.Finish{Identity: c.identity, RequestID: c.id, Generation: c.log.gen,
 		State: state, Response: stored, At: now, Events: append(c.log.take(true), term), Receipt: body, Tenant: c.tenant.ID,
-		Charge: int64(gw.NanoFromUSD(r.Totals.CostUSD)), Release: r.Terminal == string(gw.TerminalCancelled)})
+		Charge: int64(gw.NanoFromUSD(r.Totals.CostUSD)), Release: r.Terminal == string(gw.TerminalCancelled)}))
 }
 
 // billed sums every attempt's usage: what the client is charged.

@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"sync/atomic"
 	"time"
@@ -70,7 +72,7 @@ func (l *eventLog) append(ctx context.Context, evs ...ledger.Event) error {
 	if l.lost != nil && l.lost.Load() {
 		return errLeaseLost
 	}
-	return l.store.Append(ctx, true, append(l.take(false), evs...)...)
+	return storeErr(l.store.Append(ctx, true, append(l.take(false), evs...)...))
 }
 
 // take returns the queued events, encoded in full or — beside the
@@ -106,4 +108,17 @@ func failpoint(name string) {
 	}
 	_, _ = os.Stderr.WriteString("ONCEGATE_FAILPOINT " + name + " reached\n")
 	select {}
+}
+
+// errStore marks a store failure that is not a refusal: the store could
+// not be reached, or failed.
+var errStore = errors.New("store unavailable")
+
+// storeErr wraps a store error that is not a fencing refusal with
+// errStore.
+func storeErr(err error) error {
+	if err == nil || errors.Is(err, ledger.ErrStaleGeneration) || errors.Is(err, ledger.ErrFinished) || errors.Is(err, ledger.ErrNotFound) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", errStore, err)
 }

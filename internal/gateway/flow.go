@@ -41,6 +41,7 @@ func (c *call) claim(d retry.Decision) bool {
 			c.storeDown(err)
 			return false
 		}
+		c.g.store.answered()
 		if created {
 			c.g.metrics.ObserveDedup("miss")
 			c.g.live.Store(c.id, c)
@@ -73,7 +74,12 @@ func (c *call) claim(d retry.Decision) bool {
 // storeDown answers an arrival the store could not claim: nothing was
 // sent, so the client may come back (503 store_unavailable).
 func (c *call) storeDown(err error) {
-	c.g.log.Error("store unavailable: request refused", "request_id", c.id, "err", err)
+	if c.ctx.Err() != nil {
+		c.publishError(errorf(CodeInternal, "the client went away"), meta{})
+		return
+	}
+	c.g.store.failed(err)
+	c.g.log.Debug("store unavailable: request refused", "request_id", c.id, "err", err)
 	e := errorf(CodeStoreUnavailable, "the gateway's store is unreachable; nothing was sent, retry shortly")
 	e.retryAfter = 1
 	c.publishError(e, meta{})
@@ -135,12 +141,14 @@ func (c *call) resolve(rec *ledger.Record) (replace bool, follow *coord.Remote) 
 		c.publishError(errorf(CodeOutcomeUnknown, "the first attempt's outcome is unknown (state indeterminate); it will not be re-sent"), m)
 		return false, nil
 	}
-	c.replay(rec)
+	c.replay(rec, "replayed")
 	return false, nil
 }
 
-// replay answers from a finished record's stored response.
-func (c *call) replay(rec *ledger.Record) {
+// replay answers from a finished record's stored response; dedup is how
+// the answer is labelled (an arrival that joined the request in flight
+// and got its answer from the store is "joined").
+func (c *call) replay(rec *ledger.Record, dedup string) {
 	resp := rec.Response
 	h := http.Header{}
 	h.Set("Content-Type", resp.ContentType)
@@ -154,9 +162,13 @@ func (c *call) replay(rec *ledger.Record) {
 	if resp.ContentType == "text/event-stream" {
 		h.Set("Cache-Control", "no-cache")
 	}
-	c.flight.Finish(&coord.Head{Status: resp.Status, Header: h, Dedup: "replayed"}, resp.Body)
-	c.g.metrics.ObserveDedup("replayed")
-	_ = c.g.ledger.AddDedup(context.Background(), rec.Tenant, rec.RequestID, c.flight.Joined(), 1, max(c.clientRetries, c.flight.ClientRetries()))
+	c.flight.Finish(&coord.Head{Status: resp.Status, Header: h, Dedup: dedup}, resp.Body)
+	c.g.metrics.ObserveDedup(dedup)
+	joined, replayed := c.flight.Joined(), 1
+	if dedup == "joined" {
+		joined, replayed = joined+1, 0
+	}
+	_ = c.g.ledger.AddDedup(context.Background(), rec.Tenant, rec.RequestID, joined, replayed, max(c.clientRetries, c.flight.ClientRetries()))
 }
 
 // writeHead writes a response head; dedup names X-Oncegate-Dedup unless the
@@ -223,6 +235,16 @@ func (g *Gateway) serveFlight(w http.ResponseWriter, r *http.Request, rd coord.S
 		}
 	}
 }
+
+// outlasts reports whether an owner's deadline really exceeds a joiner's:
+// by more than joinSlack, not by the moments between two admissions (the
+// arrival that wins a claim may have been admitted a little later, and a
+// shared claim keeps its deadline to the millisecond).
+func outlasts(owner, joiner time.Time) bool { return owner.Sub(joiner) > joinSlack }
+
+// joinSlack is how much longer than a joiner's deadline an owner's may
+// run before the join is refused.
+const joinSlack = time.Second
 
 // joinTooLong is the 409 for a join that would outlast the joiner's own
 // deadline (DESIGN §3.2): come back when the owner's deadline has passed.

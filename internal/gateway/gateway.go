@@ -135,6 +135,34 @@ type Gateway struct {
 	// live are the calls this process owns, by request id: their leases
 	// are renewed while they run.
 	live sync.Map
+	// store tracks whether the store answers, to say so once in the log.
+	store storeHealth
+}
+
+// storeHealth logs the store's outages once each, when the first request
+// fails for it and when one succeeds again.
+type storeHealth struct {
+	log  *slog.Logger
+	mu   sync.Mutex
+	down bool
+}
+
+func (h *storeHealth) failed(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.down {
+		h.down = true
+		h.log.Error("store unavailable: new requests are refused with 503 store_unavailable until it answers", "err", err)
+	}
+}
+
+func (h *storeHealth) answered() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.down {
+		h.down = false
+		h.log.Info("store restored: it answers again")
+	}
 }
 
 type tenantKey struct {
@@ -178,6 +206,7 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
+	g.store.log = g.log
 	if g.ledger == nil {
 		g.ledger = memory.New(0)
 	}

@@ -54,7 +54,7 @@ func (g *Gateway) serveChat(p provider.Protocol) http.HandlerFunc {
 			errorf(CodeInternal, "place the request: %v", err).write(w, p, meta{})
 			return
 		case !place.Owner:
-			if now := g.clock.Now(); f.Deadline.After(c.deadline) {
+			if now := g.clock.Now(); outlasts(f.Deadline, c.deadline) {
 				f.Leave()
 				joinTooLong(f.Deadline, now).write(w, p, meta{requestID: f.RequestID})
 				return

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"errors"
 	"time"
 
@@ -46,7 +47,7 @@ func (c *call) follow(rem *coord.Remote) {
 	c.follows++
 	c.followTo = nil
 	now := c.g.clock.Now()
-	if !rem.Deadline.IsZero() && rem.Deadline.After(c.deadline) {
+	if !rem.Deadline.IsZero() && outlasts(rem.Deadline, c.deadline) {
 		c.publishError(joinTooLong(rem.Deadline, now), meta{requestID: rem.RequestID})
 		return
 	}
@@ -70,9 +71,7 @@ func (c *call) follow(rem *coord.Remote) {
 		c.publishError(e, meta{requestID: rem.RequestID})
 		return
 	case started:
-		// The client has part of the answer: end it in band, never with
-		// another generation's output.
-		c.flight.Finish(nil, interruptFrame(c.proto, rem.RequestID))
+		c.finishFromStore(rem)
 		return
 	}
 	c.awaitStored(rem)
@@ -120,6 +119,44 @@ func (c *call) copyRemote(sub coord.Subscription) (started bool, err error) {
 	}
 }
 
+// finishFromStore ends a relayed stream whose owner's output stopped
+// reaching here (the owner died, or Redis went away): if the request
+// finishes in the store with the answer the client has a prefix of, the
+// rest comes from there; otherwise the stream ends in band — never with
+// another generation's output.
+func (c *call) finishFromStore(rem *coord.Remote) {
+	for {
+		rec, err := c.g.ledger.Get(c.ctx, c.identity)
+		now := c.g.clock.Now()
+		switch {
+		case err == nil && rec.RequestID == rem.RequestID && rec.State == ledger.InProgress && !rec.LeaseUntil.Before(now) && now.Before(c.deadline):
+			// Its owner may still finish it.
+		case err == nil && rec.RequestID == rem.RequestID && rec.State == ledger.Succeeded && rec.Response != nil:
+			if out, _ := c.flight.Output(); bytes.HasPrefix(rec.Response.Body, out) {
+				c.g.metrics.ObserveDedup("joined")
+				c.flight.Finish(nil, rec.Response.Body[len(out):])
+				return
+			}
+			c.flight.Finish(nil, interruptFrame(c.proto, rem.RequestID))
+			return
+		default:
+			if err == nil && rec.RequestID == rem.RequestID && rec.State == ledger.InProgress {
+				c.g.settleOne(c.ctx, rec) // its owner's lease lapsed
+			}
+			c.flight.Finish(nil, interruptFrame(c.proto, rem.RequestID))
+			return
+		}
+		t := time.NewTimer(storePoll)
+		select {
+		case <-t.C:
+		case <-c.ctx.Done():
+			t.Stop()
+			c.flight.Finish(nil, interruptFrame(c.proto, rem.RequestID))
+			return
+		}
+	}
+}
+
 // interruptFrame ends a relayed stream whose owner stopped mid-output.
 func interruptFrame(p provider.Protocol, requestID string) []byte {
 	ce := &provider.ClientError{Type: "stream_interrupted", Code: "stream_interrupted", RequestID: requestID,
@@ -152,6 +189,12 @@ func (c *call) awaitStored(rem *coord.Remote) {
 			return
 		case err != nil:
 			c.publishError(errorf(CodeInternal, "the client went away"), meta{requestID: rem.RequestID})
+			return
+		case rec.RequestID == rem.RequestID && rec.State.Finished() && rec.Response != nil && rec.RequestSHA256 == c.requestSHA:
+			// The request this arrival joined finished before its output
+			// reached here: its answer is this arrival's, whatever the
+			// replay windows say of requests that come later.
+			c.replay(rec, "joined")
 			return
 		case rec.State.Finished(), rec.RequestID != rem.RequestID, rec.LeaseUntil.Before(c.g.clock.Now()):
 			replace, follow := c.resolve(rec)

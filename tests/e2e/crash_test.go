@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/ledger/postgres/pgtest"
 	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/receipt"
 )
@@ -66,25 +67,41 @@ routes:
      capabilities: {streaming: true, max_context_tokens: 100000, max_output_tokens: 1000}, price: {input_usd_per_mtok: 1, output_usd_per_mtok: 2}}
 models:
   - {name: chat, routes: [mock], retry: {max_attempts: 2, base_delay: 10ms, max_delay: 50ms, deadline: 60s}}
+lease: {ttl: 2s, renew: 500ms}
 `
 
 // world is a mock provider and a configuration pointing at it, with a
-// ledger file that outlives gateway processes.
+// store that outlives gateway processes: a SQLite file (db), or the
+// PostgreSQL schema store names.
 type world struct {
 	t      *testing.T
 	mock   *mock.Mock
 	config string
 	db     string
+	store  string
 }
 
-func newWorld(t *testing.T, mcfg mock.Config) *world {
+// backends runs a crash test on each store: SQLite, and PostgreSQL when
+// ONCEGATE_TEST_POSTGRES names one (pgtest skips the subtest otherwise).
+func backends(t *testing.T, test func(t *testing.T, store string)) {
+	t.Run("sqlite", func(t *testing.T) { test(t, "") })
+	t.Run("postgres", func(t *testing.T) { test(t, pgtest.URL(t)) })
+}
+
+func newWorld(t *testing.T, mcfg mock.Config) *world { return newWorldOn(t, mcfg, "") }
+
+// newWorldOn is newWorld on store ("": a SQLite file of its own).
+func newWorldOn(t *testing.T, mcfg mock.Config, store string) *world {
 	readSources("../..")
 	m := mock.New(mcfg)
 	srv := httptest.NewServer(m)
 	t.Cleanup(srv.Close)
 	t.Cleanup(m.Close)
 	dir := t.TempDir()
-	w := &world{t: t, mock: m, config: filepath.Join(dir, "oncegate.yaml"), db: filepath.Join(dir, "ledger.db")}
+	w := &world{t: t, mock: m, config: filepath.Join(dir, "oncegate.yaml"), db: filepath.Join(dir, "ledger.db"), store: store}
+	if store == "" {
+		w.store = "sqlite://" + w.db
+	}
 	if err := os.WriteFile(w.config, []byte(strings.ReplaceAll(configTemplate, "MOCK", srv.URL)), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +164,7 @@ var listening = regexp.MustCompile(`oncegate listening on (http://\S+)`)
 
 func (w *world) start(env ...string) *gateway {
 	w.t.Helper()
-	cmd := exec.Command(binary, "serve", "--config", w.config, "--listen", "127.0.0.1:0", "--store", "sqlite://"+w.db)
+	cmd := exec.Command(binary, "serve", "--config", w.config, "--listen", "127.0.0.1:0", "--store", w.store)
 	cmd.Env = append(os.Environ(), append([]string{"ONCEGATE_E2E_KEY=" + apiKey}, env...)...)
 	out, _ := cmd.StdoutPipe()
 	errp, _ := cmd.StderrPipe()
@@ -208,12 +225,25 @@ func (g *gateway) receipt(t *testing.T, id string) (*receipt.Receipt, int) {
 }
 
 // afterCrash checks a request killed mid-flight: after a restart it is
-// indeterminate, never re-sent, and its key answers 502 outcome_unknown.
+// indeterminate, never re-sent, and its key answers 502 outcome_unknown —
+// at once on SQLite (the restarted process holds the file, so the dead
+// one's leases end), once the dead process's lease lapsed on PostgreSQL
+// (another gateway might still hold it: 409 until then).
 func afterCrash(t *testing.T, w *world, key string, upstreamBefore int64) {
 	g2 := w.start()
-	res, body, err := g2.post(context.Background(), key, "hello")
-	if err != nil {
-		t.Fatal(err)
+	var res *http.Response
+	var body []byte
+	var err error
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		res, body, err = g2.post(context.Background(), key, "hello")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.StatusCode != 409 || strings.HasPrefix(w.store, "sqlite://") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	if res.StatusCode != 502 || !strings.Contains(string(body), "outcome_unknown") || res.Header.Get("x-should-retry") != "false" {
 		t.Fatalf("same key after the crash: %d %s", res.StatusCode, body)
@@ -231,77 +261,83 @@ func afterCrash(t *testing.T, w *world, key string, upstreamBefore int64) {
 
 // (a) The gateway dies while an attempt hangs upstream.
 func TestCrashWhileAnAttemptHangs(t *testing.T) {
-	w := newWorld(t, mock.Config{})
-	w.mock.SetScript(mock.Script{Rules: []mock.Rule{{Fault: mock.Fault{Type: mock.FaultHang}}}})
-	g := w.start()
-	go func() { _, _, _ = g.post(context.Background(), "crash-a", "hello") }()
-	deadline := time.Now().Add(10 * time.Second)
-	for w.mock.Stats().Requests == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the attempt never reached the mock")
+	backends(t, func(t *testing.T, store string) {
+		w := newWorldOn(t, mock.Config{}, store)
+		w.mock.SetScript(mock.Script{Rules: []mock.Rule{{Fault: mock.Fault{Type: mock.FaultHang}}}})
+		g := w.start()
+		go func() { _, _, _ = g.post(context.Background(), "crash-a", "hello") }()
+		deadline := time.Now().Add(10 * time.Second)
+		for w.mock.Stats().Requests == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("the attempt never reached the mock")
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	g.kill(t)
-	w.mock.SetScript(mock.Script{}) // the provider is healthy now: a blind retry would succeed
-	afterCrash(t, w, "crash-a", 1)
+		g.kill(t)
+		w.mock.SetScript(mock.Script{}) // the provider is healthy now: a blind retry would succeed
+		afterCrash(t, w, "crash-a", 1)
+	})
 }
 
 // (b) The gateway dies after attempt_dispatched is committed but before the
 // request's bytes are sent.
 func TestCrashAfterDispatchCommitBeforeSend(t *testing.T) {
-	w := newWorld(t, mock.Config{})
-	g := w.start("ONCEGATE_FAILPOINT=after_dispatch_commit")
-	go func() { _, _, _ = g.post(context.Background(), "crash-b", "hello") }()
-	g.stderr.wait(t, regexp.MustCompile(`ONCEGATE_FAILPOINT after_dispatch_commit reached`), 10*time.Second)
-	g.kill(t)
-	if n := w.mock.Stats().Requests; n != 0 {
-		t.Fatalf("the failpoint is before the send, yet the mock saw %d calls", n)
-	}
-	afterCrash(t, w, "crash-b", 0)
+	backends(t, func(t *testing.T, store string) {
+		w := newWorldOn(t, mock.Config{}, store)
+		g := w.start("ONCEGATE_FAILPOINT=after_dispatch_commit")
+		go func() { _, _, _ = g.post(context.Background(), "crash-b", "hello") }()
+		g.stderr.wait(t, regexp.MustCompile(`ONCEGATE_FAILPOINT after_dispatch_commit reached`), 10*time.Second)
+		g.kill(t)
+		if n := w.mock.Stats().Requests; n != 0 {
+			t.Fatalf("the failpoint is before the send, yet the mock saw %d calls", n)
+		}
+		afterCrash(t, w, "crash-b", 0)
+	})
 }
 
 // (c) The gateway dies during group commit under load: every request
 // acknowledged to a client before the kill still has its receipt.
 func TestCrashDuringGroupCommitKeepsAcknowledgedReceipts(t *testing.T) {
-	w := newWorld(t, mock.Config{Tokens: 4})
-	g := w.start()
-	var mu sync.Mutex
-	acked := map[string]string{} // key → request id
-	ctx, stop := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for c := 0; c < 32; c++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ctx.Err() == nil; i++ {
-				key := fmt.Sprintf("load-%d-%d", c, i)
-				res, _, err := g.post(ctx, key, key)
-				if err == nil && res.StatusCode == 200 {
-					mu.Lock()
-					acked[key] = res.Header.Get("X-Oncegate-Request-Id")
-					mu.Unlock()
+	backends(t, func(t *testing.T, store string) {
+		w := newWorldOn(t, mock.Config{Tokens: 4}, store)
+		g := w.start()
+		var mu sync.Mutex
+		acked := map[string]string{} // key → request id
+		ctx, stop := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		for c := 0; c < 32; c++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ctx.Err() == nil; i++ {
+					key := fmt.Sprintf("load-%d-%d", c, i)
+					res, _, err := g.post(ctx, key, key)
+					if err == nil && res.StatusCode == 200 {
+						mu.Lock()
+						acked[key] = res.Header.Get("X-Oncegate-Request-Id")
+						mu.Unlock()
+					}
 				}
+			}()
+		}
+		time.Sleep(1500 * time.Millisecond)
+		g.kill(t)
+		stop()
+		wg.Wait()
+		if len(acked) < 50 {
+			t.Fatalf("only %d requests acknowledged before the kill: the load was too light to test group commit", len(acked))
+		}
+		g2 := w.start()
+		for key, id := range acked {
+			r, status := g2.receipt(t, id)
+			if status != 200 || r.Terminal != "succeeded" {
+				t.Fatalf("acknowledged request %s (%s) lost its receipt (%d)", key, id, status)
 			}
-		}()
-	}
-	time.Sleep(1500 * time.Millisecond)
-	g.kill(t)
-	stop()
-	wg.Wait()
-	if len(acked) < 50 {
-		t.Fatalf("only %d requests acknowledged before the kill: the load was too light to test group commit", len(acked))
-	}
-	g2 := w.start()
-	for key, id := range acked {
-		r, status := g2.receipt(t, id)
-		if status != 200 || r.Terminal != "succeeded" {
-			t.Fatalf("acknowledged request %s (%s) lost its receipt (%d)", key, id, status)
+			res, _, err := g2.post(context.Background(), key, key)
+			if err != nil || res.Header.Get("X-Oncegate-Dedup") != "replayed" {
+				t.Fatalf("acknowledged request %s does not replay after the crash", key)
+			}
 		}
-		res, _, err := g2.post(context.Background(), key, key)
-		if err != nil || res.Header.Get("X-Oncegate-Dedup") != "replayed" {
-			t.Fatalf("acknowledged request %s does not replay after the crash", key)
-		}
-	}
-	t.Logf("%d acknowledged requests survived the kill with their receipts", len(acked))
+		t.Logf("%d acknowledged requests survived the kill with their receipts", len(acked))
+	})
 }

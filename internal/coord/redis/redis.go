@@ -106,7 +106,8 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 	// Fail fast when Redis is down: a new request waits for a
 	// connection at most this long before it is refused.
 	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = time.Second, 2*time.Second, 2*time.Second
-	opts.MaxRetries = 0 // the gateway owns retries; a command is sent once
+	opts.MaxRetries = 0    // the gateway owns retries; a command is sent once
+	opts.DialerRetries = 1 // and a connection is tried once: an outage is reported at once, not after backoffs
 	if cfg.Clock == nil {
 		cfg.Clock = clock.System{}
 	}
@@ -129,6 +130,15 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 	go c.listen()
 	return c, nil
 }
+
+// quiet is go-redis's logger: silent. Every failure it would print also
+// comes back as an error to a caller here, which reports an outage once
+// (setDown) rather than on every dial.
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+func init() { goredis.SetLogger(quiet{}) }
 
 // Close stops the background work, sends what the batcher holds and
 // closes the connections.

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -185,4 +186,39 @@ func fromNS(v int64) time.Time {
 		return time.Time{}
 	}
 	return time.Unix(0, v).UTC()
+}
+
+// Info is what `oncegate check --connect` reports of a database file.
+type Info struct {
+	Exists        bool
+	Bytes         int64
+	SchemaVersion int
+	// HeldBy is the pid of the process that has the file open to write,
+	// if one has ("" if none, or it is not known).
+	HeldBy string
+}
+
+// Probe looks at a database file without changing it.
+func Probe(path string) (*Info, error) {
+	st, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return &Info{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	info := &Info{Exists: true, Bytes: st.Size()}
+	if l, err := lockFile(path + ".lock"); errors.Is(err, ErrLocked) {
+		holder, _ := os.ReadFile(path + ".lock")
+		info.HeldBy = strings.TrimSpace(string(holder))
+	} else if err == nil {
+		l.release()
+	}
+	s, err := OpenReadOnly(path)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	err = s.r.QueryRow(`SELECT COALESCE(MAX(version), 0) FROM schema_version`).Scan(&info.SchemaVersion)
+	return info, err
 }

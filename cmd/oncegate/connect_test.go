@@ -1,0 +1,55 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/oncegate/oncegate/internal/coord/redis/redistest"
+	"github.com/oncegate/oncegate/internal/ledger/postgres/pgtest"
+)
+
+// withStores rewrites the replicated example to use the given store and
+// coordination.
+func withStores(t *testing.T, store, coordination string) string {
+	t.Helper()
+	b, err := os.ReadFile("../../examples/replicated.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.Replace(string(b), "store: postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "store: \""+store+"\"", 1)
+	s = strings.Replace(s, "coordination: redis://127.0.0.1:6379/0", "coordination: \""+coordination+"\"", 1)
+	path := filepath.Join(t.TempDir(), "replicated.yaml")
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// check --connect reaches the store and the coordination and says what
+// they are; migrate brings the store to this binary's schema.
+func TestCheckConnectAndMigrate(t *testing.T) {
+	cfg := withStores(t, pgtest.URL(t), redistest.URL(t))
+	code, out, errOut := runCLI("check", "--connect", "--config", cfg)
+	if code != 0 || !strings.Contains(out, "PostgreSQL 1") || !strings.Contains(out, "schema version 0 of") || !strings.Contains(out, ": Redis ") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	code, out, errOut = runCLI("migrate", "--config", cfg)
+	if code != 0 || !strings.Contains(out, "migration(s) applied now") {
+		t.Fatalf("migrate: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if _, out, _ = runCLI("check", "--connect", "--config", cfg); !strings.Contains(out, "(up to date)") {
+		t.Fatalf("after migrate:\n%s", out)
+	}
+}
+
+// Unreachable parts fail check --connect, each named.
+func TestCheckConnectNamesWhatIsUnreachable(t *testing.T) {
+	cfg := withStores(t, "postgres://postgres@127.0.0.1:9/test?sslmode=disable&connect_timeout=2", "redis://127.0.0.1:9/0")
+	code, out, errOut := runCLI("check", "--connect", "--config", cfg)
+	if code != 1 || !strings.Contains(errOut, "store postgres://postgres@127.0.0.1:9/test") || !strings.Contains(errOut, "coordination redis://127.0.0.1:9/0") ||
+		strings.Contains(out, "configuration OK") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+}
