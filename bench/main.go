@@ -46,6 +46,10 @@ func main() {
 	flag.BoolVar(&o.ledger, "ledger", false, "also run the gateway with the durable SQLite ledger (synchronous=FULL, group commit)")
 	flag.BoolVar(&o.amplify, "amplification", false, "instead: the retry amplification table (naive retry stack versus oncegate at 0, 50 and 100 % upstream failure)")
 	flag.IntVar(&o.actions, "actions", 1000, "user actions per amplification run")
+	flag.BoolVar(&o.replicated, "replicated", false, "also run a gateway on PostgreSQL and Redis, as one of several replicas (-postgres, -redis)")
+	flag.BoolVar(&o.join, "join", false, "instead: how long a chunk takes to reach a client that joined the stream on another replica (-postgres, -redis)")
+	flag.StringVar(&o.postgres, "postgres", envOr("ONCEGATE_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL for -replicated and -join (a schema of the benchmark's own is created and dropped)")
+	flag.StringVar(&o.redis, "redis", envOr("ONCEGATE_TEST_REDIS", "redis://127.0.0.1:6379/0"), "Redis for -replicated and -join (a key prefix of the benchmark's own)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole benchmark to this file")
 	traceFile := flag.String("trace", "", "write an execution trace of the whole benchmark to this file (go tool trace)")
 	memprofile := flag.String("memprofile", "", "write an allocation profile of the whole benchmark to this file")
@@ -75,8 +79,11 @@ func main() {
 	// same process shares.
 	o.gcPercent = gateway.TuneGC(os.LookupEnv)
 	do := run
-	if o.amplify {
+	switch {
+	case o.amplify:
 		do = amplification
+	case o.join:
+		do = joinLatency
 	}
 	if err := do(context.Background(), o, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -94,12 +101,17 @@ type options struct {
 	ledger      bool
 	amplify     bool
 	actions     int
+	replicated  bool
+	join        bool
+	postgres    string
+	redis       string
 	gcPercent   int // the collector target in force
 }
 
 // result is one run's measurements.
 type result struct {
 	name      string
+	redisRTs  string // Redis round trips per logical request ("" when none)
 	requests  int64
 	errors    int64
 	elapsed   time.Duration
@@ -121,36 +133,56 @@ func pct(xs []time.Duration, p float64) time.Duration {
 // benchPreamble is one tenant and the mock as the one provider.
 const benchPreamble = `
 listen: 127.0.0.1:0
-tenants: [{id: bench, api_key_env: BENCH_KEY}]
+tenants: [{id: bench, api_key_env: BENCH_KEY, budget: {requests_per_minute: 100000000, cost_usd_per_day: 1000000}}]
 providers: [{id: mock, type: openai, base_url: "MOCK/v1", timeouts: {connect: 2s, first_byte: 30s, idle: 30s}}]
 `
 
 const benchConfig = benchPreamble + `
 routes:
   - {id: mock, provider: mock, model: bench-model, behavior_class: c, data_boundary: local, max_attempts: 1,
-     capabilities: {streaming: true, max_context_tokens: 100000, max_output_tokens: 4096}}
+     capabilities: {streaming: true, max_context_tokens: 100000, max_output_tokens: 4096}, price: {input_usd_per_mtok: 1, output_usd_per_mtok: 2}}
 models:
   - {name: bench, routes: [mock], retry: {max_attempts: 1, deadline: 60s}}
 `
 
 const benchKey = "sk-bench"
 
-func run(ctx context.Context, o options, out io.Writer) error {
-	m := mock.New(mock.Config{TTFT: o.ttft, TokenInterval: o.interval, Tokens: o.tokens})
+// startMock serves the mock provider until ctx ends.
+func startMock(ctx context.Context, ttft, interval time.Duration, tokens int) (*mock.Mock, string, error) {
+	m := mock.New(mock.Config{TTFT: ttft, TokenInterval: interval, Tokens: tokens})
 	mln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return err
+		return nil, "", err
 	}
+	go func() { _ = m.Serve(ctx, mln) }()
+	return m, "http://" + mln.Addr().String(), nil
+}
+
+// benchPolicy is benchConfig in front of the mock at mockURL.
+func benchPolicy(mockURL string) (*policy.Policy, *config.Secrets, error) {
+	pol, err := policy.Parse("bench.yaml", []byte(strings.ReplaceAll(benchConfig, "MOCK", mockURL)))
+	if err != nil {
+		return nil, nil, err
+	}
+	secrets, err := pol.Config.ResolveSecrets(func(string) (string, bool) { return benchKey, true })
+	return pol, secrets, err
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func run(ctx context.Context, o options, out io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() { _ = m.Serve(ctx, mln) }()
-	mockURL := "http://" + mln.Addr().String()
-
-	pol, err := policy.Parse("bench.yaml", []byte(strings.ReplaceAll(benchConfig, "MOCK", mockURL)))
+	_, mockURL, err := startMock(ctx, o.ttft, o.interval, o.tokens)
 	if err != nil {
 		return err
 	}
-	secrets, err := pol.Config.ResolveSecrets(func(string) (string, bool) { return benchKey, true })
+	pol, secrets, err := benchPolicy(mockURL)
 	if err != nil {
 		return err
 	}
@@ -175,6 +207,18 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		}
 	}
 
+	var rep *replicaGateway
+	if o.replicated {
+		sh, err := newShared(ctx, o.postgres, o.redis)
+		if err != nil {
+			return err
+		}
+		defer sh.drop()
+		if rep, err = startReplica(ctx, pol, secrets, sh); err != nil {
+			return err
+		}
+	}
+
 	fmt.Fprintf(out, "oncegate load benchmark: concurrency %d, %v per run, mock ttft %v, interval %v, %d tokens, GOMAXPROCS %d, GOGC %d\n\n",
 		o.concurrency, o.duration, o.ttft, o.interval, o.tokens, gomaxprocs(), o.gcPercent)
 	runs := []struct {
@@ -195,13 +239,29 @@ func run(ctx context.Context, o options, out io.Writer) error {
 			stream, auth     bool
 		}{"durable stream", durableURL, "bench", true, true})
 	}
+	if rep != nil {
+		runs = append(runs, struct {
+			name, url, model string
+			stream, auth     bool
+		}{"replicated json", rep.url, "bench", false, true}, struct {
+			name, url, model string
+			stream, auth     bool
+		}{"replicated stream", rep.url, "bench", true, true})
+	}
 	var results []*result
 	for _, rn := range runs {
 		if o.only != "" && !strings.Contains(rn.name, o.only) {
 			continue
 		}
-		fmt.Fprintf(out, "running %-15s ...", rn.name)
+		fmt.Fprintf(out, "running %-17s ...", rn.name)
+		var rt0 int64
+		if rep != nil {
+			rt0 = rep.co.RoundTrips()
+		}
 		r := load(ctx, o, rn.name, rn.url+"/v1/chat/completions", rn.model, rn.stream, rn.auth)
+		if rep != nil && rn.url == rep.url {
+			r.redisRTs = roundTrips(rep.co.RoundTrips()-rt0, r.requests)
+		}
 		fmt.Fprintf(out, " %d requests, %d errors\n", r.requests, r.errors)
 		results = append(results, r)
 	}
@@ -318,10 +378,10 @@ func once(client *http.Client, url string, body []byte, auth, stream bool) (time
 
 func report(out io.Writer, rs []*result) {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "run\trequests/s\tp50\tp99\tttft p50\tttft p99\terrors\t")
+	fmt.Fprintln(tw, "run\trequests/s\tp50\tp99\tttft p50\tttft p99\terrors\tRedis round trips/request\t")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%.0f\t%v\t%v\t%v\t%v\t%d\t\n", r.name, r.rps(), round(pct(r.latencies, 0.5)), round(pct(r.latencies, 0.99)),
-			round(pct(r.ttfts, 0.5)), round(pct(r.ttfts, 0.99)), r.errors)
+		fmt.Fprintf(tw, "%s\t%.0f\t%v\t%v\t%v\t%v\t%d\t%s\t\n", r.name, r.rps(), round(pct(r.latencies, 0.5)), round(pct(r.latencies, 0.99)),
+			round(pct(r.ttfts, 0.5)), round(pct(r.ttfts, 0.99)), r.errors, r.redisRTs)
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(out)
@@ -330,12 +390,13 @@ func report(out io.Writer, rs []*result) {
 		byName[r.name] = r
 	}
 	for _, pair := range [][2]string{{"direct json", "gateway json"}, {"direct stream", "gateway stream"},
-		{"direct json", "durable json"}, {"direct stream", "durable stream"}, {"gateway json", "durable json"}} {
+		{"direct json", "durable json"}, {"direct stream", "durable stream"}, {"gateway json", "durable json"},
+		{"durable json", "replicated json"}, {"durable stream", "replicated stream"}, {"gateway json", "replicated json"}} {
 		d, g := byName[pair[0]], byName[pair[1]]
 		if d == nil || g == nil {
 			continue
 		}
-		fmt.Fprintf(out, "%-14s / %-13s requests/s %.2f×   added p50 %v   added p99 %v",
+		fmt.Fprintf(out, "%-17s / %-14s requests/s %.2f×   added p50 %v   added p99 %v",
 			g.name, d.name, g.rps()/d.rps(), round(pct(g.latencies, 0.5)-pct(d.latencies, 0.5)),
 			round(pct(g.latencies, 0.99)-pct(d.latencies, 0.99)))
 		if len(d.ttfts) > 0 {

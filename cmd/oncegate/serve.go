@@ -14,8 +14,8 @@ import (
 
 	"github.com/oncegate/oncegate/internal/coord/redis"
 	"github.com/oncegate/oncegate/internal/gateway"
-	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/policy"
+	"github.com/oncegate/oncegate/internal/replica"
 )
 
 // serve runs the gateway until interrupted, then drains in-flight requests.
@@ -65,7 +65,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer store.Close()
 	opts := gateway.Options{Logger: log, Ledger: store, Owner: uuid.Must(uuid.NewV7()).String()}
 	if policy.IsRedis(coordURL) {
-		co, err := shared(openCtx, pol, coordURL, store, log, &opts)
+		co, err := replica.Share(openCtx, pol, coordURL, store, log, &opts)
 		if err != nil {
 			fmt.Fprintf(stderr, "oncegate serve: %v\n", err)
 			return 1
@@ -94,20 +94,4 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stdout, "oncegate stopped")
 	return 0
-}
-
-// shared connects the Redis coordination and puts it in the gateway's
-// options: in-flight claims and joins across gateways, and the breakers,
-// retry budget and tenant limits every replica shares (DESIGN §12).
-func shared(ctx context.Context, pol *policy.Policy, url string, store ledger.Store, log *slog.Logger, opts *gateway.Options) (*redis.Coordinator, error) {
-	co, err := redis.New(ctx, redis.Config{URL: url, Owner: opts.Owner, LeaseTTL: pol.Config.Lease.TTL.D(), Renew: pol.Config.Lease.Renew.D(),
-		JoinBuffer: int(pol.Limits.MaxStreamBufferBytes), Logger: log})
-	if err != nil {
-		return nil, err
-	}
-	opts.Flights, opts.Coordination = co, co
-	opts.Breakers = co.NewBreakers(gateway.BreakerConfig(pol), gateway.RouteIDs(pol))
-	opts.RetryBudget = co.NewBudget(gateway.BudgetConfig(pol))
-	opts.Tenants = co.NewTenants(gateway.TenantLimitsOf(pol), store.Spend)
-	return co, nil
 }

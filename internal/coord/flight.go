@@ -356,6 +356,11 @@ type Arrival struct {
 	Deadline  time.Time
 	// ClientRetries is the official SDK's retry count it carried.
 	ClientRetries int
+	// Tenant and RequestsPerMinute are its tenant and that tenant's rate
+	// (0: none): a shared coordinator takes the rate's token with the
+	// claim, in the same round trip.
+	Tenant            string
+	RequestsPerMinute int
 }
 
 // Place is where an arrival goes: it owns a new flight (Owner, its work
@@ -369,10 +374,22 @@ type Place struct {
 	Work   context.Context
 	Remote *Remote
 	// Err, on an owned flight, is why it cannot run: ErrConflict (the
-	// identity is in flight on another gateway with another body) or
-	// ErrUnavailable (the shared coordination cannot be reached). The
-	// owner answers every subscriber with it.
+	// identity is in flight on another gateway with another body),
+	// *RateLimited, or ErrUnavailable (the shared coordination cannot be
+	// reached). The owner answers every subscriber with it.
 	Err error
+	// RateTaken says the tenant's rate was counted with the claim (the
+	// caller must not count it again).
+	RateTaken bool
+}
+
+// RateLimited refuses a new logical request of a tenant over its rate.
+type RateLimited struct {
+	RetryAfter time.Duration
+}
+
+func (e *RateLimited) Error() string {
+	return "coord: the tenant is over its request rate (retry after " + e.RetryAfter.String() + ")"
 }
 
 // Remote names a logical request another gateway owns.

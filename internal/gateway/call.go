@@ -52,6 +52,9 @@ type call struct {
 	// often the call went after one, so it never goes round forever.
 	followTo *coord.Remote
 	follows  int
+	// rateTaken: the tenant's rate was counted when the flight was
+	// placed (a shared coordinator does it with the claim).
+	rateTaken bool
 	// finishing is set as the terminal is committed: a lease the store
 	// reports lost from then on was lost to the terminal itself.
 	finishing atomic.Bool
@@ -92,7 +95,11 @@ type attemptResult struct {
 // what happened, until a terminal — committed before the clients get their
 // last byte.
 func (c *call) run() {
-	ok, wait, err := c.g.tenants.Take(c.tenant.ID)
+	ok, wait, err := true, time.Duration(0), error(nil)
+	if !c.rateTaken {
+		ok, wait, err = c.g.tenants.Take(c.tenant.ID)
+	}
+	c.rateTaken = false // a later run of this call (a new request after a follow) is counted
 	if err != nil {
 		e := errorf(CodeCoordinationUnavailable, "the gateway's shared coordination (Redis) is unreachable; nothing was sent, retry shortly")
 		e.retryAfter = 1
@@ -100,10 +107,7 @@ func (c *call) run() {
 		return
 	}
 	if !ok {
-		c.g.metrics.ObserveTenantRejection(c.tenant.ID, CodeTenantRateLimited)
-		e := errorf(CodeTenantRateLimited, "tenant %s is over its %d requests per minute", c.tenant.ID, c.tenant.RequestsPerMinute)
-		e.retryAfter = int(math.Ceil(max(1, wait.Seconds())))
-		c.publishError(e, meta{})
+		c.rateLimited(wait)
 		return
 	}
 	adm := c.admission(false)
@@ -165,6 +169,14 @@ func (c *call) run() {
 		}
 	}
 	c.finish(d, last)
+}
+
+// rateLimited refuses a new logical request of a tenant over its rate.
+func (c *call) rateLimited(wait time.Duration) {
+	c.g.metrics.ObserveTenantRejection(c.tenant.ID, CodeTenantRateLimited)
+	e := errorf(CodeTenantRateLimited, "tenant %s is over its %d requests per minute", c.tenant.ID, c.tenant.RequestsPerMinute)
+	e.retryAfter = int(math.Ceil(max(1, wait.Seconds())))
+	c.publishError(e, meta{})
 }
 
 // single observes one unhedged attempt: its permit goes back, the engine

@@ -39,7 +39,7 @@ func (g *Gateway) serveChat(p provider.Protocol) http.HandlerFunc {
 			g.metrics.ObserveClientRetry()
 		}
 		place, err := g.flights.Place(r.Context(), coord.Arrival{Identity: c.identity, SHA256: c.requestSHA, RequestID: c.id,
-			Deadline: c.deadline, ClientRetries: c.clientRetries})
+			Deadline: c.deadline, ClientRetries: c.clientRetries, Tenant: t.ID, RequestsPerMinute: t.RequestsPerMinute})
 		f := place.Flight
 		switch {
 		case errors.Is(err, coord.ErrConflict):
@@ -64,7 +64,7 @@ func (g *Gateway) serveChat(p provider.Protocol) http.HandlerFunc {
 			g.serveFlight(w, r, f.NewReader(), "joined")
 			return
 		}
-		c.flight, c.ctx = f, place.Work
+		c.flight, c.ctx, c.rateTaken = f, place.Work, place.RateTaken
 		if r.Header.Get("Idempotency-Key") != "" || r.Header.Get("X-Stainless-Retry-Count") != "" {
 			f.SetGrace(g.rejoinGrace) // the caller can come back for this answer
 		}

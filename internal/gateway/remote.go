@@ -16,6 +16,11 @@ import (
 // from the store (DESIGN §12), and anything else is refused with 503
 // coordination_unavailable: never a silent fallback to this process alone.
 func (c *call) refuse(err error) {
+	var limited *coord.RateLimited
+	if errors.As(err, &limited) {
+		c.rateLimited(limited.RetryAfter)
+		return
+	}
 	if errors.Is(err, coord.ErrConflict) {
 		c.publishError(errorf(CodeKeyReused, "the idempotency key is in use with a different request body"), meta{})
 		return

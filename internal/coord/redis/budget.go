@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync"
 	"time"
@@ -99,6 +100,24 @@ func (b *Budget) Retry() bool {
 	}
 	b.learn(v)
 	return v[0] == 1
+}
+
+// flush sends the first attempts counted here now (the sync would send
+// them within syncEvery).
+func (b *Budget) flush(ctx context.Context) error {
+	b.mu.Lock()
+	pending := b.pending
+	b.pending = 0
+	b.mu.Unlock()
+	v, err := b.args(ctx, b.c.rdb, pending, false).Int64Slice()
+	if err != nil || len(v) != 3 {
+		b.mu.Lock()
+		b.pending += pending
+		b.mu.Unlock()
+		return fmt.Errorf("flush the retry budget: %v %w", v, err)
+	}
+	b.learn(v)
+	return nil
 }
 
 func (b *Budget) args(ctx context.Context, s goredis.Scripter, firsts int64, take bool) *goredis.Cmd {

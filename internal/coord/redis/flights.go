@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"sync"
@@ -30,13 +31,20 @@ type claimValue struct {
 	Deadline  int64  `json:"d"` // Unix milliseconds
 }
 
-// scriptClaim sets a claim unless one exists, and returns the one that
-// exists (nil when it set its own).
-var scriptClaim = goredis.NewScript(`
+// scriptClaim sets a claim unless one exists — first taking a token of
+// the tenant's rate (KEYS[2], when ARGV[3], the requests per minute, is
+// not 0): a new logical request counts against the rate, a join does
+// not. ARGV: value, TTL ms, rpm, now ms. Returns {0} when it claimed, {1,
+// value} when a claim exists, {2, ms} when the rate refused.
+var scriptClaim = goredis.NewScript(rateLib + `
 local v = redis.call('GET', KEYS[1])
-if v then return v end
+if v then return {1, v} end
+if ARGV[3] ~= '0' then
+  local ok, wait = take(KEYS[2], tonumber(ARGV[4]), tonumber(ARGV[3]))
+  if ok == 0 then return {2, wait} end
+end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return false`)
+return {0}`)
 
 // scriptRelease deletes a claim if it is still the one given.
 var scriptRelease = goredis.NewScript(`
@@ -68,18 +76,28 @@ func (c *Coordinator) Place(ctx context.Context, a coord.Arrival) (coord.Place, 
 	key := c.prefix + prefixClaim + a.Identity
 	v, _ := json.Marshal(claimValue{Owner: c.cfg.Owner, RequestID: a.RequestID, SHA256: a.SHA256, Deadline: a.Deadline.UnixMilli()})
 	now := c.clock.Now()
-	existing, err := scriptClaim.Run(ctx, c.rdb, []string{key}, string(v), c.cfg.LeaseTTL.Milliseconds()).Text()
-	switch {
-	case errors.Is(err, goredis.Nil):
-		c.check(nil)
+	res, err := scriptClaim.Run(ctx, c.rdb, []string{key, rateKey(c.prefix, a.Tenant)}, string(v), c.cfg.LeaseTTL.Milliseconds(),
+		a.RequestsPerMinute, now.UnixMilli()).Slice()
+	if err = c.check(err); err != nil || len(res) == 0 {
+		p.Err = err
+		if err == nil {
+			p.Err = fmt.Errorf("%w: the claim script answered %v", coord.ErrUnavailable, res)
+		}
+		return p, nil
+	}
+	switch kind, _ := res[0].(int64); kind {
+	case 0:
 		cl := &claim{key: key, value: string(v), until: now.Add(c.cfg.LeaseTTL)}
 		c.claims.Store(a.Identity, cl)
 		f.SetOnFinish(func() { c.release(a.Identity, cl) })
+		p.RateTaken = true
 		return p, nil
-	case err != nil:
-		p.Err = c.check(err)
+	case 2:
+		wait, _ := res[1].(int64)
+		p.Err, p.RateTaken = &coord.RateLimited{RetryAfter: time.Duration(wait) * time.Millisecond}, true
 		return p, nil
 	}
+	existing, _ := res[1].(string)
 	var held claimValue
 	if json.Unmarshal([]byte(existing), &held) != nil {
 		return p, nil // not a claim of ours to read: the store decides
@@ -87,7 +105,8 @@ func (c *Coordinator) Place(ctx context.Context, a coord.Arrival) (coord.Place, 
 	switch {
 	case held.Owner == c.cfg.Owner:
 		// Our own: its flight here has finished and its release is on its
-		// way. The store has its answer.
+		// way. The store has its answer (a replay takes no token; a new
+		// request claimed anew is counted by the caller).
 	case held.SHA256 != a.SHA256:
 		p.Err = coord.ErrConflict
 	default:
@@ -165,11 +184,21 @@ type watchMsg struct {
 	Retries   int    `json:"n,omitempty"`
 }
 
+// subscribe subscribes to this gateway's channel and waits until Redis
+// confirmed it: from then on, other gateways' watches reach it.
+func (c *Coordinator) subscribe(ctx context.Context) (*goredis.PubSub, error) {
+	ps := c.rdb.Subscribe(ctx, c.prefix+prefixOwner+c.cfg.Owner)
+	if _, err := ps.Receive(ctx); err != nil {
+		_ = ps.Close()
+		return nil, err
+	}
+	return ps, nil
+}
+
 // listen receives the watch and leave messages other gateways send this
 // one about its flights. go-redis resubscribes after an outage.
-func (c *Coordinator) listen() {
+func (c *Coordinator) listen(ps *goredis.PubSub) {
 	defer c.wg.Done()
-	ps := c.rdb.Subscribe(context.Background(), c.prefix+prefixOwner+c.cfg.Owner)
 	defer ps.Close()
 	ch := ps.Channel()
 	for {

@@ -117,7 +117,8 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 	c := &Coordinator{cfg: cfg, prefix: prefix, rdb: goredis.NewClient(opts), local: coord.NewLocal(cfg.JoinBuffer), clock: cfg.Clock,
 		log: cfg.Logger, forwards: map[string]*forwarder{}, stop: make(chan struct{})}
 	c.rdb.AddHook(counter{&c.roundTrips})
-	if err := c.rdb.Ping(ctx).Err(); err != nil {
+	ps, err := c.subscribe(ctx)
+	if err != nil {
 		_ = c.rdb.Close()
 		return nil, fmt.Errorf("coordination %s: %w", Redact(cfg.URL), err)
 	}
@@ -127,7 +128,7 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 	go c.hub.run()
 	go c.syncLoop()
 	go c.renewClaims()
-	go c.listen()
+	go c.listen(ps)
 	return c, nil
 }
 

@@ -43,24 +43,35 @@ var _ interface {
 	Settle(quota.Reservation, gw.NanoUSD)
 } = (*Tenants)(nil)
 
-// scriptRate takes a token from a tenant's bucket, which holds a minute's
-// worth and refills continuously. ARGV: now ms, requests per minute.
-// Returns taken (0/1) and, when refused, ms until a token.
-var scriptRate = goredis.NewScript(`
-local now, rpm = tonumber(ARGV[1]), tonumber(ARGV[2])
-local v = redis.call('HMGET', KEYS[1], 'tokens', 'at')
-local tokens, at = tonumber(v[1] or ARGV[2]), tonumber(v[2] or ARGV[1])
-local rate = rpm / 60000
-if now > at then tokens = math.min(rpm, tokens + (now - at) * rate) end
-local ok, wait = 0, 0
-if tokens >= 1 then
-  tokens, ok = tokens - 1, 1
-else
-  wait = math.ceil((1 - tokens) / rate)
+// rateLib takes a token from a tenant's bucket (key), which holds a
+// minute's worth (rpm) and refills continuously; it returns taken (0/1)
+// and, when refused, the ms until a token.
+const rateLib = `
+local function take(key, now, rpm)
+  local v = redis.call('HMGET', key, 'tokens', 'at')
+  local tokens, at = tonumber(v[1] or rpm), tonumber(v[2] or now)
+  local rate = rpm / 60000
+  if now > at then tokens = math.min(rpm, tokens + (now - at) * rate) end
+  local ok, wait = 0, 0
+  if tokens >= 1 then
+    tokens, ok = tokens - 1, 1
+  else
+    wait = math.ceil((1 - tokens) / rate)
+  end
+  redis.call('HSET', key, 'tokens', tostring(tokens), 'at', math.max(now, at))
+  redis.call('PEXPIRE', key, 120000)
+  return ok, wait
 end
-redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', math.max(now, at))
-redis.call('PEXPIRE', KEYS[1], 120000)
+`
+
+// scriptRate takes a token. ARGV: now ms, requests per minute. Returns
+// taken (0/1) and, when refused, ms until a token.
+var scriptRate = goredis.NewScript(rateLib + `
+local ok, wait = take(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]))
 return {ok, wait}`)
+
+// rateKey is a tenant's bucket.
+func rateKey(prefix, tenant string) string { return prefix + "tenant:" + tenant + ":rate" }
 
 // The day's spend: KEYS[1] the day hash (charged, reserved), KEYS[2] a
 // sorted set of reservations by when their attempts end, KEYS[3] a hash
@@ -150,7 +161,7 @@ func (t *Tenants) Take(tenant string) (bool, time.Duration, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	v, err := scriptRate.Run(ctx, t.c.rdb, []string{t.c.prefix + "tenant:" + tenant + ":rate"}, t.c.clock.Now().UnixMilli(), lim.RequestsPerMinute).Int64Slice()
+	v, err := scriptRate.Run(ctx, t.c.rdb, []string{rateKey(t.c.prefix, tenant)}, t.c.clock.Now().UnixMilli(), lim.RequestsPerMinute).Int64Slice()
 	if err = t.c.check(err); err != nil {
 		return false, 0, err
 	}

@@ -118,7 +118,7 @@ func (s *Store) Receipts(ctx context.Context, tenant string, limit int, after st
 
 // Spend returns each tenant's charges on a UTC day.
 func (s *Store) Spend(ctx context.Context, day int64) (map[string]int64, error) {
-	rows, err := s.pool.Query(ctx, `SELECT tenant, charged FROM tenant_spend WHERE day = $1`, day)
+	rows, err := s.pool.Query(ctx, `SELECT tenant, sum(charged)::bigint FROM tenant_spend WHERE day = $1 GROUP BY tenant`, day)
 	if err != nil {
 		return nil, err
 	}

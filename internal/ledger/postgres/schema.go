@@ -60,7 +60,18 @@ var migrations = []string{
 		PRIMARY KEY (day, tenant)
 	);
 	CREATE TABLE meta (k text PRIMARY KEY, v bytea NOT NULL);`,
+
+	// 2: a tenant's day is spread over spendShards rows, each charge
+	// going to the row its request id picks: one row for everyone was a
+	// lock every finishing request of a tenant waited on, held until the
+	// commit before it was flushed to disk.
+	`ALTER TABLE tenant_spend ADD COLUMN shard smallint NOT NULL DEFAULT 0;
+	ALTER TABLE tenant_spend DROP CONSTRAINT tenant_spend_pkey;
+	ALTER TABLE tenant_spend ADD PRIMARY KEY (day, tenant, shard);`,
 }
+
+// spendShards is how many rows a tenant's day is spread over.
+const spendShards = 32
 
 // migrationLock is the advisory lock that serialises migrations: replicas
 // starting together migrate once, the others wait and find it done.

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -197,12 +198,20 @@ func finishStmt(f *ledger.Finish, resp []byte) (string, []any) {
 			INSERT INTO receipts (request_id, tenant, body) SELECT $7::text, $13::text, $14::bytea WHERE $14::bytea IS NOT NULL AND EXISTS (SELECT 1 FROM done)
 			ON CONFLICT (request_id) DO UPDATE SET body = excluded.body
 		), sp AS (
-			INSERT INTO tenant_spend (day, tenant, charged) SELECT $15::bigint, $13::text, $16::bigint WHERE $16::bigint <> 0 AND EXISTS (SELECT 1 FROM done)
-			ON CONFLICT (day, tenant) DO UPDATE SET charged = tenant_spend.charged + excluded.charged
+			INSERT INTO tenant_spend (day, tenant, shard, charged) SELECT $15::bigint, $13::text, $17::smallint, $16::bigint
+			WHERE $16::bigint <> 0 AND EXISTS (SELECT 1 FROM done)
+			ON CONFLICT (day, tenant, shard) DO UPDATE SET charged = tenant_spend.charged + excluded.charged
 		) SELECT count(*) FROM done`
 	args := append(arrays(f.Events).args(), f.RequestID, f.Generation, string(f.State), ns(f.At), resp, gen,
-		f.Tenant, receipt, ledger.Day(f.At), f.Charge)
+		f.Tenant, receipt, ledger.Day(f.At), f.Charge, shardOf(f.RequestID))
 	return q, args
+}
+
+// shardOf is the tenant_spend row a request's charge goes to.
+func shardOf(requestID string) int16 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(requestID))
+	return int16(h.Sum32() % spendShards)
 }
 
 // Finish commits a terminal with its response, events and receipt.
@@ -292,9 +301,10 @@ func (s *Store) SettleLapsed(ctx context.Context, at time.Time) ([]string, error
 func (s *Store) PutReceipt(ctx context.Context, rc *ledger.StoredReceipt) error {
 	_, err := s.pool.Exec(ctx, `WITH ins AS (
 			INSERT INTO receipts (request_id, tenant, body) VALUES ($1, $2, $3) ON CONFLICT (request_id) DO NOTHING RETURNING 1
-		) INSERT INTO tenant_spend (day, tenant, charged) SELECT $4::bigint, $2::text, $5::bigint WHERE $5::bigint <> 0 AND EXISTS (SELECT 1 FROM ins)
-		ON CONFLICT (day, tenant) DO UPDATE SET charged = tenant_spend.charged + excluded.charged`,
-		rc.RequestID, rc.Tenant, rc.Body, ledger.Day(rc.At), rc.Charge)
+		) INSERT INTO tenant_spend (day, tenant, shard, charged) SELECT $4::bigint, $2::text, $6::smallint, $5::bigint
+		WHERE $5::bigint <> 0 AND EXISTS (SELECT 1 FROM ins)
+		ON CONFLICT (day, tenant, shard) DO UPDATE SET charged = tenant_spend.charged + excluded.charged`,
+		rc.RequestID, rc.Tenant, rc.Body, ledger.Day(rc.At), rc.Charge, shardOf(rc.RequestID))
 	if err != nil {
 		return fmt.Errorf("put receipt: %w", err)
 	}

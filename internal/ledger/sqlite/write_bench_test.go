@@ -1,25 +1,14 @@
 package sqlite
 
 import (
-	"bytes"
-	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
-	"github.com/google/uuid"
-
-	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/ledger/ledgertest"
 )
 
-// BenchmarkRequestWrites measures the ledger's write path alone: a logical
-// request's claim (record, created, reserved, dispatched) and finish
-// (observed, decision, terminal, stored response, receipt), with the
-// payload sizes the gateway writes, from 64 concurrent requests.
+// BenchmarkRequestWrites: the ledger's write path from 64 concurrent
+// requests (ledgertest.BenchmarkRequestWrites).
 func BenchmarkRequestWrites(b *testing.B) { benchmarkRequestWrites(b, 64) }
 
 // BenchmarkRequestWritesSequential is the same from one client at a time:
@@ -32,46 +21,5 @@ func benchmarkRequestWrites(b *testing.B, clients int) {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	// What the gateway writes for a one-attempt JSON request: the
-	// created event holds the receipt's header, the observation and the
-	// decision refer to the receipt written beside them.
-	header := bytes.Repeat([]byte("h"), 960)
-	small := bytes.Repeat([]byte("d"), 110)
-	ref := []byte(`{"in_receipt":true,"ordinal":1}`)
-	receiptBody := bytes.Repeat([]byte("r"), 1770)
-	respBody := bytes.Repeat([]byte("b"), 590)
-	var n atomic.Int64
-	b.ResetTimer()
-	start := time.Now()
-	var wg sync.WaitGroup
-	for range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx := context.Background()
-			for n.Add(1) <= int64(b.N) {
-				id := uuid.Must(uuid.NewV7()).String()
-				sum := sha256.Sum256([]byte(id))
-				now := time.Now()
-				ev := func(seq int64, typ ledger.EventType, data []byte) ledger.Event {
-					return ledger.Event{RequestID: id, Seq: seq, Generation: 1, Type: typ, At: now, Data: data}
-				}
-				rec := &ledger.Record{Identity: "f:" + hex.EncodeToString(sum[:]), RequestID: id, Tenant: "acme", Operation: "chat.completions",
-					RequestSHA256: hex.EncodeToString(sum[:]), State: ledger.InProgress, Owner: "o", Generation: 1, LeaseUntil: now.Add(time.Minute), CreatedAt: now}
-				if _, _, err := st.Claim(ctx, rec, []ledger.Event{ev(1, ledger.EvCreated, header), ev(2, ledger.EvReserved, small), ev(3, ledger.EvDispatch, small)}); err != nil {
-					b.Error(err)
-					return
-				}
-				if err := st.Finish(ctx, &ledger.Finish{Identity: rec.Identity, RequestID: id, Generation: 1, State: ledger.Succeeded, At: now,
-					Response: &ledger.Response{Status: 200, ContentType: "application/json", Attempts: 1, Body: respBody},
-					Events:   []ledger.Event{ev(4, ledger.EvObserved, ref), ev(5, ledger.EvDecision, ref), ev(6, ledger.EvTerminal, small[:45])},
-					Receipt:  receiptBody, Tenant: "acme"}); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "requests/s")
+	ledgertest.BenchmarkRequestWrites(b, st, clients)
 }

@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"net/url"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,7 +30,7 @@ func URL(tb testing.TB) string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, base)
+	conn, err := pgx.Connect(ctx, withoutPoolParams(base))
 	if err != nil {
 		tb.Fatalf("%s=%s is unreachable: %v", Env, base, err)
 	}
@@ -43,7 +44,7 @@ func URL(tb testing.TB) string {
 	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if c, err := pgx.Connect(ctx, base); err == nil {
+		if c, err := pgx.Connect(ctx, withoutPoolParams(base)); err == nil {
 			_, _ = c.Exec(ctx, `DROP SCHEMA `+schema+` CASCADE`)
 			_ = c.Close(ctx)
 		}
@@ -54,6 +55,23 @@ func URL(tb testing.TB) string {
 	}
 	q := u.Query()
 	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// withoutPoolParams drops pgxpool's own parameters (pool_max_conns …),
+// which a plain connection would send to the server as settings.
+func withoutPoolParams(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	q := u.Query()
+	for k := range q {
+		if strings.HasPrefix(k, "pool_") {
+			q.Del(k)
+		}
+	}
 	u.RawQuery = q.Encode()
 	return u.String()
 }

@@ -1,0 +1,34 @@
+// Package replica wires a gateway for running beside others (DESIGN §12):
+// the Redis coordination, and the breakers, fleet retry budget and tenant
+// limits every replica shares, put into the gateway's options. The
+// binary's serve and the load benchmark both use it.
+package replica
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/oncegate/oncegate/internal/coord/redis"
+	"github.com/oncegate/oncegate/internal/gateway"
+	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/policy"
+)
+
+// Share connects to the coordination at url and makes opts use it:
+// in-flight claims and joins across gateways (opts.Flights), its health
+// (opts.Coordination), shared breakers, retry budget and tenant limits,
+// the tenants' day seeded from store when Redis lacks it. opts.Owner
+// must be set: it is how other replicas reach this one. The caller
+// closes the coordinator after the gateway.
+func Share(ctx context.Context, pol *policy.Policy, url string, store ledger.Store, log *slog.Logger, opts *gateway.Options) (*redis.Coordinator, error) {
+	co, err := redis.New(ctx, redis.Config{URL: url, Owner: opts.Owner, LeaseTTL: pol.Config.Lease.TTL.D(), Renew: pol.Config.Lease.Renew.D(),
+		JoinBuffer: int(pol.Limits.MaxStreamBufferBytes), Logger: log, Clock: opts.Clock})
+	if err != nil {
+		return nil, err
+	}
+	opts.Flights, opts.Coordination = co, co
+	opts.Breakers = co.NewBreakers(gateway.BreakerConfig(pol), gateway.RouteIDs(pol))
+	opts.RetryBudget = co.NewBudget(gateway.BudgetConfig(pol))
+	opts.Tenants = co.NewTenants(gateway.TenantLimitsOf(pol), store.Spend)
+	return co, nil
+}
