@@ -18,6 +18,7 @@ import (
 
 	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/provider"
+	"github.com/oncegate/oncegate/internal/receipt"
 )
 
 func keyed(key string) map[string]string { return map[string]string{"Idempotency-Key": key} }
@@ -64,10 +65,18 @@ func TestConcurrentDuplicatesMakeOneUpstreamCall(t *testing.T) {
 	if count["miss"] != 1 || count["joined"]+count["replayed"] != n-1 {
 		t.Fatalf("dedup outcomes %v", count)
 	}
-	waitFor(t, func() bool {
+	var last receipt.Dedup
+	deadline := time.Now().Add(10 * time.Second)
+	for {
 		r := e.receipt(ids[0])
-		return r.Dedup.Joined == count["joined"] && r.Dedup.Replayed == count["replayed"]
-	})
+		if last = r.Dedup; last.Joined == count["joined"] && last.Replayed == count["replayed"] {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the receipt counts %+v, the clients %v", last, count)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // Streams: every client reads the identical full text, including clients

@@ -164,9 +164,11 @@ func (c *call) replay(rec *ledger.Record, dedup string) {
 	}
 	c.flight.Finish(&coord.Head{Status: resp.Status, Header: h, Dedup: dedup}, resp.Body)
 	c.g.metrics.ObserveDedup(dedup)
-	joined, replayed := c.flight.Joined(), 1
+	// Whoever joined this arrival's flight reads the same head, so it is
+	// counted as the head says.
+	joined, replayed := 0, 1+c.flight.Joined()
 	if dedup == "joined" {
-		joined, replayed = joined+1, 0
+		joined, replayed = replayed, 0
 	}
 	_ = c.g.ledger.AddDedup(context.Background(), rec.Tenant, rec.RequestID, joined, replayed, max(c.clientRetries, c.flight.ClientRetries()))
 }

@@ -13,7 +13,7 @@ import (
 // refuse answers an arrival whose flight cannot run (coord.Place.Err):
 // the identity is in flight on another gateway with another body, or the
 // shared coordination is down — then a finished request is still replayed
-// from the store (DESIGN §12), and anything else is refused with 503
+// from the store (docs/replicas.md), and anything else is refused with 503
 // coordination_unavailable: never a silent fallback to this process alone.
 func (c *call) refuse(err error) {
 	var limited *coord.RateLimited
@@ -151,14 +151,22 @@ func (c *call) finishFromStore(rem *coord.Remote) {
 			c.flight.Finish(nil, interruptFrame(c.proto, rem.RequestID))
 			return
 		}
-		t := time.NewTimer(storePoll)
-		select {
-		case <-t.C:
-		case <-c.ctx.Done():
-			t.Stop()
+		if !c.pause(storePoll) {
 			c.flight.Finish(nil, interruptFrame(c.proto, rem.RequestID))
 			return
 		}
+	}
+}
+
+// pause waits d, or returns false if the call's clients all left first.
+func (c *call) pause(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.ctx.Done():
+		return false
 	}
 }
 
@@ -216,11 +224,7 @@ func (c *call) awaitStored(rem *coord.Remote) {
 			return
 		}
 		// In progress under a live lease: its owner may still finish it.
-		t := time.NewTimer(storePoll)
-		select {
-		case <-t.C:
-		case <-c.ctx.Done():
-			t.Stop()
+		if !c.pause(storePoll) {
 			c.publishError(errorf(CodeInternal, "the client went away"), meta{requestID: rem.RequestID})
 			return
 		}

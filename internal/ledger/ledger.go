@@ -229,6 +229,24 @@ type Unfinished struct {
 	Events []Event
 }
 
+// WithEvents pairs in-progress records with their events (in order, of
+// any number of requests): what backends return from Unfinished. Events
+// of requests not among records are dropped.
+func WithEvents(records []*Record, events []Event) []Unfinished {
+	out := make([]Unfinished, len(records))
+	index := make(map[string]int, len(records))
+	for i, r := range records {
+		out[i].Record = r
+		index[r.RequestID] = i
+	}
+	for _, e := range events {
+		if i, ok := index[e.RequestID]; ok {
+			out[i].Events = append(out[i].Events, e)
+		}
+	}
+	return out
+}
+
 // AddDedup adds to the "dedup" counts of a receipt's JSON and raises its
 // client_retry_count, leaving every other field as it is. Backends use it
 // to update stored receipts.
@@ -269,4 +287,21 @@ func InFlight(evs []Event) bool {
 		}
 	}
 	return d > o
+}
+
+// UnixNano is how the backends store a time: Unix nanoseconds, 0 for
+// none.
+func UnixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// FromUnixNano reads a time UnixNano stored.
+func FromUnixNano(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, v).UTC()
 }

@@ -1,4 +1,4 @@
-// Package replica wires a gateway for running beside others (DESIGN §12):
+// Package replica wires a gateway for running beside others (docs/replicas.md):
 // the Redis coordination, and the breakers, fleet retry budget and tenant
 // limits every replica shares, put into the gateway's options. The
 // binary's serve and the load benchmark both use it.

@@ -164,19 +164,41 @@ var listening = regexp.MustCompile(`oncegate listening on (http://\S+)`)
 
 func (w *world) start(env ...string) *gateway {
 	w.t.Helper()
-	cmd := exec.Command(binary, "serve", "--config", w.config, "--listen", "127.0.0.1:0", "--store", w.store)
-	cmd.Env = append(os.Environ(), append([]string{"ONCEGATE_E2E_KEY=" + apiKey}, env...)...)
+	return startServe(w.t, []string{"--config", w.config, "--store", w.store}, append([]string{"ONCEGATE_E2E_KEY=" + apiKey}, env...))
+}
+
+// startServe runs `oncegate serve` with args (and --listen on a free
+// port) and env, waits until it listens, and kills it when the test ends
+// — logging its stderr but for INFO lines if the test failed.
+func startServe(t *testing.T, args, env []string) *gateway {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
 	out, _ := cmd.StdoutPipe()
 	errp, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
-		w.t.Fatal(err)
+		t.Fatal(err)
 	}
 	g := &gateway{cmd: cmd, stderr: &lines{seen: make(chan struct{}, 1)}}
 	stdout := &lines{seen: make(chan struct{}, 1)}
 	go pipe(out, stdout)
 	go pipe(errp, g.stderr)
-	w.t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	g.url = stdout.wait(w.t, listening, 20*time.Second)[1]
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			g.stderr.mu.Lock()
+			var notable []string
+			for _, l := range g.stderr.all {
+				if !strings.Contains(l, `"level":"INFO"`) {
+					notable = append(notable, l)
+				}
+			}
+			t.Logf("gateway %s: %d lines on stderr, these not INFO:\n%s", g.url, len(g.stderr.all), strings.Join(notable, "\n"))
+			g.stderr.mu.Unlock()
+		}
+	})
+	g.url = stdout.wait(t, listening, 30*time.Second)[1]
 	return g
 }
 

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -101,34 +100,8 @@ func newFleetWith(t *testing.T, n int, mcfg mock.Config, extra string, setup fun
 // start runs one more replica and waits until it listens.
 func (f *fleet) start() *gateway {
 	f.t.Helper()
-	cmd := exec.Command(binary, "serve", "--config", f.config, "--listen", "127.0.0.1:0", "--store", f.store, "--coordination", f.coord)
-	cmd.Env = append(os.Environ(), "ONCEGATE_E2E_KEY="+apiKey, "ONCEGATE_E2E_CAPPED="+keyCapped, "ONCEGATE_E2E_THRIFTY="+keyThrifty)
-	out, _ := cmd.StdoutPipe()
-	errp, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		f.t.Fatal(err)
-	}
-	g := &gateway{cmd: cmd, stderr: &lines{seen: make(chan struct{}, 1)}}
-	stdout := &lines{seen: make(chan struct{}, 1)}
-	go pipe(out, stdout)
-	go pipe(errp, g.stderr)
-	f.t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if f.t.Failed() {
-			g.stderr.mu.Lock()
-			var notable []string
-			for _, l := range g.stderr.all {
-				if !strings.Contains(l, `"level":"INFO"`) {
-					notable = append(notable, l)
-				}
-			}
-			f.t.Logf("replica %s: %d lines on stderr, these not INFO:\n%s", g.url, len(g.stderr.all), strings.Join(notable, "\n"))
-			g.stderr.mu.Unlock()
-		}
-	})
-	g.url = stdout.wait(f.t, listening, 30*time.Second)[1]
-	return g
+	return startServe(f.t, []string{"--config", f.config, "--store", f.store, "--coordination", f.coord},
+		[]string{"ONCEGATE_E2E_KEY=" + apiKey, "ONCEGATE_E2E_CAPPED=" + keyCapped, "ONCEGATE_E2E_THRIFTY=" + keyThrifty})
 }
 
 // call is one HTTP exchange's result.

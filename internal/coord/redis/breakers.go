@@ -11,7 +11,7 @@ import (
 	"github.com/oncegate/oncegate/internal/breaker"
 )
 
-// Breakers are the routes' circuit breakers (DESIGN §6.1) shared by every
+// Breakers are the routes' circuit breakers shared by every
 // replica: one state per route in Redis, with its generation, and its
 // counts over the rolling window, which every replica adds to. The
 // common path asks nothing of Redis: a closed breaker admits from this

@@ -12,7 +12,7 @@ import (
 	"github.com/oncegate/oncegate/internal/breaker"
 )
 
-// Budget is the fleet retry budget (DESIGN §6.2) kept for every replica
+// Budget is the fleet retry budget kept for every replica
 // at once: first attempts and retries counted in Redis over the rolling
 // window, a tenth of it a slot. A first attempt is counted here and sent
 // with the next sync (counting it late only makes the budget stricter);

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -19,7 +20,13 @@ import (
 // lapses unless renewed (this gateway's view).
 type claim struct {
 	key, value string
-	until      time.Time
+	until      atomic.Int64 // Unix ns
+}
+
+func newClaim(key, value string, until time.Time) *claim {
+	c := &claim{key: key, value: value}
+	c.until.Store(until.UnixNano())
+	return c
 }
 
 // claimValue is what a claim key holds: who owns the logical request,
@@ -87,7 +94,7 @@ func (c *Coordinator) Place(ctx context.Context, a coord.Arrival) (coord.Place, 
 	}
 	switch kind, _ := res[0].(int64); kind {
 	case 0:
-		cl := &claim{key: key, value: string(v), until: now.Add(c.cfg.LeaseTTL)}
+		cl := newClaim(key, string(v), now.Add(c.cfg.LeaseTTL))
 		c.claims.Store(a.Identity, cl)
 		f.SetOnFinish(func() { c.release(a.Identity, cl) })
 		p.RateTaken = true
@@ -152,7 +159,7 @@ func (c *Coordinator) renew() {
 	c.claims.Range(func(k, v any) bool {
 		cl := v.(*claim)
 		reassert := "0"
-		if cl.until.After(now) {
+		if cl.until.Load() > now.UnixNano() {
 			reassert = "1"
 		}
 		all = append(all, held{k.(string), cl, scriptRenew.Eval(ctx, pipe, []string{cl.key}, cl.value, c.cfg.LeaseTTL.Milliseconds(), reassert)})
@@ -168,7 +175,7 @@ func (c *Coordinator) renew() {
 	c.check(nil)
 	for _, h := range all {
 		if n, err := h.cmd.Int(); err == nil && n > 0 {
-			h.cl.until = now.Add(c.cfg.LeaseTTL)
+			h.cl.until.Store(now.Add(c.cfg.LeaseTTL).UnixNano())
 		} else if err == nil {
 			c.claims.CompareAndDelete(h.identity, h.cl) // another holds it, or it lapsed: the store's lease decides
 		}

@@ -1,5 +1,5 @@
 // Package redis is the coordination that several gateway replicas share
-// (DESIGN §12), in Redis: in-flight claims with leases, so that N
+// (docs/replicas.md), in Redis: in-flight claims with leases, so that N
 // identical requests spread over the replicas make one upstream
 // generation; joins across replicas, the owner copying a flight's output
 // into a Redis stream that joiners on other replicas read from its first

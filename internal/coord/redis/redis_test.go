@@ -401,3 +401,35 @@ func TestAnOutageRefusesAndRecovers(t *testing.T) {
 		t.Fatalf("after recovery: %+v %v", p, err)
 	}
 }
+
+// An owner whose claim lapsed cannot renew it: the key Redis let go is
+// not set again (another gateway may hold it by now). A claim Redis lost
+// while this gateway's lease still runs (Redis restarted empty) is set
+// again.
+func TestALapsedClaimIsNotRenewed(t *testing.T) {
+	a, b := pair(t, redistest.URL(t), 5*time.Second)
+	ctx := context.Background()
+	lost, _ := a.Place(ctx, arrival("lapsed", "sha"))
+	kept, _ := a.Place(ctx, arrival("kept", "sha"))
+	v, _ := a.claims.Load("k:lapsed")
+	v.(*claim).until.Store(time.Now().Add(-time.Second).UnixNano()) // this gateway's lease ran out
+	if err := a.rdb.Del(ctx, a.prefix+prefixClaim+"k:lapsed", a.prefix+prefixClaim+"k:kept").Err(); err != nil {
+		t.Fatal(err)
+	}
+	a.renew()
+	if n, _ := a.rdb.Exists(ctx, a.prefix+prefixClaim+"k:lapsed").Result(); n != 0 {
+		t.Fatal("a lapsed claim was set again")
+	}
+	if _, held := a.claims.Load("k:lapsed"); held {
+		t.Fatal("the gateway still counts a lapsed claim as its own")
+	}
+	if n, _ := a.rdb.Exists(ctx, a.prefix+prefixClaim+"k:kept").Result(); n != 1 {
+		t.Fatal("a claim Redis lost under a live lease was not set again")
+	}
+	// Another gateway can claim the lapsed identity now.
+	if p, _ := b.Place(ctx, arrival("lapsed", "sha")); !p.Owner || p.Remote != nil || p.Err != nil {
+		t.Fatalf("the lapsed identity on another gateway: %+v", p)
+	}
+	lost.Flight.Finish(nil, nil)
+	kept.Flight.Finish(nil, nil)
+}

@@ -15,8 +15,8 @@ import (
 	"github.com/oncegate/oncegate/internal/quota"
 )
 
-// Tenants are the tenants' request rates and daily cost ceilings (DESIGN
-// §6.3) shared by every replica. A rate is a token bucket in Redis; a
+// Tenants are the tenants' request rates and daily cost ceilings
+// shared by every replica. A rate is a token bucket in Redis; a
 // day's spend is a hash of what was charged and what is reserved, with
 // each reservation kept apart until it settles — or until its attempt
 // must have ended, when a replica that died with it leaves it behind:

@@ -43,32 +43,16 @@ func (s *Store) Unfinished(ctx context.Context) ([]ledger.Unfinished, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []ledger.Unfinished
-	index := map[string]int{}
-	for rows.Next() {
-		r, err := scanRecord(rows)
-		if err != nil {
-			rows.Close()
-			return nil, err
-		}
-		index[r.RequestID] = len(out)
-		out = append(out, ledger.Unfinished{Record: r})
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil || len(out) == 0 {
-		return out, err
+	recs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*ledger.Record, error) { return scanRecord(row) })
+	if err != nil || len(recs) == 0 {
+		return nil, err
 	}
 	evs, err := s.events(ctx, `SELECT e.request_id, e.seq, e.generation, e.type, e.at, e.data FROM events e
 		JOIN requests r ON r.request_id = e.request_id WHERE r.state = 'in_progress' ORDER BY e.request_id, e.seq`)
 	if err != nil {
 		return nil, err
 	}
-	for _, e := range evs {
-		if i, ok := index[e.RequestID]; ok {
-			out[i].Events = append(out[i].Events, e)
-		}
-	}
-	return out, nil
+	return ledger.WithEvents(recs, evs), nil
 }
 
 // Events returns a request's events in order.

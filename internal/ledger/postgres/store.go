@@ -1,5 +1,5 @@
 // Package postgres is the ledger backend that several gateway replicas
-// share (DESIGN §12): the same records, fencing generations, event log,
+// share (docs/replicas.md): the same records, fencing generations, event log,
 // receipts and tenant spend as the SQLite backend, in PostgreSQL through
 // a pgx connection pool. Every write is one statement — its conditions
 // (the generation fence, "only if the claim was created") in the

@@ -13,19 +13,8 @@ import (
 	"github.com/oncegate/oncegate/internal/ledger"
 )
 
-func ns(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-func fromNS(v int64) time.Time {
-	if v == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, v).UTC()
-}
+// ns and fromNS store times as the ledger package says.
+var ns, fromNS = ledger.UnixNano, ledger.FromUnixNano
 
 // eventArrays are events as the column arrays the statements unnest.
 type eventArrays struct {

@@ -48,38 +48,26 @@ func (s *Store) Unfinished(ctx context.Context) ([]ledger.Unfinished, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []ledger.Unfinished
-	index := map[string]int{}
+	var recs []*ledger.Record
 	for rows.Next() {
 		r, err := scanRecord(rows)
 		if err != nil {
 			rows.Close()
 			return nil, err
 		}
-		index[r.RequestID] = len(out)
-		out = append(out, ledger.Unfinished{Record: r})
+		recs = append(recs, r)
 	}
 	rows.Close()
-	if err := rows.Err(); err != nil || len(out) == 0 {
-		return out, err
+	if err := rows.Err(); err != nil || len(recs) == 0 {
+		return nil, err
 	}
-	evRows, err := s.r.QueryContext(ctx, `SELECT e.request_id, e.seq, e.generation, e.type, e.at, e.data FROM events e
+	evs, err := s.events(ctx, `SELECT e.request_id, e.seq, e.generation, e.type, e.at, e.data FROM events e
 		JOIN requests r ON r.request_id = e.request_id WHERE r.finished_at = 0 AND r.state = 'in_progress' AND e.seq > 0
 		ORDER BY e.request_id, e.seq`)
 	if err != nil {
 		return nil, err
 	}
-	defer evRows.Close()
-	for evRows.Next() {
-		evs, err := scanEvents(evRows)
-		if err != nil {
-			return nil, err
-		}
-		if i, ok := index[evs[0].RequestID]; ok {
-			out[i].Events = append(out[i].Events, evs...)
-		}
-	}
-	return out, evRows.Err()
+	return ledger.WithEvents(recs, evs), nil
 }
 
 // scanEvents reads one row of (request_id, seq, generation, type, at,

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
 
@@ -174,19 +173,8 @@ func (s *Store) Close() error {
 	return err
 }
 
-func ns(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-func fromNS(v int64) time.Time {
-	if v == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, v).UTC()
-}
+// ns and fromNS store times as the ledger package says.
+var ns, fromNS = ledger.UnixNano, ledger.FromUnixNano
 
 // Info is what `oncegate check --connect` reports of a database file.
 type Info struct {
