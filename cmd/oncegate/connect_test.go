@@ -53,3 +53,22 @@ func TestCheckConnectNamesWhatIsUnreachable(t *testing.T) {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
 	}
 }
+
+// serve refuses a coordination or store it cannot serve before it opens
+// anything (no dead options: a flag is checked like the file).
+func TestServeRefusesWhatItCannotServe(t *testing.T) {
+	t.Setenv("ONCEGATE_KEY_DEV", "sk-dev")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--coordination", "etcd://x"}, `coordination "etcd://x": want local or redis://`},
+		{[]string{"--coordination", "redis://127.0.0.1:9/0"}, "can be opened by one process only"},
+		{[]string{"--store", "mysql://x"}, `store "mysql://x": want sqlite://PATH, postgres://… or memory://`},
+	} {
+		code, _, errOut := runCLI(append([]string{"serve", "--config", "../../examples/quickstart.yaml", "--listen", "127.0.0.1:0"}, c.args...)...)
+		if code == 0 || !strings.Contains(errOut, c.want) {
+			t.Errorf("serve %v: exit %d, %s", c.args, code, errOut)
+		}
+	}
+}

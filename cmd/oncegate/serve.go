@@ -50,6 +50,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *coordFlag != "" {
 		coordURL = *coordFlag
 	}
+	if coordURL != "local" && !policy.IsRedis(coordURL) {
+		fmt.Fprintf(stderr, "oncegate serve: coordination %q: want local or redis://…\n", coordURL)
+		return 2
+	}
 	if policy.IsRedis(coordURL) && !policy.IsPostgres(storeURL) {
 		fmt.Fprintf(stderr, "oncegate serve: coordination %s shares state between gateways, but store %s can be opened by one process only: use postgres://…\n",
 			redis.Redact(coordURL), storeURL)

@@ -251,6 +251,11 @@ const (
 // that are still reading it.
 const outputTTL = time.Minute
 
+// outputMaxEntries bounds a flight's stream. A flight stops taking new
+// joiners once its output passes the join buffer (8 MiB by default), so
+// this only bounds what a runaway stream keeps for those reading it.
+const outputMaxEntries = 100_000
+
 // forward starts copying a flight's output for a remote joiner, or
 // answers why it cannot.
 func (c *Coordinator) forward(w watchMsg) {
@@ -343,7 +348,7 @@ func (c *Coordinator) xadd(key, kind string, data []byte, end bool) {
 		values = append(values, "d", data)
 	}
 	c.batch.add(func(p goredis.Pipeliner) {
-		p.XAdd(context.Background(), &goredis.XAddArgs{Stream: key, Values: values})
+		p.XAdd(context.Background(), &goredis.XAddArgs{Stream: key, Values: values, MaxLen: outputMaxEntries, Approx: true})
 		p.Expire(context.Background(), key, ttl)
 	})
 }
