@@ -55,7 +55,7 @@ func TestOneProcessAtATime(t *testing.T) {
 	if r, err := ro.Get(ctx, "k:live"); err != nil || r.State != ledger.InProgress || !r.LeaseUntil.Equal(rec.LeaseUntil.UTC()) {
 		t.Fatalf("the reader sees %+v %v; the writer's live lease must be untouched", r, err)
 	}
-	if _, err := ro.SettleLapsed(ctx, now); !errors.Is(err, ledger.ErrReadOnly) {
+	if _, err := ro.Expire(ctx, now); !errors.Is(err, ledger.ErrReadOnly) {
 		t.Fatalf("a write through the reader: %v", err)
 	}
 	if _, err := OpenReadOnly(filepath.Join(t.TempDir(), "missing.db")); err == nil {
