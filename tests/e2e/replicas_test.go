@@ -4,11 +4,16 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	anopt "github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/openai/openai-go/v3"
+	oaopt "github.com/openai/openai-go/v3/option"
 	goredis "github.com/redis/go-redis/v9"
 
 	rediscoord "github.com/oncegate/oncegate/internal/coord/redis"
@@ -398,5 +403,93 @@ func flushPrefix(t *testing.T, coordination string) {
 	}
 	if err := iter.Err(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The official SDKs, at their default settings, read a stream owned by
+// another replica as they read any stream: the OpenAI SDK's accumulator
+// and the Anthropic SDK's message accumulate the same text as the owner's
+// client got, from joins on the two other replicas.
+func TestOfficialSDKsReadAStreamOwnedByAnotherReplica(t *testing.T) {
+	f := newFleet(t, 3, mock.Config{TTFT: 300 * time.Millisecond, TokenInterval: 5 * time.Millisecond, Tokens: 40}, "")
+	const prompt = "Tell the fleet a story"
+	ctx := context.Background()
+	// The owner: the OpenAI SDK on replica 0.
+	owner := make(chan string, 1)
+	go func() {
+		c := openai.NewClient(oaopt.WithBaseURL(f.gws[0].url+"/v1"), oaopt.WithAPIKey(apiKey), oaopt.WithHeader("Idempotency-Key", "sdk-story"))
+		st := c.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: "chat",
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)}})
+		acc := openai.ChatCompletionAccumulator{}
+		for st.Next() {
+			acc.AddChunk(st.Current())
+		}
+		if st.Err() != nil || len(acc.Choices) == 0 {
+			owner <- "error: " + fmt.Sprint(st.Err())
+			return
+		}
+		owner <- acc.Choices[0].Message.Content
+	}()
+	within(t, 10*time.Second, "the owner's attempt", func() bool { return f.primary.Stats().Requests == 1 })
+	// A joiner with the OpenAI SDK on replica 1.
+	var h http.Header
+	c := openai.NewClient(oaopt.WithBaseURL(f.gws[1].url+"/v1"), oaopt.WithAPIKey(apiKey), oaopt.WithHeader("Idempotency-Key", "sdk-story"),
+		oaopt.WithMiddleware(func(r *http.Request, next oaopt.MiddlewareNext) (*http.Response, error) {
+			res, err := next(r)
+			if res != nil {
+				h = res.Header.Clone()
+			}
+			return res, err
+		}))
+	st := c.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: "chat",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)}})
+	acc := openai.ChatCompletionAccumulator{}
+	for st.Next() {
+		if !acc.AddChunk(st.Current()) {
+			t.Fatalf("the SDK accumulator rejected a relayed chunk: %+v", st.Current())
+		}
+	}
+	if err := st.Err(); err != nil || len(acc.Choices) == 0 {
+		t.Fatalf("the joiner's stream: %v", err)
+	}
+	got, want := acc.Choices[0].Message.Content, <-owner
+	if got != want || h.Get("X-Oncegate-Dedup") != "joined" {
+		t.Fatalf("the joiner on another replica read %q (%s), the owner's client %q", got, h.Get("X-Oncegate-Dedup"), want)
+	}
+	// The same request as an Anthropic SDK user on replica 2, while
+	// another is in flight: it joins that one and reads its text.
+	done := make(chan string, 1)
+	go func() {
+		c := anthropic.NewClient(anopt.WithBaseURL(f.gws[0].url), anopt.WithAPIKey(apiKey), anopt.WithHeader("Idempotency-Key", "sdk-story-anthropic"))
+		st := c.Messages.NewStreaming(ctx, anthropic.MessageNewParams{Model: "chat", MaxTokens: 200,
+			Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock(prompt))}})
+		var msg anthropic.Message
+		for st.Next() {
+			_ = msg.Accumulate(st.Current())
+		}
+		if st.Err() != nil || len(msg.Content) == 0 {
+			done <- "error: " + fmt.Sprint(st.Err())
+			return
+		}
+		done <- msg.Content[0].Text
+	}()
+	within(t, 10*time.Second, "the Anthropic owner's attempt", func() bool { return f.primary.Stats().Requests == 2 })
+	ac := anthropic.NewClient(anopt.WithBaseURL(f.gws[2].url), anopt.WithAPIKey(apiKey), anopt.WithHeader("Idempotency-Key", "sdk-story-anthropic"))
+	ast := ac.Messages.NewStreaming(ctx, anthropic.MessageNewParams{Model: "chat", MaxTokens: 200,
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock(prompt))}})
+	var msg anthropic.Message
+	for ast.Next() {
+		if err := msg.Accumulate(ast.Current()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ast.Err(); err != nil || len(msg.Content) != 1 {
+		t.Fatalf("the Anthropic joiner: %v %+v", err, msg.Content)
+	}
+	if want := <-done; msg.Content[0].Text != want || want == "" {
+		t.Fatalf("the Anthropic joiner read %q, its owner's client %q", msg.Content[0].Text, want)
+	}
+	if n := f.primary.Stats().Requests; n != 2 {
+		t.Fatalf("the provider saw %d requests for 2 logical requests", n)
 	}
 }
