@@ -2,7 +2,10 @@ package postgres
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/ledgertest"
@@ -22,4 +25,53 @@ func TestConformance(t *testing.T) {
 		t.Cleanup(func() { _ = s.Close() })
 		return s
 	})
+}
+
+// Two gateways' batches of one tenant's requests never wait on each other
+// in a circle: no batch fails (a deadlock would make PostgreSQL abort one
+// after a second), and every write lands.
+func TestBatchesOfTwoGatewaysNeverDeadlock(t *testing.T) {
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	var stores []*Store
+	for range 2 {
+		s, err := Open(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		stores = append(stores, s)
+	}
+	now := time.Now()
+	var wg sync.WaitGroup
+	for g := range 48 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := stores[g%2]
+			for i := range 20 {
+				id := fmt.Sprintf("r-%d-%d", g, i)
+				rec := &ledger.Record{Identity: "k:" + id, RequestID: id, Tenant: "acme", State: ledger.InProgress, Generation: 1,
+					Owner: "o", LeaseUntil: now.Add(time.Minute), CreatedAt: now}
+				if _, _, err := s.Claim(ctx, rec, []ledger.Event{{RequestID: id, Seq: 1, Generation: 1, Type: ledger.EvCreated, At: now}}); err != nil {
+					t.Error(err)
+					return
+				}
+				if err := s.Finish(ctx, &ledger.Finish{RequestID: id, Generation: 1, State: ledger.Succeeded, At: now, Tenant: "acme", Charge: 10,
+					Events: []ledger.Event{{RequestID: id, Seq: 2, Generation: 1, Type: ledger.EvTerminal, At: now}}, Receipt: []byte(`{}`)}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for i, s := range stores {
+		if n := s.batch.failed.Load(); n != 0 {
+			t.Errorf("gateway %d: %d batches failed and were sent again one by one", i, n)
+		}
+	}
+	if spend, err := stores[0].Spend(ctx, ledger.Day(now)); err != nil || spend["acme"] != 48*20*10 {
+		t.Fatalf("spend %v %v, want %d", spend, err, 48*20*10)
+	}
 }

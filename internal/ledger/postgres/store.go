@@ -22,7 +22,8 @@ import (
 
 // Store is the PostgreSQL ledger. It is safe for concurrent use.
 type Store struct {
-	pool *pgxpool.Pool
+	pool  *pgxpool.Pool
+	batch *batcher // nil: read-only
 }
 
 var _ ledger.Store = (*Store)(nil)
@@ -50,7 +51,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("migrate ledger %s: %w", Redact(url), err)
 	}
-	return &Store{pool: pool}, nil
+	return &Store{pool: pool, batch: newBatcher(pool)}, nil
 }
 
 // OpenReadOnly connects to read (`oncegate receipts`): it applies no
@@ -121,10 +122,23 @@ func Probe(ctx context.Context, url string) (*Info, error) {
 // Ping reports whether the database answers.
 func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
 
-// Close closes the pool: every write before it has returned.
+// Close sends what is queued and closes the pool.
 func (s *Store) Close() error {
+	if s.batch != nil {
+		s.batch.close()
+	}
 	s.pool.Close()
 	return nil
+}
+
+// count runs one of the hot writes — a statement answering with a count —
+// through the group-commit batcher.
+// order places it in a batch (see batch.go).
+func (s *Store) count(ctx context.Context, order, sql string, args ...any) (int, error) {
+	if s.batch == nil {
+		return 0, ledger.ErrReadOnly
+	}
+	return s.batch.count(ctx, order, sql, args...)
 }
 
 // Redact returns a database URL fit for logs and errors: its password

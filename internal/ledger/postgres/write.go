@@ -68,8 +68,8 @@ var qClaim = `WITH ins AS (
 func (s *Store) Claim(ctx context.Context, rec *ledger.Record, events []ledger.Event) (*ledger.Record, bool, error) {
 	args := append(recordArgs(rec), arrays(events).args()...)
 	for {
-		var n int
-		if err := s.pool.QueryRow(ctx, qClaim, args...).Scan(&n); err != nil {
+		n, err := s.count(ctx, "0"+rec.Identity, qClaim, args...)
+		if err != nil {
 			return nil, false, fmt.Errorf("claim: %w", err)
 		}
 		if n == 1 {
@@ -93,8 +93,8 @@ func (s *Store) Replace(ctx context.Context, prev string, rec *ledger.Record, ev
 			INSERT INTO events (request_id, seq, generation, type, at, data) ` + eventsFrom(14) + ` WHERE EXISTS (SELECT 1 FROM del)
 		) SELECT count(*) FROM del`
 	args := append(append(recordArgs(rec), prev), arrays(events).args()...)
-	var n int
-	if err := s.pool.QueryRow(ctx, q, args...).Scan(&n); err != nil {
+	n, err := s.count(ctx, "0"+rec.Identity, q, args...)
+	if err != nil {
 		return false, fmt.Errorf("replace: %w", err)
 	}
 	return n == 1, nil
@@ -152,8 +152,8 @@ func (s *Store) Append(ctx context.Context, _ bool, events ...ledger.Event) erro
 			INSERT INTO events (request_id, seq, generation, type, at, data) ` + eventsFrom(1) + ` WHERE EXISTS (SELECT 1 FROM f)
 			RETURNING 1
 		) SELECT count(*) FROM f`
-	var n int
-	if err := s.pool.QueryRow(ctx, q, append(arrays(events).args(), first.RequestID, first.Generation)...).Scan(&n); err != nil {
+	n, err := s.count(ctx, "1"+first.RequestID, q, append(arrays(events).args(), first.RequestID, first.Generation)...)
+	if err != nil {
 		return fmt.Errorf("append: %w", err)
 	}
 	if n == 0 {
@@ -213,8 +213,8 @@ func (s *Store) Finish(ctx context.Context, f *ledger.Finish) error {
 		}
 	}
 	q, args := finishStmt(f, resp)
-	var n int
-	if err := s.pool.QueryRow(ctx, q, args...).Scan(&n); err != nil {
+	n, err := s.count(ctx, fmt.Sprintf("2%02d%s", shardOf(f.RequestID), f.RequestID), q, args...)
+	if err != nil {
 		return fmt.Errorf("finish: %w", err)
 	}
 	if n == 0 {
