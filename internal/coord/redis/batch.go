@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -15,6 +16,12 @@ import (
 type batcher struct {
 	c     *Coordinator
 	queue chan func(goredis.Pipeliner)
+	// lazy are writes that may wait for the next pipeline (or lazyWait):
+	// a request's settled cost goes with its claim's release a moment
+	// later instead of in a round trip of its own.
+	mu   sync.Mutex
+	lazy []func(goredis.Pipeliner)
+	kick chan struct{}
 }
 
 // batchWait is how long the batcher lets writes gather after the first,
@@ -22,10 +29,36 @@ type batcher struct {
 const (
 	batchWait = 500 * time.Microsecond
 	batchMax  = 512
+	lazyWait  = 20 * time.Millisecond
 )
 
 func newBatcher(c *Coordinator) *batcher {
-	return &batcher{c: c, queue: make(chan func(goredis.Pipeliner), 16384)}
+	return &batcher{c: c, queue: make(chan func(goredis.Pipeliner), 16384), kick: make(chan struct{}, 1)}
+}
+
+// later queues a write that may wait for the next pipeline, lazyWait at
+// the most. Until it is sent, what it would release still counts, so it
+// may only be a write whose delay errs on the safe side.
+func (b *batcher) later(w func(goredis.Pipeliner)) {
+	b.mu.Lock()
+	b.lazy = append(b.lazy, w)
+	first := len(b.lazy) == 1
+	b.mu.Unlock()
+	if first {
+		select {
+		case b.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// takeLazy returns the lazy writes and forgets them.
+func (b *batcher) takeLazy() []func(goredis.Pipeliner) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	w := b.lazy
+	b.lazy = nil
+	return w
 }
 
 // add queues a write. If the queue is full (Redis is down and writes pile
@@ -42,10 +75,20 @@ func (b *batcher) add(w func(goredis.Pipeliner)) {
 func (b *batcher) run() {
 	defer b.c.wg.Done()
 	var writes []func(goredis.Pipeliner)
+	lazy := time.NewTimer(time.Hour)
+	lazy.Stop()
 	for {
 		select {
 		case w := <-b.queue:
 			writes = append(writes[:0], w)
+		case <-b.kick:
+			lazy.Reset(lazyWait)
+			continue
+		case <-lazy.C:
+			if w := b.takeLazy(); len(w) > 0 {
+				b.send(w)
+			}
+			continue
 		case <-b.c.stop:
 			b.drain()
 			return
@@ -61,12 +104,15 @@ func (b *batcher) run() {
 			}
 		}
 		t.Stop()
-		b.send(writes)
+		b.send(append(b.takeLazy(), writes...))
 	}
 }
 
 // drain sends what is queued when the coordinator closes.
 func (b *batcher) drain() {
+	if w := b.takeLazy(); len(w) > 0 {
+		b.send(w)
+	}
 	for {
 		var writes []func(goredis.Pipeliner)
 		for len(writes) < batchMax {

@@ -241,14 +241,15 @@ func (t *Tenants) seed(ctx context.Context, tenant string, day int64) error {
 }
 
 // Settle releases a reservation and charges the attempt's cost, in the
-// background: until it lands the reservation (the worst case) still
-// counts, so the ceiling only errs on the safe side.
+// background — with the next pipeline, usually the request's own claim
+// release: until it lands the reservation (the worst case) still counts,
+// so the ceiling only errs on the safe side.
 func (t *Tenants) Settle(r quota.Reservation, cost gw.NanoUSD) {
 	if r.ID == "" {
 		return
 	}
 	keys := t.spendKeys(r.Tenant, r.Day)
-	t.c.batch.add(func(p goredis.Pipeliner) { scriptSettle.Eval(context.Background(), p, keys, r.ID, int64(cost)) })
+	t.c.batch.later(func(p goredis.Pipeliner) { scriptSettle.Eval(context.Background(), p, keys, r.ID, int64(cost)) })
 }
 
 // Spent is what the tenant was charged today and has reserved now,
