@@ -72,6 +72,21 @@ func startLoad(f *fleet, workers int, prefix string) *load {
 	return l
 }
 
+// acked returns a key whose answer was acknowledged, with its body and
+// the answer.
+func (l *load) acked() (key, body string, ans call, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k, as := range l.answers {
+		for _, a := range as {
+			if a.status == 200 && errorCode(a.call) == "" {
+				return k, l.bodies[k], a.call, true
+			}
+		}
+	}
+	return "", "", call{}, false
+}
+
 func (l *load) end() {
 	close(l.stop)
 	l.wg.Wait()
@@ -198,6 +213,15 @@ func TestRedisRestartedUnderLoad(t *testing.T) {
 	down := time.Now()
 	srv.Stop()
 	within(t, 5*time.Second, "/readyz failing while Redis is down", func() bool { return f.gws[0].ready(t) == 503 })
+	// Finished requests are still replayed from the store.
+	key, body, ans, ok := l.acked()
+	if !ok {
+		t.Fatal("nothing was acknowledged before the outage")
+	}
+	if again := send(context.Background(), f.gws[2], apiKey, key, false, body); again.status != 200 ||
+		again.header.Get("X-Oncegate-Dedup") != "replayed" || !bytes.Equal(again.body, ans.body) {
+		t.Fatalf("a finished request asked again while Redis is down: %v", again)
+	}
 	time.Sleep(time.Second)
 	srv.Start()
 	up := time.Now()
