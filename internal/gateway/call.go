@@ -371,8 +371,11 @@ func ledgerState(t gw.Terminal) ledger.State {
 }
 
 // commit writes the terminal, the stored response and the receipt in one
-// durable commit. A cancelled request releases its identity instead: its
-// caller gave up before any answer, so the key may be used again.
+// durable commit. A request that dispatched nothing, or was cancelled
+// before any output reached a client, releases its identity instead: the
+// key may be used again. One cancelled after output did reach a client
+// keeps its key, indeterminate: once output was visible a key is never
+// released.
 func (c *call) commit(state ledger.State, stored *ledger.Response) error {
 	c.finishing.Store(true)
 	r := c.rec.R
@@ -382,10 +385,25 @@ func (c *call) commit(state ledger.State, stored *ledger.Response) error {
 	}
 	now := c.g.clock.Now()
 	term := c.log.event(ledger.EvTerminal, now, map[string]string{"terminal": r.Terminal, "reason": r.Reason})
+	release := len(r.Attempts) == 0 // a refusal before any dispatch protects nothing
+	if r.Terminal == string(gw.TerminalCancelled) {
+		if c.visible() {
+			// The client left after output it may have shown: the key is
+			// never released, and never answered with a part of an answer.
+			state = ledger.Indeterminate
+		} else {
+			release = true // nothing was shown: the key may be used again
+		}
+	}
 	return storeErr(c.g.ledger.Finish(context.Background(), &ledger.Finish{Identity: c.identity, RequestID: c.id, Generation: c.log.gen,
 		State: state, Response: stored, At: now, Events: append(c.log.take(true), term), Receipt: body, Tenant: c.tenant.ID,
-		Charge: int64(gw.NanoFromUSD(r.Totals.CostUSD)), Release: r.Terminal == string(gw.TerminalCancelled)}))
+		Charge: int64(gw.NanoFromUSD(r.Totals.CostUSD)), Release: release}))
 }
+
+// visible reports whether any output of the request reached a client:
+// a stream that started (a whole answer reaches clients only as it is
+// committed).
+func (c *call) visible() bool { return c.out.started }
 
 // billed sums every attempt's usage: what the client is charged.
 func (c *call) billed() gw.Usage {

@@ -10,12 +10,16 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	aopt "github.com/anthropics/anthropic-sdk-go/v2/option"
 
+	"github.com/oncegate/oncegate/internal/breaker"
+	"github.com/oncegate/oncegate/internal/identity"
+	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/provider"
 	"github.com/oncegate/oncegate/internal/receipt"
@@ -408,3 +412,76 @@ func TestFingerprintReplayWindow(t *testing.T) {
 		t.Fatalf("keyless twin within the window: %s, upstream %d", r2.Header.Get("X-Oncegate-Dedup"), e.primary.Stats().Requests)
 	}
 }
+
+// A keyed stream whose client left after output it may have shown keeps
+// its key: the same key later is 502 outcome_unknown, never a second
+// generation with a second receipt.
+func TestAKeyIsNeverReleasedAfterVisibleOutput(t *testing.T) {
+	e := newEnv(t, mock.Config{Tokens: 200, TokenInterval: 20 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", e.url+"/v1/chat/completions", strings.NewReader(chatBody("chat", true)))
+	req.Header.Set("Authorization", "Bearer "+keyAcme)
+	req.Header.Set("Idempotency-Key", "left-mid-stream")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.Header.Get("X-Oncegate-Request-Id")
+	buf := make([]byte, 512)
+	for got := ""; !strings.Contains(got, `"content":"`) || strings.Contains(got, `"content":""`) && strings.Count(got, `"content":"`) < 2; {
+		n, err := res.Body.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += string(buf[:n])
+	}
+	cancel() // the client leaves after visible output
+	_ = res.Body.Close()
+	identity := "k:" + identity.KeyDigest("acme", "chat.completions", "left-mid-stream")
+	waitWithin(t, 10*time.Second, func() bool {
+		r, err := e.store.Get(context.Background(), identity)
+		return err == nil && r.State.Finished()
+	})
+	if r, _ := e.store.Get(context.Background(), identity); r.State != ledger.Indeterminate || r.RequestID != id {
+		t.Fatalf("the key's record after the client left: %+v", r)
+	}
+	again, body := e.post("/v1/chat/completions", chatBody("chat", true), keyed("left-mid-stream"))
+	if again.StatusCode != 502 || !strings.Contains(string(body), CodeOutcomeUnknown) {
+		t.Fatalf("the same key later: %d %s", again.StatusCode, body)
+	}
+	if n := e.primary.Stats().Requests; n != 1 {
+		t.Fatalf("a second generation for one key: the provider saw %d requests", n)
+	}
+}
+
+// A refusal made before any dispatch protects nothing: it is not pinned
+// to the key, and the same key tries again once the refusal's cause is
+// gone (here: the breaker closed).
+func TestARefusalBeforeAnyDispatchIsNotPinnedToTheKey(t *testing.T) {
+	b := &switchable{}
+	b.refuse.Store(true)
+	e := newEnvOpts(t, envOptions{mock: mock.Config{Tokens: 4}, breakers: b})
+	res, body := e.post("/v1/chat/completions", chatBody("solo", false), keyed("refused-first"))
+	if res.StatusCode != 503 || !strings.Contains(string(body), CodeCircuitOpen) {
+		t.Fatalf("with the breaker open: %d %s", res.StatusCode, body)
+	}
+	refused := res.Header.Get("X-Oncegate-Request-Id")
+	b.refuse.Store(false)
+	res, body = e.post("/v1/chat/completions", chatBody("solo", false), keyed("refused-first"))
+	if res.StatusCode != 200 || res.Header.Get("X-Oncegate-Dedup") != "miss" || res.Header.Get("X-Oncegate-Request-Id") == refused {
+		t.Fatalf("the same key after the breaker closed: %d %s %v", res.StatusCode, body, res.Header)
+	}
+	if r := e.receipt(refused); r.Terminal != "exhausted" || len(r.Attempts) != 0 || r.Reason != "circuit_open" {
+		t.Fatalf("the refusal's receipt: %+v", r)
+	}
+}
+
+// switchable is a set of breakers that refuse every route while refuse
+// is set.
+type switchable struct{ refuse atomic.Bool }
+
+func (s *switchable) Allows(string) bool { return !s.refuse.Load() }
+func (s *switchable) Acquire(string) (breaker.Ticket, bool) {
+	return breaker.Ticket{State: breaker.Closed, Generation: 1}, !s.refuse.Load()
+}
+func (s *switchable) Done(string, breaker.Ticket, breaker.Outcome) {}

@@ -150,11 +150,23 @@ func (g *Gateway) rebuild(evs []ledger.Event) (*receipt.Receipt, bool) {
 	return r, true
 }
 
+// scheduledJitter is the jitter the decision that scheduled attempt n
+// drew: the attempt carries it, as an observed one does.
+func scheduledJitter(ds []receipt.Decision, n int) int64 {
+	for i := len(ds) - 1; i >= 0; i-- {
+		if ds[i].AfterAttempt == n-1 {
+			return ds[i].JitterMS
+		}
+	}
+	return 0
+}
+
 // unobserved is the receipt attempt for a dispatch whose outcome was never
 // observed: indeterminate, charged its worst case.
 func (g *Gateway) unobserved(r *receipt.Receipt, d *dispatchEvent, at, now time.Time) receipt.Attempt {
 	a := receipt.Attempt{Ordinal: d.Ordinal, Route: d.Route, Purpose: d.Purpose, RequestSHA256: r.RequestSHA256,
 		NotBefore: d.NotBefore, StartedAt: at.UTC(), ObservedAt: now.UTC(), OutcomeClass: string(gw.ClassIndeterminate),
+		JitterMS: scheduledJitter(r.Decisions, d.Ordinal),
 		Kind: string(gw.KindUnknownProviderAcceptance), UsageEstimated: true, ReservedUSD: d.ReserveUSD,
 		Breaker: receipt.BreakerState{State: "unknown"},
 		Error:   &receipt.AttemptError{Message: "the gateway stopped before this attempt's outcome was observed"}}

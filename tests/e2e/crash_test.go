@@ -250,8 +250,10 @@ func (g *gateway) receipt(t *testing.T, id string) (*receipt.Receipt, int) {
 // indeterminate, never re-sent, and its key answers 502 outcome_unknown —
 // at once on SQLite (the restarted process holds the file, so the dead
 // one's leases end), once the dead process's lease lapsed on PostgreSQL
-// (another gateway might still hold it: 409 until then).
-func afterCrash(t *testing.T, w *world, key string, upstreamBefore int64) {
+// (another gateway might still hold it: 409 until then). Its receipt,
+// rebuilt from the event log, has every attempt (the last one in flight)
+// and passes oncegate verify.
+func afterCrash(t *testing.T, w *world, key string, upstreamBefore int64, attempts int) {
 	g2 := w.start()
 	var res *http.Response
 	var body []byte
@@ -275,9 +277,31 @@ func afterCrash(t *testing.T, w *world, key string, upstreamBefore int64) {
 	}
 	id := res.Header.Get("X-Oncegate-Request-Id")
 	r, status := g2.receipt(t, id)
-	if status != 200 || r.Terminal != "indeterminate" || len(r.Attempts) != 1 || r.Attempts[0].Kind != "unknown_provider_acceptance" ||
-		r.Attempts[0].CostUSD <= 0 {
+	if status != 200 || r.Terminal != "indeterminate" || len(r.Attempts) != attempts || r.Attempts[attempts-1].Kind != "unknown_provider_acceptance" ||
+		r.Attempts[attempts-1].CostUSD <= 0 {
 		t.Fatalf("receipt after recovery (%d): %+v", status, r)
+	}
+	w.verify(t, g2, id)
+}
+
+// verify runs `oncegate verify` over a receipt the gateway serves.
+func (w *world) verify(t *testing.T, g *gateway, id string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", g.url+"/v1/receipts/"+id, nil)
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	_ = res.Body.Close()
+	path := filepath.Join(t.TempDir(), id+".json")
+	if err := os.WriteFile(path, body, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(binary, "verify", "--config", w.config, path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("oncegate verify of receipt %s: %v\n%s\n%s", id, err, out, body)
 	}
 }
 
@@ -297,7 +321,32 @@ func TestCrashWhileAnAttemptHangs(t *testing.T) {
 		}
 		g.kill(t)
 		w.mock.SetScript(mock.Script{}) // the provider is healthy now: a blind retry would succeed
-		afterCrash(t, w, "crash-a", 1)
+		afterCrash(t, w, "crash-a", 1, 1)
+	})
+}
+
+// (a') The gateway dies while a retry hangs upstream: the rebuilt receipt
+// has the failed attempt and the one in flight, with the jitter the
+// decision that scheduled it drew, and verifies.
+func TestCrashWhileARetryHangs(t *testing.T) {
+	backends(t, func(t *testing.T, store string) {
+		w := newWorldOn(t, mock.Config{}, store)
+		w.mock.SetScript(mock.Script{Rules: []mock.Rule{
+			{Calls: []int{1}, Fault: mock.Fault{Type: mock.FaultStatus, Status: 503}},
+			{Calls: []int{2}, Fault: mock.Fault{Type: mock.FaultHang}},
+		}})
+		g := w.start()
+		go func() { _, _, _ = g.post(context.Background(), "crash-retry", "hello") }()
+		deadline := time.Now().Add(10 * time.Second)
+		for w.mock.Stats().Requests < 2 {
+			if time.Now().After(deadline) {
+				t.Fatal("the retry never reached the mock")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		g.kill(t)
+		w.mock.SetScript(mock.Script{})
+		afterCrash(t, w, "crash-retry", 2, 2)
 	})
 }
 
@@ -313,7 +362,7 @@ func TestCrashAfterDispatchCommitBeforeSend(t *testing.T) {
 		if n := w.mock.Stats().Requests; n != 0 {
 			t.Fatalf("the failpoint is before the send, yet the mock saw %d calls", n)
 		}
-		afterCrash(t, w, "crash-b", 0)
+		afterCrash(t, w, "crash-b", 0, 1)
 	})
 }
 
