@@ -167,7 +167,7 @@ func (g *Gateway) unobserved(r *receipt.Receipt, d *dispatchEvent, at, now time.
 	a := receipt.Attempt{Ordinal: d.Ordinal, Route: d.Route, Purpose: d.Purpose, RequestSHA256: r.RequestSHA256,
 		NotBefore: d.NotBefore, StartedAt: at.UTC(), ObservedAt: now.UTC(), OutcomeClass: string(gw.ClassIndeterminate),
 		JitterMS: scheduledJitter(r.Decisions, d.Ordinal),
-		Kind: string(gw.KindUnknownProviderAcceptance), UsageEstimated: true, ReservedUSD: d.ReserveUSD,
+		Kind:     string(gw.KindUnknownProviderAcceptance), UsageEstimated: true, ReservedUSD: d.ReserveUSD,
 		Breaker: receipt.BreakerState{State: "unknown"},
 		Error:   &receipt.AttemptError{Message: "the gateway stopped before this attempt's outcome was observed"}}
 	for _, x := range r.Attempts {
