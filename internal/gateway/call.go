@@ -152,6 +152,14 @@ func (c *call) run() {
 				return
 			}
 		}
+		if !c.g.clock.Now().Before(c.deadline) {
+			// The deadline passed while the attempt was being made durable:
+			// no attempt is sent after the deadline.
+			c.release(p, nil)
+			c.rec.Expire()
+			d = retry.Decision{Action: retry.ActionStop, Terminal: gw.TerminalDeadline, Reason: gw.ReasonDeadline}
+			break
+		}
 		n := len(c.rec.R.Attempts) + 1
 		var res *attemptResult
 		if c.hedgeable(d) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -164,5 +165,39 @@ func TestCallerDeadlineBoundsEverything(t *testing.T) {
 	}
 	if r := e.receipt(h.Get("X-Oncegate-Request-Id")); r.Deadline.Sub(r.CreatedAt) != 3*time.Second {
 		t.Fatalf("deadline %v, want the SDK's 3s", r.Deadline.Sub(r.CreatedAt))
+	}
+}
+
+// ticking is a clock that moves a step every time it is read: whatever a
+// request does between deciding an attempt and sending it takes time.
+type ticking struct {
+	mu   sync.Mutex
+	n    time.Duration
+	step time.Duration
+}
+
+func (c *ticking) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n += c.step
+	return time.Now().Add(c.n)
+}
+
+// No attempt leaves after the deadline: an attempt decided in time whose
+// durable commit ended past the deadline is not sent; the request ends
+// 504 deadline_exceeded with no attempt, and its receipt verifies.
+func TestNoAttemptIsSentAfterTheDeadline(t *testing.T) {
+	e := newEnvOpts(t, envOptions{mock: mock.Config{Tokens: 4}, clock: &ticking{step: time.Millisecond}})
+	for i := range 5 {
+		res, body := e.post("/v1/chat/completions", distinctBody("chat", i, ""), map[string]string{"X-Oncegate-Timeout-Ms": "1"})
+		if res.StatusCode != 504 || !strings.Contains(string(body), CodeDeadline) || res.Header.Get("X-Oncegate-Attempts") != "0" {
+			t.Fatalf("request %d: %d %s", i, res.StatusCode, body)
+		}
+		if r := e.receipt(res.Header.Get("X-Oncegate-Request-Id")); r.Terminal != "deadline" || len(r.Attempts) != 0 {
+			t.Fatalf("receipt %d: %+v", i, r)
+		}
+	}
+	if n := e.primary.Stats().Requests + e.fallback.Stats().Requests; n != 0 {
+		t.Fatalf("%d attempts reached a provider after their deadline", n)
 	}
 }

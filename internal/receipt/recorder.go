@@ -176,6 +176,15 @@ func (rc *Recorder) Cancel() {
 	}
 }
 
+// Expire ends the request at its deadline: the attempt the last decision
+// scheduled could not be sent before the deadline passed (the decision
+// was taken in time; the dispatch, after a durable commit, was not).
+func (rc *Recorder) Expire() {
+	if rc.R.Terminal == "" {
+		rc.R.Terminal, rc.R.Reason = string(gw.TerminalDeadline), string(gw.ReasonDeadline)
+	}
+}
+
 func (rc *Recorder) terminal(d retry.Decision) {
 	if !d.Dispatches() {
 		rc.R.Terminal, rc.R.Reason = string(d.Terminal), string(d.Reason)

@@ -266,6 +266,8 @@ func (v *verifier) terminal(expected retry.Decision) {
 	switch {
 	case expected.Dispatches() && r.Terminal == string(gw.TerminalCancelled):
 		// The caller left while the next attempt waited: a valid end.
+	case expected.Dispatches() && r.Terminal == string(gw.TerminalDeadline) && r.Reason == string(gw.ReasonDeadline):
+		// The deadline passed before the next attempt could be sent.
 	case expected.Dispatches():
 		v.add(DriftTerminal, 0, expected.String(), fmt.Sprintf("terminal %s/%s", r.Terminal, r.Reason))
 	case string(expected.Terminal) != r.Terminal || string(expected.Reason) != r.Reason:
