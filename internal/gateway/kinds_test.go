@@ -14,6 +14,8 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/openai/openai-go/v3"
 
+	"github.com/oncegate/oncegate/internal/identity"
+	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/mock"
 )
 
@@ -233,5 +235,25 @@ func TestGatewayRejectionsMakeNoUpstreamCall(t *testing.T) {
 	res, err := http.DefaultClient.Do(req)
 	if err != nil || res.StatusCode != 401 || res.Header.Get("x-should-retry") != "false" {
 		t.Fatalf("bad key: %v %v", res.StatusCode, err)
+	}
+}
+
+// Bodies that differ only in a lone UTF-16 surrogate are not I-JSON: they
+// are refused before anything is stored or sent (read as U+FFFD, they
+// would share an identity and replay each other's answers).
+func TestLoneSurrogatesAreRefused(t *testing.T) {
+	e := newEnv(t, mock.Config{Tokens: 4})
+	for _, s := range []string{`x\ud800`, `x\udfff`} {
+		body := `{"model":"chat","messages":[{"role":"user","content":"` + s + `"}]}`
+		res, out := e.post("/v1/chat/completions", body, keyed("surrogate"))
+		if res.StatusCode != 400 || !strings.Contains(string(out), CodeInvalidRequest) || !strings.Contains(string(out), "surrogate") {
+			t.Fatalf("%s: %d %s", s, res.StatusCode, out)
+		}
+	}
+	if n := e.primary.Stats().Requests; n != 0 {
+		t.Fatalf("the provider saw %d requests", n)
+	}
+	if _, err := e.store.Get(context.Background(), "k:"+identity.KeyDigest("acme", "chat.completions", "surrogate")); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("the key was stored: %v", err)
 	}
 }

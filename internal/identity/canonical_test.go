@@ -42,13 +42,17 @@ func TestCanonicalize(t *testing.T) {
 
 func TestCanonicalizeRejects(t *testing.T) {
 	for name, in := range map[string]string{
-		"duplicate key":  `{"a":1,"a":2}`,
-		"trailing data":  `{} {}`,
-		"invalid JSON":   `{"a":}`,
-		"invalid UTF-8":  "\"\xff\"",
-		"number too big": `1e400`,
-		"empty":          ``,
-		"too deep":       string(bytes.Repeat([]byte("["), 600)) + string(bytes.Repeat([]byte("]"), 600)),
+		"duplicate key":       `{"a":1,"a":2}`,
+		"trailing data":       `{} {}`,
+		"invalid JSON":        `{"a":}`,
+		"invalid UTF-8":       "\"\xff\"",
+		"lone high surrogate": `"x\ud800"`,
+		"lone low surrogate":  `"x\udfff"`,
+		"reversed pair":       `"\udc00\ud800"`,
+		"surrogate in a key":  `{"\ud800":1}`,
+		"number too big":      `1e400`,
+		"empty":               ``,
+		"too deep":            string(bytes.Repeat([]byte("["), 600)) + string(bytes.Repeat([]byte("]"), 600)),
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := Canonicalize([]byte(in)); !errors.Is(err, ErrNotCanonicalizable) {

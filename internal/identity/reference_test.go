@@ -19,6 +19,9 @@ func refCanonicalize(doc []byte) ([]byte, error) {
 	if !utf8.Valid(doc) {
 		return nil, fmt.Errorf("%w: invalid UTF-8", ErrNotCanonicalizable)
 	}
+	if refLoneSurrogate(doc) {
+		return nil, fmt.Errorf("%w: lone UTF-16 surrogate", ErrNotCanonicalizable)
+	}
 	dec := json.NewDecoder(bytes.NewReader(doc))
 	dec.UseNumber()
 	var out bytes.Buffer
@@ -175,4 +178,35 @@ func refFormatNumber(lit string) (string, error) {
 		return "", fmt.Errorf("%w: number %s is outside IEEE 754 double range", ErrNotCanonicalizable, lit)
 	}
 	return FormatES6(f), nil
+}
+
+// refLoneSurrogate reports whether a string of doc escapes a surrogate
+// that is not half of a pair (encoding/json would read it as U+FFFD).
+func refLoneSurrogate(doc []byte) bool {
+	inString := false
+	for i := 0; i < len(doc); i++ {
+		switch {
+		case !inString:
+			inString = doc[i] == '"'
+		case doc[i] == '"':
+			inString = false
+		case doc[i] == '\\' && i+1 < len(doc) && doc[i+1] == 'u' && i+6 <= len(doc):
+			r1, err := strconv.ParseUint(string(doc[i+2:i+6]), 16, 32)
+			i += 5
+			if err != nil || !utf16.IsSurrogate(rune(r1)) {
+				continue
+			}
+			if i+7 <= len(doc) && doc[i+1] == '\\' && doc[i+2] == 'u' {
+				if r2, err := strconv.ParseUint(string(doc[i+3:i+7]), 16, 32); err == nil &&
+					utf16.DecodeRune(rune(r1), rune(r2)) != utf8.RuneError {
+					i += 6
+					continue
+				}
+			}
+			return true
+		case doc[i] == '\\':
+			i++ // an escaped character
+		}
+	}
+	return false
 }

@@ -262,9 +262,11 @@ func (c *canon) str() error {
 }
 
 // unicodeEscape reads the hex of a \u escape and, for a high surrogate, a
-// following low surrogate's. A lone surrogate becomes U+FFFD, as
-// encoding/json (which parses the same request) reads it.
+// following low surrogate's. A lone surrogate is an error: it is not
+// I-JSON (RFC 7493 §2.1), RFC 8785 refuses it, and were it read as U+FFFD
+// (as encoding/json does) bodies that differ would share an identity.
 func (c *canon) unicodeEscape() (rune, error) {
+	at := c.pos - 2
 	r1, ok := c.hex4()
 	if !ok {
 		return 0, c.fail("invalid \\u escape")
@@ -273,16 +275,15 @@ func (c *canon) unicodeEscape() (rune, error) {
 		return r1, nil
 	}
 	if c.pos+5 < len(c.in) && c.in[c.pos] == '\\' && c.in[c.pos+1] == 'u' {
-		save := c.pos
 		c.pos += 2
 		if r2, ok := c.hex4(); ok {
 			if r := utf16.DecodeRune(r1, r2); r != utf8.RuneError {
 				return r, nil
 			}
 		}
-		c.pos = save
 	}
-	return utf8.RuneError, nil
+	c.pos = at
+	return 0, c.fail("lone UTF-16 surrogate \\u%04x", r1)
 }
 
 func (c *canon) hex4() (rune, bool) {
