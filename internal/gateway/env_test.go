@@ -20,6 +20,7 @@ import (
 
 	"github.com/oncegate/oncegate/internal/clock"
 	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/sqlite"
 	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/policy"
@@ -121,6 +122,7 @@ type env struct {
 	pol                          *policy.Policy
 	secrets                      *config.Secrets
 	opts                         Options
+	wrap                         func(ledger.Store) ledger.Store
 	stop                         func() // stops the gateway and closes its store
 }
 
@@ -150,12 +152,14 @@ type envOptions struct {
 	breakers Breakers
 	budget   RetryBudget
 	tenants  TenantLimits
+	// wrap, when set, wraps the store the gateway writes to.
+	wrap func(ledger.Store) ledger.Store
 }
 
 func newEnvOpts(t *testing.T, o envOptions) *env {
 	t.Helper()
 	mcfg, extraYAML, logs := o.mock, o.yaml, o.logs
-	e := &env{t: t}
+	e := &env{t: t, wrap: o.wrap}
 	pcfg := mcfg
 	if o.primary != nil {
 		pcfg = *o.primary
@@ -200,6 +204,9 @@ func (e *env) start() {
 	}
 	opts := e.opts
 	opts.Ledger = e.store
+	if e.wrap != nil {
+		opts.Ledger = e.wrap(e.store)
+	}
 	if e.gw, err = New(e.pol, e.secrets, opts); err != nil {
 		t.Fatal(err)
 	}

@@ -2,13 +2,16 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/mock"
 )
 
@@ -102,5 +105,64 @@ func TestReceiptsAreTenantScoped(t *testing.T) {
 	b, _ := io.ReadAll(list.Body)
 	if list.StatusCode != 200 || !strings.Contains(string(b), id) {
 		t.Fatalf("list %d %s", list.StatusCode, b)
+	}
+}
+
+// faulty is a store whose writes fail while fail is set (a full disk).
+type faulty struct {
+	ledger.Store
+	fail atomic.Bool
+}
+
+var errDiskFull = errors.New("database or disk is full")
+
+func (f *faulty) Claim(ctx context.Context, r *ledger.Record, evs []ledger.Event) (*ledger.Record, bool, error) {
+	if f.fail.Load() {
+		return nil, false, errDiskFull
+	}
+	return f.Store.Claim(ctx, r, evs)
+}
+
+func (f *faulty) Ping(ctx context.Context) error {
+	if f.fail.Load() {
+		return errDiskFull
+	}
+	return f.Store.Ping(ctx)
+}
+
+// A store that cannot be written: requests get 503 store_unavailable
+// (retryable, nothing was sent), /readyz fails while commits fail, and
+// both recover by themselves when the store can be written again.
+func TestAStoreThatCannotBeWritten(t *testing.T) {
+	var f *faulty
+	e := newEnvOpts(t, envOptions{mock: mock.Config{Tokens: 4}, wrap: func(s ledger.Store) ledger.Store {
+		f = &faulty{Store: s}
+		return f
+	}})
+	ready := func() int {
+		res, err := http.Get(e.url + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	f.fail.Store(true)
+	res, body := e.post("/v1/chat/completions", chatBody("chat", false), nil)
+	if res.StatusCode != 503 || !strings.Contains(string(body), CodeStoreUnavailable) || res.Header.Get("x-should-retry") != "true" {
+		t.Fatalf("while the store cannot be written: %d %s %v", res.StatusCode, body, res.Header)
+	}
+	if got := ready(); got != 503 {
+		t.Fatalf("/readyz %d while commits fail", got)
+	}
+	if n := e.primary.Stats().Requests; n != 0 {
+		t.Fatalf("the provider saw %d requests", n)
+	}
+	f.fail.Store(false)
+	if got := ready(); got != 200 {
+		t.Fatalf("/readyz %d once the store can be written", got)
+	}
+	if res, body := e.post("/v1/chat/completions", chatBody("chat", false), nil); res.StatusCode != 200 {
+		t.Fatalf("after: %d %s", res.StatusCode, body)
 	}
 }

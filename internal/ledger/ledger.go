@@ -214,7 +214,9 @@ type Store interface {
 	// Expire deletes finished records that finished before cutoff (their
 	// events and receipts stay); it returns how many.
 	Expire(ctx context.Context, cutoff time.Time) (int, error)
-	// Ping reports whether the store can be reached now.
+	// Ping reports whether the store can be written now: it commits a
+	// heartbeat, so a store that answers reads but cannot commit (a full
+	// disk) fails it.
 	Ping(ctx context.Context) error
 	// Close flushes pending writes and releases the store.
 	Close() error

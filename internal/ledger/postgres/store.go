@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -119,8 +120,14 @@ func Probe(ctx context.Context, url string) (*Info, error) {
 	return &info, nil
 }
 
-// Ping reports whether the database answers.
-func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
+// Ping commits a heartbeat (read-only: asks the server).
+func (s *Store) Ping(ctx context.Context) error {
+	if s.batch == nil {
+		return s.pool.Ping(ctx)
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO meta (k, v) VALUES ('heartbeat', int8send($1)) ON CONFLICT (k) DO UPDATE SET v = excluded.v`, time.Now().UnixNano())
+	return err
+}
 
 // Close sends what is queued and closes the pool.
 func (s *Store) Close() error {

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
 
@@ -150,9 +151,16 @@ func OpenReadOnly(path string) (*Store, error) {
 	return &Store{r: r}, nil
 }
 
-// Ping reports whether the database answers.
+// Ping commits a heartbeat (read-only: asks a reader).
 func (s *Store) Ping(ctx context.Context) error {
-	return s.r.PingContext(ctx)
+	if s.w == nil {
+		return s.r.PingContext(ctx)
+	}
+	beat := ns(time.Now())
+	return s.write(ctx, true, func(tx wtx) error {
+		_, err := tx.Exec(`INSERT INTO meta (k, v) VALUES ('heartbeat', ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v`, beat)
+		return err
+	})
 }
 
 // Close commits what is queued and closes the database.
