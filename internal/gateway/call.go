@@ -444,7 +444,8 @@ func (c *call) attempt(ctx context.Context, d retry.Decision, n int, p *permit, 
 	res := &attemptResult{route: route, ordinal: n, race: slot}
 	up := upstreamProtocol(route.Provider.Type)
 	target := provider.Target{Protocol: up, Model: route.Model, Stream: c.stream,
-		MaxOutputTokens: route.Caps.MaxOutputTokens, Continuation: string(route.Caps.Continuation)}
+		MaxOutputTokens: route.Caps.MaxOutputTokens, Continuation: string(route.Caps.Continuation),
+		MaxTokens: c.outputLimit(route, d.Action == retry.ActionResume)}
 	var prefix *string
 	if d.Action == retry.ActionResume {
 		p := c.out.prefix()
@@ -485,6 +486,23 @@ func (c *call) attempt(ctx context.Context, d retry.Decision, n int, p *permit, 
 		return c.relay(ctx, res, resp, up, built)
 	}
 	return c.complete(res, resp, up, built)
+}
+
+// outputLimit is the output limit an attempt on route is sent with: what
+// its reservation assumed — the client's max_tokens, at most the route's
+// max_output_tokens, the route's when the client sent none — and, for a
+// continuation, what is left of it after the output already delivered.
+// So a provider that writes as much as it may costs no more than was
+// reserved.
+func (c *call) outputLimit(route *policy.Route, resume bool) int64 {
+	limit := route.Caps.MaxOutputTokens
+	if m := c.in.IR.MaxTokens; m > 0 && (limit == 0 || m < limit) {
+		limit = m
+	}
+	if resume && limit > 0 {
+		limit = max(1, limit-c.out.emitted)
+	}
+	return limit
 }
 
 func (c *call) observe(res *attemptResult, k gw.Kind, cause gw.Cause, detail string) *attemptResult {

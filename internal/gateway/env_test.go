@@ -37,6 +37,7 @@ tenants:
   - {id: globex, api_key_env: KEY_GLOBEX, max_data_boundary: private}
   - {id: initech, api_key_env: KEY_INITECH, budget: {requests_per_minute: 3}}
   - {id: umbrella, api_key_env: KEY_UMBRELLA, budget: {cost_usd_per_day: 0.001}}
+  - {id: spender, api_key_env: KEY_SPENDER, budget: {cost_usd_per_day: 0.05}}
 providers:
   - {id: mock-primary, type: openai, base_url: "PRIMARY/v1", timeouts: {connect: 1s, first_byte: 400ms, idle: 1s}}
   - {id: mock-fallback, type: openai, base_url: "FALLBACK/v1", timeouts: {connect: 1s, first_byte: 400ms, idle: 1s}}
@@ -110,6 +111,7 @@ const (
 	keyGlobex   = "sk-og-globex-test"
 	keyInitech  = "sk-og-initech-test"
 	keyUmbrella = "sk-og-umbrella-test"
+	keySpender  = "sk-og-spender-test"
 )
 
 type env struct {
@@ -179,7 +181,8 @@ func newEnvOpts(t *testing.T, o envOptions) *env {
 		t.Fatal(err)
 	}
 	e.secrets, err = e.pol.Config.ResolveSecrets(func(k string) (string, bool) {
-		return map[string]string{"KEY_ACME": keyAcme, "KEY_GLOBEX": keyGlobex, "KEY_INITECH": keyInitech, "KEY_UMBRELLA": keyUmbrella}[k], true
+		return map[string]string{"KEY_ACME": keyAcme, "KEY_GLOBEX": keyGlobex, "KEY_INITECH": keyInitech, "KEY_UMBRELLA": keyUmbrella,
+			"KEY_SPENDER": keySpender}[k], true
 	})
 	if err != nil {
 		t.Fatal(err)

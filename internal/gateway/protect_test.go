@@ -468,3 +468,54 @@ func TestTenantSpendSurvivesARestart(t *testing.T) {
 		t.Fatalf("the provider saw %d more calls after the restart", n-calls)
 	}
 }
+
+// What is sent upstream is what was reserved: with a provider that writes
+// as many tokens as it may, a tenant's ceiling under 64 concurrent
+// requests — asking for more than the route allows, or for nothing — is
+// passed by at most one reservation, and no request upstream asks for
+// more than the route's max_output_tokens (1000).
+func TestTheUpstreamLimitIsWhatWasReserved(t *testing.T) {
+	e := newEnv(t, mock.Config{Tokens: 5000})
+	var mu sync.Mutex
+	var ids []string
+	var wg sync.WaitGroup
+	for i := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			extra := `,"max_tokens":5000`
+			switch i % 3 {
+			case 1:
+				extra = ""
+			case 2:
+				extra = `,"max_completion_tokens":4000`
+			}
+			res, body := e.postKey(keySpender, "/v1/chat/completions", distinctBody("chat", i, extra), nil)
+			switch {
+			case res.StatusCode == 200:
+				mu.Lock()
+				ids = append(ids, res.Header.Get("X-Oncegate-Request-Id"))
+				mu.Unlock()
+			case res.StatusCode == 429 && strings.Contains(string(body), CodeTenantBudget):
+			default:
+				t.Errorf("request %d: %d %s", i, res.StatusCode, body)
+			}
+		}()
+	}
+	wg.Wait()
+	var charged, reservation float64
+	for _, id := range ids {
+		r := e.receiptAs(keySpender, id)
+		charged += r.Totals.CostUSD
+		reservation = max(reservation, r.Attempts[0].ReservedUSD)
+		if out := r.Attempts[0].Usage.OutputTokens; out > 1000 {
+			t.Fatalf("request %s generated %d tokens past the route's 1000", id, out)
+		}
+	}
+	if len(ids) == 0 || charged > 0.05+reservation+1e-12 {
+		t.Fatalf("%d served, charged $%.6f: over the $0.05 ceiling by more than one reservation ($%.6f)", len(ids), charged, reservation)
+	}
+	if st := e.primary.Stats(); st.MaxTokensAsked > 1000 || st.Unlimited != 0 {
+		t.Fatalf("upstream requests asked for up to %d tokens (%d for no limit); the route allows 1000", st.MaxTokensAsked, st.Unlimited)
+	}
+}

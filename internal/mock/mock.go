@@ -148,6 +148,10 @@ func (m *Mock) serve(proto provider.Protocol, w http.ResponseWriter, r *http.Req
 		if cont {
 			c.Continuations++
 		}
+		c.MaxTokensAsked = max(c.MaxTokensAsked, cr.IR.MaxTokens)
+		if cr.IR.MaxTokens == 0 {
+			c.Unlimited++
+		}
 	})
 	x.run()
 	// Until this handler returns, r.Context() ends only when the client

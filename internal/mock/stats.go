@@ -10,6 +10,11 @@ type Counter struct {
 	InputTokens   int64 `json:"input_tokens"`
 	OutputTokens  int64 `json:"output_tokens"`
 	Disconnects   int64 `json:"disconnects"`
+	// MaxTokensAsked is the largest output limit (max_tokens,
+	// max_completion_tokens) a request asked for; Unlimited counts the
+	// requests that set none.
+	MaxTokensAsked int64 `json:"max_tokens_asked"`
+	Unlimited      int64 `json:"unlimited"`
 }
 
 // Billable is input plus output tokens.

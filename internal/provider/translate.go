@@ -3,6 +3,7 @@ package provider
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/oncegate/oncegate/internal/gw"
@@ -52,6 +53,9 @@ type Target struct {
 	Stream          bool
 	MaxOutputTokens int64
 	Continuation    string
+	// MaxTokens, when not 0, is the output limit the attempt is sent with,
+	// whatever the client asked: what its cost reservation assumed.
+	MaxTokens int64
 }
 
 // Built is one attempt's upstream request body and its prompt estimate.
@@ -69,11 +73,16 @@ func BuildRequest(in *ClientRequest, t Target, prefix *string) (*Built, error) {
 	if prefix != nil {
 		ir = WithAssistantPrefix(ir, *prefix)
 	}
+	if t.MaxTokens > 0 && ir.MaxTokens != t.MaxTokens {
+		capped := *ir
+		capped.MaxTokens = t.MaxTokens
+		ir = &capped
+	}
 	var body []byte
 	var err error
 	switch {
 	case in.Protocol == OpenAI && t.Protocol == OpenAI:
-		body, err = patchOpenAI(in.Body, t, ir, prefix != nil)
+		body, err = patchOpenAI(in.Body, t, ir, prefix != nil, in.IR.MaxTokens)
 	case in.Protocol == Anthropic && t.Protocol == Anthropic:
 		body, err = patchAnthropic(in.Body, t, ir, prefix != nil)
 	case t.Protocol == Anthropic:
@@ -91,10 +100,12 @@ func BuildRequest(in *ClientRequest, t Target, prefix *string) (*Built, error) {
 }
 
 // patchOpenAI rewrites a client's Chat Completions body for a route: the
-// model, streaming with usage, and a continuation. Every other field the
+// model, streaming with usage, the output limit (clientMax is the one the
+// client asked for), and a continuation. Every other field the
 // client sent reaches the provider untouched.
-func patchOpenAI(body []byte, t Target, ir *Request, cont bool) ([]byte, error) {
-	if !t.Stream && !cont && !ir.Stream {
+func patchOpenAI(body []byte, t Target, ir *Request, cont bool, clientMax int64) ([]byte, error) {
+	sentLimit := t.MaxTokens == 0 || clientMax == t.MaxTokens
+	if !t.Stream && !cont && !ir.Stream && sentLimit {
 		if b, ok := replaceModel(body, t.Model); ok {
 			return b, nil // the common case: only the model changes
 		}
@@ -105,6 +116,16 @@ func patchOpenAI(body []byte, t Target, ir *Request, cont bool) ([]byte, error) 
 	}
 	top["model"] = json.RawMessage(jsonString(t.Model))
 	setStream(top, t.Stream, true)
+	if t.MaxTokens > 0 {
+		// The field the client used; max_tokens when it used neither (the
+		// one every OpenAI-compatible server reads).
+		field := "max_tokens"
+		if _, ok := top["max_completion_tokens"]; ok {
+			field = "max_completion_tokens"
+			delete(top, "max_tokens")
+		}
+		top[field] = json.RawMessage(strconv.FormatInt(t.MaxTokens, 10))
+	}
 	if cont {
 		last := ir.Messages[len(ir.Messages)-1]
 		msgs, err := replaceTail(top["messages"], oaMessageOf(last))
@@ -245,6 +266,9 @@ func patchAnthropic(body []byte, t Target, ir *Request, cont bool) ([]byte, erro
 	}
 	top["model"] = json.RawMessage(jsonString(t.Model))
 	setStream(top, t.Stream, false)
+	if t.MaxTokens > 0 {
+		top["max_tokens"] = json.RawMessage(strconv.FormatInt(t.MaxTokens, 10))
+	}
 	if cont {
 		last := ir.Messages[len(ir.Messages)-1]
 		content, _ := json.Marshal(last.Text())

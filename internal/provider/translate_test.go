@@ -261,3 +261,56 @@ func FuzzReplaceModel(f *testing.F) {
 		}
 	})
 }
+
+// The upstream output limit is the target's, on every protocol pair, in
+// the field the client used (max_tokens when it used none), and on a
+// continuation; a body already at the limit is left as the client wrote it.
+func TestTheUpstreamLimitIsTheTargets(t *testing.T) {
+	prefix := "Partial answer"
+	for _, c := range []struct {
+		name      string
+		in        Protocol
+		body      string
+		to        Protocol
+		cont      bool
+		wantField string
+	}{
+		{"openai max_tokens above", OpenAI, `{"model":"m","max_tokens":5000,"messages":[{"role":"user","content":"hi"}]}`, OpenAI, false, "max_tokens"},
+		{"openai max_completion_tokens above", OpenAI, `{"model":"m","max_completion_tokens":5000,"max_tokens":9000,"messages":[{"role":"user","content":"hi"}]}`, OpenAI, false, "max_completion_tokens"},
+		{"openai none", OpenAI, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, OpenAI, false, "max_tokens"},
+		{"openai stream none", OpenAI, `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`, OpenAI, false, "max_tokens"},
+		{"openai continuation", OpenAI, `{"model":"m","max_tokens":5000,"messages":[{"role":"user","content":"hi"}]}`, OpenAI, true, "max_tokens"},
+		{"anthropic above", Anthropic, `{"model":"m","max_tokens":5000,"messages":[{"role":"user","content":"hi"}]}`, Anthropic, false, "max_tokens"},
+		{"anthropic continuation", Anthropic, `{"model":"m","max_tokens":5000,"messages":[{"role":"user","content":"hi"}]}`, Anthropic, true, "max_tokens"},
+		{"openai to anthropic, none", OpenAI, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, Anthropic, false, "max_tokens"},
+		{"openai to anthropic, above", OpenAI, `{"model":"m","max_completion_tokens":5000,"messages":[{"role":"user","content":"hi"}]}`, Anthropic, false, "max_tokens"},
+		{"anthropic to openai, above", Anthropic, `{"model":"m","max_tokens":5000,"messages":[{"role":"user","content":"hi"}]}`, OpenAI, false, "max_tokens"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var p *string
+			if c.cont {
+				p = &prefix
+			}
+			built, err := BuildRequest(mustParse(t, c.in, c.body), Target{Protocol: c.to, Model: "up", MaxOutputTokens: 1000, MaxTokens: 700,
+				Continuation: ContinuePrefill}, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := decodeMap(t, built.Body)
+			if got, _ := m[c.wantField].(float64); got != 700 {
+				t.Fatalf("%s = %v, want 700: %s", c.wantField, m[c.wantField], built.Body)
+			}
+			for _, other := range []string{"max_tokens", "max_completion_tokens"} {
+				if v, ok := m[other]; ok && other != c.wantField {
+					t.Fatalf("%s = %v beside %s: %s", other, v, c.wantField, built.Body)
+				}
+			}
+		})
+	}
+	// At the limit already: the client's body goes as it is (but the model).
+	body := `{"model":"m","max_tokens":700,"messages":[{"role":"user","content":"hi"}]}`
+	built, err := BuildRequest(mustParse(t, OpenAI, body), Target{Protocol: OpenAI, Model: "up", MaxTokens: 700}, nil)
+	if err != nil || string(built.Body) != strings.Replace(body, `"m"`, `"up"`, 1) {
+		t.Fatalf("%s %v", built.Body, err)
+	}
+}
