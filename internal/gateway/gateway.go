@@ -6,6 +6,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -217,6 +218,7 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 	if err := g.seedSpend(context.Background()); err != nil {
 		return nil, err
 	}
+	g.restoreRates(context.Background())
 	for key, id := range secrets.TenantKeys {
 		t := pol.Tenant(id)
 		if t == nil {
@@ -252,7 +254,8 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 	if n > 0 {
 		g.log.Warn("recovered unfinished requests whose owners are gone", "count", n)
 	}
-	g.background.Add(3)
+	g.background.Add(4)
+	go g.saveRates()
 	go g.renewLeases()
 	go g.settleLapsed()
 	go g.expireRecords()
@@ -302,6 +305,65 @@ func (g *Gateway) seedSpend(ctx context.Context) error {
 	}
 	s.Seed(day, charged)
 	return nil
+}
+
+// rateKeeper is tenant limits whose rate buckets live in this process and
+// can be kept across a restart (quota.Limits; shared limits keep theirs
+// in Redis).
+type rateKeeper interface {
+	Snapshot() []byte
+	Restore(snapshot []byte)
+}
+
+// ratesState names the rate buckets in the store.
+const ratesState = "tenant_rates"
+
+// restoreRates continues the tenants' rate buckets from the store, so a
+// restart hands no tenant a fresh minute of requests.
+func (g *Gateway) restoreRates(ctx context.Context) {
+	rk, ok := g.tenants.(rateKeeper)
+	if !ok {
+		return
+	}
+	if b, err := g.ledger.State(ctx, ratesState); err == nil {
+		rk.Restore(b)
+	} else if !errors.Is(err, ledger.ErrNotFound) {
+		g.log.Warn("read the tenants' rates from the store", "err", err)
+	}
+}
+
+// saveRates keeps the tenants' rate buckets in the store every second
+// they changed, and once more as the gateway stops: a crash loses at most
+// a second of them.
+func (g *Gateway) saveRates() {
+	defer g.background.Done()
+	rk, ok := g.tenants.(rateKeeper)
+	if !ok {
+		return
+	}
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	var last []byte
+	save := func() {
+		snap := rk.Snapshot()
+		if snap == nil || bytes.Equal(snap, last) {
+			return
+		}
+		if err := g.ledger.SaveState(context.Background(), ratesState, snap); err != nil {
+			g.log.Warn("keep the tenants' rates in the store", "err", err)
+			return
+		}
+		last = snap
+	}
+	for {
+		select {
+		case <-g.stop:
+			save()
+			return
+		case <-t.C:
+			save()
+		}
+	}
 }
 
 func (g *Gateway) initSecret(opt []byte, configured string) error {

@@ -519,3 +519,22 @@ func TestTheUpstreamLimitIsWhatWasReserved(t *testing.T) {
 		t.Fatalf("upstream requests asked for up to %d tokens (%d for no limit); the route allows 1000", st.MaxTokensAsked, st.Unlimited)
 	}
 }
+
+// The request rate outlives a restart too: a tenant that spent its minute
+// is still refused by the next process.
+func TestTenantRateSurvivesARestart(t *testing.T) {
+	e := newEnv(t, mock.Config{Tokens: 4})
+	for i := range 3 {
+		if res, body := e.postKey(keyInitech, "/v1/chat/completions", distinctBody("chat", i, ""), nil); res.StatusCode != 200 {
+			t.Fatalf("request %d: %d %s", i, res.StatusCode, body)
+		}
+	}
+	if res, _ := e.postKey(keyInitech, "/v1/chat/completions", distinctBody("chat", 3, ""), nil); res.StatusCode != 429 {
+		t.Fatalf("the 4th of 3 a minute: %d", res.StatusCode)
+	}
+	e.restart()
+	res, body := e.postKey(keyInitech, "/v1/chat/completions", distinctBody("chat", 4, ""), nil)
+	if res.StatusCode != 429 || !strings.Contains(string(body), CodeTenantRateLimited) {
+		t.Fatalf("after a restart, the minute spent: %d %s", res.StatusCode, body)
+	}
+}

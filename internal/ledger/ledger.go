@@ -211,6 +211,11 @@ type Store interface {
 	Spend(ctx context.Context, day int64) (map[string]int64, error)
 	// Secret returns the gateway's fingerprint secret, creating it once.
 	Secret(ctx context.Context) ([]byte, error)
+	// SaveState keeps a small named value a gateway wants back after a
+	// restart (the tenants' request-rate buckets), replacing the last.
+	SaveState(ctx context.Context, name string, value []byte) error
+	// State returns what SaveState last kept under name, or ErrNotFound.
+	State(ctx context.Context, name string) ([]byte, error)
 	// Expire deletes finished records that finished before cutoff (their
 	// events and receipts stay); it returns how many.
 	Expire(ctx context.Context, cutoff time.Time) (int, error)

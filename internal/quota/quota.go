@@ -8,6 +8,7 @@
 package quota
 
 import (
+	"encoding/json"
 	"math"
 	"sync"
 	"time"
@@ -172,4 +173,49 @@ func (l *Limits) Spent(tenant string) (charged, reserved gw.NanoUSD) {
 		return 0, 0
 	}
 	return s.charged, s.reserved
+}
+
+// bucket is a tenant's rate bucket as Snapshot writes it.
+type bucket struct {
+	Tokens float64 `json:"tokens"`
+	At     int64   `json:"at"` // Unix ns of the last refill
+}
+
+// Snapshot is the tenants' rate buckets, for a restart to continue from
+// (nil when no tenant has a rate).
+func (l *Limits) Snapshot() []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string]bucket{}
+	for id, s := range l.tenants {
+		if s.lim.RequestsPerMinute > 0 {
+			out[id] = bucket{Tokens: s.tokens, At: s.filled.UnixNano()}
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	b, _ := json.Marshal(out) // floats and ints: cannot fail
+	return b
+}
+
+// Restore continues the rate buckets of a Snapshot: a restart hands no
+// tenant a fresh minute of requests. Buckets refill from when they were
+// saved; a malformed or foreign snapshot changes nothing.
+func (l *Limits) Restore(snapshot []byte) {
+	var in map[string]bucket
+	if json.Unmarshal(snapshot, &in) != nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.clock.Now()
+	for id, b := range in {
+		s := l.tenants[id]
+		at := time.Unix(0, b.At)
+		if s == nil || s.lim.RequestsPerMinute <= 0 || at.After(now) || b.Tokens < 0 || math.IsNaN(b.Tokens) {
+			continue
+		}
+		s.tokens, s.filled = math.Min(b.Tokens, float64(s.lim.RequestsPerMinute)), at
+	}
 }

@@ -123,3 +123,31 @@ func TestSeedKeepsTheDaysSpendAcrossARestart(t *testing.T) {
 		t.Fatalf("allowance after the seed: %d, want 100", a)
 	}
 }
+
+// TestRatesContinueAcrossARestart: a new process restored from the last
+// snapshot refuses what the old one would have.
+func TestRatesContinueAcrossARestart(t *testing.T) {
+	clk := clock.NewFake(t0)
+	lim := map[string]Tenant{"acme": {RequestsPerMinute: 60}, "free": {}}
+	l := New(clk, lim)
+	for range 60 {
+		l.Take("acme")
+	}
+	snap := l.Snapshot()
+	clk.Advance(500 * time.Millisecond)
+	l2 := New(clk, lim)
+	l2.Restore(snap)
+	if ok, wait, _ := l2.Take("acme"); ok || wait != 500*time.Millisecond {
+		t.Fatalf("after a restart: %v, retry after %v (want refused for 500ms)", ok, wait)
+	}
+	clk.Advance(500 * time.Millisecond)
+	if ok, _, _ := l2.Take("acme"); !ok {
+		t.Fatal("a refilled token was refused after the restart")
+	}
+	l3 := New(clk, lim)
+	l3.Restore([]byte(`{"acme":{"tokens":-5,"at":1}}`))
+	l3.Restore([]byte(`not json`))
+	if ok, _, _ := l3.Take("acme"); !ok {
+		t.Fatal("a malformed snapshot was restored")
+	}
+}

@@ -416,6 +416,11 @@ func Run(t *testing.T, open Opener) {
 		if _, _, err := s.Claim(ctx, rec("k:dur", "dur"), []ledger.Event{ev("dur", 1, 1, ledger.EvCreated)}); err != nil {
 			t.Fatal(err)
 		}
+		for _, v := range []string{"first", "second"} {
+			if err := s.SaveState(ctx, "rates", []byte(v)); err != nil {
+				t.Fatal(err)
+			}
+		}
 		f := finish("dur", 1, 2)
 		f.Charge = 42
 		if err := s.Finish(ctx, f); err != nil {
@@ -434,6 +439,12 @@ func Run(t *testing.T, open Opener) {
 		}
 		if spend, err := s2.Spend(ctx, ledger.Day(t0)); err != nil || spend["acme"] != 42 {
 			t.Fatalf("the day's spend after a restart: %v %v", spend, err)
+		}
+		if v, err := s2.State(ctx, "rates"); err != nil || string(v) != "second" {
+			t.Fatalf("a saved state after a restart: %q %v", v, err)
+		}
+		if _, err := s2.State(ctx, "never-saved"); !errors.Is(err, ledger.ErrNotFound) {
+			t.Fatalf("a state never saved: %v", err)
 		}
 	})
 	t.Run("property: owners and crashes never make two terminals", func(t *testing.T) {

@@ -45,6 +45,7 @@ type data struct {
 	history  []string                 // request ids with a receipt, oldest first
 	spend    map[int64]map[string]int64
 	secret   []byte
+	state    map[string][]byte
 }
 
 type storedReceipt struct {
@@ -62,7 +63,7 @@ func New(maxHistory int) *Store {
 	}
 	return &Store{data: &data{maxHistory: maxHistory, records: map[string]*ledger.Record{}, byID: map[string]string{},
 		events: map[string][]ledger.Event{}, stale: map[string][]ledger.Event{}, receipts: map[string]storedReceipt{},
-		byTenant: map[string][]string{}, spend: map[int64]map[string]int64{}}}
+		byTenant: map[string][]string{}, spend: map[int64]map[string]int64{}, state: map[string][]byte{}}}
 }
 
 // Reopen returns a new store over what s holds, as if the process had
@@ -508,6 +509,29 @@ func (s *Store) Secret(context.Context) ([]byte, error) {
 		}
 	}
 	return slices.Clone(s.secret), nil
+}
+
+// SaveState keeps a named value.
+func (s *Store) SaveState(_ context.Context, name string, value []byte) error {
+	if err := s.lock(); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	s.state[name] = slices.Clone(value)
+	return nil
+}
+
+// State returns a named value.
+func (s *Store) State(_ context.Context, name string) ([]byte, error) {
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	v, ok := s.state[name]
+	if !ok {
+		return nil, ledger.ErrNotFound
+	}
+	return slices.Clone(v), nil
 }
 
 // Expire deletes records finished before cutoff.

@@ -118,3 +118,13 @@ func (s *Store) Spend(ctx context.Context, day int64) (map[string]int64, error) 
 	}
 	return out, rows.Err()
 }
+
+// State returns a named value from the meta table.
+func (s *Store) State(ctx context.Context, name string) ([]byte, error) {
+	var v []byte
+	err := s.pool.QueryRow(ctx, `SELECT v FROM meta WHERE k = $1`, "state:"+name).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ledger.ErrNotFound
+	}
+	return v, err
+}

@@ -375,6 +375,15 @@ func (s *Store) Secret(ctx context.Context) ([]byte, error) {
 	return secret, nil
 }
 
+// SaveState keeps a named value in the meta table.
+func (s *Store) SaveState(ctx context.Context, name string, value []byte) error {
+	if _, err := s.pool.Exec(ctx, `INSERT INTO meta (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = excluded.v`,
+		"state:"+name, value); err != nil {
+		return fmt.Errorf("save state %s: %w", name, err)
+	}
+	return nil
+}
+
 // expireChunk bounds one expiry statement, so that deleting a day's
 // records never holds locks for long.
 const expireChunk = 5000

@@ -419,6 +419,14 @@ func (s *Store) Secret(ctx context.Context) ([]byte, error) {
 	return secret, err
 }
 
+// SaveState keeps a named value in the meta table.
+func (s *Store) SaveState(ctx context.Context, name string, value []byte) error {
+	return s.write(ctx, true, func(tx wtx) error {
+		_, err := tx.Exec(`INSERT INTO meta (k, v) VALUES (?, ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v`, "state:"+name, value)
+		return err
+	})
+}
+
 // Expire deletes records finished before cutoff.
 func (s *Store) Expire(ctx context.Context, cutoff time.Time) (int, error) {
 	n := 0
