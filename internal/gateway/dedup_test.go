@@ -485,3 +485,42 @@ func (s *switchable) Acquire(string) (breaker.Ticket, bool) {
 	return breaker.Ticket{State: breaker.Closed, Generation: 1}, !s.refuse.Load()
 }
 func (s *switchable) Done(string, breaker.Ticket, breaker.Outcome) {}
+
+// Identical keyless requests racing for one flight: the one that read the
+// clock first may acquire second; it joins, it is never told the request
+// (under a key it never sent) is in use for longer than its own deadline.
+func TestRacingIdenticalKeylessRequestsAllJoin(t *testing.T) {
+	e := newEnv(t, mock.Config{Tokens: 4, TTFT: 30 * time.Millisecond})
+	const bursts, width = 50, 100
+	var conflicts, other atomic.Int64
+	for b := range bursts {
+		body := distinctBody("chat", b, "")
+		var wg sync.WaitGroup
+		for range width {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				req, _ := http.NewRequest("POST", e.url+"/v1/chat/completions", strings.NewReader(body))
+				req.Header.Set("Authorization", "Bearer "+keyAcme)
+				res, err := http.DefaultClient.Do(req)
+				if err != nil {
+					other.Add(1)
+					return
+				}
+				_, _ = io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				switch res.StatusCode {
+				case 200:
+				case 409:
+					conflicts.Add(1)
+				default:
+					other.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	if conflicts.Load() != 0 || other.Load() != 0 {
+		t.Fatalf("%d of %d identical concurrent requests got 409, %d another failure", conflicts.Load(), bursts*width, other.Load())
+	}
+}

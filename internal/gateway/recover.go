@@ -32,7 +32,9 @@ func (g *Gateway) recover(ctx context.Context) (int, error) {
 	return len(ids), nil
 }
 
-// materialize rebuilds and stores recovered requests' receipts.
+// materialize rebuilds and stores recovered requests' receipts, which
+// charge their tenants (an attempt in flight at its worst case), and then
+// gives the tenant limits the day's spend again, with those charges.
 func (g *Gateway) materialize(ids []string) {
 	defer g.background.Done()
 	for _, id := range ids {
@@ -44,6 +46,9 @@ func (g *Gateway) materialize(ids []string) {
 		if _, err := g.recoveredReceipt(context.Background(), "", id); err != nil {
 			g.log.Error("rebuild a recovered receipt", "request_id", id, "err", err)
 		}
+	}
+	if err := g.seedSpend(context.Background()); err != nil {
+		g.log.Error("read the day's spend after recovery", "err", err)
 	}
 }
 
