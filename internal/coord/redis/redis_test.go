@@ -338,8 +338,14 @@ func TestTheDaysSpendIsSeededFromTheStore(t *testing.T) {
 	if calls != 1 {
 		t.Fatalf("the store was read %d times, want once", calls)
 	}
-	if a, _ := tn.Allowance("acme"); a != 0 {
-		t.Fatalf("allowance %d, want 0", a)
+	// The allowance this gateway decides with is the ceiling less what was
+	// charged (the reservation of 100 is not charged yet): it errs towards
+	// trying, and Reserve refuses.
+	if a, _ := tn.Allowance("acme"); a != 100 {
+		t.Fatalf("allowance %d, want 100", a)
+	}
+	if _, ok := tn.Reserve("acme", 1, time.Now().Add(time.Minute)); ok {
+		t.Fatal("a reservation past the ceiling was admitted")
 	}
 }
 

@@ -32,7 +32,10 @@ type Tenants struct {
 	spend  func(ctx context.Context, day int64) (map[string]int64, error)
 	seq    atomic.Int64
 	mu     sync.Mutex
-	known  map[string]gw.NanoUSD // charged + reserved today, as of Redis's last answer
+	// known is what each tenant was charged today, as of Redis's last
+	// answer: never more than the truth (a day's charges only grow), so
+	// an allowance made from it never refuses what Redis would admit.
+	known map[string]gw.NanoUSD
 	day    int64
 }
 
@@ -171,8 +174,10 @@ func (t *Tenants) Take(tenant string) (bool, time.Duration, error) {
 	return v[0] == 1, time.Duration(v[1]) * time.Millisecond, nil
 }
 
-// Allowance is what the tenant may still reserve today, as of Redis's
-// last answer to this gateway (Reserve, not this, is exact).
+// Allowance is what the tenant may still reserve today, as far as this
+// gateway knows: the ceiling less what Redis last said was charged. It
+// leaves out reservations, which settle for less than they hold, so it
+// errs towards trying: Reserve, atomic in Redis, is what refuses.
 func (t *Tenants) Allowance(tenant string) (gw.NanoUSD, bool) {
 	lim := t.limits[tenant]
 	if lim.CostPerDay <= 0 {
@@ -221,7 +226,7 @@ func (t *Tenants) Reserve(tenant string, amount gw.NanoUSD, until time.Time) (qu
 			}
 			continue
 		}
-		t.learn(tenant, day, gw.NanoUSD(v[1]+v[2]))
+		t.learn(tenant, day, gw.NanoUSD(v[1]))
 		if v[0] == 1 {
 			return r, true
 		}
