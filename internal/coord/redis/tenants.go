@@ -36,7 +36,7 @@ type Tenants struct {
 	// answer: never more than the truth (a day's charges only grow), so
 	// an allowance made from it never refuses what Redis would admit.
 	known map[string]gw.NanoUSD
-	day    int64
+	day   int64
 }
 
 var _ interface {
