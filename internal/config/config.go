@@ -258,6 +258,10 @@ type Idempotency struct {
 	// SDKRetryWindow: how long a keyless official-SDK retry replays its
 	// finished twin. Default 10m.
 	SDKRetryWindow Duration `yaml:"sdk_retry_window" default:"10m"`
+	// KeylessJoin: identical keyless requests in flight share one
+	// generation. false: every keyless request is its own (independent
+	// samples), as X-Oncegate-Join: off asks per request. Default true.
+	KeylessJoin bool `yaml:"keyless_join" default:"true"`
 }
 
 // RetryBudget is the fleet retry budget (DESIGN §6.2).

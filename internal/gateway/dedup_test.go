@@ -524,3 +524,51 @@ func TestRacingIdenticalKeylessRequestsAllJoin(t *testing.T) {
 		t.Fatalf("%d of %d identical concurrent requests got 409, %d another failure", conflicts.Load(), bursts*width, other.Load())
 	}
 }
+
+// A client that wants independent samples says so: identical keyless
+// requests with X-Oncegate-Join: off (or, for every request, the
+// configuration's keyless_join: false) each get a generation of their own.
+func TestKeylessJoinsCanBeTurnedOff(t *testing.T) {
+	twins := func(e *env, headers map[string]string) []*http.Response {
+		var wg sync.WaitGroup
+		out := make([]*http.Response, 2)
+		for i := range out {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out[i], _ = e.post("/v1/chat/completions", chatBody("chat", false), headers)
+			}()
+		}
+		wg.Wait()
+		return out
+	}
+	for _, c := range []struct {
+		name    string
+		yaml    string
+		headers map[string]string
+	}{
+		{"header", "", map[string]string{"X-Oncegate-Join": "off"}},
+		{"configuration", "idempotency: {keyless_join: false}\n", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnvWith(t, mock.Config{Tokens: 4, TTFT: 200 * time.Millisecond}, c.yaml, nil)
+			res := twins(e, c.headers)
+			for _, r := range res {
+				if r.StatusCode != 200 || r.Header.Get("X-Oncegate-Dedup") != "miss" {
+					t.Fatalf("%d %s", r.StatusCode, r.Header.Get("X-Oncegate-Dedup"))
+				}
+			}
+			if res[0].Header.Get("X-Oncegate-Request-Id") == res[1].Header.Get("X-Oncegate-Request-Id") || e.primary.Stats().Requests != 2 {
+				t.Fatalf("two independent samples share a generation: %d upstream requests", e.primary.Stats().Requests)
+			}
+		})
+	}
+	e := newEnv(t, mock.Config{Tokens: 4, TTFT: 200 * time.Millisecond})
+	if res := twins(e, map[string]string{"X-Oncegate-Join": "on"}); res[0].Header.Get("X-Oncegate-Request-Id") != res[1].Header.Get("X-Oncegate-Request-Id") {
+		t.Fatal("with joins on, identical requests in flight did not share a generation")
+	}
+	res, body := e.post("/v1/chat/completions", chatBody("chat", false), map[string]string{"X-Oncegate-Join": "maybe"})
+	if res.StatusCode != 400 || !strings.Contains(string(body), "X-Oncegate-Join") {
+		t.Fatalf("a bad X-Oncegate-Join: %d %s", res.StatusCode, body)
+	}
+}

@@ -4,12 +4,15 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/oncegate/oncegate/internal/coord"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/provider"
+	"github.com/oncegate/oncegate/internal/receipt"
 	"github.com/oncegate/oncegate/internal/retry"
 )
 
@@ -20,6 +23,9 @@ const (
 	CodeInvalidKey          = "invalid_idempotency_key"
 	CodeUnauthorized        = "unauthorized"
 	CodeModelNotFound       = "model_not_found"
+	CodeReceiptNotFound     = "receipt_not_found"
+	CodeNotFound            = "not_found"
+	CodeMethodNotAllowed    = "method_not_allowed"
 	CodeKeyInUse            = "idempotency_key_in_use"
 	CodeKeyExpired          = "idempotency_key_expired"
 	CodeKeyReused           = "idempotency_key_reused"
@@ -51,6 +57,9 @@ var codeStatus = map[string]struct {
 	CodeRequestTooLarge:         {413, false, "invalid_request_error", "request_too_large"},
 	CodeUnauthorized:            {401, false, "authentication_error", "authentication_error"},
 	CodeModelNotFound:           {404, false, "invalid_request_error", "not_found_error"},
+	CodeReceiptNotFound:         {404, false, "invalid_request_error", "not_found_error"},
+	CodeNotFound:                {404, false, "invalid_request_error", "not_found_error"},
+	CodeMethodNotAllowed:        {405, false, "invalid_request_error", "invalid_request_error"},
 	CodeKeyInUse:                {409, true, "invalid_request_error", "invalid_request_error"},
 	CodeKeyExpired:              {409, false, "invalid_request_error", "invalid_request_error"},
 	CodeKeyReused:               {422, false, "invalid_request_error", "invalid_request_error"},
@@ -142,7 +151,7 @@ func setIDHeaders(h http.Header, requestID string, attempts int) {
 // bound that stopped it, with its numbers.
 func (c *call) terminalError(d retry.Decision, last *attemptResult) *apiError {
 	t, r := d.Terminal, d.Reason
-	if last != nil && last.upstreamErr != nil && (t == gw.TerminalRejected) {
+	if last != nil && last.upstreamErr != nil && t == gw.TerminalRejected && last.kind != gw.KindProtocolViolation {
 		return &apiError{upstream: last.upstreamErr, code: CodeInvalidRequest}
 	}
 	n, pol := len(c.rec.R.Attempts), c.alias.Engine
@@ -174,14 +183,42 @@ func (c *call) terminalError(d retry.Decision, last *attemptResult) *apiError {
 		return errorf(CodeOutcomeUnknown, "the provider may have accepted the request; its outcome is unknown")
 	case t == gw.TerminalRejected && last != nil && last.kind == gw.KindProtocolViolation:
 		return errorf(CodeProtocolViolation, "the provider's response could not be read: %s", last.detail)
+	case t == gw.TerminalRejected && n == 0:
+		return errorf(CodeInvalidRequest, "no route of model %q can serve the request: %s", c.alias.Name, ineligible(c.rec.R.Request.IneligibleRoutes))
 	case t == gw.TerminalRejected:
 		return errorf(CodeInvalidRequest, "no route of model %q can serve the request", c.alias.Name)
+	case allRateLimited(c.rec.R.Attempts):
+		return errorf(CodeUpstreamUnavailable, "every provider of model %q answered 429 rate limited (%d attempts, %s)", c.alias.Name, n, r)
 	case r == gw.ReasonAttemptBudget:
 		return errorf(CodeUpstreamUnavailable, "no provider answered within %d attempts (max_attempts %d)", n, pol.MaxAttempts)
 	case r == gw.ReasonRouteBudget:
 		return errorf(CodeUpstreamUnavailable, "no provider answered within %d attempts (the route's max_attempts)", n)
 	}
 	return errorf(CodeUpstreamUnavailable, "no provider answered: every route of model %q was tried (%d attempts, %s)", c.alias.Name, n, r)
+}
+
+// ineligible names why each route cannot serve a request: "primary: no
+// image input; fallback: context too small".
+func ineligible(reasons map[string]string) string {
+	if len(reasons) == 0 {
+		return "none is eligible"
+	}
+	parts := make([]string, 0, len(reasons))
+	for route, why := range reasons {
+		parts = append(parts, route+": "+why)
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, "; ")
+}
+
+// allRateLimited reports whether every attempt was refused with a 429.
+func allRateLimited(as []receipt.Attempt) bool {
+	for _, a := range as {
+		if a.Kind != string(gw.KindRateLimited) {
+			return false
+		}
+	}
+	return len(as) > 0
 }
 
 // coordinationDown is the error for a request the engine stopped because

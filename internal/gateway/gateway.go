@@ -477,7 +477,24 @@ func (g *Gateway) routes() {
 	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	m.HandleFunc("GET /readyz", g.serveReady)
 	m.Handle("GET /metrics", g.metrics.Handler())
+	// Every other answer is an error in the caller's protocol too: an
+	// unknown path (404 not_found), a known one with another method (405).
+	for path, allow := range map[string]string{"/v1/chat/completions": "POST", "/v1/messages": "POST", "/v1/models": "GET",
+		"/v1/receipts/{id}": "GET", "/v1/receipts": "GET", "/healthz": "GET", "/readyz": "GET", "/metrics": "GET"} {
+		m.HandleFunc(path, methodNotAllowed(allow))
+	}
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		errorf(CodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path).write(w, protocolOf(r), meta{})
+	})
 	g.mux = m
+}
+
+// methodNotAllowed answers a known path asked with another method.
+func methodNotAllowed(allow string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		errorf(CodeMethodNotAllowed, "%s %s: use %s", r.Method, r.URL.Path, allow).write(w, protocolOf(r), meta{})
+	}
 }
 
 // ServeHTTP serves the gateway's API.
@@ -622,7 +639,7 @@ func (g *Gateway) listReceipts(ctx context.Context, tenant string, limit int, af
 func (g *Gateway) serveReceipt(w http.ResponseWriter, r *http.Request, t *policy.Tenant) {
 	rc, err := g.receipt(r.Context(), t.ID, r.PathValue("id"))
 	if err != nil {
-		errorf(CodeModelNotFound, "no receipt %q", r.PathValue("id")).write(w, protocolOf(r), meta{})
+		errorf(CodeReceiptNotFound, "no receipt %q", r.PathValue("id")).write(w, protocolOf(r), meta{})
 		return
 	}
 	body, err := sealed(rc)

@@ -132,12 +132,22 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, p provider.Proto
 	}
 	h := receipt.Receipt{RequestID: c.id, Tenant: t.ID, Operation: p.Operation(), Model: alias.Name,
 		RequestSHA256: c.requestSHA, CreatedAt: created, Deadline: c.deadline, Stream: c.stream, ClientRetryCount: c.clientRetries}
-	if key != "" {
+	join, apiErr := joinsOf(r.Header, g.pol.Idempotency.KeylessJoin)
+	if apiErr != nil {
+		return nil, apiErr
+	}
+	switch {
+	case key != "":
 		h.KeySHA256 = identity.KeyDigest(t.ID, p.Operation(), key)
 		c.identity = "k:" + h.KeySHA256
-	} else {
+	case join:
 		h.Fingerprint = identity.Fingerprint(g.secret, t.ID, p.Operation(), c.requestSHA)
 		c.identity = "f:" + h.Fingerprint
+	default:
+		// An independent sample: an identity of its own, which nothing
+		// else shares (the receipt still carries the fingerprint).
+		h.Fingerprint = identity.Fingerprint(g.secret, t.ID, p.Operation(), c.requestSHA)
+		c.identity = "u:" + c.id
 	}
 	acceptRestart := c.streamEvents && r.Header.Get("X-Oncegate-Accept-Restart") == "1"
 	needs := provider.NeedsOf(cr.IR)
@@ -148,6 +158,21 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, p provider.Proto
 	c.rec = receipt.NewRecorder(alias, h)
 	c.out = newOutput(c)
 	return c, nil
+}
+
+// joinsOf says whether a keyless request may share another's generation:
+// X-Oncegate-Join (on, off) over the configuration's keyless_join.
+func joinsOf(h http.Header, configured bool) (bool, *apiError) {
+	switch v := strings.TrimSpace(h.Get("X-Oncegate-Join")); strings.ToLower(v) {
+	case "":
+		return configured, nil
+	case "on":
+		return true, nil
+	case "off":
+		return false, nil
+	default:
+		return false, &apiError{code: CodeInvalidRequest, param: "X-Oncegate-Join", message: "X-Oncegate-Join must be on or off, found " + strconv.Quote(v)}
+	}
 }
 
 // callerBudgets reads the caller's own time budgets (DESIGN §2.2):

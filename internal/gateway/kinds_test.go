@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -255,5 +256,85 @@ func TestLoneSurrogatesAreRefused(t *testing.T) {
 	}
 	if _, err := e.store.Get(context.Background(), "k:"+identity.KeyDigest("acme", "chat.completions", "surrogate")); !errors.Is(err, ledger.ErrNotFound) {
 		t.Fatalf("the key was stored: %v", err)
+	}
+}
+
+// Every answer that is not a success is JSON in the caller's protocol
+// with x-should-retry: an unknown path, a known one with another method,
+// a missing receipt; and an upstream redirect is a protocol violation,
+// never passed through.
+func TestEveryErrorIsInTheCallersShape(t *testing.T) {
+	e := newEnv(t, mock.Config{Tokens: 4})
+	get := func(path string, anthropicHeaders bool) (*http.Response, []byte) {
+		req, _ := http.NewRequest("GET", e.url+path, nil)
+		if anthropicHeaders {
+			req.Header.Set("x-api-key", keyAcme)
+			req.Header.Set("anthropic-version", "2023-06-01")
+		} else {
+			req.Header.Set("Authorization", "Bearer "+keyAcme)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res, b
+	}
+	for _, c := range []struct {
+		name, path string
+		anthropic  bool
+		status     int
+		want       string
+	}{
+		{"unknown path", "/v1/nothing-here", false, 404, `"code":"not_found"`},
+		{"unknown path, Anthropic", "/v1/nothing-here", true, 404, `"type":"not_found_error"`},
+		{"wrong method", "/v1/chat/completions", false, 405, `"code":"method_not_allowed"`},
+		{"missing receipt", "/v1/receipts/01a00000-0000-7000-8000-000000000000", false, 404, `"code":"receipt_not_found"`},
+	} {
+		res, body := get(c.path, c.anthropic)
+		if res.StatusCode != c.status || res.Header.Get("Content-Type") != "application/json" || res.Header.Get("x-should-retry") != "false" ||
+			!strings.Contains(string(body), c.want) || !strings.Contains(string(body), `"message":"`) {
+			t.Errorf("%s: %d %v %s", c.name, res.StatusCode, res.Header, body)
+		}
+	}
+	// An OpenAI SDK user reads the code and the message.
+	var apiErr *openai.Error
+	client := e.openai(nil)
+	err := client.Get(context.Background(), "/nothing-here", nil, nil)
+	if !errors.As(err, &apiErr) || apiErr.Code != "not_found" || apiErr.Message == "" {
+		t.Fatalf("the SDK's error: %v", err)
+	}
+	e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 302})))
+	res, body := e.post("/v1/chat/completions", chatBody("solo", false), nil)
+	if res.StatusCode != 502 || !strings.Contains(string(body), CodeProtocolViolation) {
+		t.Fatalf("an upstream 302: %d %s", res.StatusCode, body)
+	}
+}
+
+// "No route can serve this request" says why, route by route; an outage
+// of 429s says so.
+func TestRefusalsSayWhy(t *testing.T) {
+	e := newEnv(t, mock.Config{Tokens: 4})
+	res, body := e.post("/v1/chat/completions", `{"model":"solo","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://x/y.png"}}]}]}`, nil)
+	if res.StatusCode != 400 || !strings.Contains(string(body), "primary: ") || res.Header.Get("X-Oncegate-Request-Id") == "" {
+		t.Fatalf("an image on a text-only alias: %d %s", res.StatusCode, body)
+	}
+	e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 429})))
+	res, body = e.post("/v1/chat/completions", chatBody("solo", false), nil)
+	if res.StatusCode != 503 || !strings.Contains(string(body), "429") {
+		t.Fatalf("every attempt rate limited: %d %s", res.StatusCode, body)
+	}
+}
+
+// Every client-facing code has its status: none falls to a generic 500.
+func TestEveryCodeHasAStatus(t *testing.T) {
+	for _, code := range []string{CodeInvalidRequest, CodeInvalidKey, CodeUnauthorized, CodeModelNotFound, CodeReceiptNotFound, CodeNotFound,
+		CodeMethodNotAllowed, CodeKeyInUse, CodeKeyExpired, CodeKeyReused, CodeTenantRateLimited, CodeTenantBudget, CodeOutcomeUnknown,
+		CodeUpstreamUnavailable, CodeCircuitOpen, CodeRetryBudget, CodeDeadline, CodeProtocolViolation, CodeRequestTooLarge, CodeInternal,
+		CodeStoreUnavailable, CodeCoordinationUnavailable} {
+		if _, ok := codeStatus[code]; !ok {
+			t.Errorf("code %s has no status", code)
+		}
 	}
 }

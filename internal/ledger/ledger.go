@@ -32,7 +32,8 @@ func (s State) Finished() bool { return s != InProgress }
 
 // Record is one logical request identity's entry.
 type Record struct {
-	// Identity is "k:" + key_sha256 for a keyed request, "f:" +
+	// Identity is "k:" + key_sha256 for a keyed request, "u:" + the
+	// request id for a keyless one that joins nothing, "f:" +
 	// fingerprint for a keyless one. Never the raw key.
 	Identity      string
 	RequestID     string

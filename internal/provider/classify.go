@@ -100,6 +100,10 @@ func clean(s string) string {
 func Classify(e *UpstreamError) (gw.Kind, gw.Cause) {
 	s := e.Status
 	switch {
+	case s < 400:
+		// An informational or redirect status is no answer of the
+		// protocol's: a violation, never passed through.
+		return gw.KindProtocolViolation, ""
 	case s == 429 && (e.Code == "insufficient_quota" || e.Type == "insufficient_quota"):
 		return gw.KindRejected, "" // an exhausted balance is not transient
 	case s == 429:
