@@ -15,6 +15,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/openai/openai-go/v3"
 
+	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/identity"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/mock"
@@ -336,5 +337,29 @@ func TestEveryCodeHasAStatus(t *testing.T) {
 		if _, ok := codeStatus[code]; !ok {
 			t.Errorf("code %s has no status", code)
 		}
+	}
+}
+
+// A provider that takes the request, stays silent and then closes the
+// connection was silent: the request moves to the next route at once,
+// rather than trying the silent one again as after a reset.
+func TestSilenceThenCloseMovesToTheNextRoute(t *testing.T) {
+	e := newEnv(t, mock.Config{Tokens: 4})
+	e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultSilentClose, DelayMS: 300})))
+	res, body := e.post("/v1/chat/completions", chatBody("chat", false), nil)
+	if res.StatusCode != 200 {
+		t.Fatalf("%d %s", res.StatusCode, body)
+	}
+	r := e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
+	if len(r.Attempts) != 2 || r.Attempts[0].Route != "primary" || r.Attempts[0].Cause != string(gw.CauseFirstByteTimeout) ||
+		r.Attempts[1].Route != "fallback" {
+		t.Fatalf("attempts: %+v", r.Attempts)
+	}
+	// A reset at once is a reset: the same route is tried again.
+	e.primary.Reset()
+	e.primary.SetScript(rules(first(1, mock.Fault{Type: mock.FaultReset})))
+	res, _ = e.post("/v1/chat/completions", distinctBody("chat", 1, ""), nil)
+	if r := e.receipt(res.Header.Get("X-Oncegate-Request-Id")); len(r.Attempts) != 2 || r.Attempts[1].Route != "primary" {
+		t.Fatalf("after a reset: %+v", r.Attempts)
 	}
 }

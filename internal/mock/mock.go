@@ -180,6 +180,11 @@ func (x *exchange) run() {
 	case FaultHang:
 		x.block(nil)
 		return
+	case FaultSilentClose:
+		if x.wait(time.Duration(f.DelayMS) * time.Millisecond) {
+			reset(x.w)
+		}
+		return
 	case FaultGarbage:
 		x.garbage()
 		return

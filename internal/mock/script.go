@@ -25,6 +25,7 @@ const (
 	FaultQuota          = "insufficient_quota"
 	FaultReset          = "reset"            // read the request, then reset the connection before headers
 	FaultHang           = "hang"             // read the request, never answer
+	FaultSilentClose    = "silent_close"     // read the request, stay silent DelayMS, then close the connection
 	FaultSlowFirstToken = "slow_first_token" // wait Delay before the first token
 	FaultDropAfter      = "drop_after"       // stream After tokens, then drop the connection
 	FaultStallAfter     = "stall_after"      // stream After tokens, then go silent

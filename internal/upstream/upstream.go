@@ -164,6 +164,7 @@ func (c *Client) Do(ctx context.Context, r *Request) (*Response, error) {
 	req.Header.Set("Content-Type", "application/json")
 
 	var wrote atomic.Bool
+	var wroteAt atomic.Int64
 	fb := &firstByteTimer{t: time.AfterFunc(time.Hour, func() { cancel(errFirstByte) }), armed: true}
 	fb.t.Stop()
 	trace := &httptrace.ClientTrace{
@@ -171,6 +172,7 @@ func (c *Client) Do(ctx context.Context, r *Request) (*Response, error) {
 		// come after the response began: it must never re-arm the timer
 		// once the first byte is in.
 		WroteRequest: func(httptrace.WroteRequestInfo) {
+			wroteAt.Store(time.Now().UnixNano())
 			wrote.Store(true)
 			fb.start(c.cfg.FirstByte)
 		},
@@ -181,10 +183,28 @@ func (c *Client) Do(ctx context.Context, r *Request) (*Response, error) {
 	if err != nil {
 		cause := context.Cause(ctx)
 		cancel(nil)
-		return nil, sendError(err, cause, wrote.Load() || b.sent.Load())
+		e := sendError(err, cause, wrote.Load() || b.sent.Load())
+		if at := wroteAt.Load(); e.Phase == PhaseSend && !e.Cancelled && !e.Deadline && at != 0 &&
+			time.Since(time.Unix(0, at)) >= silence(c.cfg.FirstByte) {
+			// The provider took the request, said nothing for a while and
+			// closed: it was silent, as if its first-byte timeout had fired
+			// (a silent route stays silent: the next one is tried).
+			e.Phase = PhaseFirstByte
+		}
+		return nil, e
 	}
 	body := &idleBody{rc: res.Body, cancel: cancel, ctx: ctx, first: c.cfg.FirstByte, idle: c.cfg.Idle}
 	return &Response{Status: res.StatusCode, Header: res.Header, Body: body, FirstByteAt: time.Now()}, nil
+}
+
+// silence is how long a provider must have said nothing before a closed
+// connection counts as silence rather than a reset: half the first-byte
+// timeout, at most a second.
+func silence(firstByte time.Duration) time.Duration {
+	if firstByte <= 0 {
+		return time.Second
+	}
+	return min(firstByte/2, time.Second)
 }
 
 // firstByteTimer bounds the wait from the request's last byte to the
