@@ -533,6 +533,13 @@ func (c *call) providerError(res *attemptResult, resp *upstream.Response) *attem
 		d = receipt.HintFor(d)
 		res.obs.RetryAfter = &d
 	}
+	if cause == gw.CauseUpstreamAuth {
+		// The provider's text may echo the gateway's key: it is neither
+		// passed on, nor kept, nor logged.
+		res.obs.Error = &receipt.AttemptError{Code: string(gw.CauseUpstreamAuth), Message: "the provider refused the gateway's credential (HTTP " + strconv.Itoa(resp.Status) + ")"}
+		return c.observe(res, k, cause, "")
+	}
+	ue.Message = c.g.scrub(ue.Message)
 	res.upstreamErr = ue
 	res.obs.Error = &receipt.AttemptError{Code: firstNonEmpty(ue.Code, ue.Type), Message: truncate(ue.Message, 300)}
 	return c.observe(res, k, cause, "")

@@ -39,7 +39,7 @@ tenants:
   - {id: umbrella, api_key_env: KEY_UMBRELLA, budget: {cost_usd_per_day: 0.001}}
   - {id: spender, api_key_env: KEY_SPENDER, budget: {cost_usd_per_day: 0.05}}
 providers:
-  - {id: mock-primary, type: openai, base_url: "PRIMARY/v1", timeouts: {connect: 1s, first_byte: 400ms, idle: 1s}}
+  - {id: mock-primary, type: openai, base_url: "PRIMARY/v1", api_key_env: KEY_UPSTREAM_ONE, timeouts: {connect: 1s, first_byte: 400ms, idle: 1s}}
   - {id: mock-fallback, type: openai, base_url: "FALLBACK/v1", timeouts: {connect: 1s, first_byte: 400ms, idle: 1s}}
   - {id: mock-anthropic, type: anthropic, base_url: "ANTHROPIC", timeouts: {connect: 1s, first_byte: 400ms, idle: 1s}}
 routes:
@@ -112,6 +112,8 @@ const (
 	keyInitech  = "sk-og-initech-test"
 	keyUmbrella = "sk-og-umbrella-test"
 	keySpender  = "sk-og-spender-test"
+	// primaryProviderKey is the gateway's own credential at the primary.
+	primaryProviderKey = "sk-provider-primary-7f3a9c"
 )
 
 type env struct {
@@ -182,7 +184,7 @@ func newEnvOpts(t *testing.T, o envOptions) *env {
 	}
 	e.secrets, err = e.pol.Config.ResolveSecrets(func(k string) (string, bool) {
 		return map[string]string{"KEY_ACME": keyAcme, "KEY_GLOBEX": keyGlobex, "KEY_INITECH": keyInitech, "KEY_UMBRELLA": keyUmbrella,
-			"KEY_SPENDER": keySpender}[k], true
+			"KEY_SPENDER": keySpender, "KEY_UPSTREAM_ONE": primaryProviderKey}[k], true
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -24,6 +24,7 @@ const (
 	CodeUnauthorized        = "unauthorized"
 	CodeModelNotFound       = "model_not_found"
 	CodeReceiptNotFound     = "receipt_not_found"
+	CodeUpstreamAuthFailed  = "upstream_auth_failed"
 	CodeNotFound            = "not_found"
 	CodeMethodNotAllowed    = "method_not_allowed"
 	CodeKeyInUse            = "idempotency_key_in_use"
@@ -58,6 +59,7 @@ var codeStatus = map[string]struct {
 	CodeUnauthorized:            {401, false, "authentication_error", "authentication_error"},
 	CodeModelNotFound:           {404, false, "invalid_request_error", "not_found_error"},
 	CodeReceiptNotFound:         {404, false, "invalid_request_error", "not_found_error"},
+	CodeUpstreamAuthFailed:      {502, false, "api_error", "api_error"},
 	CodeNotFound:                {404, false, "invalid_request_error", "not_found_error"},
 	CodeMethodNotAllowed:        {405, false, "invalid_request_error", "invalid_request_error"},
 	CodeKeyInUse:                {409, true, "invalid_request_error", "invalid_request_error"},
@@ -151,6 +153,9 @@ func setIDHeaders(h http.Header, requestID string, attempts int) {
 // bound that stopped it, with its numbers.
 func (c *call) terminalError(d retry.Decision, last *attemptResult) *apiError {
 	t, r := d.Terminal, d.Reason
+	if last != nil && last.obs.Cause == gw.CauseUpstreamAuth {
+		return errorf(CodeUpstreamAuthFailed, "the provider of route %s refused the gateway's own credential; nothing was wrong with the request (the gateway's operator must fix the route's key)", last.route.ID)
+	}
 	if last != nil && last.upstreamErr != nil && t == gw.TerminalRejected && last.kind != gw.KindProtocolViolation {
 		return &apiError{upstream: last.upstreamErr, code: CodeInvalidRequest}
 	}

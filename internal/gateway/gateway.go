@@ -138,6 +138,9 @@ type Gateway struct {
 	live sync.Map
 	// store tracks whether the store answers, to say so once in the log.
 	store storeHealth
+	// secrets are every configured secret, scrubbed from any provider text
+	// the gateway keeps or passes on.
+	secrets []string
 }
 
 // storeHealth logs the store's outages once each, when the first request
@@ -219,6 +222,7 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 		return nil, err
 	}
 	g.restoreRates(context.Background())
+	g.secrets = secretsOf(secrets)
 	for key, id := range secrets.TenantKeys {
 		t := pol.Tenant(id)
 		if t == nil {
@@ -495,6 +499,33 @@ func methodNotAllowed(allow string) http.HandlerFunc {
 		w.Header().Set("Allow", allow)
 		errorf(CodeMethodNotAllowed, "%s %s: use %s", r.Method, r.URL.Path, allow).write(w, protocolOf(r), meta{})
 	}
+}
+
+// secretsOf lists the configured secrets worth scrubbing (long enough not
+// to match ordinary words).
+func secretsOf(s *config.Secrets) []string {
+	var out []string
+	add := func(v string) {
+		if len(v) >= 8 {
+			out = append(out, v)
+		}
+	}
+	for k := range s.TenantKeys {
+		add(k)
+	}
+	for _, k := range s.ProviderKeys {
+		add(k)
+	}
+	add(s.GatewaySecret)
+	return out
+}
+
+// scrub replaces every configured secret in a provider's text.
+func (g *Gateway) scrub(text string) string {
+	for _, s := range g.secrets {
+		text = strings.ReplaceAll(text, s, "[redacted]")
+	}
+	return text
 }
 
 // ServeHTTP serves the gateway's API.

@@ -164,6 +164,10 @@ func (c *call) release(p *permit, res *attemptResult) {
 // caused (it left, it lost a hedge, it was refused as invalid or unsafe)
 // says nothing about the route.
 func breakerOutcome(k gw.Kind, cause gw.Cause) breaker.Outcome {
+	switch {
+	case k == gw.KindRejected && cause == gw.CauseUpstreamAuth:
+		return breaker.Failure // the route's credential is broken
+	}
 	switch k {
 	case gw.KindOK:
 		return breaker.Success

@@ -15,6 +15,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/openai/openai-go/v3"
 
+	"github.com/oncegate/oncegate/internal/breaker"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/identity"
 	"github.com/oncegate/oncegate/internal/ledger"
@@ -361,5 +362,35 @@ func TestSilenceThenCloseMovesToTheNextRoute(t *testing.T) {
 	res, _ = e.post("/v1/chat/completions", distinctBody("chat", 1, ""), nil)
 	if r := e.receipt(res.Header.Get("X-Oncegate-Request-Id")); len(r.Attempts) != 2 || r.Attempts[1].Route != "primary" {
 		t.Fatalf("after a reset: %+v", r.Attempts)
+	}
+}
+
+// The gateway's own provider credential refused is no fault of the
+// tenant: 502 upstream_auth_failed, never the provider's text (it may
+// echo the key) in the answer or the receipt, and the route counts as
+// failing. Any other provider text that is kept has every configured
+// secret scrubbed.
+func TestTheGatewaysCredentialRefused(t *testing.T) {
+	e := newEnv(t, mock.Config{Tokens: 4})
+	e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 401, ErrorType: "invalid_request_error",
+		ErrorCode: "invalid_api_key", Message: "Incorrect API key provided: " + primaryProviderKey})))
+	res, body := e.post("/v1/chat/completions", chatBody("solo", false), nil)
+	if res.StatusCode != 502 || !strings.Contains(string(body), CodeUpstreamAuthFailed) || res.Header.Get("x-should-retry") != "false" ||
+		strings.Contains(string(body), primaryProviderKey) || strings.Contains(string(body), "Incorrect API key") {
+		t.Fatalf("%d %s", res.StatusCode, body)
+	}
+	r := e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
+	if b, _ := json.Marshal(r); len(r.Attempts) != 1 || strings.Contains(string(b), primaryProviderKey) || strings.Contains(string(b), "Incorrect API key") {
+		t.Fatalf("the receipt keeps the provider's text: %s", b)
+	}
+	if breakerOutcome(gw.KindRejected, gw.CauseUpstreamAuth) != breaker.Failure {
+		t.Fatal("a refused credential does not count against its route")
+	}
+	// A 400 whose text echoes a configured secret is passed through
+	// scrubbed.
+	e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 400, Message: "bad request from key " + primaryProviderKey})))
+	res, body = e.post("/v1/chat/completions", distinctBody("solo", 1, ""), nil)
+	if res.StatusCode != 400 || strings.Contains(string(body), primaryProviderKey) || !strings.Contains(string(body), "[redacted]") {
+		t.Fatalf("a provider text echoing a secret: %d %s", res.StatusCode, body)
 	}
 }

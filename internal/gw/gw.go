@@ -97,6 +97,10 @@ const (
 	CauseClientGone Cause = "client_disconnected"
 	// CauseHedgeLost: the attempt lost a hedge race and was cancelled.
 	CauseHedgeLost Cause = "hedge_lost"
+	// CauseUpstreamAuth: the provider refused the gateway's own credential
+	// (401, 403): rejected, and the route counts as failing — it is no
+	// fault of the request.
+	CauseUpstreamAuth Cause = "upstream_auth_failed"
 )
 
 // Terminal is the final state of a logical request (DESIGN §1).

@@ -116,6 +116,8 @@ func Classify(e *UpstreamError) (gw.Kind, gw.Cause) {
 		return gw.KindRejected, gw.CauseContextLength
 	case isContentPolicy(e):
 		return gw.KindPolicyDenied, ""
+	case s == 401 || s == 403:
+		return gw.KindRejected, gw.CauseUpstreamAuth
 	}
 	return gw.KindRejected, ""
 }
