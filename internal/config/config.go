@@ -235,6 +235,10 @@ type Stream struct {
 	// RestartMaxTokens: restart only while fewer tokens were emitted.
 	// Default 40.
 	RestartMaxTokens int `yaml:"restart_max_tokens" default:"40"`
+	// ResumeRoutes says which routes may continue a stream that broke
+	// after output: any (the alias's routes in priority order) or same
+	// (only the route that broke). Default "any".
+	ResumeRoutes string `yaml:"resume_routes" default:"any"`
 	// Buffer holds the whole answer until the upstream finishes. Default false.
 	Buffer bool `yaml:"buffer"`
 }

@@ -89,6 +89,13 @@ models:
   - name: to-claude
     routes: [claude, fallback]
     retry: {max_attempts: 3, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s}
+  - name: chat-pair
+    routes: [primary, claude]
+    retry: {max_attempts: 4, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s}
+  - name: chat-pair-same
+    routes: [primary, claude]
+    retry: {max_attempts: 4, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s}
+    stream: {resume_routes: same}
   - name: solo
     routes: [primary]
     retry: {max_attempts: 3, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s}

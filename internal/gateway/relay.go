@@ -321,7 +321,11 @@ func (c *call) endStream(res *attemptResult, a *attemptStream, endErr error, bui
 		if a.inTool {
 			detail += " (inside a tool call)"
 		}
-		return c.observe(res, gw.KindStreamInterruptedAfterOutput, "", detail)
+		var cause gw.Cause
+		if isUpstream && ue.Timeout && ue.Phase == upstream.PhaseBody {
+			cause = gw.CauseStall // silent past the idle timeout: another route continues
+		}
+		return c.observe(res, gw.KindStreamInterruptedAfterOutput, cause, detail)
 	case a.streamErr != nil:
 		k, cause := provider.ClassifyStreamError(a.streamErr)
 		res.upstreamErr = a.streamErr

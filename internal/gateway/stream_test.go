@@ -187,7 +187,72 @@ func TestRestartOnlyForOptedInClients(t *testing.T) {
 	}
 }
 
-func TestContinuationNeverGoesToAnotherRoute(t *testing.T) {
+func TestStallAfterOutputIsFinishedByTheNextRoute(t *testing.T) {
+	e := newEnv(t, mock.Config{Tokens: streamTokens})
+	e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStallAfter, After: 20}))) // silent for good
+	text, acc, h, err := e.streamOpenAI("chat-pair", prompt)
+	if err != nil {
+		t.Fatalf("the client must read one seamless answer: %v", err)
+	}
+	if want := answer(t, provider.OpenAI, prompt, streamTokens); text != want {
+		t.Fatalf("prefix + continuation =\n%q\nwant\n%q", text, want)
+	}
+	id := h.Get("X-Oncegate-Request-Id")
+	p, f, a := e.upstreamCalls(id)
+	if p.Requests != 1 || f.Requests != 0 || a.Requests != 1 || a.Continuations != 1 {
+		t.Fatalf("primary %+v fallback %+v claude %+v: the stalled route is not asked again", p, f, a)
+	}
+	r := e.receipt(id)
+	at := r.Attempts
+	if len(at) != 2 || r.Terminal != "succeeded" || at[0].Kind != "stream_interrupted_after_output" || at[0].Cause != "stall" ||
+		at[0].EmittedTokens != 20 || at[1].Route != "claude" || at[1].Purpose != "resume" || at[1].Kind != "ok" {
+		t.Fatalf("receipt %s %+v", r.Terminal, at)
+	}
+	// At once: the continuation waits for nothing but the idle timeout
+	// that detected the stall.
+	if !at[1].NotBefore.Equal(at[0].ObservedAt) {
+		t.Fatalf("continuation not before %v, the stall was observed at %v", at[1].NotBefore, at[0].ObservedAt)
+	}
+	if r.Totals.BillableTokens != p.Billable()+a.Billable() || acc.Usage.TotalTokens != r.Totals.BillableTokens {
+		t.Fatalf("receipt %d, upstream %d, usage chunk %d", r.Totals.BillableTokens, p.Billable()+a.Billable(), acc.Usage.TotalTokens)
+	}
+}
+
+func TestResetAfterOutputTriesTheSameRouteOnceThenTheNext(t *testing.T) {
+	e := newEnv(t, mock.Config{Tokens: streamTokens})
+	e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultDropAfter, After: 6}))) // the continuation breaks too
+	text, _, h, err := e.streamOpenAI("chat-pair", prompt)
+	if err != nil || text != answer(t, provider.OpenAI, prompt, streamTokens) {
+		t.Fatalf("%v %q", err, text)
+	}
+	id := h.Get("X-Oncegate-Request-Id")
+	r := e.receipt(id)
+	var routes []string
+	for _, a := range r.Attempts {
+		routes = append(routes, a.Route+"/"+a.Purpose)
+	}
+	if got := strings.Join(routes, " "); got != "primary/initial primary/resume claude/resume" || r.Terminal != "succeeded" {
+		t.Fatalf("attempts %s, terminal %s", got, r.Terminal)
+	}
+	if p, _, a := e.upstreamCalls(id); p.Requests != 2 || p.Continuations != 1 || a.Requests != 1 || a.Continuations != 1 {
+		t.Fatalf("primary %+v claude %+v", p, a)
+	}
+}
+
+func TestResumeRoutesSameKeepsTheContinuationOnItsRoute(t *testing.T) {
+	e := newEnv(t, mock.Config{Tokens: streamTokens})
+	e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultDropAfter, After: 6})))
+	_, _, h, err := e.streamOpenAI("chat-pair-same", prompt)
+	if err == nil || !strings.Contains(err.Error(), "stream_interrupted") {
+		t.Fatalf("want the interruption in-band, got %v", err)
+	}
+	id := h.Get("X-Oncegate-Request-Id")
+	if p, _, a := e.upstreamCalls(id); p.Requests != 2 || a.Requests != 0 {
+		t.Fatalf("primary %+v claude %+v: only the route that broke may continue", p, a)
+	}
+}
+
+func TestContinuationOnlyOnRoutesThatCanContinue(t *testing.T) {
 	e := newEnv(t, mock.Config{Tokens: streamTokens})
 	e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultHang})))                 // first-byte timeout: on to the fallback
 	e.fallback.SetScript(rules(always(mock.Fault{Type: mock.FaultDropAfter, After: 4}))) // no continuation on this route

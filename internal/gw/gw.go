@@ -97,6 +97,9 @@ const (
 	CauseClientGone Cause = "client_disconnected"
 	// CauseHedgeLost: the attempt lost a hedge race and was cancelled.
 	CauseHedgeLost Cause = "hedge_lost"
+	// CauseStall: a stream went silent past the idle timeout after its
+	// output began. A stalled route is not asked to continue it.
+	CauseStall Cause = "stall"
 	// CauseUpstreamAuth: the provider refused the gateway's own credential
 	// (401, 403): rejected, and the route counts as failing — it is no
 	// fault of the request.

@@ -42,6 +42,7 @@ type aliasDoc struct {
 	MaxCostNanoUSD   int64      `json:"max_cost_nano_usd"`
 	AfterOutput      string     `json:"after_output"`
 	RestartMaxTokens int64      `json:"restart_max_tokens"`
+	ResumeRoutes     string     `json:"resume_routes"`
 	Buffer           bool       `json:"buffer"`
 	HedgeAfterMS     int64      `json:"hedge_after_ms"`
 }
@@ -52,7 +53,7 @@ func aliasDigest(a *Alias) (string, error) {
 		BaseDelayMS: e.BaseDelay.Milliseconds(), MaxDelayMS: e.MaxDelay.Milliseconds(),
 		RetryAfterCapMS: e.RetryAfterCap.Milliseconds(), Jitter: string(e.Jitter), DeadlineMS: e.Deadline.Milliseconds(),
 		MaxCostNanoUSD: int64(e.MaxCost), AfterOutput: string(e.AfterOutput), RestartMaxTokens: e.RestartMaxTokens,
-		Buffer: a.Buffer, HedgeAfterMS: a.HedgeAfter.Milliseconds(), Routes: []routeDoc{}}
+		ResumeRoutes: string(e.ResumeRoutes), Buffer: a.Buffer, HedgeAfterMS: a.HedgeAfter.Milliseconds(), Routes: []routeDoc{}}
 	for _, r := range a.Routes {
 		p := r.Provider
 		doc.Routes = append(doc.Routes, routeDoc{ID: r.ID, Provider: p.ID, ProviderType: string(p.Type), BaseURL: p.BaseURL,

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/oncegate/oncegate/internal/retry"
 )
 
 // WriteTable prints, per alias, its route table in priority order and its
@@ -17,8 +19,12 @@ func WriteTable(w io.Writer, p *Policy) error {
 		if e.HedgeAfter > 0 {
 			hedge = "after " + e.HedgeAfter.String()
 		}
+		after := string(e.AfterOutput)
+		if e.AfterOutput == retry.AfterOutputResume {
+			after += " (" + string(e.ResumeRoutes) + " route)"
+		}
 		fmt.Fprintf(w, "model %s  (max_attempts %d, backoff %v..%v, jitter %s, deadline %v, max_cost %s, after_output %s, hedge %s, boundary ≤ %s)\n",
-			a.Name, e.MaxAttempts, e.BaseDelay, e.MaxDelay, e.Jitter, e.Deadline, costText(e.MaxCost.USD()), e.AfterOutput, hedge, a.MaxBoundary)
+			a.Name, e.MaxAttempts, e.BaseDelay, e.MaxDelay, e.Jitter, e.Deadline, costText(e.MaxCost.USD()), after, hedge, a.MaxBoundary)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "  PRIORITY\tROUTE\tPROVIDER\tMODEL\tRELEASE\tBOUNDARY\tINPUT\tCONTINUATION\tMAX ATTEMPTS\tPRICE IN/OUT $/MTok")
 		for i, r := range a.Routes {

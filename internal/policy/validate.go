@@ -254,10 +254,11 @@ func (v *validator) engine(path string, m config.Model, routes []*Route) *retry.
 	v.oneOf(path+".retry.jitter", rt.Jitter, string(retry.JitterFull), string(retry.JitterNone))
 	v.oneOf(path+".stream.after_output", m.Stream.AfterOutput, string(retry.AfterOutputResume), string(retry.AfterOutputRestart), string(retry.AfterOutputStop))
 	v.nonNegative(path+".stream.restart_max_tokens", float64(m.Stream.RestartMaxTokens))
+	v.oneOf(path+".stream.resume_routes", m.Stream.ResumeRoutes, string(retry.ResumeAny), string(retry.ResumeSame))
 	p := &retry.Policy{MaxAttempts: rt.MaxAttempts, BaseDelay: rt.BaseDelay.D(), MaxDelay: rt.MaxDelay.D(),
 		RetryAfterCap: rt.RetryAfterCap.D(), Jitter: retry.Jitter(rt.Jitter), Deadline: rt.Deadline.D(),
 		MaxCost: gw.NanoFromUSD(rt.MaxCostUSD), AfterOutput: retry.AfterOutput(m.Stream.AfterOutput),
-		RestartMaxTokens: int64(m.Stream.RestartMaxTokens), HedgeAfter: m.Hedge.After.D()}
+		RestartMaxTokens: int64(m.Stream.RestartMaxTokens), ResumeRoutes: retry.ResumeRoutes(m.Stream.ResumeRoutes), HedgeAfter: m.Hedge.After.D()}
 	for _, r := range routes {
 		p.Routes = append(p.Routes, retry.Route{ID: r.ID, MaxAttempts: r.MaxAttempts, MaxContextTokens: r.Caps.MaxContextTokens,
 			MaxOutputTokens: r.Caps.MaxOutputTokens, Price: r.Price, Continuation: r.Caps.Continuation})

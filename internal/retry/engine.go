@@ -16,7 +16,7 @@ const (
 	PurposeInitial  Purpose = "initial"
 	PurposeRetry    Purpose = "retry"    // same route again
 	PurposeFallback Purpose = "fallback" // next route by priority
-	PurposeResume   Purpose = "resume"   // continue a partial stream, same route
+	PurposeResume   Purpose = "resume"   // continue a partial stream
 	PurposeRestart  Purpose = "restart"  // fresh generation after output, client cleared it
 	PurposeHedge    Purpose = "hedge"    // duplicate after hedge.after without first byte
 )
@@ -211,7 +211,7 @@ func Decide(p *Policy, req *Request, attempts []Attempt, adm Admission) (Decisio
 		if pairedWithNext(attempts, end) {
 			continue // the step goes on with its hedge
 		}
-		if a := deciding(attempts[:end+1]); settled(&a) {
+		if a := deciding(attempts[:end+1]); settled(&a) && (a.Purpose != PurposeResume || p.ResumeRoutes == ResumeSame) {
 			return Decision{}, fmt.Errorf("%w: attempt %d follows attempt %d (%s)", ErrAfterTerminal, attempts[end+1].Ordinal, a.Ordinal, a.Kind)
 		}
 	}
@@ -258,9 +258,10 @@ func deciding(hist []Attempt) Attempt {
 func Decisive(a *Attempt) bool { return a.VisibleOutput || settled(a) }
 
 // settled reports whether an attempt's outcome ends its request whatever
-// the admission: a success, a cancellation, a failed continuation, an
-// unknown acceptance, or a non-retryable failure other than a context that
-// was too small (which may fall back to a larger one).
+// the admission: a success, a cancellation, a failed continuation (unless
+// the alias lets other routes continue it: Decide checks), an unknown
+// acceptance, or a non-retryable failure other than a context that was
+// too small (which may fall back to a larger one).
 func settled(a *Attempt) bool {
 	switch {
 	case a.Kind == gw.KindCancelled, a.Kind.Class() == gw.ClassSuccess, a.Purpose == PurposeResume:
@@ -283,10 +284,15 @@ func decide(p *Policy, req *Request, hist []Attempt, adm Admission) Decision {
 			return stop(gw.TerminalDeadline, gw.ReasonDeadline) // a late success loses
 		}
 		return Decision{Action: ActionComplete, Terminal: gw.TerminalSucceeded, Reason: gw.ReasonCompleted}
-	case last.Purpose == PurposeResume:
-		// A failed continuation ends the stream as stop would; no other
-		// route is tried (DESIGN §5.3).
+	case last.Purpose == PurposeResume && p.ResumeRoutes == ResumeSame:
+		// A failed continuation ends the stream as stop would when only
+		// the route that broke may continue it (docs/streaming.md).
 		return stop(gw.TerminalIndeterminate, gw.ReasonIndeterminate)
+	case last.Purpose == PurposeResume:
+		// A continuation failed, before more output or after: the next
+		// route may continue it. Whatever it failed with, the client has
+		// seen only the delivered prefix, which any route can extend.
+		return resume(p, req, hist, &last, adm)
 	case last.Kind == gw.KindStreamInterruptedAfterOutput:
 		return afterOutput(p, req, hist, &last, adm)
 	case last.Kind.Class() == gw.ClassIndeterminate:
@@ -304,24 +310,9 @@ func decide(p *Policy, req *Request, hist []Attempt, adm Admission) Decision {
 func afterOutput(p *Policy, req *Request, hist []Attempt, last *Attempt, adm Admission) Decision {
 	cur := p.Route(last.Route)
 	switch {
-	case p.AfterOutput == AfterOutputResume && cur != nil && cur.Continuation != ContinuationNone && !last.InToolCall:
-		// Output was delivered, so whatever stops the continuation leaves
-		// the request indeterminate, with the binding bound as the reason.
-		reserve := reservation(cur, req, last.EmittedTokens)
-		if d, ok := budgets(p, req, hist, last, adm); !ok {
-			d.Terminal = gw.TerminalIndeterminate
-			return d
-		}
-		switch {
-		case routeAttempts(hist, cur.ID) >= cur.MaxAttempts:
-			return stop(gw.TerminalIndeterminate, gw.ReasonRouteBudget)
-		case !adm.admits(cur.ID):
-			return stop(gw.TerminalIndeterminate, gw.ReasonCircuitOpen)
-		}
-		if d, ok := costStop(p, hist, reserve, adm, gw.TerminalIndeterminate); !ok {
-			return d
-		}
-		return Decision{Action: ActionResume, Route: cur.ID, NotBefore: last.ObservedAt, Reserve: reserve}
+	case p.AfterOutput == AfterOutputResume && !last.InToolCall &&
+		(p.ResumeRoutes != ResumeSame || cur != nil && cur.Continuation != ContinuationNone):
+		return resume(p, req, hist, last, adm)
 	case p.AfterOutput == AfterOutputRestart && req.AcceptRestart && last.EmittedTokens < p.RestartMaxTokens:
 		d := again(p, req, hist, last, adm, ActionRestart)
 		if !d.Dispatches() {
@@ -330,6 +321,98 @@ func afterOutput(p *Policy, req *Request, hist []Attempt, last *Attempt, adm Adm
 		return d
 	}
 	return stop(gw.TerminalIndeterminate, gw.ReasonIndeterminate)
+}
+
+// resume decides the continuation of a stream that broke after visible
+// output. Output was delivered, so whatever stops the continuation leaves
+// the request indeterminate, with the binding bound as the reason.
+func resume(p *Policy, req *Request, hist []Attempt, last *Attempt, adm Admission) Decision {
+	if last.InToolCall {
+		// A tool call's arguments cannot be continued by prefill.
+		return stop(gw.TerminalIndeterminate, gw.ReasonIndeterminate)
+	}
+	if d, ok := budgets(p, req, hist, last, adm); !ok {
+		d.Terminal = gw.TerminalIndeterminate
+		return d
+	}
+	r, why := continuationRoute(p, req, hist, last, adm)
+	if r == nil {
+		return stop(gw.TerminalIndeterminate, why)
+	}
+	reserve := reservation(r, req, delivered(hist))
+	if d, ok := costStop(p, hist, reserve, adm, gw.TerminalIndeterminate); !ok {
+		return d
+	}
+	return Decision{Action: ActionResume, Route: r.ID, NotBefore: last.ObservedAt, Reserve: reserve}
+}
+
+// continuationRoute picks the route that continues a broken stream, or
+// says why none may. Same: the route that broke. Any: after a reset, the
+// same route once (not after its own continuation failed); else the first
+// route after it by priority that can continue, may serve the request, is
+// admitted, has attempts left and was never silent in this request; and
+// after a stall (a silent route tends to stay silent) the route that
+// stalled only when no other can.
+func continuationRoute(p *Policy, req *Request, hist []Attempt, last *Attempt, adm Admission) (*Route, gw.Reason) {
+	cur := p.Route(last.Route)
+	if cur == nil {
+		return nil, gw.ReasonIndeterminate // not a route of this policy
+	}
+	if p.ResumeRoutes == ResumeSame {
+		switch {
+		case cur.Continuation == ContinuationNone:
+			return nil, gw.ReasonIndeterminate
+		case routeAttempts(hist, cur.ID) >= cur.MaxAttempts:
+			return nil, gw.ReasonRouteBudget
+		case !adm.admits(cur.ID):
+			return nil, gw.ReasonCircuitOpen
+		}
+		return cur, ""
+	}
+	can := func(r *Route) bool {
+		return r.Continuation != ContinuationNone && req.eligible(r.ID) && adm.admits(r.ID) &&
+			routeAttempts(hist, r.ID) < r.MaxAttempts
+	}
+	again := last.Purpose != PurposeResume && can(cur)
+	if again && last.Cause != gw.CauseStall {
+		return cur, ""
+	}
+	refused := false
+	for i := p.index(cur.ID) + 1; i < len(p.Routes); i++ {
+		r := &p.Routes[i]
+		if can(r) && !silent(hist, r.ID) {
+			return r, ""
+		}
+		refused = refused || !adm.admits(r.ID)
+	}
+	switch {
+	case again:
+		return cur, ""
+	case refused:
+		return nil, gw.ReasonCircuitOpen
+	}
+	return nil, gw.ReasonRoutesExhausted
+}
+
+// silent reports whether a route went silent in this request: a
+// first-byte timeout, or a stream that stalled.
+func silent(hist []Attempt, route string) bool {
+	for i := range hist {
+		if hist[i].Route == route && (hist[i].Cause == gw.CauseFirstByteTimeout || hist[i].Cause == gw.CauseStall) {
+			return true
+		}
+	}
+	return false
+}
+
+// delivered is the visible output of every attempt so far: what a
+// continuation's prefix holds.
+func delivered(hist []Attempt) int64 {
+	var n int64
+	for i := range hist {
+		n += hist[i].EmittedTokens
+	}
+	return n
 }
 
 // budgets checks the bounds that hold whichever route comes next: the

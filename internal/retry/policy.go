@@ -23,6 +23,19 @@ const (
 	JitterNone Jitter = "none" // exactly the backoff
 )
 
+// ResumeRoutes says which routes may continue a stream that broke after
+// visible output (docs/streaming.md).
+type ResumeRoutes string
+
+// The choices. Any: the alias's routes in priority order (they are
+// validated interchangeable): after a stall the next at once, after a
+// reset the same route once, then the next. Same: only the route that
+// broke, and a failed continuation ends the stream.
+const (
+	ResumeAny  ResumeRoutes = "any"
+	ResumeSame ResumeRoutes = "same"
+)
+
 // AfterOutput is what happens when a stream breaks after visible output
 // (DESIGN §5.3).
 type AfterOutput string
@@ -70,6 +83,8 @@ type Policy struct {
 	MaxCost          gw.NanoUSD // 0: no cost cap
 	AfterOutput      AfterOutput
 	RestartMaxTokens int64
+	// ResumeRoutes says which routes may continue a broken stream.
+	ResumeRoutes ResumeRoutes
 	// HedgeAfter is how long an attempt may go without a first byte before
 	// a hedge is dispatched (DESIGN §6.4); 0 disables hedging.
 	HedgeAfter time.Duration

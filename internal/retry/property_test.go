@@ -23,6 +23,7 @@ func genPolicy(t *rapid.T) *Policy {
 		Deadline:         time.Minute,
 		AfterOutput:      rapid.SampledFrom([]AfterOutput{AfterOutputResume, AfterOutputRestart, AfterOutputStop}).Draw(t, "after_output"),
 		RestartMaxTokens: int64(rapid.IntRange(0, 60).Draw(t, "restart_max")),
+		ResumeRoutes:     rapid.SampledFrom([]ResumeRoutes{ResumeAny, ResumeSame}).Draw(t, "resume_routes"),
 	}
 	for i := 0; i < n; i++ {
 		p.Routes = append(p.Routes, Route{ID: fmt.Sprintf("r%d", i), MaxAttempts: rapid.IntRange(1, 3).Draw(t, "route_max"),
@@ -76,7 +77,7 @@ func genOutcome(t *rapid.T, d Decision, ordinal int) Attempt {
 	a := Attempt{Ordinal: ordinal, Route: d.Route, Purpose: d.Purpose(), NotBefore: d.NotBefore, JitterMS: d.JitterMS,
 		StartedAt: start, ObservedAt: start.Add(ms(rapid.IntRange(0, 3000).Draw(t, "duration"))),
 		Kind:  genKind(t),
-		Cause: rapid.SampledFrom([]gw.Cause{"", "", "", gw.CauseFirstByteTimeout, gw.CauseContextLength}).Draw(t, "cause"),
+		Cause: rapid.SampledFrom([]gw.Cause{"", "", "", gw.CauseFirstByteTimeout, gw.CauseContextLength, gw.CauseStall}).Draw(t, "cause"),
 		Cost:  gw.NanoUSD(rapid.Int64Range(0, int64(d.Reserve)).Draw(t, "cost"))}
 	if rapid.Bool().Draw(t, "has_hint") {
 		a.HasRetryAfter, a.RetryAfter = true, ms(rapid.IntRange(0, 10000).Draw(t, "hint"))
@@ -154,6 +155,19 @@ func TestPropertyEngineBounds(t *testing.T) {
 				t.Fatalf("route %s out of priority order (index %d after %d)", d.Route, idx, lastIndex)
 			}
 			lastIndex = idx
+			if d.Action == ActionResume {
+				prev := tr.attempts[i-1]
+				switch {
+				case p.Route(d.Route).Continuation == ContinuationNone:
+					t.Fatalf("continuation on route %s, which cannot continue", d.Route)
+				case prev.InToolCall:
+					t.Fatal("continuation of a stream broken inside a tool call")
+				case p.ResumeRoutes == ResumeSame && d.Route != prev.Route:
+					t.Fatalf("continuation moved from %s to %s with resume_routes same", prev.Route, d.Route)
+				case prev.Purpose == PurposeResume && p.ResumeRoutes == ResumeAny && d.Route == prev.Route:
+					t.Fatalf("a failed continuation on %s continued on the same route", d.Route)
+				}
+			}
 			perRoute[d.Route]++
 			if perRoute[d.Route] > p.Route(d.Route).MaxAttempts {
 				t.Fatalf("route %s over its budget", d.Route)
