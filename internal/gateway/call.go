@@ -251,10 +251,13 @@ func (c *call) abort(err error) {
 	}
 	if c.out != nil && c.out.started {
 		// The client already reads a stream: end it with the protocol's
-		// in-band error, not a JSON body after its last frame.
+		// in-band error, not a JSON body after its last frame. Output was
+		// shown and no terminal recorded, so recovery settles the request
+		// indeterminate once its lease lapses; the error says so.
 		c.out.flush()
 		cs := codeStatus[e.code]
-		c.flight.Finish(nil, c.out.enc.Error(nil, &provider.ClientError{Type: cs.typ, Code: e.code, Message: e.message, RequestID: c.id}))
+		c.flight.Finish(nil, c.out.enc.Error(nil, &provider.ClientError{Type: cs.typ, Code: e.code, Message: e.message, RequestID: c.id,
+			Terminal: string(gw.TerminalIndeterminate), Reason: string(gw.ReasonIndeterminate), EmittedTokens: c.out.emitted}))
 		return
 	}
 	c.publishError(e, c.meta())

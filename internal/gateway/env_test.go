@@ -299,6 +299,31 @@ func (e *env) receiptAs(key, id string) *receipt.Receipt {
 	return &r
 }
 
+// awaitReceipt waits for a request's receipt to be written (by recovery,
+// for one whose owner could not finish it).
+func (e *env) awaitReceipt(id string) *receipt.Receipt {
+	e.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		req, _ := http.NewRequest("GET", e.url+"/v1/receipts/"+id, nil)
+		req.Header.Set("Authorization", "Bearer "+keyAcme)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		var r receipt.Receipt
+		err = json.NewDecoder(res.Body).Decode(&r)
+		res.Body.Close()
+		if res.StatusCode == 200 && err == nil && r.Terminal != "" {
+			return &r
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("no receipt for %s after 30 s (last status %d)", id, res.StatusCode)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // upstreamCalls counts what every mock saw for one logical request.
 func (e *env) upstreamCalls(requestID string) (primary, fallback, anthropic mock.Counter) {
 	return e.primary.Stats().ByRequestID[requestID], e.fallback.Stats().ByRequestID[requestID], e.anthropic.Stats().ByRequestID[requestID]

@@ -211,7 +211,7 @@ func (o *output) interrupt(d retry.Decision) []byte {
 	c := o.c
 	ce := &provider.ClientError{Type: "stream_interrupted", Code: "stream_interrupted",
 		Message:       "the provider's stream broke after " + strconv.FormatInt(o.emitted, 10) + " tokens and could not be resumed (" + string(d.Reason) + ")",
-		EmittedTokens: o.emitted, RequestID: c.id}
+		EmittedTokens: o.emitted, RequestID: c.id, Terminal: string(gw.TerminalIndeterminate), Reason: string(d.Reason)}
 	return o.enc.Error(nil, ce)
 }
 

@@ -108,10 +108,11 @@ func TestReceiptsAreTenantScoped(t *testing.T) {
 	}
 }
 
-// faulty is a store whose writes fail while fail is set (a full disk).
+// faulty is a store whose writes fail while fail is set (a full disk);
+// failFinish fails only terminal commits.
 type faulty struct {
 	ledger.Store
-	fail atomic.Bool
+	fail, failFinish atomic.Bool
 }
 
 var errDiskFull = errors.New("database or disk is full")
@@ -121,6 +122,13 @@ func (f *faulty) Claim(ctx context.Context, r *ledger.Record, evs []ledger.Event
 		return nil, false, errDiskFull
 	}
 	return f.Store.Claim(ctx, r, evs)
+}
+
+func (f *faulty) Finish(ctx context.Context, fin *ledger.Finish) error {
+	if f.fail.Load() || f.failFinish.Load() {
+		return errDiskFull
+	}
+	return f.Store.Finish(ctx, fin)
 }
 
 func (f *faulty) Ping(ctx context.Context) error {
@@ -164,5 +172,45 @@ func TestAStoreThatCannotBeWritten(t *testing.T) {
 	}
 	if res, body := e.post("/v1/chat/completions", chatBody("chat", false), nil); res.StatusCode != 200 {
 		t.Fatalf("after: %d %s", res.StatusCode, body)
+	}
+}
+
+// A stream already started whose terminal cannot be committed ends with
+// the protocol's in-band error — never a bare JSON line, never a success
+// the gateway could not record — naming the terminal its receipt gets
+// once the lease lapsed: indeterminate.
+func TestAStartedStreamThatCannotFinishEndsInBand(t *testing.T) {
+	for _, tc := range []struct {
+		path, body, errorLine, done string
+	}{
+		{"/v1/chat/completions", chatBody("chat", true), "data: {\"error\":", "[DONE]"},
+		{"/v1/messages", `{"model":"claude","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"hi"}]}`, "event: error\n", "message_stop"},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			var f *faulty
+			e := newEnvOpts(t, envOptions{mock: mock.Config{Tokens: 6}, yaml: "lease: {ttl: 1s, renew: 300ms}\n",
+				wrap: func(s ledger.Store) ledger.Store {
+					f = &faulty{Store: s}
+					return f
+				}})
+			f.failFinish.Store(true)
+			res, body := e.post(tc.path, tc.body, nil)
+			text := string(body)
+			if res.StatusCode != 200 || !strings.Contains(text, tc.errorLine) || strings.Contains(text, tc.done) ||
+				!strings.Contains(text, `"terminal":"indeterminate"`) || strings.Contains(text, `"succeeded"`) {
+				t.Fatalf("%d\n%s", res.StatusCode, text)
+			}
+			for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
+				if line != "" && !strings.HasPrefix(line, "data: ") && !strings.HasPrefix(line, "event: ") && !strings.HasPrefix(line, ":") {
+					t.Fatalf("a line outside the SSE framing: %q\n%s", line, text)
+				}
+			}
+			f.failFinish.Store(false)
+			id := res.Header.Get("X-Oncegate-Request-Id")
+			r := e.awaitReceipt(id)
+			if r.Terminal != "indeterminate" {
+				t.Fatalf("the stream said indeterminate, the receipt %s", r.Terminal)
+			}
+		})
 	}
 }

@@ -149,7 +149,8 @@ func TestStopEndsTheStreamWithAnInBandError(t *testing.T) {
 	e.primary.Reset()
 	e.primary.SetScript(rules(mock.Rule{Calls: []int{1}, Fault: mock.Fault{Type: mock.FaultDropAfter, After: 5}}))
 	_, body := e.rawStream("chat-stop", nil)
-	if strings.Contains(body, "[DONE]") || !strings.Contains(body, `"emitted_tokens":5`) || !strings.Contains(body, `"code":"stream_interrupted"`) {
+	if strings.Contains(body, "[DONE]") || !strings.Contains(body, `"emitted_tokens":5`) || !strings.Contains(body, `"code":"stream_interrupted"`) ||
+		!strings.Contains(body, `"terminal":"indeterminate"`) {
 		t.Fatalf("body must end in an in-band error without [DONE]:\n%s", body)
 	}
 }

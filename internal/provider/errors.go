@@ -101,6 +101,9 @@ type anthropicErr struct {
 func StreamErrorData(p Protocol, e *ClientError) []byte {
 	body := map[string]any{"type": e.Type, "code": e.Code, "message": e.Message,
 		"emitted_tokens": e.EmittedTokens, "request_id": e.RequestID}
+	if e.Terminal != "" {
+		body["terminal"], body["reason"] = e.Terminal, e.Reason
+	}
 	var v any = map[string]any{"error": body}
 	if p == Anthropic {
 		v = map[string]any{"type": "error", "error": body}
