@@ -154,7 +154,8 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, p provider.Proto
 	h.Request = receipt.Facts{EstimatedInputTokens: cr.PromptTokens, MaxOutputTokens: cr.IR.MaxTokens,
 		MaxDataBoundary: t.MaxBoundary.String(), AcceptRestart: acceptRestart,
 		IneligibleRoutes: alias.Ineligible(policy.Needs{Images: needs.Images, Audio: needs.Audio, Tools: needs.Tools,
-			JSONSchema: needs.JSONSchema, Stream: needs.Stream, ContextTokens: cr.PromptTokens + cr.IR.MaxTokens}, t.MaxBoundary)}
+			JSONSchema: needs.JSONSchema, Stream: needs.Stream, ContextTokens: cr.PromptTokens + cr.IR.MaxTokens,
+			Protocol: string(cr.Protocol), NativeOnly: cr.NativeOnly}, t.MaxBoundary)}
 	c.rec = receipt.NewRecorder(alias, h)
 	c.out = newOutput(c)
 	return c, nil

@@ -394,3 +394,37 @@ func TestTheGatewaysCredentialRefused(t *testing.T) {
 		t.Fatalf("a provider text echoing a secret: %d %s", res.StatusCode, body)
 	}
 }
+
+// A field the other protocol cannot carry keeps the request on routes of
+// the client's own protocol: the others are skipped with the reason in
+// the receipt, and when none is left the 400 names the field.
+func TestFieldsThatCannotBeTranslatedStayOnTheirProtocol(t *testing.T) {
+	e := newEnv(t, mock.Config{Tokens: 4})
+	res, body := e.post("/v1/chat/completions", `{"model":"to-claude","seed":7,"messages":[{"role":"user","content":"hi"}]}`, nil)
+	if res.StatusCode != 200 {
+		t.Fatalf("%d %s", res.StatusCode, body)
+	}
+	id := res.Header.Get("X-Oncegate-Request-Id")
+	_, f, a := e.upstreamCalls(id)
+	r := e.receipt(id)
+	if a.Requests != 0 || f.Requests != 1 || len(r.Attempts) != 1 || r.Attempts[0].Route != "fallback" ||
+		!strings.Contains(r.Request.IneligibleRoutes["claude"], "seed") {
+		t.Fatalf("claude %+v fallback %+v receipt %+v %v", a, f, r.Attempts, r.Request.IneligibleRoutes)
+	}
+	// The same request without the seed goes to claude first.
+	res, body = e.post("/v1/chat/completions", `{"model":"to-claude","seed":null,"messages":[{"role":"user","content":"hi"}]}`, nil)
+	if res.StatusCode != 200 || res.Header.Get("X-Oncegate-Route") != "claude" {
+		t.Fatalf("%d %s %v", res.StatusCode, body, res.Header)
+	}
+	res, body = e.post("/v1/chat/completions", `{"model":"claude","response_format":{"type":"json_object"},"messages":[{"role":"user","content":"hi"}]}`, nil)
+	if res.StatusCode != 400 || !strings.Contains(string(body), "response_format cannot be carried to the anthropic protocol") {
+		t.Fatalf("json_object on an Anthropic-only alias: %d %s", res.StatusCode, body)
+	}
+	res, body = e.post("/v1/messages", `{"model":"solo","max_tokens":50,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"hi"}]}`, nil)
+	if res.StatusCode != 400 || !strings.Contains(string(body), "thinking cannot be carried to the openai protocol") {
+		t.Fatalf("thinking on an OpenAI-only alias: %d %s", res.StatusCode, body)
+	}
+	if n := e.primary.Stats().Requests + e.anthropic.Stats().Requests; n != 1 {
+		t.Fatalf("the refused requests reached a provider: %d upstream calls in all, want the one to claude", n)
+	}
+}

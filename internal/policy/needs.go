@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/oncegate/oncegate/internal/gw"
 )
@@ -15,6 +16,10 @@ type Needs struct {
 	JSONSchema    bool
 	Stream        bool
 	ContextTokens int64 // prompt estimate plus requested output
+	// Protocol is the client's ("openai", "anthropic"); NativeOnly the
+	// request's fields that only a route speaking it can serve.
+	Protocol   string
+	NativeOnly []string
 }
 
 // Ineligible returns, for each of the alias's routes that cannot serve a
@@ -33,6 +38,8 @@ func (a *Alias) Ineligible(n Needs, maxBoundary gw.DataBoundary) map[string]stri
 		switch {
 		case r.Boundary > maxBoundary:
 			out[r.ID] = fmt.Sprintf("data boundary %s exceeds the tenant's %s", r.Boundary, maxBoundary)
+		case len(n.NativeOnly) > 0 && string(r.Provider.Type) != n.Protocol:
+			out[r.ID] = fmt.Sprintf("%s cannot be carried to the %s protocol", strings.Join(n.NativeOnly, ", "), r.Provider.Type)
 		case n.Images && !r.Caps.Accepts(InputImage):
 			out[r.ID] = "no image input"
 		case n.Audio && !r.Caps.Accepts(InputAudio):

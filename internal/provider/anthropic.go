@@ -62,8 +62,9 @@ type anTool struct {
 }
 
 type anToolChoice struct {
-	Type string `json:"type"`
-	Name string `json:"name,omitempty"`
+	Type                   string `json:"type"`
+	Name                   string `json:"name,omitempty"`
+	DisableParallelToolUse bool   `json:"disable_parallel_tool_use,omitempty"`
 }
 
 type anUsage struct {
@@ -134,6 +135,10 @@ func parseAnthropicRequest(body []byte) (*Request, error) {
 			r.ToolChoice = &ToolChoice{Mode: ToolNamed, Name: tc.Name}
 		default:
 			return nil, invalid("tool_choice.type", "unknown tool_choice type %q", tc.Type)
+		}
+		if tc.DisableParallelToolUse {
+			no := false
+			r.ParallelToolCalls = &no
 		}
 	}
 	return r, nil
@@ -258,6 +263,14 @@ func buildAnthropicRequest(r *Request, model string, stream bool, maxTokens int6
 		default:
 			out.ToolChoice = &anToolChoice{Type: tc.Mode}
 		}
+	}
+	if p := r.ParallelToolCalls; p != nil && !*p && len(r.Tools) > 0 {
+		if out.ToolChoice == nil {
+			out.ToolChoice = &anToolChoice{Type: ToolAuto}
+		}
+		// Anthropic takes the flag on auto, any and a named tool; none
+		// calls no tool at all.
+		out.ToolChoice.DisableParallelToolUse = out.ToolChoice.Type != ToolNone
 	}
 	return json.Marshal(out)
 }

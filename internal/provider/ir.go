@@ -49,6 +49,9 @@ type Request struct {
 	IncludeUsage bool // OpenAI stream_options.include_usage
 	JSONSchema   bool // a strict JSON schema response format was asked for
 	User         string
+	// ParallelToolCalls is false when the client forbade more than one
+	// tool call per turn; nil: the provider's default (allowed).
+	ParallelToolCalls *bool
 }
 
 // Roles of a Message.

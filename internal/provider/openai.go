@@ -29,8 +29,10 @@ type oaRequest struct {
 	ResponseFormat      *struct {
 		Type string `json:"type"`
 	} `json:"response_format,omitempty"`
-	N    *int   `json:"n,omitempty"`
-	User string `json:"user,omitempty"`
+	N                 *int   `json:"n,omitempty"`
+	User              string `json:"user,omitempty"`
+	SafetyIdentifier  string `json:"safety_identifier,omitempty"`
+	ParallelToolCalls *bool  `json:"parallel_tool_calls,omitempty"`
 }
 
 type oaStreamOpts struct {
@@ -112,7 +114,11 @@ func parseOpenAIRequest(body []byte) (*Request, error) {
 	if in.N != nil && *in.N != 1 {
 		return nil, invalid("n", "n must be 1: oncegate returns one answer per logical request")
 	}
-	r := &Request{Model: in.Model, Temperature: in.Temperature, TopP: in.TopP, Stream: in.Stream, User: in.User}
+	r := &Request{Model: in.Model, Temperature: in.Temperature, TopP: in.TopP, Stream: in.Stream, User: in.User,
+		ParallelToolCalls: in.ParallelToolCalls}
+	if in.SafetyIdentifier != "" {
+		r.User = in.SafetyIdentifier
+	}
 	if in.StreamOptions != nil {
 		r.IncludeUsage = in.StreamOptions.IncludeUsage
 	}
@@ -300,6 +306,9 @@ func buildOpenAIRequest(r *Request, model string, stream bool) ([]byte, error) {
 		default:
 			out.ToolChoice, _ = json.Marshal(tc.Mode)
 		}
+	}
+	if p := r.ParallelToolCalls; p != nil && !*p && len(r.Tools) > 0 {
+		out.ParallelToolCalls = p // only with tools: OpenAI refuses it without
 	}
 	return json.Marshal(out)
 }

@@ -17,6 +17,9 @@ type ClientRequest struct {
 	IR       *Request
 	// PromptTokens is the estimated prompt (package tokens).
 	PromptTokens int64
+	// NativeOnly lists the fields only a route of the client's own
+	// protocol can serve (see Fields); routes of the other are ineligible.
+	NativeOnly []string
 }
 
 // ParseRequest reads a client request body of protocol p. A malformed
@@ -35,7 +38,7 @@ func ParseRequest(p Protocol, body []byte) (*ClientRequest, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ClientRequest{Protocol: p, Body: body, IR: ir, PromptTokens: PromptTokens(ir)}, nil
+	return &ClientRequest{Protocol: p, Body: body, IR: ir, PromptTokens: PromptTokens(ir), NativeOnly: nativeOnly(p, body)}, nil
 }
 
 // Continuation styles a Target may use (DESIGN §5.3); they mirror the
