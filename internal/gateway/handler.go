@@ -152,7 +152,7 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, p provider.Proto
 	acceptRestart := c.streamEvents && r.Header.Get("X-Oncegate-Accept-Restart") == "1"
 	needs := provider.NeedsOf(cr.IR)
 	h.Request = receipt.Facts{EstimatedInputTokens: cr.PromptTokens, MaxOutputTokens: cr.IR.MaxTokens,
-		MaxDataBoundary: t.MaxBoundary.String(), AcceptRestart: acceptRestart,
+		MaxDataBoundary: t.MaxBoundary.String(), AcceptRestart: acceptRestart, NoContinuation: cr.IR.Thinking,
 		IneligibleRoutes: alias.Ineligible(policy.Needs{Images: needs.Images, Audio: needs.Audio, Tools: needs.Tools,
 			JSONSchema: needs.JSONSchema, Stream: needs.Stream, ContextTokens: cr.PromptTokens + cr.IR.MaxTokens,
 			Protocol: string(cr.Protocol), NativeOnly: cr.NativeOnly}, t.MaxBoundary)}

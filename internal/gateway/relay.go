@@ -127,7 +127,11 @@ func (o *output) emit(e *provider.Event, a *attemptStream) {
 			}
 			o.stripLead = false
 		}
-		*dst = o.enc.Text(*dst, text)
+		if le, ok := o.enc.(provider.LogprobsEncoder); ok && e.Logprobs != nil {
+			*dst = le.TextLogprobs(*dst, text, e.Logprobs)
+		} else {
+			*dst = o.enc.Text(*dst, text)
+		}
 		if !o.buffer {
 			o.delivered.WriteString(text)
 		}
@@ -135,6 +139,17 @@ func (o *output) emit(e *provider.Event, a *attemptStream) {
 		*dst = o.enc.ToolStart(*dst, e.ToolIndex, e.ToolID, e.ToolName)
 	case provider.EvToolArgs:
 		*dst = o.enc.ToolArgs(*dst, e.ToolIndex, e.Args)
+	case provider.EvThinking, provider.EvSignature, provider.EvRedactedThinking:
+		te := o.enc.(provider.ThinkingEncoder) // the relay sends thinking to Anthropic clients only
+		switch e.Kind {
+		case provider.EvThinking:
+			*dst = te.Thinking(*dst, e.Text)
+		case provider.EvSignature:
+			*dst = te.Signature(*dst, e.Text)
+			return // not output of its own
+		default:
+			*dst = te.RedactedThinking(*dst, e.Text)
+		}
 	}
 	if o.buffer {
 		return
@@ -245,11 +260,24 @@ read:
 			switch e.Kind {
 			case provider.EvStart:
 				a.model = e.Model
-			case provider.EvText, provider.EvToolStart, provider.EvToolArgs:
-				if e.Kind != provider.EvToolStart {
-					a.tokens++
-				} else {
+			case provider.EvText, provider.EvToolStart, provider.EvToolArgs, provider.EvThinking, provider.EvRedactedThinking, provider.EvSignature:
+				switch e.Kind {
+				case provider.EvToolStart:
 					a.inTool = true
+				case provider.EvSignature:
+					if a.claimed && c.proto == provider.Anthropic {
+						o.emit(e, a) // part of the thinking block it follows
+					}
+					continue
+				case provider.EvThinking, provider.EvRedactedThinking:
+					a.tokens++
+					if c.proto != provider.Anthropic {
+						// The OpenAI protocol has no thinking to show: it
+						// is generated (and billed), not output.
+						continue
+					}
+				default:
+					a.tokens++
 				}
 				if e.Visible() {
 					if !a.claimed && !o.claim(a, res.race) {

@@ -115,6 +115,8 @@ type exchange struct {
 	id     string
 	prompt int64
 	out    int64 // tokens written so far
+	// logprobs: an OpenAI request asked for log probabilities.
+	logprobs bool
 }
 
 func (m *Mock) serve(proto provider.Protocol, w http.ResponseWriter, r *http.Request) {
@@ -127,7 +129,16 @@ func (m *Mock) serve(proto provider.Protocol, w http.ResponseWriter, r *http.Req
 		writeError(w, proto, 400, "invalid_request_error", "", err.Error(), nil)
 		return
 	}
-	x := &exchange{m: m, proto: proto, w: w, r: r, req: cr.IR, prompt: cr.PromptTokens,
+	var asked struct {
+		Logprobs bool `json:"logprobs"`
+	}
+	_ = json.Unmarshal(body, &asked)
+	if cr.IR.Thinking && prefilled(cr.IR) {
+		// As Anthropic: extended thinking takes no prefill.
+		writeError(w, proto, 400, "invalid_request_error", "", "assistant message prefill is not supported when thinking is enabled", nil)
+		return
+	}
+	x := &exchange{m: m, proto: proto, w: w, r: r, req: cr.IR, prompt: cr.PromptTokens, logprobs: asked.Logprobs && proto == provider.OpenAI,
 		lbl: labels{key: r.Header.Get("Idempotency-Key"), reqID: r.Header.Get("X-Oncegate-Request-Id"), model: cr.IR.Model}}
 	cont := len(cr.IR.Messages) > 0 && isPrefix(&cr.IR.Messages[len(cr.IR.Messages)-1])
 	m.mu.Lock()
@@ -449,4 +460,11 @@ func (m *Mock) Serve(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("mock serve: %w", err)
 	}
 	return nil
+}
+
+// prefilled reports whether a request ends with an assistant message: a
+// prefill the model is to continue.
+func prefilled(r *provider.Request) bool {
+	n := len(r.Messages)
+	return n > 0 && r.Messages[n-1].Role == provider.RoleAssistant && len(r.Messages[n-1].ToolCalls) == 0
 }

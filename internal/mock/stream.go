@@ -1,7 +1,9 @@
 package mock
 
 import (
+	"encoding/json"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/oncegate/oncegate/internal/gw"
@@ -40,6 +42,18 @@ func (x *exchange) stream(tokens []string, finish string) {
 			return
 		}
 	}
+	if x.proto == provider.Anthropic && x.req.Thinking && !tool {
+		te := enc.(provider.ThinkingEncoder)
+		for _, p := range thinkingTokens {
+			if !send(te.Thinking(nil, p)) {
+				return
+			}
+			x.countOut(1)
+		}
+		if !send(te.Signature(nil, "sig-mock"+x.id)) {
+			return
+		}
+	}
 	f := x.fault
 	for i, p := range pieces {
 		if f != nil && i == f.After {
@@ -51,9 +65,12 @@ func (x *exchange) stream(tokens []string, finish string) {
 			return
 		}
 		var b []byte
-		if tool {
+		switch {
+		case tool:
 			b = enc.ToolArgs(nil, 0, p)
-		} else {
+		case x.logprobs:
+			b = enc.(provider.LogprobsEncoder).TextLogprobs(nil, p, Logprobs(p))
+		default:
 			b = enc.Text(nil, p)
 		}
 		if !send(b) {
@@ -108,4 +125,23 @@ func terminator(p provider.Protocol) string {
 		return "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
 	}
 	return "data: [DONE]\n\n"
+}
+
+// thinkingTokens is the extended thinking the mock streams before its
+// answer when a request asks for thinking.
+var thinkingTokens = []string{"Let", " me", " think", " about", " it."}
+
+// ThinkingText is the thinking a client reads from the mock.
+func ThinkingText() string { return strings.Join(thinkingTokens, "") }
+
+// Logprobs is the choice.logprobs the mock sends with a token, in
+// OpenAI's shape: a fixed log probability and the token's bytes.
+func Logprobs(token string) json.RawMessage {
+	bs := make([]int, len(token))
+	for i := range len(token) {
+		bs[i] = int(token[i])
+	}
+	b, _ := json.Marshal(map[string]any{"content": []map[string]any{{"token": token, "logprob": -0.25,
+		"bytes": bs, "top_logprobs": []any{}}}, "refusal": nil})
+	return b
 }

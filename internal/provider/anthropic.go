@@ -29,6 +29,10 @@ type anRequest struct {
 	Metadata      *struct {
 		UserID string `json:"user_id,omitempty"`
 	} `json:"metadata,omitempty"`
+	// Thinking is read, never written: a translated request carries none.
+	Thinking *struct {
+		Type string `json:"type"`
+	} `json:"thinking,omitempty"`
 }
 
 type anMessage struct {
@@ -46,6 +50,9 @@ type anBlock struct {
 	ToolUseID string          `json:"tool_use_id,omitempty"`
 	Content   json.RawMessage `json:"content,omitempty"`
 	IsError   bool            `json:"is_error,omitempty"`
+	Thinking  string          `json:"thinking,omitempty"`
+	Signature string          `json:"signature,omitempty"`
+	Data      string          `json:"data,omitempty"`
 }
 
 type anSource struct {
@@ -105,6 +112,7 @@ func parseAnthropicRequest(body []byte) (*Request, error) {
 	if in.Metadata != nil {
 		r.User = in.Metadata.UserID
 	}
+	r.Thinking = in.Thinking != nil && in.Thinking.Type != "" && in.Thinking.Type != "disabled"
 	system, err := anSystem(in.System)
 	if err != nil {
 		return nil, err
@@ -426,6 +434,8 @@ type anStreamEvent struct {
 		Type        string  `json:"type"`
 		Text        string  `json:"text"`
 		PartialJSON string  `json:"partial_json"`
+		Thinking    string  `json:"thinking"`
+		Signature   string  `json:"signature"`
 		StopReason  *string `json:"stop_reason"`
 	} `json:"delta"`
 	Usage *struct {
@@ -463,6 +473,10 @@ func (d *anthropicDecoder) Decode(ev sse.Event, out []Event) ([]Event, error) {
 			out = append(out, Event{Kind: EvToolStart, ToolIndex: d.tools[e.Index], ToolID: b.ID, ToolName: b.Name})
 		} else if b != nil && b.Type == "text" && b.Text != "" {
 			out = append(out, Event{Kind: EvText, Text: b.Text})
+		} else if b != nil && b.Type == "thinking" && b.Thinking != "" {
+			out = append(out, Event{Kind: EvThinking, Text: b.Thinking})
+		} else if b != nil && b.Type == "redacted_thinking" {
+			out = append(out, Event{Kind: EvRedactedThinking, Text: b.Data})
 		}
 	case "content_block_delta":
 		if e.Delta == nil {
@@ -473,6 +487,10 @@ func (d *anthropicDecoder) Decode(ev sse.Event, out []Event) ([]Event, error) {
 			out = append(out, Event{Kind: EvText, Text: e.Delta.Text})
 		case "input_json_delta":
 			out = append(out, Event{Kind: EvToolArgs, ToolIndex: d.tools[e.Index], Args: e.Delta.PartialJSON})
+		case "thinking_delta":
+			out = append(out, Event{Kind: EvThinking, Text: e.Delta.Thinking})
+		case "signature_delta":
+			out = append(out, Event{Kind: EvSignature, Text: e.Delta.Signature})
 		}
 	case "message_delta":
 		if u := e.Usage; u != nil {
@@ -507,7 +525,8 @@ type anthropicEncoder struct {
 	id, model string
 	block     int  // index of the open block, or the next one
 	open      bool // a block is open
-	openTool  int  // tool ordinal of the open block, -1 for text
+	openTool  int  // tool ordinal of the open block, -1 for text or thinking
+	thinking  bool // the open block is a thinking block
 }
 
 func newAnthropicEncoder(id, model string) *anthropicEncoder {
@@ -526,13 +545,13 @@ func (e *anthropicEncoder) closeBlock(dst []byte) []byte {
 		return dst
 	}
 	dst = sse.AppendEvent(dst, "content_block_stop", []byte(`{"type":"content_block_stop","index":`+strconv.Itoa(e.block)+`}`))
-	e.open, e.openTool = false, -1
+	e.open, e.openTool, e.thinking = false, -1, false
 	e.block++
 	return dst
 }
 
 func (e *anthropicEncoder) Text(dst []byte, text string) []byte {
-	if e.open && e.openTool >= 0 {
+	if e.open && (e.openTool >= 0 || e.thinking) {
 		dst = e.closeBlock(dst)
 	}
 	if !e.open {
@@ -545,6 +564,39 @@ func (e *anthropicEncoder) Text(dst []byte, text string) []byte {
 	dst = append(dst, `,"delta":{"type":"text_delta","text":`...)
 	dst = appendJSONString(dst, text)
 	return append(dst, "}}\n\n"...)
+}
+
+// Thinking appends extended thinking text, opening a thinking block.
+func (e *anthropicEncoder) Thinking(dst []byte, text string) []byte {
+	dst = e.openThinking(dst)
+	return sse.AppendEvent(dst, "content_block_delta", []byte(`{"type":"content_block_delta","index":`+strconv.Itoa(e.block)+
+		`,"delta":{"type":"thinking_delta","thinking":`+jsonString(text)+`}}`))
+}
+
+// Signature appends the signature of the open thinking block.
+func (e *anthropicEncoder) Signature(dst []byte, sig string) []byte {
+	dst = e.openThinking(dst)
+	return sse.AppendEvent(dst, "content_block_delta", []byte(`{"type":"content_block_delta","index":`+strconv.Itoa(e.block)+
+		`,"delta":{"type":"signature_delta","signature":`+jsonString(sig)+`}}`))
+}
+
+// RedactedThinking appends a whole redacted thinking block.
+func (e *anthropicEncoder) RedactedThinking(dst []byte, data string) []byte {
+	dst = e.closeBlock(dst)
+	dst = sse.AppendEvent(dst, "content_block_start", []byte(`{"type":"content_block_start","index":`+strconv.Itoa(e.block)+
+		`,"content_block":{"type":"redacted_thinking","data":`+jsonString(data)+`}}`))
+	e.open = true
+	return e.closeBlock(dst)
+}
+
+func (e *anthropicEncoder) openThinking(dst []byte) []byte {
+	if e.open && e.thinking {
+		return dst
+	}
+	dst = e.closeBlock(dst)
+	e.open, e.thinking = true, true
+	return sse.AppendEvent(dst, "content_block_start", []byte(`{"type":"content_block_start","index":`+strconv.Itoa(e.block)+
+		`,"content_block":{"type":"thinking","thinking":"","signature":""}}`))
 }
 
 func (e *anthropicEncoder) ToolStart(dst []byte, index int, id, name string) []byte {

@@ -49,6 +49,10 @@ type Request struct {
 	IncludeUsage bool // OpenAI stream_options.include_usage
 	JSONSchema   bool // a strict JSON schema response format was asked for
 	User         string
+	// Thinking: the client asked for extended thinking (Anthropic's
+	// thinking, any type but disabled). A thinking answer cannot be
+	// continued by prefill.
+	Thinking bool
 	// ParallelToolCalls is false when the client forbade more than one
 	// tool call per turn; nil: the provider's default (allowed).
 	ParallelToolCalls *bool
@@ -163,15 +167,25 @@ const (
 	EvUsage
 	EvError
 	EvDone
+	// EvThinking is extended thinking text (Text); EvSignature the
+	// signature that closes a thinking block (Text); EvRedactedThinking a
+	// redacted thinking block (Text holds its data). Thinking is visible
+	// output: a client renders it.
+	EvThinking
+	EvSignature
+	EvRedactedThinking
 )
 
 // Event is one stream event in neutral form.
 type Event struct {
-	Kind      EventKind
-	ID        string // EvStart
-	Model     string // EvStart
-	Text      string // EvText
-	ToolIndex int    // EvToolStart, EvToolArgs: the tool call's ordinal
+	Kind  EventKind
+	ID    string // EvStart
+	Model string // EvStart
+	Text  string // EvText, EvThinking, EvSignature, EvRedactedThinking
+	// Logprobs are the log probabilities of an EvText delta, as the
+	// provider sent them (OpenAI's choice.logprobs); nil: none.
+	Logprobs  json.RawMessage
+	ToolIndex int // EvToolStart, EvToolArgs: the tool call's ordinal
 	ToolID    string
 	ToolName  string
 	Args      string
@@ -182,7 +196,8 @@ type Event struct {
 
 // Visible reports whether e is output a client could render.
 func (e *Event) Visible() bool {
-	return e.Kind == EvText && e.Text != "" || e.Kind == EvToolStart || e.Kind == EvToolArgs && e.Args != ""
+	return (e.Kind == EvText || e.Kind == EvThinking) && e.Text != "" || e.Kind == EvToolStart ||
+		e.Kind == EvToolArgs && e.Args != "" || e.Kind == EvRedactedThinking
 }
 
 // PromptTokens estimates a request's prompt tokens with the shared

@@ -429,7 +429,8 @@ type oaChunk struct {
 			Content   *string      `json:"content"`
 			ToolCalls []oaToolCall `json:"tool_calls"`
 		} `json:"delta"`
-		FinishReason *string `json:"finish_reason"`
+		Logprobs     json.RawMessage `json:"logprobs"`
+		FinishReason *string         `json:"finish_reason"`
 	} `json:"choices"`
 	Usage *oaUsage        `json:"usage"`
 	Error json.RawMessage `json:"error"`
@@ -465,7 +466,16 @@ func (d *openAIDecoder) decodeChunk(c *oaChunk, data []byte, out []Event) ([]Eve
 			continue // one answer per logical request: only choice 0 is read
 		}
 		if ch.Delta.Content != nil && *ch.Delta.Content != "" {
-			out = append(out, Event{Kind: EvText, Text: *ch.Delta.Content})
+			ev := Event{Kind: EvText, Text: *ch.Delta.Content}
+			if len(ch.Logprobs) > 0 && string(ch.Logprobs) != "null" {
+				// Relayed as they came, on one line: SSE data may not
+				// hold a newline.
+				var lp bytes.Buffer
+				if json.Compact(&lp, ch.Logprobs) == nil {
+					ev.Logprobs = lp.Bytes()
+				}
+			}
+			out = append(out, ev)
 		}
 		for _, tc := range ch.Delta.ToolCalls {
 			idx := 0
@@ -499,7 +509,8 @@ func fastTextDelta(data []byte) (string, bool) {
 	if i < 0 || bytes.Count(data, []byte(`"choices":[{`)) != 1 || bytes.Count(data, []byte(`"delta":`)) != 1 ||
 		!bytes.Contains(data, []byte(`"finish_reason":null`)) || bytes.Contains(data, []byte(`"usage":{`)) ||
 		bytes.Contains(data, []byte(`"error"`)) || bytes.Contains(data, []byte(`"tool_calls"`)) ||
-		bytes.Contains(data, []byte(`"role"`)) || bytes.Contains(data, []byte(`"refusal":"`)) {
+		bytes.Contains(data, []byte(`"role"`)) || bytes.Contains(data, []byte(`"refusal":"`)) ||
+		bytes.Contains(data, []byte(`"logprobs":{`)) {
 		return "", false
 	}
 	// The delta must open the first choice: `"choices":[{"index":0,"delta":…`.
@@ -578,6 +589,17 @@ func (e *openAIEncoder) Text(dst []byte, text string) []byte {
 	dst = append(dst, `"choices":[{"index":0,"delta":{"content":`...)
 	dst = appendJSONString(dst, text)
 	return append(dst, "},\"logprobs\":null,\"finish_reason\":null}]}\n\n"...)
+}
+
+// TextLogprobs appends a text delta with its log probabilities.
+func (e *openAIEncoder) TextLogprobs(dst []byte, text string, logprobs json.RawMessage) []byte {
+	dst = append(dst, "data: "...)
+	dst = append(dst, e.prefix...)
+	dst = append(dst, `"choices":[{"index":0,"delta":{"content":`...)
+	dst = appendJSONString(dst, text)
+	dst = append(dst, `},"logprobs":`...)
+	dst = append(dst, logprobs...)
+	return append(dst, ",\"finish_reason\":null}]}\n\n"...)
 }
 
 func (e *openAIEncoder) ToolStart(dst []byte, index int, id, name string) []byte {

@@ -409,6 +409,21 @@ type Encoder interface {
 	Error(dst []byte, e *ClientError) []byte
 }
 
+// ThinkingEncoder is an Encoder that can relay extended thinking
+// (Anthropic's): thinking text, the signature that closes its block, and
+// redacted thinking.
+type ThinkingEncoder interface {
+	Thinking(dst []byte, text string) []byte
+	Signature(dst []byte, sig string) []byte
+	RedactedThinking(dst []byte, data string) []byte
+}
+
+// LogprobsEncoder is an Encoder that can relay a text delta with its log
+// probabilities (OpenAI's).
+type LogprobsEncoder interface {
+	TextLogprobs(dst []byte, text string, logprobs json.RawMessage) []byte
+}
+
 // NewEncoder returns a client stream encoder for protocol p.
 func NewEncoder(p Protocol, id string, created int64, model string) Encoder {
 	if p == Anthropic {

@@ -61,6 +61,7 @@ type Facts struct {
 	MaxOutputTokens      int64             `json:"max_output_tokens"`
 	MaxDataBoundary      string            `json:"max_data_boundary"`
 	AcceptRestart        bool              `json:"accept_restart"`
+	NoContinuation       bool              `json:"no_continuation,omitempty"`
 	IneligibleRoutes     map[string]string `json:"ineligible_routes"`
 }
 
@@ -187,7 +188,7 @@ func (a *Attempt) Engine() retry.Attempt {
 // EngineRequest rebuilds the engine's view of the request from the facts.
 func (r *Receipt) EngineRequest() *retry.Request {
 	return &retry.Request{ID: r.RequestID, Deadline: r.Deadline, InputTokens: r.Request.EstimatedInputTokens,
-		MaxOutputTokens: r.Request.MaxOutputTokens, AcceptRestart: r.Request.AcceptRestart,
+		MaxOutputTokens: r.Request.MaxOutputTokens, AcceptRestart: r.Request.AcceptRestart, NoContinuation: r.Request.NoContinuation,
 		Ineligible: r.Request.IneligibleRoutes}
 }
 

@@ -310,7 +310,7 @@ func decide(p *Policy, req *Request, hist []Attempt, adm Admission) Decision {
 func afterOutput(p *Policy, req *Request, hist []Attempt, last *Attempt, adm Admission) Decision {
 	cur := p.Route(last.Route)
 	switch {
-	case p.AfterOutput == AfterOutputResume && !last.InToolCall &&
+	case p.AfterOutput == AfterOutputResume && !last.InToolCall && !req.NoContinuation &&
 		(p.ResumeRoutes != ResumeSame || cur != nil && cur.Continuation != ContinuationNone):
 		return resume(p, req, hist, last, adm)
 	case p.AfterOutput == AfterOutputRestart && req.AcceptRestart && last.EmittedTokens < p.RestartMaxTokens:
@@ -327,8 +327,9 @@ func afterOutput(p *Policy, req *Request, hist []Attempt, last *Attempt, adm Adm
 // output. Output was delivered, so whatever stops the continuation leaves
 // the request indeterminate, with the binding bound as the reason.
 func resume(p *Policy, req *Request, hist []Attempt, last *Attempt, adm Admission) Decision {
-	if last.InToolCall {
-		// A tool call's arguments cannot be continued by prefill.
+	if last.InToolCall || req.NoContinuation {
+		// A tool call's arguments, or thinking, cannot be continued by
+		// prefill.
 		return stop(gw.TerminalIndeterminate, gw.ReasonIndeterminate)
 	}
 	if d, ok := budgets(p, req, hist, last, adm); !ok {

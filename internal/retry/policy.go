@@ -123,6 +123,10 @@ type Request struct {
 	MaxOutputTokens int64
 	// AcceptRestart: the client sent X-Oncegate-Accept-Restart: 1.
 	AcceptRestart bool
+	// NoContinuation: the answer cannot be continued by prefill (it
+	// carries extended thinking), so a stream that breaks after output is
+	// never resumed.
+	NoContinuation bool
 	// Stateful: the operation writes provider-side state (DESIGN §7), so
 	// it is never hedged.
 	Stateful bool

@@ -47,7 +47,8 @@ func genRequest(t *rapid.T, p *Policy) *Request {
 	req := &Request{ID: rapid.StringMatching(`req-[0-9]{4}`).Draw(t, "id"),
 		Deadline:      t0.Add(rapid.SampledFrom([]time.Duration{time.Minute, 10 * time.Second, 3 * time.Second, 500 * time.Millisecond}).Draw(t, "deadline") + ms(rapid.IntRange(0, 1000).Draw(t, "deadline_ms"))),
 		InputTokens:   int64(rapid.IntRange(0, 5000).Draw(t, "input_tokens")),
-		AcceptRestart: rapid.Bool().Draw(t, "accept_restart"), Ineligible: map[string]string{}}
+		AcceptRestart: rapid.Bool().Draw(t, "accept_restart"), Ineligible: map[string]string{},
+		NoContinuation: rapid.IntRange(0, 4).Draw(t, "no_continuation") == 0}
 	for _, r := range p.Routes {
 		if rapid.IntRange(0, 9).Draw(t, "ineligible") == 0 {
 			req.Ineligible[r.ID] = "test"
@@ -162,6 +163,8 @@ func TestPropertyEngineBounds(t *testing.T) {
 					t.Fatalf("continuation on route %s, which cannot continue", d.Route)
 				case prev.InToolCall:
 					t.Fatal("continuation of a stream broken inside a tool call")
+				case req.NoContinuation:
+					t.Fatal("continuation of an answer that cannot be continued")
 				case p.ResumeRoutes == ResumeSame && d.Route != prev.Route:
 					t.Fatalf("continuation moved from %s to %s with resume_routes same", prev.Route, d.Route)
 				case prev.Purpose == PurposeResume && p.ResumeRoutes == ResumeAny && d.Route == prev.Route:
