@@ -135,6 +135,12 @@ func (o *output) emit(e *provider.Event, a *attemptStream) {
 		if !o.buffer {
 			o.delivered.WriteString(text)
 		}
+	case provider.EvRefusal:
+		if re, ok := o.enc.(provider.RefusalEncoder); ok {
+			*dst = re.Refusal(*dst, e.Text)
+		} else {
+			*dst = o.enc.Text(*dst, e.Text)
+		}
 	case provider.EvToolStart:
 		*dst = o.enc.ToolStart(*dst, e.ToolIndex, e.ToolID, e.ToolName)
 	case provider.EvToolArgs:
@@ -260,7 +266,7 @@ read:
 			switch e.Kind {
 			case provider.EvStart:
 				a.model = e.Model
-			case provider.EvText, provider.EvToolStart, provider.EvToolArgs, provider.EvThinking, provider.EvRedactedThinking, provider.EvSignature:
+			case provider.EvText, provider.EvRefusal, provider.EvToolStart, provider.EvToolArgs, provider.EvThinking, provider.EvRedactedThinking, provider.EvSignature:
 				switch e.Kind {
 				case provider.EvToolStart:
 					a.inTool = true

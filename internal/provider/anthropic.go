@@ -400,6 +400,11 @@ func encodeAnthropicResponse(r *Response, id string) []byte {
 	if r.Text != "" {
 		out.Content = append(out.Content, anBlock{Type: "text", Text: r.Text})
 	}
+	if r.Refusal != "" {
+		// The Messages API has no refusal field: the refusal is the
+		// answer's text, and stop_reason says what it is.
+		out.Content = append(out.Content, anBlock{Type: "text", Text: r.Refusal})
+	}
 	for _, tc := range r.ToolCalls {
 		input := json.RawMessage(tc.Arguments)
 		if !json.Valid(input) {
@@ -408,6 +413,9 @@ func encodeAnthropicResponse(r *Response, id string) []byte {
 		out.Content = append(out.Content, anBlock{Type: "tool_use", ID: tc.ID, Name: tc.Name, Input: input})
 	}
 	stop := finishToAnthropic(r.Finish)
+	if r.Refusal != "" && r.Text == "" {
+		stop = "refusal"
+	}
 	out.StopReason = &stop
 	b, _ := json.Marshal(out)
 	return b

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/oncegate/oncegate/internal/sse"
 )
 
 // baseBody is a minimal valid request of protocol p with one tool, so that
@@ -190,5 +192,59 @@ func TestTheDocsShowTheFieldTable(t *testing.T) {
 	out := string(doc[:i+len(begin)]) + want + string(doc[j:])
 	if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A refusal (OpenAI's delta.refusal, message.refusal) is the answer: it is
+// relayed as a refusal to OpenAI clients and as text, with stop_reason
+// refusal, to Anthropic clients — never dropped.
+func TestRefusalsAreRelayed(t *testing.T) {
+	const chunk = `{"id":"c","object":"chat.completion.chunk","created":1,"model":"gpt","choices":[{"index":0,"delta":%s,"logprobs":null,"finish_reason":%s}]}`
+	frames := []string{
+		strings.Replace(strings.Replace(chunk, "%s", `{"role":"assistant","content":null,"refusal":""}`, 1), "%s", "null", 1),
+		strings.Replace(strings.Replace(chunk, "%s", `{"refusal":"I can't"}`, 1), "%s", "null", 1),
+		strings.Replace(strings.Replace(chunk, "%s", `{"refusal":" help with that."}`, 1), "%s", "null", 1),
+		strings.Replace(strings.Replace(chunk, "%s", `{}`, 1), "%s", `"stop"`, 1),
+	}
+	dec := NewDecoder(OpenAI)
+	var refusal strings.Builder
+	for _, f := range frames {
+		evs, err := dec.Decode(sse.Event{Data: []byte(f)}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs {
+			if e.Kind == EvText {
+				t.Fatalf("a refusal decoded as text: %+v", e)
+			}
+			if e.Kind == EvRefusal {
+				if !e.Visible() {
+					t.Fatal("a refusal is visible output")
+				}
+				refusal.WriteString(e.Text)
+			}
+		}
+	}
+	if refusal.String() != "I can't help with that." {
+		t.Fatalf("refusal %q", refusal.String())
+	}
+	enc := NewEncoder(OpenAI, "chatcmpl-x", 1, "m").(RefusalEncoder)
+	out := enc.Refusal(nil, "No.")
+	if !strings.Contains(string(out), `"delta":{"refusal":"No."}`) {
+		t.Fatalf("encoded %s", out)
+	}
+
+	body := []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"gpt","choices":[{"index":0,"message":{"role":"assistant","content":null,"refusal":"I can't help with that."},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":6,"total_tokens":15}}`)
+	r, err := DecodeResponse(OpenAI, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	an := string(EncodeResponse(Anthropic, r, "msg_x"))
+	if !strings.Contains(an, `"text":"I can't help with that."`) || !strings.Contains(an, `"stop_reason":"refusal"`) {
+		t.Fatalf("to Anthropic: %s", an)
+	}
+	oa := string(EncodeResponse(OpenAI, r, "chatcmpl-x"))
+	if !strings.Contains(oa, `"refusal":"I can't help with that."`) || !strings.Contains(oa, `"content":null`) {
+		t.Fatalf("to OpenAI: %s", oa)
 	}
 }

@@ -144,10 +144,13 @@ const (
 
 // Response is a complete (non-streamed) answer in neutral form.
 type Response struct {
-	ID        string
-	Model     string
-	Created   int64
-	Text      string
+	ID      string
+	Model   string
+	Created int64
+	Text    string
+	// Refusal is the model's refusal to answer (OpenAI's message.refusal),
+	// given instead of Text.
+	Refusal   string
 	ToolCalls []ToolCall
 	Finish    string
 	Usage     gw.Usage
@@ -174,6 +177,9 @@ const (
 	EvThinking
 	EvSignature
 	EvRedactedThinking
+	// EvRefusal is the model's refusal to answer, as text (OpenAI's
+	// delta.refusal): visible output.
+	EvRefusal
 )
 
 // Event is one stream event in neutral form.
@@ -196,7 +202,7 @@ type Event struct {
 
 // Visible reports whether e is output a client could render.
 func (e *Event) Visible() bool {
-	return (e.Kind == EvText || e.Kind == EvThinking) && e.Text != "" || e.Kind == EvToolStart ||
+	return (e.Kind == EvText || e.Kind == EvThinking || e.Kind == EvRefusal) && e.Text != "" || e.Kind == EvToolStart ||
 		e.Kind == EvToolArgs && e.Args != "" || e.Kind == EvRedactedThinking
 }
 

@@ -384,6 +384,9 @@ func decodeOpenAIResponse(body []byte) (*Response, error) {
 	if c.Message.Content != nil {
 		r.Text = *c.Message.Content
 	}
+	if c.Message.Refusal != nil {
+		r.Refusal = *c.Message.Refusal
+	}
 	for _, tc := range c.Message.ToolCalls {
 		r.ToolCalls = append(r.ToolCalls, ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
 	}
@@ -398,7 +401,11 @@ func encodeOpenAIResponse(r *Response, id string) []byte {
 	out := oaResponse{ID: id, Object: "chat.completion", Created: r.Created, Model: r.Model, Usage: oaUsageOf(r.Usage)}
 	var c oaChoice
 	c.Message.Role = "assistant"
-	if r.Text != "" || len(r.ToolCalls) == 0 {
+	if r.Refusal != "" {
+		refusal := r.Refusal
+		c.Message.Refusal = &refusal
+	}
+	if r.Text != "" || len(r.ToolCalls) == 0 && r.Refusal == "" {
 		text := r.Text
 		c.Message.Content = &text
 	}
@@ -427,6 +434,7 @@ type oaChunk struct {
 		Delta struct {
 			Role      string       `json:"role"`
 			Content   *string      `json:"content"`
+			Refusal   *string      `json:"refusal"`
 			ToolCalls []oaToolCall `json:"tool_calls"`
 		} `json:"delta"`
 		Logprobs     json.RawMessage `json:"logprobs"`
@@ -476,6 +484,9 @@ func (d *openAIDecoder) decodeChunk(c *oaChunk, data []byte, out []Event) ([]Eve
 				}
 			}
 			out = append(out, ev)
+		}
+		if ch.Delta.Refusal != nil && *ch.Delta.Refusal != "" {
+			out = append(out, Event{Kind: EvRefusal, Text: *ch.Delta.Refusal})
 		}
 		for _, tc := range ch.Delta.ToolCalls {
 			idx := 0
@@ -589,6 +600,11 @@ func (e *openAIEncoder) Text(dst []byte, text string) []byte {
 	dst = append(dst, `"choices":[{"index":0,"delta":{"content":`...)
 	dst = appendJSONString(dst, text)
 	return append(dst, "},\"logprobs\":null,\"finish_reason\":null}]}\n\n"...)
+}
+
+// Refusal appends a refusal delta.
+func (e *openAIEncoder) Refusal(dst []byte, text string) []byte {
+	return e.chunk(dst, `{"index":0,"delta":{"refusal":`+jsonString(text)+`},"logprobs":null,"finish_reason":null}`)
 }
 
 // TextLogprobs appends a text delta with its log probabilities.

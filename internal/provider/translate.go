@@ -418,6 +418,12 @@ type ThinkingEncoder interface {
 	RedactedThinking(dst []byte, data string) []byte
 }
 
+// RefusalEncoder is an Encoder whose protocol tells a refusal from text
+// (OpenAI's); others render a refusal as text.
+type RefusalEncoder interface {
+	Refusal(dst []byte, text string) []byte
+}
+
 // LogprobsEncoder is an Encoder that can relay a text delta with its log
 // probabilities (OpenAI's).
 type LogprobsEncoder interface {
