@@ -10,7 +10,9 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
@@ -22,6 +24,7 @@ import (
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/sqlite"
+	"github.com/oncegate/oncegate/internal/memnet"
 	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/provider"
@@ -135,6 +138,11 @@ type env struct {
 	opts                         Options
 	wrap                         func(ledger.Store) ledger.Store
 	stop                         func() // stops the gateway and closes its store
+	// client reaches the gateway (and, in a bubble, only it can).
+	client *http.Client
+	// mem is the in-memory network of an environment in a synctest
+	// bubble (nil: the loopback network).
+	mem *memnet.Network
 }
 
 func newEnv(t *testing.T, mcfg mock.Config) *env {
@@ -157,6 +165,9 @@ type envOptions struct {
 	// yaml is extra top-level configuration, appended.
 	yaml string
 	logs io.Writer
+	// bubble runs everything on an in-memory network, for tests run with
+	// synctest.Test.
+	bubble bool
 	// clock is the gateway's clock (default: the system clock).
 	clock clock.Clock
 	// breakers, budget and tenants replace the gateway's own (nil: its own).
@@ -170,7 +181,17 @@ type envOptions struct {
 func newEnvOpts(t *testing.T, o envOptions) *env {
 	t.Helper()
 	mcfg, extraYAML, logs := o.mock, o.yaml, o.logs
-	e := &env{t: t, wrap: o.wrap}
+	e := &env{t: t, wrap: o.wrap, client: http.DefaultClient}
+	if o.bubble {
+		// Everything on an in-memory network, so that a test run with
+		// synctest.Test waits on fake time: deterministic, and instant.
+		e.mem = memnet.New()
+		t.Cleanup(e.mem.Close) // last: whatever is still connected ends
+		tr := &http.Transport{DialContext: e.mem.DialContext}
+		bodies := &closeBodies{base: tr}
+		e.client = &http.Client{Transport: bodies}
+		t.Cleanup(func() { bodies.closeAll(); tr.CloseIdleConnections() })
+	}
 	pcfg := mcfg
 	if o.primary != nil {
 		pcfg = *o.primary
@@ -178,10 +199,22 @@ func newEnvOpts(t *testing.T, o envOptions) *env {
 	e.primary, e.fallback, e.anthropic = mock.New(pcfg), mock.New(mcfg), mock.New(mcfg)
 	urls := make([]string, 3)
 	for i, m := range []*mock.Mock{e.primary, e.fallback, e.anthropic} {
-		srv := httptest.NewServer(m)
-		t.Cleanup(srv.Close)
 		t.Cleanup(m.Close)
-		urls[i] = srv.URL
+		if e.mem == nil {
+			srv := httptest.NewServer(m)
+			t.Cleanup(srv.Close)
+			urls[i] = srv.URL
+			continue
+		}
+		name := []string{"primary", "fallback", "anthropic"}[i] + ".test"
+		ln, err := e.mem.Listen(name + ":80")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{Handler: m}
+		go func() { _ = srv.Serve(ln) }()
+		t.Cleanup(func() { _ = srv.Close() })
+		urls[i] = "http://" + name
 	}
 	yaml := strings.NewReplacer("PRIMARY", urls[0], "FALLBACK", urls[1], "ANTHROPIC", urls[2]).Replace(testConfig) + extraYAML
 	var err error
@@ -199,6 +232,9 @@ func newEnvOpts(t *testing.T, o envOptions) *env {
 	e.dbPath = filepath.Join(t.TempDir(), "ledger.db")
 	e.opts = Options{DrainTimeout: 2 * time.Second, RejoinGrace: time.Second, Clock: o.clock,
 		Breakers: o.breakers, RetryBudget: o.budget, Tenants: o.tenants}
+	if e.mem != nil {
+		e.opts.Dial = e.mem.DialContext
+	}
 	if logs != nil {
 		e.opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
@@ -222,7 +258,12 @@ func (e *env) start() {
 	if e.gw, err = New(e.pol, e.secrets, opts); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	var ln net.Listener
+	if e.mem != nil {
+		ln, err = e.mem.Listen("gateway.test:80")
+	} else {
+		ln, err = net.Listen("tcp", "127.0.0.1:0")
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +285,7 @@ func (e *env) restart() {
 // openai is an official OpenAI SDK client at its default settings (retries
 // included) pointed at the gateway; header captures response headers.
 func (e *env) openai(header *http.Header, opts ...oopt2.RequestOption) openai.Client {
-	opts = append([]oopt2.RequestOption{oopt2.WithBaseURL(e.url + "/v1"), oopt2.WithAPIKey(keyAcme)}, opts...)
+	opts = append([]oopt2.RequestOption{oopt2.WithBaseURL(e.url + "/v1"), oopt2.WithAPIKey(keyAcme), oopt2.WithHTTPClient(e.client)}, opts...)
 	if header != nil {
 		opts = append(opts, oopt2.WithMiddleware(captureHeaders(header)))
 	}
@@ -252,7 +293,7 @@ func (e *env) openai(header *http.Header, opts ...oopt2.RequestOption) openai.Cl
 }
 
 func (e *env) anthropicClient(header *http.Header, opts ...aopt.RequestOption) anthropic.Client {
-	opts = append([]aopt.RequestOption{aopt.WithBaseURL(e.url), aopt.WithAPIKey(keyAcme)}, opts...)
+	opts = append([]aopt.RequestOption{aopt.WithBaseURL(e.url), aopt.WithAPIKey(keyAcme), aopt.WithHTTPClient(e.client)}, opts...)
 	if header != nil {
 		opts = append(opts, aopt.WithMiddleware(aopt.Middleware(captureHeaders(header))))
 	}
@@ -281,7 +322,7 @@ func (e *env) receiptAs(key, id string) *receipt.Receipt {
 	e.t.Helper()
 	req, _ := http.NewRequest("GET", e.url+"/v1/receipts/"+id, nil)
 	req.Header.Set("Authorization", "Bearer "+key)
-	res, err := http.DefaultClient.Do(req)
+	res, err := e.client.Do(req)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -307,7 +348,7 @@ func (e *env) awaitReceipt(id string) *receipt.Receipt {
 	for {
 		req, _ := http.NewRequest("GET", e.url+"/v1/receipts/"+id, nil)
 		req.Header.Set("Authorization", "Bearer "+keyAcme)
-		res, err := http.DefaultClient.Do(req)
+		res, err := e.client.Do(req)
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -373,5 +414,47 @@ func waitWithin(t *testing.T, patience time.Duration, cond func() bool) {
 			t.Fatal("condition never held")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// inBubble runs test in a synctest bubble over an environment on an
+// in-memory network: time is fake and advances only when every goroutine
+// waits, so sleeps, timeouts and intervals are exact and cost nothing,
+// however busy the machine is.
+func inBubble(t *testing.T, o envOptions, test func(*testing.T, *env)) {
+	t.Helper()
+	synctest.Test(t, func(t *testing.T) {
+		o.bubble = true
+		test(t, newEnvOpts(t, o))
+	})
+}
+
+// closeBodies is a RoundTripper that remembers every response body, so
+// that a bubble's end can close the ones a test left open: a connection
+// whose body nobody closed keeps its reader goroutine, and a synctest
+// bubble ends only when all its goroutines have.
+type closeBodies struct {
+	base   http.RoundTripper
+	mu     sync.Mutex
+	bodies []io.Closer
+}
+
+func (c *closeBodies) RoundTrip(r *http.Request) (*http.Response, error) {
+	res, err := c.base.RoundTrip(r)
+	if err == nil {
+		c.mu.Lock()
+		c.bodies = append(c.bodies, res.Body)
+		c.mu.Unlock()
+	}
+	return res, err
+}
+
+func (c *closeBodies) closeAll() {
+	c.mu.Lock()
+	bodies := c.bodies
+	c.bodies = nil
+	c.mu.Unlock()
+	for _, b := range bodies {
+		_ = b.Close()
 	}
 }

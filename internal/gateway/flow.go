@@ -128,8 +128,11 @@ func (c *call) resolve(rec *ledger.Record) (replace bool, follow *coord.Remote) 
 		if c.clientRetries > 0 {
 			window = max(window, idem.SDKRetryWindow.D())
 		}
-		if age > window {
-			return true, nil // the same question asked again later: a new request
+		if age >= window {
+			// The same question asked again later: a new request. With
+			// no window that holds even at the instant the first
+			// finished (a clock may not have moved).
+			return true, nil
 		}
 	}
 	if rec.RequestSHA256 != c.requestSHA {

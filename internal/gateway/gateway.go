@@ -41,6 +41,9 @@ import (
 type Options struct {
 	// Clock tells time (default: the system clock).
 	Clock clock.Clock
+	// Dial, when set, opens every connection to providers instead of the
+	// system's network (tests use an in-memory one).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Logger receives one line per logical request (default: discard).
 	Logger *slog.Logger
 	// Ledger is the idempotency ledger, event log and receipt store
@@ -245,7 +248,8 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 				h.Set("Authorization", "Bearer "+key)
 			}
 		}
-		g.clients[p.ID] = upstream.New(upstream.Config{BaseURL: p.BaseURL, Connect: p.Connect, FirstByte: p.FirstByte, Idle: p.Idle, Headers: h})
+		g.clients[p.ID] = upstream.New(upstream.Config{BaseURL: p.BaseURL, Connect: p.Connect, FirstByte: p.FirstByte, Idle: p.Idle, Headers: h,
+			Dial: opts.Dial})
 	}
 	if err := g.initSecret(opts.Secret, secrets.GatewaySecret); err != nil {
 		return nil, err

@@ -56,6 +56,7 @@ type errorBody struct {
 // Each outcome kind of DESIGN §2.1, end to end: the mocks' own counters
 // must equal the receipt's attempts and X-Oncegate-Attempts.
 func TestOutcomeKindsEndToEnd(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name                string
 		primary, fallback   mock.Script
@@ -90,107 +91,113 @@ func TestOutcomeKindsEndToEnd(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, mock.Config{Tokens: 8})
-			e.primary.SetScript(tc.primary)
-			e.fallback.SetScript(tc.fallback)
-			res, body := e.post("/v1/chat/completions", chatBody("chat", false), nil)
-			if res.StatusCode != tc.status {
-				t.Fatalf("status %d, want %d: %s", res.StatusCode, tc.status, body)
-			}
-			id := res.Header.Get("X-Oncegate-Request-Id")
-			r := e.receipt(id)
-			p, f, _ := e.upstreamCalls(id)
-			if int(p.Requests) != tc.primaryN || int(f.Requests) != tc.fallbackN {
-				t.Fatalf("upstream calls primary %d fallback %d, want %d and %d", p.Requests, f.Requests, tc.primaryN, tc.fallbackN)
-			}
-			if n := len(r.Attempts); n != tc.primaryN+tc.fallbackN || res.Header.Get("X-Oncegate-Attempts") != strconv.Itoa(n) {
-				t.Fatalf("receipt attempts %d, header %q, upstream %d", n, res.Header.Get("X-Oncegate-Attempts"), tc.primaryN+tc.fallbackN)
-			}
-			if r.Terminal != tc.terminal || r.Reason != tc.reason {
-				t.Fatalf("terminal %s/%s, want %s/%s", r.Terminal, r.Reason, tc.terminal, tc.reason)
-			}
-			for i, k := range tc.kinds {
-				if r.Attempts[i].Kind != k {
-					t.Fatalf("attempt %d kind %s, want %s", i+1, r.Attempts[i].Kind, k)
+			inBubble(t, envOptions{mock: mock.Config{Tokens: 8}}, func(t *testing.T, e *env) {
+				e.primary.SetScript(tc.primary)
+				e.fallback.SetScript(tc.fallback)
+				res, body := e.post("/v1/chat/completions", chatBody("chat", false), nil)
+				if res.StatusCode != tc.status {
+					t.Fatalf("status %d, want %d: %s", res.StatusCode, tc.status, body)
 				}
-			}
-			if tc.status == 200 {
-				return
-			}
-			if got := res.Header.Get("x-should-retry"); got != tc.retryHeader {
-				t.Fatalf("x-should-retry %q, want %q", got, tc.retryHeader)
-			}
-			var eb errorBody
-			if err := json.Unmarshal(body, &eb); err != nil || eb.Error.Message == "" {
-				t.Fatalf("error body %s: %v", body, err)
-			}
-			if tc.code != "" && (eb.Error.Code == nil || *eb.Error.Code != tc.code) {
-				t.Fatalf("code %v, want %s (%s)", eb.Error.Code, tc.code, body)
-			}
-			if eb.Oncegate.RequestID != id || eb.Oncegate.Attempts != len(r.Attempts) || eb.Oncegate.Terminal != tc.terminal {
-				t.Fatalf("oncegate block %+v", eb.Oncegate)
-			}
+				id := res.Header.Get("X-Oncegate-Request-Id")
+				r := e.receipt(id)
+				p, f, _ := e.upstreamCalls(id)
+				if int(p.Requests) != tc.primaryN || int(f.Requests) != tc.fallbackN {
+					t.Fatalf("upstream calls primary %d fallback %d, want %d and %d", p.Requests, f.Requests, tc.primaryN, tc.fallbackN)
+				}
+				if n := len(r.Attempts); n != tc.primaryN+tc.fallbackN || res.Header.Get("X-Oncegate-Attempts") != strconv.Itoa(n) {
+					t.Fatalf("receipt attempts %d, header %q, upstream %d", n, res.Header.Get("X-Oncegate-Attempts"), tc.primaryN+tc.fallbackN)
+				}
+				if r.Terminal != tc.terminal || r.Reason != tc.reason {
+					t.Fatalf("terminal %s/%s, want %s/%s", r.Terminal, r.Reason, tc.terminal, tc.reason)
+				}
+				for i, k := range tc.kinds {
+					if r.Attempts[i].Kind != k {
+						t.Fatalf("attempt %d kind %s, want %s", i+1, r.Attempts[i].Kind, k)
+					}
+				}
+				if tc.status == 200 {
+					return
+				}
+				if got := res.Header.Get("x-should-retry"); got != tc.retryHeader {
+					t.Fatalf("x-should-retry %q, want %q", got, tc.retryHeader)
+				}
+				var eb errorBody
+				if err := json.Unmarshal(body, &eb); err != nil || eb.Error.Message == "" {
+					t.Fatalf("error body %s: %v", body, err)
+				}
+				if tc.code != "" && (eb.Error.Code == nil || *eb.Error.Code != tc.code) {
+					t.Fatalf("code %v, want %s (%s)", eb.Error.Code, tc.code, body)
+				}
+				if eb.Oncegate.RequestID != id || eb.Oncegate.Attempts != len(r.Attempts) || eb.Oncegate.Terminal != tc.terminal {
+					t.Fatalf("oncegate block %+v", eb.Oncegate)
+				}
+			})
 		})
 	}
 }
 
 func TestRetryAfterIsHonoured(t *testing.T) {
-	e := newEnv(t, mock.Config{Tokens: 4})
-	e.primary.SetScript(rules(first(1, mock.Fault{Type: mock.FaultStatus, Status: 429, RetryAfterMS: "150"})))
-	res, _ := e.post("/v1/chat/completions", chatBody("chat", false), nil)
-	r := e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
-	a1, a2 := r.Attempts[0], r.Attempts[1]
-	if *a1.RetryAfterMS != 150 || a2.NotBefore.Sub(a1.ObservedAt) != 150*time.Millisecond || a2.StartedAt.Before(a2.NotBefore) {
-		t.Fatalf("hint %v, wait %v, started %v before not_before %v", *a1.RetryAfterMS, a2.NotBefore.Sub(a1.ObservedAt), a2.StartedAt, a2.NotBefore)
-	}
-	// A hint above retry_after_cap (300ms) is capped.
-	e.primary.Reset()
-	e.primary.SetScript(rules(first(1, mock.Fault{Type: mock.FaultStatus, Status: 429, RetryAfter: "3600"})))
-	start := time.Now()
-	res, _ = e.post("/v1/chat/completions", chatBody("chat", false), nil)
-	r = e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
-	if wait := r.Attempts[1].NotBefore.Sub(r.Attempts[0].ObservedAt); wait != 300*time.Millisecond || time.Since(start) > 3*time.Second {
-		t.Fatalf("capped wait %v", wait)
-	}
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 4}}, func(t *testing.T, e *env) {
+		e.primary.SetScript(rules(first(1, mock.Fault{Type: mock.FaultStatus, Status: 429, RetryAfterMS: "150"})))
+		res, _ := e.post("/v1/chat/completions", chatBody("chat", false), nil)
+		r := e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
+		a1, a2 := r.Attempts[0], r.Attempts[1]
+		if *a1.RetryAfterMS != 150 || a2.NotBefore.Sub(a1.ObservedAt) != 150*time.Millisecond || a2.StartedAt.Before(a2.NotBefore) {
+			t.Fatalf("hint %v, wait %v, started %v before not_before %v", *a1.RetryAfterMS, a2.NotBefore.Sub(a1.ObservedAt), a2.StartedAt, a2.NotBefore)
+		}
+		// A hint above retry_after_cap (300ms) is capped.
+		e.primary.Reset()
+		e.primary.SetScript(rules(first(1, mock.Fault{Type: mock.FaultStatus, Status: 429, RetryAfter: "3600"})))
+		start := time.Now()
+		res, _ = e.post("/v1/chat/completions", chatBody("chat", false), nil)
+		r = e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
+		if wait := r.Attempts[1].NotBefore.Sub(r.Attempts[0].ObservedAt); wait != 300*time.Millisecond || time.Since(start) > 3*time.Second {
+			t.Fatalf("capped wait %v", wait)
+		}
+	})
 }
 
 // The official SDK at its default settings (2 retries) during a full
 // outage: x-should-retry: false keeps it from multiplying the gateway's
 // attempts, so the providers see exactly the policy's bound.
 func TestSDKDefaultRetriesDoNotMultiplyDuringAnOutage(t *testing.T) {
-	e := newEnv(t, mock.Config{Tokens: 4})
-	e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 503})))
-	e.fallback.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 503})))
-	var h http.Header
-	client := e.openai(&h)
-	_, err := client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: "chat", Messages: userMsg("hi")})
-	var apiErr *openai.Error
-	if !errors.As(err, &apiErr) || apiErr.StatusCode != 503 {
-		t.Fatalf("want a 503 from the SDK, got %v", err)
-	}
-	total := e.primary.Stats().Requests + e.fallback.Stats().Requests
-	if total != 4 {
-		t.Fatalf("providers saw %d attempts; the policy bound is 4 (the SDK must not retry)", total)
-	}
-	if r := e.receipt(h.Get("X-Oncegate-Request-Id")); len(r.Attempts) != 4 || r.ClientRetryCount != 0 {
-		t.Fatalf("receipt: %d attempts, client retries %d", len(r.Attempts), r.ClientRetryCount)
-	}
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 4}}, func(t *testing.T, e *env) {
+		e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 503})))
+		e.fallback.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 503})))
+		var h http.Header
+		client := e.openai(&h)
+		_, err := client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: "chat", Messages: userMsg("hi")})
+		var apiErr *openai.Error
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != 503 {
+			t.Fatalf("want a 503 from the SDK, got %v", err)
+		}
+		total := e.primary.Stats().Requests + e.fallback.Stats().Requests
+		if total != 4 {
+			t.Fatalf("providers saw %d attempts; the policy bound is 4 (the SDK must not retry)", total)
+		}
+		if r := e.receipt(h.Get("X-Oncegate-Request-Id")); len(r.Attempts) != 4 || r.ClientRetryCount != 0 {
+			t.Fatalf("receipt: %d attempts, client retries %d", len(r.Attempts), r.ClientRetryCount)
+		}
 
-	// The same with the Anthropic SDK and 529 overloaded.
-	e.anthropic.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 529})))
-	ac := e.anthropicClient(nil)
-	_, err = ac.Messages.New(context.Background(), anthropic.MessageNewParams{Model: "claude", MaxTokens: 50,
-		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}})
-	var anErr *anthropic.Error
-	if !errors.As(err, &anErr) || anErr.StatusCode != 503 {
-		t.Fatalf("want 503 from the Anthropic SDK, got %v", err)
-	}
-	if n := e.anthropic.Stats().Requests; n != 2 {
-		t.Fatalf("anthropic mock saw %d attempts, the claude route allows 2", n)
-	}
+		// The same with the Anthropic SDK and 529 overloaded.
+		e.anthropic.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 529})))
+		ac := e.anthropicClient(nil)
+		_, err = ac.Messages.New(context.Background(), anthropic.MessageNewParams{Model: "claude", MaxTokens: 50,
+			Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}})
+		var anErr *anthropic.Error
+		if !errors.As(err, &anErr) || anErr.StatusCode != 503 {
+			t.Fatalf("want 503 from the Anthropic SDK, got %v", err)
+		}
+		if n := e.anthropic.Stats().Requests; n != 2 {
+			t.Fatalf("anthropic mock saw %d attempts, the claude route allows 2", n)
+		}
+	})
 }
 
 func TestGatewayRejectionsMakeNoUpstreamCall(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, mock.Config{})
 	tests := []struct {
 		name, path, body string
@@ -235,7 +242,7 @@ func TestGatewayRejectionsMakeNoUpstreamCall(t *testing.T) {
 	// Authentication.
 	req, _ := http.NewRequest("POST", e.url+"/v1/chat/completions", bytes.NewBufferString(chatBody("chat", false)))
 	req.Header.Set("Authorization", "Bearer wrong")
-	res, err := http.DefaultClient.Do(req)
+	res, err := e.client.Do(req)
 	if err != nil || res.StatusCode != 401 || res.Header.Get("x-should-retry") != "false" {
 		t.Fatalf("bad key: %v %v", res.StatusCode, err)
 	}
@@ -245,20 +252,22 @@ func TestGatewayRejectionsMakeNoUpstreamCall(t *testing.T) {
 // are refused before anything is stored or sent (read as U+FFFD, they
 // would share an identity and replay each other's answers).
 func TestLoneSurrogatesAreRefused(t *testing.T) {
-	e := newEnv(t, mock.Config{Tokens: 4})
-	for _, s := range []string{`x\ud800`, `x\udfff`} {
-		body := `{"model":"chat","messages":[{"role":"user","content":"` + s + `"}]}`
-		res, out := e.post("/v1/chat/completions", body, keyed("surrogate"))
-		if res.StatusCode != 400 || !strings.Contains(string(out), CodeInvalidRequest) || !strings.Contains(string(out), "surrogate") {
-			t.Fatalf("%s: %d %s", s, res.StatusCode, out)
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 4}}, func(t *testing.T, e *env) {
+		for _, s := range []string{`x\ud800`, `x\udfff`} {
+			body := `{"model":"chat","messages":[{"role":"user","content":"` + s + `"}]}`
+			res, out := e.post("/v1/chat/completions", body, keyed("surrogate"))
+			if res.StatusCode != 400 || !strings.Contains(string(out), CodeInvalidRequest) || !strings.Contains(string(out), "surrogate") {
+				t.Fatalf("%s: %d %s", s, res.StatusCode, out)
+			}
 		}
-	}
-	if n := e.primary.Stats().Requests; n != 0 {
-		t.Fatalf("the provider saw %d requests", n)
-	}
-	if _, err := e.store.Get(context.Background(), "k:"+identity.KeyDigest("acme", "chat.completions", "surrogate")); !errors.Is(err, ledger.ErrNotFound) {
-		t.Fatalf("the key was stored: %v", err)
-	}
+		if n := e.primary.Stats().Requests; n != 0 {
+			t.Fatalf("the provider saw %d requests", n)
+		}
+		if _, err := e.store.Get(context.Background(), "k:"+identity.KeyDigest("acme", "chat.completions", "surrogate")); !errors.Is(err, ledger.ErrNotFound) {
+			t.Fatalf("the key was stored: %v", err)
+		}
+	})
 }
 
 // Every answer that is not a success is JSON in the caller's protocol
@@ -266,71 +275,76 @@ func TestLoneSurrogatesAreRefused(t *testing.T) {
 // a missing receipt; and an upstream redirect is a protocol violation,
 // never passed through.
 func TestEveryErrorIsInTheCallersShape(t *testing.T) {
-	e := newEnv(t, mock.Config{Tokens: 4})
-	get := func(path string, anthropicHeaders bool) (*http.Response, []byte) {
-		req, _ := http.NewRequest("GET", e.url+path, nil)
-		if anthropicHeaders {
-			req.Header.Set("x-api-key", keyAcme)
-			req.Header.Set("anthropic-version", "2023-06-01")
-		} else {
-			req.Header.Set("Authorization", "Bearer "+keyAcme)
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 4}}, func(t *testing.T, e *env) {
+		get := func(path string, anthropicHeaders bool) (*http.Response, []byte) {
+			req, _ := http.NewRequest("GET", e.url+path, nil)
+			if anthropicHeaders {
+				req.Header.Set("x-api-key", keyAcme)
+				req.Header.Set("anthropic-version", "2023-06-01")
+			} else {
+				req.Header.Set("Authorization", "Bearer "+keyAcme)
+			}
+			res, err := e.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer res.Body.Close()
+			b, _ := io.ReadAll(res.Body)
+			return res, b
 		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
+		for _, c := range []struct {
+			name, path string
+			anthropic  bool
+			status     int
+			want       string
+		}{
+			{"unknown path", "/v1/nothing-here", false, 404, `"code":"not_found"`},
+			{"unknown path, Anthropic", "/v1/nothing-here", true, 404, `"type":"not_found_error"`},
+			{"wrong method", "/v1/chat/completions", false, 405, `"code":"method_not_allowed"`},
+			{"missing receipt", "/v1/receipts/01a00000-0000-7000-8000-000000000000", false, 404, `"code":"receipt_not_found"`},
+		} {
+			res, body := get(c.path, c.anthropic)
+			if res.StatusCode != c.status || res.Header.Get("Content-Type") != "application/json" || res.Header.Get("x-should-retry") != "false" ||
+				!strings.Contains(string(body), c.want) || !strings.Contains(string(body), `"message":"`) {
+				t.Errorf("%s: %d %v %s", c.name, res.StatusCode, res.Header, body)
+			}
 		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		return res, b
-	}
-	for _, c := range []struct {
-		name, path string
-		anthropic  bool
-		status     int
-		want       string
-	}{
-		{"unknown path", "/v1/nothing-here", false, 404, `"code":"not_found"`},
-		{"unknown path, Anthropic", "/v1/nothing-here", true, 404, `"type":"not_found_error"`},
-		{"wrong method", "/v1/chat/completions", false, 405, `"code":"method_not_allowed"`},
-		{"missing receipt", "/v1/receipts/01a00000-0000-7000-8000-000000000000", false, 404, `"code":"receipt_not_found"`},
-	} {
-		res, body := get(c.path, c.anthropic)
-		if res.StatusCode != c.status || res.Header.Get("Content-Type") != "application/json" || res.Header.Get("x-should-retry") != "false" ||
-			!strings.Contains(string(body), c.want) || !strings.Contains(string(body), `"message":"`) {
-			t.Errorf("%s: %d %v %s", c.name, res.StatusCode, res.Header, body)
+		// An OpenAI SDK user reads the code and the message.
+		var apiErr *openai.Error
+		client := e.openai(nil)
+		err := client.Get(context.Background(), "/nothing-here", nil, nil)
+		if !errors.As(err, &apiErr) || apiErr.Code != "not_found" || apiErr.Message == "" {
+			t.Fatalf("the SDK's error: %v", err)
 		}
-	}
-	// An OpenAI SDK user reads the code and the message.
-	var apiErr *openai.Error
-	client := e.openai(nil)
-	err := client.Get(context.Background(), "/nothing-here", nil, nil)
-	if !errors.As(err, &apiErr) || apiErr.Code != "not_found" || apiErr.Message == "" {
-		t.Fatalf("the SDK's error: %v", err)
-	}
-	e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 302})))
-	res, body := e.post("/v1/chat/completions", chatBody("solo", false), nil)
-	if res.StatusCode != 502 || !strings.Contains(string(body), CodeProtocolViolation) {
-		t.Fatalf("an upstream 302: %d %s", res.StatusCode, body)
-	}
+		e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 302})))
+		res, body := e.post("/v1/chat/completions", chatBody("solo", false), nil)
+		if res.StatusCode != 502 || !strings.Contains(string(body), CodeProtocolViolation) {
+			t.Fatalf("an upstream 302: %d %s", res.StatusCode, body)
+		}
+	})
 }
 
 // "No route can serve this request" says why, route by route; an outage
 // of 429s says so.
 func TestRefusalsSayWhy(t *testing.T) {
-	e := newEnv(t, mock.Config{Tokens: 4})
-	res, body := e.post("/v1/chat/completions", `{"model":"solo","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://x/y.png"}}]}]}`, nil)
-	if res.StatusCode != 400 || !strings.Contains(string(body), "primary: ") || res.Header.Get("X-Oncegate-Request-Id") == "" {
-		t.Fatalf("an image on a text-only alias: %d %s", res.StatusCode, body)
-	}
-	e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 429})))
-	res, body = e.post("/v1/chat/completions", chatBody("solo", false), nil)
-	if res.StatusCode != 503 || !strings.Contains(string(body), "429") {
-		t.Fatalf("every attempt rate limited: %d %s", res.StatusCode, body)
-	}
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 4}}, func(t *testing.T, e *env) {
+		res, body := e.post("/v1/chat/completions", `{"model":"solo","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://x/y.png"}}]}]}`, nil)
+		if res.StatusCode != 400 || !strings.Contains(string(body), "primary: ") || res.Header.Get("X-Oncegate-Request-Id") == "" {
+			t.Fatalf("an image on a text-only alias: %d %s", res.StatusCode, body)
+		}
+		e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 429})))
+		res, body = e.post("/v1/chat/completions", chatBody("solo", false), nil)
+		if res.StatusCode != 503 || !strings.Contains(string(body), "429") {
+			t.Fatalf("every attempt rate limited: %d %s", res.StatusCode, body)
+		}
+	})
 }
 
 // Every client-facing code has its status: none falls to a generic 500.
 func TestEveryCodeHasAStatus(t *testing.T) {
+	t.Parallel()
 	for _, code := range []string{CodeInvalidRequest, CodeInvalidKey, CodeUnauthorized, CodeModelNotFound, CodeReceiptNotFound, CodeNotFound,
 		CodeMethodNotAllowed, CodeKeyInUse, CodeKeyExpired, CodeKeyReused, CodeTenantRateLimited, CodeTenantBudget, CodeOutcomeUnknown,
 		CodeUpstreamUnavailable, CodeCircuitOpen, CodeRetryBudget, CodeDeadline, CodeProtocolViolation, CodeRequestTooLarge, CodeInternal,
@@ -345,24 +359,26 @@ func TestEveryCodeHasAStatus(t *testing.T) {
 // connection was silent: the request moves to the next route at once,
 // rather than trying the silent one again as after a reset.
 func TestSilenceThenCloseMovesToTheNextRoute(t *testing.T) {
-	e := newEnv(t, mock.Config{Tokens: 4})
-	e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultSilentClose, DelayMS: 300})))
-	res, body := e.post("/v1/chat/completions", chatBody("chat", false), nil)
-	if res.StatusCode != 200 {
-		t.Fatalf("%d %s", res.StatusCode, body)
-	}
-	r := e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
-	if len(r.Attempts) != 2 || r.Attempts[0].Route != "primary" || r.Attempts[0].Cause != string(gw.CauseFirstByteTimeout) ||
-		r.Attempts[1].Route != "fallback" {
-		t.Fatalf("attempts: %+v", r.Attempts)
-	}
-	// A reset at once is a reset: the same route is tried again.
-	e.primary.Reset()
-	e.primary.SetScript(rules(first(1, mock.Fault{Type: mock.FaultReset})))
-	res, _ = e.post("/v1/chat/completions", distinctBody("chat", 1, ""), nil)
-	if r := e.receipt(res.Header.Get("X-Oncegate-Request-Id")); len(r.Attempts) != 2 || r.Attempts[1].Route != "primary" {
-		t.Fatalf("after a reset: %+v", r.Attempts)
-	}
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 4}}, func(t *testing.T, e *env) {
+		e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultSilentClose, DelayMS: 300})))
+		res, body := e.post("/v1/chat/completions", chatBody("chat", false), nil)
+		if res.StatusCode != 200 {
+			t.Fatalf("%d %s", res.StatusCode, body)
+		}
+		r := e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
+		if len(r.Attempts) != 2 || r.Attempts[0].Route != "primary" || r.Attempts[0].Cause != string(gw.CauseFirstByteTimeout) ||
+			r.Attempts[1].Route != "fallback" {
+			t.Fatalf("attempts: %+v", r.Attempts)
+		}
+		// A reset at once is a reset: the same route is tried again.
+		e.primary.Reset()
+		e.primary.SetScript(rules(first(1, mock.Fault{Type: mock.FaultReset})))
+		res, _ = e.post("/v1/chat/completions", distinctBody("chat", 1, ""), nil)
+		if r := e.receipt(res.Header.Get("X-Oncegate-Request-Id")); len(r.Attempts) != 2 || r.Attempts[1].Route != "primary" {
+			t.Fatalf("after a reset: %+v", r.Attempts)
+		}
+	})
 }
 
 // The gateway's own provider credential refused is no fault of the
@@ -371,60 +387,64 @@ func TestSilenceThenCloseMovesToTheNextRoute(t *testing.T) {
 // failing. Any other provider text that is kept has every configured
 // secret scrubbed.
 func TestTheGatewaysCredentialRefused(t *testing.T) {
-	e := newEnv(t, mock.Config{Tokens: 4})
-	e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 401, ErrorType: "invalid_request_error",
-		ErrorCode: "invalid_api_key", Message: "Incorrect API key provided: " + primaryProviderKey})))
-	res, body := e.post("/v1/chat/completions", chatBody("solo", false), nil)
-	if res.StatusCode != 502 || !strings.Contains(string(body), CodeUpstreamAuthFailed) || res.Header.Get("x-should-retry") != "false" ||
-		strings.Contains(string(body), primaryProviderKey) || strings.Contains(string(body), "Incorrect API key") {
-		t.Fatalf("%d %s", res.StatusCode, body)
-	}
-	r := e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
-	if b, _ := json.Marshal(r); len(r.Attempts) != 1 || strings.Contains(string(b), primaryProviderKey) || strings.Contains(string(b), "Incorrect API key") {
-		t.Fatalf("the receipt keeps the provider's text: %s", b)
-	}
-	if breakerOutcome(gw.KindRejected, gw.CauseUpstreamAuth) != breaker.Failure {
-		t.Fatal("a refused credential does not count against its route")
-	}
-	// A 400 whose text echoes a configured secret is passed through
-	// scrubbed.
-	e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 400, Message: "bad request from key " + primaryProviderKey})))
-	res, body = e.post("/v1/chat/completions", distinctBody("solo", 1, ""), nil)
-	if res.StatusCode != 400 || strings.Contains(string(body), primaryProviderKey) || !strings.Contains(string(body), "[redacted]") {
-		t.Fatalf("a provider text echoing a secret: %d %s", res.StatusCode, body)
-	}
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 4}}, func(t *testing.T, e *env) {
+		e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 401, ErrorType: "invalid_request_error",
+			ErrorCode: "invalid_api_key", Message: "Incorrect API key provided: " + primaryProviderKey})))
+		res, body := e.post("/v1/chat/completions", chatBody("solo", false), nil)
+		if res.StatusCode != 502 || !strings.Contains(string(body), CodeUpstreamAuthFailed) || res.Header.Get("x-should-retry") != "false" ||
+			strings.Contains(string(body), primaryProviderKey) || strings.Contains(string(body), "Incorrect API key") {
+			t.Fatalf("%d %s", res.StatusCode, body)
+		}
+		r := e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
+		if b, _ := json.Marshal(r); len(r.Attempts) != 1 || strings.Contains(string(b), primaryProviderKey) || strings.Contains(string(b), "Incorrect API key") {
+			t.Fatalf("the receipt keeps the provider's text: %s", b)
+		}
+		if breakerOutcome(gw.KindRejected, gw.CauseUpstreamAuth) != breaker.Failure {
+			t.Fatal("a refused credential does not count against its route")
+		}
+		// A 400 whose text echoes a configured secret is passed through
+		// scrubbed.
+		e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 400, Message: "bad request from key " + primaryProviderKey})))
+		res, body = e.post("/v1/chat/completions", distinctBody("solo", 1, ""), nil)
+		if res.StatusCode != 400 || strings.Contains(string(body), primaryProviderKey) || !strings.Contains(string(body), "[redacted]") {
+			t.Fatalf("a provider text echoing a secret: %d %s", res.StatusCode, body)
+		}
+	})
 }
 
 // A field the other protocol cannot carry keeps the request on routes of
 // the client's own protocol: the others are skipped with the reason in
 // the receipt, and when none is left the 400 names the field.
 func TestFieldsThatCannotBeTranslatedStayOnTheirProtocol(t *testing.T) {
-	e := newEnv(t, mock.Config{Tokens: 4})
-	res, body := e.post("/v1/chat/completions", `{"model":"to-claude","seed":7,"messages":[{"role":"user","content":"hi"}]}`, nil)
-	if res.StatusCode != 200 {
-		t.Fatalf("%d %s", res.StatusCode, body)
-	}
-	id := res.Header.Get("X-Oncegate-Request-Id")
-	_, f, a := e.upstreamCalls(id)
-	r := e.receipt(id)
-	if a.Requests != 0 || f.Requests != 1 || len(r.Attempts) != 1 || r.Attempts[0].Route != "fallback" ||
-		!strings.Contains(r.Request.IneligibleRoutes["claude"], "seed") {
-		t.Fatalf("claude %+v fallback %+v receipt %+v %v", a, f, r.Attempts, r.Request.IneligibleRoutes)
-	}
-	// The same request without the seed goes to claude first.
-	res, body = e.post("/v1/chat/completions", `{"model":"to-claude","seed":null,"messages":[{"role":"user","content":"hi"}]}`, nil)
-	if res.StatusCode != 200 || res.Header.Get("X-Oncegate-Route") != "claude" {
-		t.Fatalf("%d %s %v", res.StatusCode, body, res.Header)
-	}
-	res, body = e.post("/v1/chat/completions", `{"model":"claude","response_format":{"type":"json_object"},"messages":[{"role":"user","content":"hi"}]}`, nil)
-	if res.StatusCode != 400 || !strings.Contains(string(body), "response_format cannot be carried to the anthropic protocol") {
-		t.Fatalf("json_object on an Anthropic-only alias: %d %s", res.StatusCode, body)
-	}
-	res, body = e.post("/v1/messages", `{"model":"solo","max_tokens":50,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"hi"}]}`, nil)
-	if res.StatusCode != 400 || !strings.Contains(string(body), "thinking cannot be carried to the openai protocol") {
-		t.Fatalf("thinking on an OpenAI-only alias: %d %s", res.StatusCode, body)
-	}
-	if n := e.primary.Stats().Requests + e.anthropic.Stats().Requests; n != 1 {
-		t.Fatalf("the refused requests reached a provider: %d upstream calls in all, want the one to claude", n)
-	}
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 4}}, func(t *testing.T, e *env) {
+		res, body := e.post("/v1/chat/completions", `{"model":"to-claude","seed":7,"messages":[{"role":"user","content":"hi"}]}`, nil)
+		if res.StatusCode != 200 {
+			t.Fatalf("%d %s", res.StatusCode, body)
+		}
+		id := res.Header.Get("X-Oncegate-Request-Id")
+		_, f, a := e.upstreamCalls(id)
+		r := e.receipt(id)
+		if a.Requests != 0 || f.Requests != 1 || len(r.Attempts) != 1 || r.Attempts[0].Route != "fallback" ||
+			!strings.Contains(r.Request.IneligibleRoutes["claude"], "seed") {
+			t.Fatalf("claude %+v fallback %+v receipt %+v %v", a, f, r.Attempts, r.Request.IneligibleRoutes)
+		}
+		// The same request without the seed goes to claude first.
+		res, body = e.post("/v1/chat/completions", `{"model":"to-claude","seed":null,"messages":[{"role":"user","content":"hi"}]}`, nil)
+		if res.StatusCode != 200 || res.Header.Get("X-Oncegate-Route") != "claude" {
+			t.Fatalf("%d %s %v", res.StatusCode, body, res.Header)
+		}
+		res, body = e.post("/v1/chat/completions", `{"model":"claude","response_format":{"type":"json_object"},"messages":[{"role":"user","content":"hi"}]}`, nil)
+		if res.StatusCode != 400 || !strings.Contains(string(body), "response_format cannot be carried to the anthropic protocol") {
+			t.Fatalf("json_object on an Anthropic-only alias: %d %s", res.StatusCode, body)
+		}
+		res, body = e.post("/v1/messages", `{"model":"solo","max_tokens":50,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"hi"}]}`, nil)
+		if res.StatusCode != 400 || !strings.Contains(string(body), "thinking cannot be carried to the openai protocol") {
+			t.Fatalf("thinking on an OpenAI-only alias: %d %s", res.StatusCode, body)
+		}
+		if n := e.primary.Stats().Requests + e.anthropic.Stats().Requests; n != 1 {
+			t.Fatalf("the refused requests reached a provider: %d upstream calls in all, want the one to claude", n)
+		}
+	})
 }

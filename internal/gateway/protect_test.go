@@ -28,7 +28,7 @@ func (e *env) postKey(key, path, body string, headers map[string]string) (*http.
 	for k, v := range headers {
 		req.Header.Set(k, v)
 	}
-	res, err := http.DefaultClient.Do(req)
+	res, err := e.client.Do(req)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func (e *env) fire(n, conc int, model string) []outcome {
 			defer func() { <-sem }()
 			req, _ := http.NewRequest("POST", e.url+"/v1/chat/completions", strings.NewReader(distinctBody(model, i, "")))
 			req.Header.Set("Authorization", "Bearer "+keyAcme)
-			res, err := http.DefaultClient.Do(req)
+			res, err := e.client.Do(req)
 			if err != nil {
 				return
 			}
@@ -100,7 +100,7 @@ func count(outs []outcome, f func(outcome) bool) int {
 // oncegate_breaker_state{route="primary"}.
 func (e *env) metricValue(sample string) float64 {
 	e.t.Helper()
-	res, err := http.Get(e.url + "/metrics")
+	res, err := e.client.Get(e.url + "/metrics")
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -125,138 +125,146 @@ retry_budget: {ratio: 0.1, min_per_second: 1, window: 60s}
 // probe re-opens it; a successful one closes it. Breaker timing runs on
 // the injected clock.
 func TestBreakerContainsAnOutage(t *testing.T) {
+	t.Parallel()
 	clk := &clock.Offset{}
-	e := newEnvOpts(t, envOptions{mock: mock.Config{Tokens: 4}, yaml: outageYAML, clock: clk})
-	e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 503})))
-	const n, conc = 1000, 16
-	outs := e.fire(n, conc, "solo")
-	calls := e.primary.Stats().Requests
-	if bound := int64(1.1*n + 1*60); calls > bound {
-		t.Fatalf("%d upstream calls for %d requests, over (1+ratio)×n + min_per_second×window = %d", calls, n, bound)
-	}
-	// Once min_requests attempts failed, every request in flight had at
-	// most its current attempt and one retry admitted.
-	if calls > 20+2*conc {
-		t.Fatalf("%d upstream calls: the breaker did not open after min_requests (20)", calls)
-	}
-	fast := count(outs, func(o outcome) bool { return o.code == CodeCircuitOpen && o.attempts == 0 })
-	if fast < n-20-2*conc || count(outs, func(o outcome) bool { return o.code == CodeCircuitOpen && (o.retry != "false" || o.status != 503) }) > 0 {
-		t.Fatalf("%d of %d requests failed fast (503 circuit_open, no attempt, x-should-retry: false)", fast, n)
-	}
-	if got := e.metricValue(`oncegate_breaker_state{route="primary"}`); got != 2 {
-		t.Fatalf("oncegate_breaker_state{route=primary} = %v, want 2 (open)", got)
-	}
-	res, body := e.post("/v1/chat/completions", chatBody("solo", false), nil)
-	r := e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
-	if res.StatusCode != 503 || len(r.Attempts) != 0 || r.Reason != "circuit_open" || len(r.Decisions) != 1 || r.Decisions[0].BreakerRefused[0] != "primary" {
-		t.Fatalf("fail-fast request: %d %s, receipt %+v", res.StatusCode, body, r.Decisions)
-	}
-
-	// Half-open: the primary now hangs, so probes stay in flight; of ten
-	// concurrent requests at most three reach it.
-	clk.Advance(30 * time.Second)
-	e.primary.Reset()
-	e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultHang})))
-	outs = e.fire(10, 10, "solo")
-	if probes := e.primary.Stats().Requests; probes < 1 || probes > 3 {
-		t.Fatalf("half-open admitted %d probes, want 1..3", probes)
-	}
-	if got := count(outs, func(o outcome) bool { return o.code == CodeCircuitOpen }); got < 7 {
-		t.Fatalf("%d of 10 refused while half-open, want ≥ 7", got)
-	}
-	if got := e.metricValue(`oncegate_breaker_state{route="primary"}`); got != 2 {
-		t.Fatalf("failed probes should re-open the breaker, state %v", got)
-	}
-
-	// Recovery: the route is healthy again; after open_for one probe
-	// succeeds and closes the breaker, and traffic flows.
-	clk.Advance(30 * time.Second)
-	e.primary.Reset()
-	e.primary.SetScript(mock.Script{})
-	lastID := ""
-	for i := range 5 {
-		res, body := e.post("/v1/chat/completions", distinctBody("solo", 5000+i, ""), nil)
-		if res.StatusCode != 200 {
-			t.Fatalf("after recovery request %d: %d %s", i, res.StatusCode, body)
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 4}, yaml: outageYAML, clock: clk}, func(t *testing.T, e *env) {
+		e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 503})))
+		const n, conc = 1000, 16
+		outs := e.fire(n, conc, "solo")
+		calls := e.primary.Stats().Requests
+		if bound := int64(1.1*n + 1*60); calls > bound {
+			t.Fatalf("%d upstream calls for %d requests, over (1+ratio)×n + min_per_second×window = %d", calls, n, bound)
 		}
-		lastID = res.Header.Get("X-Oncegate-Request-Id")
-	}
-	if got := e.metricValue(`oncegate_breaker_state{route="primary"}`); got != 0 {
-		t.Fatalf("breaker state %v after a successful probe, want 0 (closed)", got)
-	}
-	r = e.receipt(lastID)
-	if r.Attempts[0].Breaker.State != "closed" || r.Attempts[0].Breaker.Generation < 5 {
-		t.Fatalf("attempt breaker %+v: want closed at a generation past open→half-open→open→half-open→closed", r.Attempts[0].Breaker)
-	}
+		// Once min_requests attempts failed, every request in flight had at
+		// most its current attempt and one retry admitted.
+		if calls > 20+2*conc {
+			t.Fatalf("%d upstream calls: the breaker did not open after min_requests (20)", calls)
+		}
+		fast := count(outs, func(o outcome) bool { return o.code == CodeCircuitOpen && o.attempts == 0 })
+		if fast < n-20-2*conc || count(outs, func(o outcome) bool { return o.code == CodeCircuitOpen && (o.retry != "false" || o.status != 503) }) > 0 {
+			t.Fatalf("%d of %d requests failed fast (503 circuit_open, no attempt, x-should-retry: false)", fast, n)
+		}
+		if got := e.metricValue(`oncegate_breaker_state{route="primary"}`); got != 2 {
+			t.Fatalf("oncegate_breaker_state{route=primary} = %v, want 2 (open)", got)
+		}
+		res, body := e.post("/v1/chat/completions", chatBody("solo", false), nil)
+		r := e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
+		if res.StatusCode != 503 || len(r.Attempts) != 0 || r.Reason != "circuit_open" || len(r.Decisions) != 1 || r.Decisions[0].BreakerRefused[0] != "primary" {
+			t.Fatalf("fail-fast request: %d %s, receipt %+v", res.StatusCode, body, r.Decisions)
+		}
+
+		// Half-open: the primary now hangs, so probes stay in flight; of ten
+		// concurrent requests at most three reach it.
+		clk.Advance(30 * time.Second)
+		e.primary.Reset()
+		e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultHang})))
+		outs = e.fire(10, 10, "solo")
+		if probes := e.primary.Stats().Requests; probes < 1 || probes > 3 {
+			t.Fatalf("half-open admitted %d probes, want 1..3", probes)
+		}
+		if got := count(outs, func(o outcome) bool { return o.code == CodeCircuitOpen }); got < 7 {
+			t.Fatalf("%d of 10 refused while half-open, want ≥ 7", got)
+		}
+		if got := e.metricValue(`oncegate_breaker_state{route="primary"}`); got != 2 {
+			t.Fatalf("failed probes should re-open the breaker, state %v", got)
+		}
+
+		// Recovery: the route is healthy again; after open_for one probe
+		// succeeds and closes the breaker, and traffic flows.
+		clk.Advance(30 * time.Second)
+		e.primary.Reset()
+		e.primary.SetScript(mock.Script{})
+		lastID := ""
+		for i := range 5 {
+			res, body := e.post("/v1/chat/completions", distinctBody("solo", 5000+i, ""), nil)
+			if res.StatusCode != 200 {
+				t.Fatalf("after recovery request %d: %d %s", i, res.StatusCode, body)
+			}
+			lastID = res.Header.Get("X-Oncegate-Request-Id")
+		}
+		if got := e.metricValue(`oncegate_breaker_state{route="primary"}`); got != 0 {
+			t.Fatalf("breaker state %v after a successful probe, want 0 (closed)", got)
+		}
+		r = e.receipt(lastID)
+		if r.Attempts[0].Breaker.State != "closed" || r.Attempts[0].Breaker.Generation < 5 {
+			t.Fatalf("attempt breaker %+v: want closed at a generation past open→half-open→open→half-open→closed", r.Attempts[0].Breaker)
+		}
+	})
 }
 
 // With a fallback, an open primary is skipped: traffic fails over at once
 // (one attempt, on the fallback), and the receipt says why.
 func TestOpenBreakerFailsOverWithoutTryingTheRoute(t *testing.T) {
-	e := newEnvOpts(t, envOptions{mock: mock.Config{Tokens: 4}, yaml: outageYAML})
-	e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 503})))
-	outs := e.fire(200, 8, "chat")
-	if bad := count(outs, func(o outcome) bool { return o.status != 200 }); bad > 0 {
-		t.Fatalf("%d of 200 failed although the fallback is healthy", bad)
-	}
-	if p := e.primary.Stats().Requests; p > 20+2*8 {
-		t.Fatalf("the primary saw %d calls after its breaker should have opened", p)
-	}
-	res, _ := e.post("/v1/chat/completions", chatBody("chat", false), nil)
-	r := e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
-	if len(r.Attempts) != 1 || r.Attempts[0].Route != "fallback" || r.Attempts[0].Purpose != "initial" ||
-		fmt.Sprint(r.Decisions[0].BreakerRefused) != "[primary]" || res.Header.Get("X-Oncegate-Route") != "fallback" {
-		t.Fatalf("want one attempt on the fallback with the primary refused: %+v / %+v", r.Attempts, r.Decisions[0])
-	}
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 4}, yaml: outageYAML}, func(t *testing.T, e *env) {
+		e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 503})))
+		outs := e.fire(200, 8, "chat")
+		if bad := count(outs, func(o outcome) bool { return o.status != 200 }); bad > 0 {
+			t.Fatalf("%d of 200 failed although the fallback is healthy", bad)
+		}
+		if p := e.primary.Stats().Requests; p > 20+2*8 {
+			t.Fatalf("the primary saw %d calls after its breaker should have opened", p)
+		}
+		res, _ := e.post("/v1/chat/completions", chatBody("chat", false), nil)
+		r := e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
+		if len(r.Attempts) != 1 || r.Attempts[0].Route != "fallback" || r.Attempts[0].Purpose != "initial" ||
+			fmt.Sprint(r.Decisions[0].BreakerRefused) != "[primary]" || res.Header.Get("X-Oncegate-Route") != "fallback" {
+			t.Fatalf("want one attempt on the fallback with the primary refused: %+v / %+v", r.Attempts, r.Decisions[0])
+		}
+	})
 }
 
 // The fleet retry budget alone (the breaker never opens here) bounds an
 // outage's amplification: upstream calls ≤ (1 + ratio) × requests +
 // min_per_second × window, and the refused retries say so.
 func TestRetryBudgetBoundsAmplification(t *testing.T) {
-	e := newEnvOpts(t, envOptions{mock: mock.Config{Tokens: 4}, yaml: `
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 4}, yaml: `
 breaker: {min_requests: 1000000}
 retry_budget: {ratio: 0.1, min_per_second: 1, window: 60s}
-`})
-	e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 503})))
-	const n = 1000
-	outs := e.fire(n, 32, "solo")
-	calls := e.primary.Stats().Requests
-	if bound := int64(1.1*n + 60); calls > bound || calls < n {
-		t.Fatalf("%d upstream calls for %d requests with max_attempts 3, want %d..%d", calls, n, n, bound)
-	}
-	spent := count(outs, func(o outcome) bool { return o.code == CodeRetryBudget })
-	if spent < n-int(calls-n) || count(outs, func(o outcome) bool { return o.code == CodeRetryBudget && (o.retry != "false" || o.status != 503) }) > 0 {
-		t.Fatalf("%d requests stopped with 503 retry_budget_exhausted and x-should-retry false", spent)
-	}
-	if got := e.metricValue(`oncegate_retry_budget_rejections_total`); int(got) != spent {
-		t.Fatalf("oncegate_retry_budget_rejections_total %v, want %d", got, spent)
-	}
+`}, func(t *testing.T, e *env) {
+		e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 503})))
+		const n = 1000
+		outs := e.fire(n, 32, "solo")
+		calls := e.primary.Stats().Requests
+		if bound := int64(1.1*n + 60); calls > bound || calls < n {
+			t.Fatalf("%d upstream calls for %d requests with max_attempts 3, want %d..%d", calls, n, n, bound)
+		}
+		spent := count(outs, func(o outcome) bool { return o.code == CodeRetryBudget })
+		if spent < n-int(calls-n) || count(outs, func(o outcome) bool { return o.code == CodeRetryBudget && (o.retry != "false" || o.status != 503) }) > 0 {
+			t.Fatalf("%d requests stopped with 503 retry_budget_exhausted and x-should-retry false", spent)
+		}
+		if got := e.metricValue(`oncegate_retry_budget_rejections_total`); int(got) != spent {
+			t.Fatalf("oncegate_retry_budget_rejections_total %v, want %d", got, spent)
+		}
+	})
 }
 
 func TestTenantRateLimit(t *testing.T) {
-	e := newEnv(t, mock.Config{Tokens: 4})
-	for i := range 3 {
-		if res, body := e.postKey(keyInitech, "/v1/chat/completions", distinctBody("chat", i, ""), nil); res.StatusCode != 200 {
-			t.Fatalf("request %d within the rate: %d %s", i, res.StatusCode, body)
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 4}}, func(t *testing.T, e *env) {
+		for i := range 3 {
+			if res, body := e.postKey(keyInitech, "/v1/chat/completions", distinctBody("chat", i, ""), nil); res.StatusCode != 200 {
+				t.Fatalf("request %d within the rate: %d %s", i, res.StatusCode, body)
+			}
 		}
-	}
-	before := e.primary.Stats().Requests
-	res, body := e.postKey(keyInitech, "/v1/chat/completions", distinctBody("chat", 3, ""), nil)
-	var eb errorBody
-	_ = json.Unmarshal(body, &eb)
-	ra, _ := strconv.Atoi(res.Header.Get("Retry-After"))
-	if res.StatusCode != 429 || eb.Error.Code == nil || *eb.Error.Code != CodeTenantRateLimited || ra < 1 || ra > 20 ||
-		res.Header.Get("x-should-retry") != "true" || !strings.Contains(eb.Error.Message, "3 requests per minute") {
-		t.Fatalf("4th request: %d Retry-After %q x-should-retry %q %s", res.StatusCode, res.Header.Get("Retry-After"), res.Header.Get("x-should-retry"), body)
-	}
-	if e.primary.Stats().Requests != before {
-		t.Fatal("a rate-limited request reached a provider")
-	}
-	// Other tenants are not affected.
-	if res, _ := e.post("/v1/chat/completions", distinctBody("chat", 3, ""), nil); res.StatusCode != 200 {
-		t.Fatalf("acme was limited by initech's rate: %d", res.StatusCode)
-	}
+		before := e.primary.Stats().Requests
+		res, body := e.postKey(keyInitech, "/v1/chat/completions", distinctBody("chat", 3, ""), nil)
+		var eb errorBody
+		_ = json.Unmarshal(body, &eb)
+		ra, _ := strconv.Atoi(res.Header.Get("Retry-After"))
+		if res.StatusCode != 429 || eb.Error.Code == nil || *eb.Error.Code != CodeTenantRateLimited || ra < 1 || ra > 20 ||
+			res.Header.Get("x-should-retry") != "true" || !strings.Contains(eb.Error.Message, "3 requests per minute") {
+			t.Fatalf("4th request: %d Retry-After %q x-should-retry %q %s", res.StatusCode, res.Header.Get("Retry-After"), res.Header.Get("x-should-retry"), body)
+		}
+		if e.primary.Stats().Requests != before {
+			t.Fatal("a rate-limited request reached a provider")
+		}
+		// Other tenants are not affected.
+		if res, _ := e.post("/v1/chat/completions", distinctBody("chat", 3, ""), nil); res.StatusCode != 200 {
+			t.Fatalf("acme was limited by initech's rate: %d", res.StatusCode)
+		}
+	})
 }
 
 // 64 concurrent requests at the tenant's daily ceiling ($0.001): the sum
@@ -264,112 +272,118 @@ func TestTenantRateLimit(t *testing.T) {
 // the ones that do not fit get 429 tenant_budget_exceeded with Retry-After
 // and no upstream call.
 func TestTenantCostCeilingUnderConcurrency(t *testing.T) {
-	e := newEnv(t, mock.Config{Tokens: 24})
-	var mu sync.Mutex
-	var charged float64
-	var ids []string
-	refused, served := 0, 0
-	var wg sync.WaitGroup
-	for i := range 64 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			req, _ := http.NewRequest("POST", e.url+"/v1/chat/completions", strings.NewReader(distinctBody("chat", i, `,"max_tokens":24`)))
-			req.Header.Set("Authorization", "Bearer "+keyUmbrella)
-			res, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			body, _ := io.ReadAll(res.Body)
-			res.Body.Close()
-			mu.Lock()
-			defer mu.Unlock()
-			switch res.StatusCode {
-			case 200:
-				served++
-				ids = append(ids, res.Header.Get("X-Oncegate-Request-Id"))
-			case 429:
-				var eb errorBody
-				_ = json.Unmarshal(body, &eb)
-				if eb.Error.Code == nil || *eb.Error.Code != CodeTenantBudget || res.Header.Get("Retry-After") == "" ||
-					res.Header.Get("x-should-retry") != "false" || eb.Oncegate.Attempts != 0 {
-					t.Errorf("over the ceiling: %d %s (Retry-After %q)", res.StatusCode, body, res.Header.Get("Retry-After"))
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 24}}, func(t *testing.T, e *env) {
+		var mu sync.Mutex
+		var charged float64
+		var ids []string
+		refused, served := 0, 0
+		var wg sync.WaitGroup
+		for i := range 64 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				req, _ := http.NewRequest("POST", e.url+"/v1/chat/completions", strings.NewReader(distinctBody("chat", i, `,"max_tokens":24`)))
+				req.Header.Set("Authorization", "Bearer "+keyUmbrella)
+				res, err := e.client.Do(req)
+				if err != nil {
+					t.Error(err)
+					return
 				}
-				refused++
-			default:
-				t.Errorf("status %d: %s", res.StatusCode, body)
-			}
-		}()
-	}
-	wg.Wait()
-	var reservation float64
-	for _, id := range ids {
-		r := e.receiptAs(keyUmbrella, id)
-		charged += r.Totals.CostUSD
-		reservation = max(reservation, r.Attempts[0].ReservedUSD)
-	}
-	if charged > 0.001+reservation+1e-12 || served == 0 || refused == 0 {
-		t.Fatalf("served %d refused %d, charged $%.6f: over the $0.001 ceiling by more than one reservation ($%.6f)", served, refused, charged, reservation)
-	}
-	if p := e.primary.Stats().Requests; int(p) != served {
-		t.Fatalf("the provider saw %d calls for %d served requests", p, served)
-	}
+				body, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				mu.Lock()
+				defer mu.Unlock()
+				switch res.StatusCode {
+				case 200:
+					served++
+					ids = append(ids, res.Header.Get("X-Oncegate-Request-Id"))
+				case 429:
+					var eb errorBody
+					_ = json.Unmarshal(body, &eb)
+					if eb.Error.Code == nil || *eb.Error.Code != CodeTenantBudget || res.Header.Get("Retry-After") == "" ||
+						res.Header.Get("x-should-retry") != "false" || eb.Oncegate.Attempts != 0 {
+						t.Errorf("over the ceiling: %d %s (Retry-After %q)", res.StatusCode, body, res.Header.Get("Retry-After"))
+					}
+					refused++
+				default:
+					t.Errorf("status %d: %s", res.StatusCode, body)
+				}
+			}()
+		}
+		wg.Wait()
+		var reservation float64
+		for _, id := range ids {
+			r := e.receiptAs(keyUmbrella, id)
+			charged += r.Totals.CostUSD
+			reservation = max(reservation, r.Attempts[0].ReservedUSD)
+		}
+		if charged > 0.001+reservation+1e-12 || served == 0 || refused == 0 {
+			t.Fatalf("served %d refused %d, charged $%.6f: over the $0.001 ceiling by more than one reservation ($%.6f)", served, refused, charged, reservation)
+		}
+		if p := e.primary.Stats().Requests; int(p) != served {
+			t.Fatalf("the provider saw %d calls for %d served requests", p, served)
+		}
+	})
 }
 
 // Per-request bounds each name what was exceeded.
 func TestPerRequestBoundsExplainThemselves(t *testing.T) {
-	e := newEnv(t, mock.Config{Tokens: 4})
-	// Cost: one attempt's worst case over the alias's max_cost_usd.
-	res, body := e.post("/v1/chat/completions", distinctBody("capped", 1, `,"max_tokens":1000`), nil)
-	if res.StatusCode != 400 || !strings.Contains(string(body), "max_cost_usd $0.001") || !strings.Contains(string(body), "max_tokens") {
-		t.Fatalf("cost bound: %d %s", res.StatusCode, body)
-	}
-	// Attempts: the attempt budget is named with its number.
-	e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 503})))
-	res, body = e.post("/v1/chat/completions", distinctBody("solo", 2, ""), nil)
-	if res.StatusCode != 503 || !strings.Contains(string(body), "within 3 attempts") {
-		t.Fatalf("attempt bound: %d %s", res.StatusCode, body)
-	}
-	// Duration: the caller's budget.
-	e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultHang})))
-	res, body = e.post("/v1/chat/completions", distinctBody("solo", 3, ""), map[string]string{"X-Oncegate-Timeout-Ms": "150"})
-	if res.StatusCode != 504 || !strings.Contains(string(body), "150ms") {
-		t.Fatalf("duration bound: %d %s", res.StatusCode, body)
-	}
-	// Size: the body limit.
-	res, body = e.post("/v1/chat/completions", `{"model":"chat","messages":[{"role":"user","content":"`+strings.Repeat("x", 5<<20)+`"}]}`, nil)
-	if res.StatusCode != 413 || !strings.Contains(string(body), "4194304 bytes") {
-		t.Fatalf("size bound: %d %.200s", res.StatusCode, body)
-	}
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 4}}, func(t *testing.T, e *env) {
+		// Cost: one attempt's worst case over the alias's max_cost_usd.
+		res, body := e.post("/v1/chat/completions", distinctBody("capped", 1, `,"max_tokens":1000`), nil)
+		if res.StatusCode != 400 || !strings.Contains(string(body), "max_cost_usd $0.001") || !strings.Contains(string(body), "max_tokens") {
+			t.Fatalf("cost bound: %d %s", res.StatusCode, body)
+		}
+		// Attempts: the attempt budget is named with its number.
+		e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 503})))
+		res, body = e.post("/v1/chat/completions", distinctBody("solo", 2, ""), nil)
+		if res.StatusCode != 503 || !strings.Contains(string(body), "within 3 attempts") {
+			t.Fatalf("attempt bound: %d %s", res.StatusCode, body)
+		}
+		// Duration: the caller's budget.
+		e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultHang})))
+		res, body = e.post("/v1/chat/completions", distinctBody("solo", 3, ""), map[string]string{"X-Oncegate-Timeout-Ms": "150"})
+		if res.StatusCode != 504 || !strings.Contains(string(body), "150ms") {
+			t.Fatalf("duration bound: %d %s", res.StatusCode, body)
+		}
+		// Size: the body limit.
+		res, body = e.post("/v1/chat/completions", `{"model":"chat","messages":[{"role":"user","content":"`+strings.Repeat("x", 5<<20)+`"}]}`, nil)
+		if res.StatusCode != 413 || !strings.Contains(string(body), "4194304 bytes") {
+			t.Fatalf("size bound: %d %.200s", res.StatusCode, body)
+		}
+	})
 }
 
 // /metrics exports DESIGN §10's names, counted from receipts.
 func TestMetricsCountWhatReceiptsSay(t *testing.T) {
-	e := newEnv(t, mock.Config{Tokens: 4})
-	e.primary.SetScript(rules(first(1, mock.Fault{Type: mock.FaultStatus, Status: 503})))
-	res, _ := e.post("/v1/chat/completions", chatBody("chat", false), map[string]string{"Idempotency-Key": "m-1"})
-	if res.StatusCode != 200 {
-		t.Fatal(res.StatusCode)
-	}
-	e.post("/v1/chat/completions", chatBody("chat", false), map[string]string{"Idempotency-Key": "m-1", "X-Stainless-Retry-Count": "1"})
-	r := e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
-	for sample, want := range map[string]float64{
-		`oncegate_logical_requests_total{model="chat",terminal="succeeded"}`:            1,
-		`oncegate_attempts_total{class="retryable",kind="unavailable",route="primary"}`: 1,
-		`oncegate_attempts_total{class="success",kind="ok",route="primary"}`:            1,
-		`oncegate_attempts_per_logical_request_sum`:                                     2,
-		`oncegate_dedup_total{result="miss"}`:                                           1,
-		`oncegate_dedup_total{result="replayed"}`:                                       1,
-		`oncegate_client_retries_total`:                                                 1,
-		`oncegate_retries_after_visible_output_total`:                                   0,
-		`oncegate_billable_tokens_total{route="primary",tenant="acme",type="output"}`:   float64(r.Attempts[1].Usage.OutputTokens),
-		`oncegate_breaker_state{route="primary"}`:                                       0,
-	} {
-		if got := e.metricValue(sample); got != want {
-			t.Errorf("%s = %v, want %v", sample, got, want)
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 4}}, func(t *testing.T, e *env) {
+		e.primary.SetScript(rules(first(1, mock.Fault{Type: mock.FaultStatus, Status: 503})))
+		res, _ := e.post("/v1/chat/completions", chatBody("chat", false), map[string]string{"Idempotency-Key": "m-1"})
+		if res.StatusCode != 200 {
+			t.Fatal(res.StatusCode)
 		}
-	}
+		e.post("/v1/chat/completions", chatBody("chat", false), map[string]string{"Idempotency-Key": "m-1", "X-Stainless-Retry-Count": "1"})
+		r := e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
+		for sample, want := range map[string]float64{
+			`oncegate_logical_requests_total{model="chat",terminal="succeeded"}`:            1,
+			`oncegate_attempts_total{class="retryable",kind="unavailable",route="primary"}`: 1,
+			`oncegate_attempts_total{class="success",kind="ok",route="primary"}`:            1,
+			`oncegate_attempts_per_logical_request_sum`:                                     2,
+			`oncegate_dedup_total{result="miss"}`:                                           1,
+			`oncegate_dedup_total{result="replayed"}`:                                       1,
+			`oncegate_client_retries_total`:                                                 1,
+			`oncegate_retries_after_visible_output_total`:                                   0,
+			`oncegate_billable_tokens_total{route="primary",tenant="acme",type="output"}`:   float64(r.Attempts[1].Usage.OutputTokens),
+			`oncegate_breaker_state{route="primary"}`:                                       0,
+		} {
+			if got := e.metricValue(sample); got != want {
+				t.Errorf("%s = %v, want %v", sample, got, want)
+			}
+		}
+	})
 }
 
 // lastSlot is a fleet whose snapshot says yes but whose last slot goes to
@@ -399,74 +413,80 @@ func (l lastRetry) First()       {}
 func (l lastRetry) Allows() bool { return true }
 func (l lastRetry) Retry() bool  { return !l.noRetry }
 
-func lastSlotEnv(t *testing.T, l *lastSlot) *env {
-	return newEnvOpts(t, envOptions{mock: mock.Config{Tokens: 4}, breakers: l, budget: lastRetry{l}, tenants: l})
+func lastSlotEnv(l *lastSlot) envOptions {
+	return envOptions{mock: mock.Config{Tokens: 4}, breakers: l, budget: lastRetry{l}, tenants: l}
 }
 
 // What the snapshot admitted but a concurrent request took first is
 // decided again, and the receipt records the admission that decided.
 func TestAdmissionLostAtDispatchIsDecidedAgain(t *testing.T) {
+	t.Parallel()
 	t.Run("the primary's last probe", func(t *testing.T) {
 		l := &lastSlot{route: "primary"}
-		e := lastSlotEnv(t, l)
-		res, body := e.post("/v1/chat/completions", chatBody("chat", false), nil)
-		r := e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
-		if res.StatusCode != 200 || len(r.Attempts) != 1 || r.Attempts[0].Route != "fallback" || fmt.Sprint(r.Decisions[0].BreakerRefused) != "[primary]" {
-			t.Fatalf("%d %s: %+v %+v", res.StatusCode, body, r.Attempts, r.Decisions)
-		}
-		if e.primary.Stats().Requests != 0 {
-			t.Fatal("the refused route was called")
-		}
+		inBubble(t, lastSlotEnv(l), func(t *testing.T, e *env) {
+			res, body := e.post("/v1/chat/completions", chatBody("chat", false), nil)
+			r := e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
+			if res.StatusCode != 200 || len(r.Attempts) != 1 || r.Attempts[0].Route != "fallback" || fmt.Sprint(r.Decisions[0].BreakerRefused) != "[primary]" {
+				t.Fatalf("%d %s: %+v %+v", res.StatusCode, body, r.Attempts, r.Decisions)
+			}
+			if e.primary.Stats().Requests != 0 {
+				t.Fatal("the refused route was called")
+			}
+		})
 	})
 	t.Run("the fleet's last retry", func(t *testing.T) {
 		l := &lastSlot{noRetry: true}
-		e := lastSlotEnv(t, l)
-		e.primary.SetScript(rules(first(1, mock.Fault{Type: mock.FaultStatus, Status: 503})))
-		res, _ := e.post("/v1/chat/completions", chatBody("chat", false), nil)
-		r := e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
-		if res.StatusCode != 503 || len(r.Attempts) != 1 || r.Reason != "retry_budget" || !r.Decisions[1].RetryBudgetSpent {
-			t.Fatalf("%d: %+v %+v", res.StatusCode, r.Attempts, r.Decisions)
-		}
+		inBubble(t, lastSlotEnv(l), func(t *testing.T, e *env) {
+			e.primary.SetScript(rules(first(1, mock.Fault{Type: mock.FaultStatus, Status: 503})))
+			res, _ := e.post("/v1/chat/completions", chatBody("chat", false), nil)
+			r := e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
+			if res.StatusCode != 503 || len(r.Attempts) != 1 || r.Reason != "retry_budget" || !r.Decisions[1].RetryBudgetSpent {
+				t.Fatalf("%d: %+v %+v", res.StatusCode, r.Attempts, r.Decisions)
+			}
+		})
 	})
 	t.Run("the tenant's last dollar", func(t *testing.T) {
 		l := &lastSlot{noCost: true}
-		e := lastSlotEnv(t, l)
-		res, body := e.post("/v1/chat/completions", chatBody("chat", false), nil)
-		r := e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
-		if res.StatusCode != 429 || !strings.Contains(string(body), CodeTenantBudget) || len(r.Attempts) != 0 || r.Reason != "cost_budget" ||
-			r.Decisions[0].TenantAllowanceUSD == nil {
-			t.Fatalf("%d %s: %+v", res.StatusCode, body, r.Decisions)
-		}
+		inBubble(t, lastSlotEnv(l), func(t *testing.T, e *env) {
+			res, body := e.post("/v1/chat/completions", chatBody("chat", false), nil)
+			r := e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
+			if res.StatusCode != 429 || !strings.Contains(string(body), CodeTenantBudget) || len(r.Attempts) != 0 || r.Reason != "cost_budget" ||
+				r.Decisions[0].TenantAllowanceUSD == nil {
+				t.Fatalf("%d %s: %+v", res.StatusCode, body, r.Decisions)
+			}
+		})
 	})
 }
 
 // The day's spend lives in the store: a tenant at its ceiling is still at
 // it after a restart (the new process does not hand it a fresh budget).
 func TestTenantSpendSurvivesARestart(t *testing.T) {
-	e := newEnv(t, mock.Config{Tokens: 24})
-	served := 0
-	for i := 0; ; i++ {
-		res, body := e.postKey(keyUmbrella, "/v1/chat/completions", distinctBody("chat", i, `,"max_tokens":24`), nil)
-		if res.StatusCode == 429 {
-			if !strings.Contains(string(body), CodeTenantBudget) {
-				t.Fatalf("refused for another reason: %s", body)
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 24}}, func(t *testing.T, e *env) {
+		served := 0
+		for i := 0; ; i++ {
+			res, body := e.postKey(keyUmbrella, "/v1/chat/completions", distinctBody("chat", i, `,"max_tokens":24`), nil)
+			if res.StatusCode == 429 {
+				if !strings.Contains(string(body), CodeTenantBudget) {
+					t.Fatalf("refused for another reason: %s", body)
+				}
+				break
 			}
-			break
+			if res.StatusCode != 200 || i > 100 {
+				t.Fatalf("request %d: %d %s", i, res.StatusCode, body)
+			}
+			served++
 		}
-		if res.StatusCode != 200 || i > 100 {
-			t.Fatalf("request %d: %d %s", i, res.StatusCode, body)
+		calls := e.primary.Stats().Requests
+		e.restart()
+		res, body := e.postKey(keyUmbrella, "/v1/chat/completions", distinctBody("chat", 1000, `,"max_tokens":24`), nil)
+		if res.StatusCode != 429 || !strings.Contains(string(body), CodeTenantBudget) {
+			t.Fatalf("after a restart, at the ceiling (%d served before): %d %s", served, res.StatusCode, body)
 		}
-		served++
-	}
-	calls := e.primary.Stats().Requests
-	e.restart()
-	res, body := e.postKey(keyUmbrella, "/v1/chat/completions", distinctBody("chat", 1000, `,"max_tokens":24`), nil)
-	if res.StatusCode != 429 || !strings.Contains(string(body), CodeTenantBudget) {
-		t.Fatalf("after a restart, at the ceiling (%d served before): %d %s", served, res.StatusCode, body)
-	}
-	if n := e.primary.Stats().Requests; n != calls {
-		t.Fatalf("the provider saw %d more calls after the restart", n-calls)
-	}
+		if n := e.primary.Stats().Requests; n != calls {
+			t.Fatalf("the provider saw %d more calls after the restart", n-calls)
+		}
+	})
 }
 
 // What is sent upstream is what was reserved: with a provider that writes
@@ -475,66 +495,70 @@ func TestTenantSpendSurvivesARestart(t *testing.T) {
 // passed by at most one reservation, and no request upstream asks for
 // more than the route's max_output_tokens (1000).
 func TestTheUpstreamLimitIsWhatWasReserved(t *testing.T) {
-	e := newEnv(t, mock.Config{Tokens: 5000})
-	var mu sync.Mutex
-	var ids []string
-	var wg sync.WaitGroup
-	for i := range 64 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			extra := `,"max_tokens":5000`
-			switch i % 3 {
-			case 1:
-				extra = ""
-			case 2:
-				extra = `,"max_completion_tokens":4000`
-			}
-			res, body := e.postKey(keySpender, "/v1/chat/completions", distinctBody("chat", i, extra), nil)
-			switch {
-			case res.StatusCode == 200:
-				mu.Lock()
-				ids = append(ids, res.Header.Get("X-Oncegate-Request-Id"))
-				mu.Unlock()
-			case res.StatusCode == 429 && strings.Contains(string(body), CodeTenantBudget):
-			default:
-				t.Errorf("request %d: %d %s", i, res.StatusCode, body)
-			}
-		}()
-	}
-	wg.Wait()
-	var charged, reservation float64
-	for _, id := range ids {
-		r := e.receiptAs(keySpender, id)
-		charged += r.Totals.CostUSD
-		reservation = max(reservation, r.Attempts[0].ReservedUSD)
-		if out := r.Attempts[0].Usage.OutputTokens; out > 1000 {
-			t.Fatalf("request %s generated %d tokens past the route's 1000", id, out)
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 5000}}, func(t *testing.T, e *env) {
+		var mu sync.Mutex
+		var ids []string
+		var wg sync.WaitGroup
+		for i := range 64 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				extra := `,"max_tokens":5000`
+				switch i % 3 {
+				case 1:
+					extra = ""
+				case 2:
+					extra = `,"max_completion_tokens":4000`
+				}
+				res, body := e.postKey(keySpender, "/v1/chat/completions", distinctBody("chat", i, extra), nil)
+				switch {
+				case res.StatusCode == 200:
+					mu.Lock()
+					ids = append(ids, res.Header.Get("X-Oncegate-Request-Id"))
+					mu.Unlock()
+				case res.StatusCode == 429 && strings.Contains(string(body), CodeTenantBudget):
+				default:
+					t.Errorf("request %d: %d %s", i, res.StatusCode, body)
+				}
+			}()
 		}
-	}
-	if len(ids) == 0 || charged > 0.05+reservation+1e-12 {
-		t.Fatalf("%d served, charged $%.6f: over the $0.05 ceiling by more than one reservation ($%.6f)", len(ids), charged, reservation)
-	}
-	if st := e.primary.Stats(); st.MaxTokensAsked > 1000 || st.Unlimited != 0 {
-		t.Fatalf("upstream requests asked for up to %d tokens (%d for no limit); the route allows 1000", st.MaxTokensAsked, st.Unlimited)
-	}
+		wg.Wait()
+		var charged, reservation float64
+		for _, id := range ids {
+			r := e.receiptAs(keySpender, id)
+			charged += r.Totals.CostUSD
+			reservation = max(reservation, r.Attempts[0].ReservedUSD)
+			if out := r.Attempts[0].Usage.OutputTokens; out > 1000 {
+				t.Fatalf("request %s generated %d tokens past the route's 1000", id, out)
+			}
+		}
+		if len(ids) == 0 || charged > 0.05+reservation+1e-12 {
+			t.Fatalf("%d served, charged $%.6f: over the $0.05 ceiling by more than one reservation ($%.6f)", len(ids), charged, reservation)
+		}
+		if st := e.primary.Stats(); st.MaxTokensAsked > 1000 || st.Unlimited != 0 {
+			t.Fatalf("upstream requests asked for up to %d tokens (%d for no limit); the route allows 1000", st.MaxTokensAsked, st.Unlimited)
+		}
+	})
 }
 
 // The request rate outlives a restart too: a tenant that spent its minute
 // is still refused by the next process.
 func TestTenantRateSurvivesARestart(t *testing.T) {
-	e := newEnv(t, mock.Config{Tokens: 4})
-	for i := range 3 {
-		if res, body := e.postKey(keyInitech, "/v1/chat/completions", distinctBody("chat", i, ""), nil); res.StatusCode != 200 {
-			t.Fatalf("request %d: %d %s", i, res.StatusCode, body)
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 4}}, func(t *testing.T, e *env) {
+		for i := range 3 {
+			if res, body := e.postKey(keyInitech, "/v1/chat/completions", distinctBody("chat", i, ""), nil); res.StatusCode != 200 {
+				t.Fatalf("request %d: %d %s", i, res.StatusCode, body)
+			}
 		}
-	}
-	if res, _ := e.postKey(keyInitech, "/v1/chat/completions", distinctBody("chat", 3, ""), nil); res.StatusCode != 429 {
-		t.Fatalf("the 4th of 3 a minute: %d", res.StatusCode)
-	}
-	e.restart()
-	res, body := e.postKey(keyInitech, "/v1/chat/completions", distinctBody("chat", 4, ""), nil)
-	if res.StatusCode != 429 || !strings.Contains(string(body), CodeTenantRateLimited) {
-		t.Fatalf("after a restart, the minute spent: %d %s", res.StatusCode, body)
-	}
+		if res, _ := e.postKey(keyInitech, "/v1/chat/completions", distinctBody("chat", 3, ""), nil); res.StatusCode != 429 {
+			t.Fatalf("the 4th of 3 a minute: %d", res.StatusCode)
+		}
+		e.restart()
+		res, body := e.postKey(keyInitech, "/v1/chat/completions", distinctBody("chat", 4, ""), nil)
+		if res.StatusCode != 429 || !strings.Contains(string(body), CodeTenantRateLimited) {
+			t.Fatalf("after a restart, the minute spent: %d %s", res.StatusCode, body)
+		}
+	})
 }

@@ -64,6 +64,7 @@ func recoveryPolicy(tb testing.TB) (*policy.Policy, *config.Secrets) {
 }
 
 func TestRecoverySettlesEveryUnfinishedRequest(t *testing.T) {
+	t.Parallel()
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "ledger.db"))
 	if err != nil {
 		t.Fatal(err)

@@ -93,6 +93,9 @@ type Config struct {
 	Idle      time.Duration
 	// Headers are sent on every request (authentication, API version).
 	Headers http.Header
+	// Dial, when set, opens the connections instead of the system's
+	// network (tests use an in-memory one); Connect still bounds it.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Client sends attempts to one provider. It is safe for concurrent use.
@@ -104,9 +107,20 @@ type Client struct {
 // New builds a provider client with its own connection pool.
 func New(cfg Config) *Client {
 	dialer := &net.Dialer{Timeout: cfg.Connect, KeepAlive: 30 * time.Second}
+	dial := dialer.DialContext
+	if cfg.Dial != nil {
+		dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if cfg.Connect > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, cfg.Connect)
+				defer cancel()
+			}
+			return cfg.Dial(ctx, network, addr)
+		}
+	}
 	tr := &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           dialer.DialContext,
+		DialContext:           dial,
 		TLSHandshakeTimeout:   cfg.Connect,
 		TLSClientConfig:       &tls.Config{MinVersion: tls.VersionTLS12},
 		ForceAttemptHTTP2:     true,
