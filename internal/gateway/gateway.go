@@ -551,7 +551,7 @@ func (g *Gateway) Close() {
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(shapedListener{ln}) }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)

@@ -1,11 +1,13 @@
 package gateway
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -448,3 +450,69 @@ func TestFieldsThatCannotBeTranslatedStayOnTheirProtocol(t *testing.T) {
 		}
 	})
 }
+
+// The answers net/http writes before any handler runs are JSON in the
+// caller's protocol too: a control byte in Idempotency-Key (which no SDK
+// can send, so a raw connection sends it) gets a 400 an SDK can read.
+func TestNetHTTPsOwnRejectionsAreInTheCallersShape(t *testing.T) {
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 4}}, func(t *testing.T, e *env) {
+		for _, tc := range []struct{ path, want string }{
+			{"/v1/chat/completions", `{"error":{`},
+			{"/v1/messages", `{"type":"error","error":{`},
+		} {
+			conn, err := e.mem.DialContext(context.Background(), "tcp", "gateway.test:80")
+			if err != nil {
+				t.Fatal(err)
+			}
+			go func() {
+				_, _ = conn.Write([]byte("POST " + tc.path + " HTTP/1.1\r\nHost: gateway.test\r\nAuthorization: Bearer " + keyAcme +
+					"\r\nIdempotency-Key: ab\x01cd\r\nContent-Length: 2\r\n\r\n{}"))
+			}()
+			res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(res.Body)
+			conn.Close()
+			if res.StatusCode != 400 || res.Header.Get("Content-Type") != "application/json" || res.Header.Get("x-should-retry") != "false" ||
+				!strings.HasPrefix(string(body), tc.want) || !strings.Contains(string(body), "control character") {
+				t.Fatalf("%s: %d %v\n%s", tc.path, res.StatusCode, res.Header, body)
+			}
+		}
+		if n := e.primary.Stats().Requests + e.anthropic.Stats().Requests; n != 0 {
+			t.Fatalf("%d upstream calls", n)
+		}
+	})
+}
+
+func TestShapedAnswers(t *testing.T) {
+	t.Parallel()
+	res, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(shapedAnswer(431, "431 Request Header Fields Too Large", true))), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	if res.StatusCode != 431 || !strings.Contains(string(body), `"type":"error"`) || !strings.Contains(string(body), "headers are too large") {
+		t.Fatalf("%d %s", res.StatusCode, body)
+	}
+	// A handler's own answer passes untouched, 4xx or not.
+	var out bytes.Buffer
+	c := &shapedConn{Conn: writerConn{&out}}
+	own := "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n\r\n{}"
+	if _, err := c.Write([]byte(own)); err != nil || out.String() != own {
+		t.Fatalf("rewrote a handler's answer: %q", out.String())
+	}
+}
+
+// writerConn is a net.Conn that only writes, to w.
+type writerConn struct{ w io.Writer }
+
+func (c writerConn) Read([]byte) (int, error)         { return 0, io.EOF }
+func (c writerConn) Write(p []byte) (int, error)      { return c.w.Write(p) }
+func (c writerConn) Close() error                     { return nil }
+func (c writerConn) LocalAddr() net.Addr              { return nil }
+func (c writerConn) RemoteAddr() net.Addr             { return nil }
+func (c writerConn) SetDeadline(time.Time) error      { return nil }
+func (c writerConn) SetReadDeadline(time.Time) error  { return nil }
+func (c writerConn) SetWriteDeadline(time.Time) error { return nil }
