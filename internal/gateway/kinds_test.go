@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -516,3 +517,35 @@ func (c writerConn) RemoteAddr() net.Addr             { return nil }
 func (c writerConn) SetDeadline(time.Time) error      { return nil }
 func (c writerConn) SetReadDeadline(time.Time) error  { return nil }
 func (c writerConn) SetWriteDeadline(time.Time) error { return nil }
+
+// docs/errors.md lists every code with the status and x-should-retry the
+// code gives it.
+func TestTheDocsListEveryCode(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../../docs/errors.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, line := range strings.Split(string(doc), "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 5 || !strings.HasPrefix(strings.TrimSpace(cells[1]), "`") {
+			continue
+		}
+		code := strings.Trim(strings.TrimSpace(cells[1]), "`")
+		cs, ok := codeStatus[code]
+		if !ok {
+			t.Errorf("the docs list %s, which is no code", code)
+			continue
+		}
+		if got := strings.TrimSpace(cells[2]) + " " + strings.TrimSpace(cells[3]); got != strconv.Itoa(cs.status)+" "+strconv.FormatBool(cs.retry) {
+			t.Errorf("%s: the docs say %s, the code %d %v", code, got, cs.status, cs.retry)
+		}
+		seen[code] = true
+	}
+	for code := range codeStatus {
+		if !seen[code] {
+			t.Errorf("docs/errors.md does not list %s", code)
+		}
+	}
+}
