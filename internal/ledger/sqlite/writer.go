@@ -206,7 +206,6 @@ func (s *Store) loop() {
 				}
 			}
 		}
-		s.conn.Lock()
 	drain:
 		for len(batch) < maxBatch {
 			select {
@@ -220,6 +219,11 @@ func (s *Store) loop() {
 			batch = s.fill(batch, min(2*prev, fillMax))
 		}
 		prev = len(batch)
+		// The connection is taken only to commit, never while filling
+		// waits: no one waits on a lock held across a timer. (A caller
+		// cannot commit past this batch meanwhile: it commits by itself
+		// only when nothing is queued, and this batch still counts.)
+		s.conn.Lock()
 		s.commit(batch)
 		s.conn.Unlock()
 		s.queued.Add(-int64(len(batch)))
