@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"net/http"
 	"strings"
 	"testing"
 
@@ -18,20 +17,9 @@ import (
 func TestStreamedThinkingReachesTheClient(t *testing.T) {
 	t.Parallel()
 	inBubble(t, envOptions{mock: mock.Config{Tokens: 8}}, func(t *testing.T, e *env) {
-		var h http.Header
-		c := e.anthropicClient(&h)
-		st := c.Messages.NewStreaming(context.Background(), anthropic.MessageNewParams{Model: "claude", MaxTokens: 2048,
+		msg, h := e.streamAnthropic(anthropic.MessageNewParams{Model: "claude", MaxTokens: 2048,
 			Thinking: anthropic.ThinkingConfigParamOfEnabled(1024),
 			Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock(prompt))}})
-		var msg anthropic.Message
-		for st.Next() {
-			if err := msg.Accumulate(st.Current()); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := st.Err(); err != nil {
-			t.Fatal(err)
-		}
 		if len(msg.Content) != 2 || msg.Content[0].Type != "thinking" || msg.Content[0].Thinking != mock.ThinkingText() ||
 			!strings.HasPrefix(msg.Content[0].Signature, "sig-mock") || msg.Content[1].Type != "text" ||
 			msg.Content[1].Text != answer(t, provider.Anthropic, prompt, 8) {

@@ -40,6 +40,26 @@ func (e *env) streamOpenAI(model, prompt string) (string, openai.ChatCompletionA
 	return text, acc, h, st.Err()
 }
 
+// streamAnthropic runs a streamed message with the official Anthropic SDK
+// at default settings and returns the accumulated message and the
+// response headers; a stream error fails the test.
+func (e *env) streamAnthropic(params anthropic.MessageNewParams) (anthropic.Message, http.Header) {
+	e.t.Helper()
+	var h http.Header
+	c := e.anthropicClient(&h)
+	st := c.Messages.NewStreaming(context.Background(), params)
+	var msg anthropic.Message
+	for st.Next() {
+		if err := msg.Accumulate(st.Current()); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	if err := st.Err(); err != nil {
+		e.t.Fatal(err)
+	}
+	return msg, h
+}
+
 // rawStream posts a streamed request and returns the whole SSE body.
 func (e *env) rawStream(model string, headers map[string]string) (*http.Response, string) {
 	res, body := e.post("/v1/chat/completions", chatBody(model, true), headers)
@@ -114,19 +134,8 @@ func TestResumeWithTheAnthropicSDK(t *testing.T) {
 	t.Parallel()
 	inBubble(t, envOptions{mock: mock.Config{Tokens: streamTokens}}, func(t *testing.T, e *env) {
 		e.anthropic.SetScript(rules(mock.Rule{Calls: []int{1}, Fault: mock.Fault{Type: mock.FaultStallAfter, After: 7}}))
-		var h http.Header
-		c := e.anthropicClient(&h)
-		st := c.Messages.NewStreaming(context.Background(), anthropic.MessageNewParams{Model: "claude", MaxTokens: 200,
+		msg, h := e.streamAnthropic(anthropic.MessageNewParams{Model: "claude", MaxTokens: 200,
 			Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock(prompt))}})
-		var msg anthropic.Message
-		for st.Next() {
-			if err := msg.Accumulate(st.Current()); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := st.Err(); err != nil {
-			t.Fatal(err)
-		}
 		if want := answer(t, provider.Anthropic, prompt, streamTokens); len(msg.Content) != 1 || msg.Content[0].Text != want {
 			t.Fatalf("read %+v\nwant %q", msg.Content, want)
 		}
