@@ -262,12 +262,33 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 	if n > 0 {
 		g.log.Warn("recovered unfinished requests whose owners are gone", "count", n)
 	}
-	g.background.Add(4)
-	go g.saveRates()
-	go g.renewLeases()
-	go g.settleLapsed()
-	go g.expireRecords()
+	if save := g.saveRates(); save != nil {
+		g.every(time.Second, save)
+	}
+	g.every(g.leaseRenew, g.renew)
+	g.every(g.lease/2, g.settleLapsed)
+	g.every(time.Minute, g.expireRecords())
 	return g, nil
+}
+
+// every runs f in the background every d until the gateway stops, and
+// once more as it stops.
+func (g *Gateway) every(d time.Duration, f func(stopping bool)) {
+	g.background.Add(1)
+	go func() {
+		defer g.background.Done()
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			select {
+			case <-g.stop:
+				f(true)
+				return
+			case <-t.C:
+				f(false)
+			}
+		}
+	}()
 }
 
 // guards sets up the overload protection of DESIGN §6: the options' or
@@ -340,19 +361,16 @@ func (g *Gateway) restoreRates(ctx context.Context) {
 	}
 }
 
-// saveRates keeps the tenants' rate buckets in the store every second
+// saveRates returns what keeps the tenants' rate buckets in the store every second
 // they changed, and once more as the gateway stops: a crash loses at most
 // a second of them.
-func (g *Gateway) saveRates() {
-	defer g.background.Done()
+func (g *Gateway) saveRates() func(bool) {
 	rk, ok := g.tenants.(rateKeeper)
 	if !ok {
-		return
+		return nil
 	}
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
 	var last []byte
-	save := func() {
+	return func(bool) {
 		snap := rk.Snapshot()
 		if snap == nil || bytes.Equal(snap, last) {
 			return
@@ -362,15 +380,6 @@ func (g *Gateway) saveRates() {
 			return
 		}
 		last = snap
-	}
-	for {
-		select {
-		case <-g.stop:
-			save()
-			return
-		case <-t.C:
-			save()
-		}
 	}
 }
 
@@ -390,25 +399,14 @@ func (g *Gateway) initSecret(opt []byte, configured string) error {
 	return nil
 }
 
-// renewLeases keeps this process's claims alive while their calls run
+// renew keeps this process's claims alive while their calls run
 // (DESIGN §3.3). A lease the store would not renew — it lapsed, so
 // recovery elsewhere may have settled the request — is lost for good: its
 // call dispatches nothing more.
-func (g *Gateway) renewLeases() {
-	defer g.background.Done()
-	t := time.NewTicker(g.leaseRenew)
-	defer t.Stop()
-	for {
-		select {
-		case <-g.stop:
-			return
-		case <-t.C:
-			g.renew()
-		}
+func (g *Gateway) renew(stopping bool) {
+	if stopping {
+		return
 	}
-}
-
-func (g *Gateway) renew() {
 	var ids []string
 	g.live.Range(func(k, _ any) bool { ids = append(ids, k.(string)); return true })
 	if len(ids) == 0 {
@@ -432,45 +430,33 @@ func (g *Gateway) renew() {
 // ended without a terminal (its store was unreachable). Nothing is ever
 // re-dispatched: a request with an attempt in flight becomes
 // indeterminate (DESIGN §12).
-func (g *Gateway) settleLapsed() {
-	defer g.background.Done()
-	t := time.NewTicker(g.lease / 2)
-	defer t.Stop()
-	for {
-		select {
-		case <-g.stop:
-			return
-		case <-t.C:
-			if n, err := g.recover(context.Background()); err != nil {
-				g.log.Error("settle lapsed requests", "err", err)
-			} else if n > 0 {
-				g.log.Warn("settled requests whose owners' leases lapsed", "count", n)
-			}
-		}
+func (g *Gateway) settleLapsed(stopping bool) {
+	if stopping {
+		return
+	}
+	if n, err := g.recover(context.Background()); err != nil {
+		g.log.Error("settle lapsed requests", "err", err)
+	} else if n > 0 {
+		g.log.Warn("settled requests whose owners' leases lapsed", "count", n)
 	}
 }
 
 // expireRecords deletes ledger records past their retention (DESIGN §3.2).
 // With on_expired: reject, records are kept 30 × longer so that an expired
 // key can still be recognised and refused.
-func (g *Gateway) expireRecords() {
-	defer g.background.Done()
-	t := time.NewTicker(time.Minute)
-	defer t.Stop()
+func (g *Gateway) expireRecords() func(bool) {
 	keep := g.pol.Idempotency.Retention.D()
 	if g.pol.Idempotency.OnExpired == "reject" {
 		keep *= 30
 	}
-	for {
-		select {
-		case <-g.stop:
+	return func(stopping bool) {
+		if stopping {
 			return
-		case <-t.C:
-			if n, err := g.ledger.Expire(context.Background(), g.clock.Now().Add(-keep)); err != nil {
-				g.log.Error("expire records", "err", err)
-			} else if n > 0 {
-				g.log.Info("expired idempotency records", "count", n)
-			}
+		}
+		if n, err := g.ledger.Expire(context.Background(), g.clock.Now().Add(-keep)); err != nil {
+			g.log.Error("expire records", "err", err)
+		} else if n > 0 {
+			g.log.Info("expired idempotency records", "count", n)
 		}
 	}
 }
