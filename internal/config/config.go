@@ -50,6 +50,9 @@ type Config struct {
 
 	// Idempotency configures the ledger's key handling (DESIGN §3).
 	Idempotency Idempotency `yaml:"idempotency"`
+	// Conversations configures the turns of /v1/responses
+	// (docs/conversations.md).
+	Conversations Conversations `yaml:"conversations"`
 	// RetryBudget bounds retries across the fleet (DESIGN §6.2).
 	RetryBudget RetryBudget `yaml:"retry_budget"`
 	// Breaker configures every route's circuit breaker (DESIGN §6.1).
@@ -266,6 +269,14 @@ type Idempotency struct {
 	// generation. false: every keyless request is its own (independent
 	// samples), as X-Oncegate-Join: off asks per request. Default true.
 	KeylessJoin bool `yaml:"keyless_join" default:"true"`
+}
+
+// Conversations configures stored conversations.
+type Conversations struct {
+	// MaxAmbiguous is how many tries of one turn may end without knowing
+	// whether the provider answered before the gateway gives the turn up
+	// with an error, leaving the conversation as it was. Default 2.
+	MaxAmbiguous int `yaml:"max_ambiguous" default:"2"`
 }
 
 // RetryBudget is the fleet retry budget (DESIGN §6.2).

@@ -52,6 +52,9 @@ type call struct {
 	// often the call went after one, so it never goes round forever.
 	followTo *coord.Remote
 	follows  int
+	// turn is the conversation turn this request is a try of (POST
+	// /v1/responses); nil for chat.
+	turn *turnCall
 	// rateTaken: the tenant's rate was counted when the flight was
 	// placed (a shared coordinator does it with the claim).
 	rateTaken bool
@@ -300,6 +303,9 @@ func (c *call) finish(d retry.Decision, last *attemptResult) {
 	r.ClientRetryCount = max(r.ClientRetryCount, c.clientRetries, c.flight.ClientRetries())
 	r.Totals = r.ComputeTotals()
 	head, tail := c.answer(d, last)
+	if c.turn != nil {
+		c.conversationFacts()
+	}
 	state := ledgerState(gw.Terminal(r.Terminal))
 	var stored *ledger.Response
 	if head != nil || c.out.started {
@@ -314,6 +320,9 @@ func (c *call) finish(d retry.Decision, last *attemptResult) {
 	if err := c.commit(state, stored); err != nil {
 		c.abort(err)
 		return
+	}
+	if c.turn != nil {
+		c.settleTurn(head, tail, last)
 	}
 	c.g.live.Delete(c.id)
 	c.flight.Finish(head, tail)
@@ -572,9 +581,17 @@ func (c *call) complete(res *attemptResult, resp *upstream.Response, up provider
 	if up == c.proto {
 		res.body = body
 	} else {
-		res.body = provider.EncodeResponse(c.proto, ir, provider.ResponseID(c.proto, c.id))
+		res.body = c.encodeResponse(ir)
 	}
 	return c.observe(res, gw.KindOK, "", "")
+}
+
+// encodeResponse writes a whole answer in the client's protocol.
+func (c *call) encodeResponse(ir *provider.Response) []byte {
+	if c.turn != nil {
+		return provider.EncodeResponsesObject(&c.turn.shell, ir, c.g.clock.Now().Unix())
+	}
+	return provider.EncodeResponse(c.proto, ir, provider.ResponseID(c.proto, c.id))
 }
 
 func estimateOutput(r *provider.Response) int64 {

@@ -35,95 +35,131 @@ func (g *Gateway) serveChat(p provider.Protocol) http.HandlerFunc {
 			apiErr.write(w, p, meta{})
 			return
 		}
-		if c.clientRetries > 0 {
-			g.metrics.ObserveClientRetry()
-		}
-		place, err := g.flights.Place(r.Context(), coord.Arrival{Identity: c.identity, SHA256: c.requestSHA, RequestID: c.id,
-			Deadline: c.deadline, ClientRetries: c.clientRetries, Tenant: t.ID, RequestsPerMinute: t.RequestsPerMinute})
-		f := place.Flight
-		switch {
-		case errors.Is(err, coord.ErrConflict):
-			errorf(CodeKeyReused, "the idempotency key is in use with a different request body").write(w, p, meta{})
-			return
-		case errors.Is(err, coord.ErrTruncated):
-			e := errorf(CodeKeyInUse, "this request's output is past the join buffer; retry when it has finished")
-			e.retryAfter = 1
-			e.write(w, p, meta{})
-			return
-		case err != nil:
-			errorf(CodeInternal, "place the request: %v", err).write(w, p, meta{})
-			return
-		case !place.Owner:
-			if now := g.clock.Now(); outlasts(f.Deadline, c.deadline) {
-				f.Leave()
-				joinTooLong(f.Deadline, now).write(w, p, meta{requestID: f.RequestID})
-				return
-			}
-			f.NoteClientRetry(c.clientRetries)
-			g.metrics.ObserveDedup("joined")
-			g.serveFlight(w, r, f.NewReader(), "joined")
-			return
-		}
-		c.flight, c.ctx, c.rateTaken = f, place.Work, place.RateTaken
-		if r.Header.Get("Idempotency-Key") != "" || r.Header.Get("X-Stainless-Retry-Count") != "" {
-			f.SetGrace(g.rejoinGrace) // the caller can come back for this answer
-		}
-		g.inflight.Add(1)
-		go func() {
-			defer g.inflight.Done()
-			switch {
-			case place.Err != nil:
-				c.refuse(place.Err)
-			case place.Remote != nil:
-				c.follow(place.Remote)
-			default:
-				c.run()
-			}
-		}()
-		g.serveFlight(w, r, f.NewReader(), "miss")
+		g.place(w, r, c)
 	}
+}
+
+// place puts a new logical request where it belongs: it owns its identity
+// — it starts the call and reads its output — or joins the one in flight
+// for it, reading the same output from its first byte.
+func (g *Gateway) place(w http.ResponseWriter, r *http.Request, c *call) {
+	p, t := c.proto, c.tenant
+	if c.clientRetries > 0 {
+		g.metrics.ObserveClientRetry()
+	}
+	place, err := g.flights.Place(r.Context(), coord.Arrival{Identity: c.identity, SHA256: c.requestSHA, RequestID: c.id,
+		Deadline: c.deadline, ClientRetries: c.clientRetries, Tenant: t.ID, RequestsPerMinute: t.RequestsPerMinute})
+	f := place.Flight
+	switch {
+	case errors.Is(err, coord.ErrConflict):
+		errorf(CodeKeyReused, "the idempotency key is in use with a different request body").write(w, p, meta{})
+		return
+	case errors.Is(err, coord.ErrTruncated):
+		e := errorf(CodeKeyInUse, "this request's output is past the join buffer; retry when it has finished")
+		e.retryAfter = 1
+		e.write(w, p, meta{})
+		return
+	case err != nil:
+		errorf(CodeInternal, "place the request: %v", err).write(w, p, meta{})
+		return
+	case !place.Owner:
+		if now := g.clock.Now(); outlasts(f.Deadline, c.deadline) {
+			f.Leave()
+			joinTooLong(f.Deadline, now).write(w, p, meta{requestID: f.RequestID})
+			return
+		}
+		f.NoteClientRetry(c.clientRetries)
+		g.metrics.ObserveDedup("joined")
+		g.serveFlight(w, r, f.NewReader(), "joined")
+		return
+	}
+	c.flight, c.ctx, c.rateTaken = f, place.Work, place.RateTaken
+	if r.Header.Get("Idempotency-Key") != "" || r.Header.Get("X-Stainless-Retry-Count") != "" || c.turn != nil {
+		f.SetGrace(g.rejoinGrace) // the caller can come back for this answer
+	}
+	g.inflight.Add(1)
+	go func() {
+		defer g.inflight.Done()
+		switch {
+		case place.Err != nil:
+			c.refuse(place.Err)
+		case place.Remote != nil:
+			c.follow(place.Remote)
+		default:
+			c.run()
+		}
+	}()
+	g.serveFlight(w, r, f.NewReader(), "miss")
 }
 
 // admit reads and checks a request and builds its logical request. Every
 // rejection names what was wrong.
 func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, p provider.Protocol, t *policy.Tenant) (*call, *apiError) {
+	key, body, apiErr := g.readRequest(w, r)
+	if apiErr != nil {
+		return nil, apiErr
+	}
+	cr, err := provider.ParseRequest(p, body)
+	if err != nil {
+		return nil, invalidRequest(err)
+	}
+	alias := g.pol.Alias(cr.IR.Model)
+	if alias == nil {
+		return nil, modelNotFound(cr.IR.Model)
+	}
+	canon, err := identity.Canonicalize(body)
+	if err != nil {
+		return nil, errorf(CodeInvalidRequest, "request body is not canonical JSON: %v", err)
+	}
+	return g.newCall(r, p, t, alias, cr, identity.SHA256Hex(canon), key)
+}
+
+// readRequest reads a request's Idempotency-Key (validated when sent)
+// and its body, within the body limit.
+func (g *Gateway) readRequest(w http.ResponseWriter, r *http.Request) (string, []byte, *apiError) {
 	key := r.Header.Get("Idempotency-Key")
 	if _, sent := r.Header["Idempotency-Key"]; sent {
 		if err := identity.ValidateKey(key); err != nil {
-			return nil, &apiError{code: CodeInvalidKey, param: "Idempotency-Key", message: err.Error()}
+			return "", nil, &apiError{code: CodeInvalidKey, param: "Idempotency-Key", message: err.Error()}
 		}
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.pol.Limits.MaxBodyBytes))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			return nil, errorf(CodeRequestTooLarge, "request body is larger than %d bytes", tooLarge.Limit)
+			return "", nil, errorf(CodeRequestTooLarge, "request body is larger than %d bytes", tooLarge.Limit)
 		}
-		return nil, errorf(CodeInvalidRequest, "could not read the request body: %v", err)
+		return "", nil, errorf(CodeInvalidRequest, "could not read the request body: %v", err)
 	}
-	cr, err := provider.ParseRequest(p, body)
-	if err != nil {
-		var inv *provider.InvalidRequestError
-		if errors.As(err, &inv) {
-			return nil, &apiError{code: CodeInvalidRequest, message: inv.Message, param: inv.Param}
-		}
-		return nil, errorf(CodeInvalidRequest, "%v", err)
+	return key, body, nil
+}
+
+// invalidRequest is the 400 for a request body the parser refused.
+func invalidRequest(err error) *apiError {
+	var inv *provider.InvalidRequestError
+	if errors.As(err, &inv) {
+		return &apiError{code: CodeInvalidRequest, message: inv.Message, param: inv.Param}
 	}
-	alias := g.pol.Alias(cr.IR.Model)
-	if alias == nil {
-		return nil, &apiError{code: CodeModelNotFound, param: "model", message: "the model `" + cr.IR.Model + "` does not exist or you do not have access to it"}
-	}
-	canon, err := identity.Canonicalize(body)
-	if err != nil {
-		return nil, errorf(CodeInvalidRequest, "request body is not canonical JSON: %v", err)
-	}
+	return errorf(CodeInvalidRequest, "%v", err)
+}
+
+// modelNotFound is the 404 for a model no alias names.
+func modelNotFound(model string) *apiError {
+	return &apiError{code: CodeModelNotFound, param: "model", message: "the model `" + model + "` does not exist or you do not have access to it"}
+}
+
+// newCall builds the logical request for a parsed request: its deadline,
+// its identity (the key's digest, the keyless fingerprint, or an identity
+// of its own), its receipt header and the routes it cannot use.
+func (g *Gateway) newCall(r *http.Request, p provider.Protocol, t *policy.Tenant, alias *policy.Alias, cr *provider.ClientRequest,
+	requestSHA, key string) (*call, *apiError) {
 	budgets, apiErr := callerBudgets(r.Header)
 	if apiErr != nil {
 		return nil, apiErr
 	}
 	created := g.clock.Now()
 	c := &call{g: g, proto: p, tenant: t, alias: alias, in: cr,
-		id: uuid.Must(uuid.NewV7()).String(), created: created, requestSHA: identity.SHA256Hex(canon),
+		id: uuid.Must(uuid.NewV7()).String(), created: created, requestSHA: requestSHA,
 		deadline:      retry.Deadline(created, alias.Engine.Deadline, budgets...),
 		stream:        cr.IR.Stream,
 		streamEvents:  r.Header.Get("X-Oncegate-Stream-Events") == "1",

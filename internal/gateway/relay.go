@@ -80,7 +80,7 @@ type attemptStream struct {
 // stream becomes visible.
 func (o *output) begin(a *attemptStream) {
 	c := o.c
-	o.enc = provider.NewEncoder(c.proto, provider.ResponseID(c.proto, c.id), c.created.Unix(), firstNonEmpty(a.model, a.route.Model))
+	o.enc = c.newEncoder(firstNonEmpty(a.model, a.route.Model))
 	if o.buffer {
 		o.held = o.enc.Start(o.held[:0], a.input)
 		return
@@ -88,6 +88,16 @@ func (o *output) begin(a *attemptStream) {
 	c.flight.SetHead(o.streamHead(a.route.ID, a.ordinal+a.race.rivals()))
 	o.started = true
 	o.pending = o.enc.Start(o.pending, a.input)
+}
+
+// newEncoder starts the client's stream encoder; model is the upstream's.
+func (c *call) newEncoder(model string) provider.Encoder {
+	if c.turn != nil {
+		shell := c.turn.shell
+		shell.Model = model
+		return provider.NewResponsesEncoder(shell)
+	}
+	return provider.NewEncoder(c.proto, provider.ResponseID(c.proto, c.id), c.created.Unix(), model)
 }
 
 // errLostRace ends a stream whose rival showed output first.
@@ -215,7 +225,7 @@ func (o *output) complete(route *policy.Route, finish string, billed gw.Usage) (
 	if !o.started {
 		head = o.streamHead(route.ID, len(o.c.rec.R.Attempts))
 		if o.enc == nil { // an answer with no visible output at all
-			o.enc = provider.NewEncoder(o.c.proto, provider.ResponseID(o.c.proto, o.c.id), o.c.created.Unix(), route.Model)
+			o.enc = o.c.newEncoder(route.Model)
 			o.held = o.enc.Start(o.held[:0], billed.InputTokens)
 		}
 		tail = append(tail, o.held...)

@@ -32,7 +32,8 @@ func (s State) Finished() bool { return s != InProgress }
 
 // Record is one logical request identity's entry.
 type Record struct {
-	// Identity is "k:" + key_sha256 for a keyed request, "u:" + the
+	// Identity is "k:" + key_sha256 for a keyed request, "t:" + response
+	// id + "#" + try for a conversation turn's try, "u:" + the
 	// request id for a keyless one that joins nothing, "f:" +
 	// fingerprint for a keyless one. Never the raw key.
 	Identity      string
@@ -53,8 +54,12 @@ type Record struct {
 	Response *Response
 }
 
-// Keyed reports whether the record was named by an Idempotency-Key.
-func (r *Record) Keyed() bool { return len(r.Identity) > 2 && r.Identity[:2] == "k:" }
+// Keyed reports whether the record was named by an Idempotency-Key, or
+// is a try of a conversation turn ("t:" + response id + "#" + try),
+// which its turn names as a key does.
+func (r *Record) Keyed() bool {
+	return len(r.Identity) > 2 && (r.Identity[:2] == "k:" || r.Identity[:2] == "t:")
+}
 
 // Response is a stored answer: the status, the headers a replay repeats and
 // the body as the client received it (for a stream, the SSE bytes).
@@ -148,6 +153,7 @@ var (
 // Leases are compared with the times callers pass, so the gateways that
 // share a store need clocks that agree to well within a lease.
 type Store interface {
+	TurnStore
 	// Claim creates rec (state in_progress, generation 1) with its first
 	// events in one durable commit, unless a record for rec.Identity
 	// exists: then it returns that record and created false, writing

@@ -7,6 +7,7 @@ package metrics
 
 import (
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,6 +34,12 @@ type Metrics struct {
 	hedges           *prometheus.CounterVec
 	billable         *prometheus.CounterVec
 	cost             *prometheus.CounterVec
+	turns            *prometheus.CounterVec
+	orphans          prometheus.Counter
+	branches         prometheus.Counter
+	turnRatio        prometheus.GaugeFunc
+	userTurns        atomic.Int64
+	assistantTurns   atomic.Int64
 }
 
 // New registers oncegate's collectors on reg; with a nil reg it makes its
@@ -77,6 +84,13 @@ func New(reg *prometheus.Registry) *Metrics {
 	m.hedges = counter("hedges_total", "Hedged attempts by which of the pair won.", "winner")
 	m.billable = counter("billable_tokens_total", "Tokens charged, by tenant, route and type (input, output).", "tenant", "route", "type")
 	m.cost = counter("cost_usd_total", "USD charged, by tenant and route.", "tenant", "route")
+	m.turns = counter("turns_total", "Conversation turns committed, by role (user, assistant); a turn's user message counts when it is written, its answer when it is done.", "role")
+	m.orphans = scalar("orphaned_turns_total", "Generations an upstream committed for a turn besides the one the conversation kept.")
+	m.branches = scalar("conversation_branches_refused_total", "Turns refused because their parent already had a live continuation.")
+	m.turnRatio = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "oncegate", Name: "turn_ratio",
+		Help: "Assistant turns ÷ user turns this process wrote: 1.0 when every turn got one answer, below when some failed, never above."},
+		m.ratio)
+	f(m.turnRatio)
 	return m
 }
 
@@ -146,6 +160,34 @@ func (m *Metrics) ObserveAttempt(a Attempt) {
 	if a.CostUSD > 0 {
 		m.cost.WithLabelValues(a.Tenant, a.Route).Add(a.CostUSD)
 	}
+}
+
+// ObserveTurn counts a conversation turn's role: "user" when a turn is
+// written (before dispatch), "assistant" when its answer is committed.
+func (m *Metrics) ObserveTurn(role string) {
+	m.turns.WithLabelValues(role).Inc()
+	if role == "user" {
+		m.userTurns.Add(1)
+	} else {
+		m.assistantTurns.Add(1)
+	}
+}
+
+// ObserveOrphan counts an orphaned generation.
+func (m *Metrics) ObserveOrphan() { m.orphans.Inc() }
+
+// ObserveBranchRefused counts a turn refused to keep its conversation
+// from branching.
+func (m *Metrics) ObserveBranchRefused() { m.branches.Inc() }
+
+// ratio is assistant turns ÷ user turns: at most 1 (turns that failed
+// hold it below); above 1, something wrote answers nobody asked for.
+func (m *Metrics) ratio() float64 {
+	u := m.userTurns.Load()
+	if u == 0 {
+		return 1
+	}
+	return float64(m.assistantTurns.Load()) / float64(u)
 }
 
 // ObserveHedge counts a hedged pair by its winner: "primary", "hedge" or

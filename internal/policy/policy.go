@@ -44,11 +44,12 @@ type Policy struct {
 	Routes    []*Route
 	Aliases   []*Alias
 
-	Idempotency config.Idempotency
-	RetryBudget config.RetryBudget
-	Breaker     config.Breaker
-	Limits      config.Limits
-	Config      *config.Config
+	Idempotency   config.Idempotency
+	Conversations config.Conversations
+	RetryBudget   config.RetryBudget
+	Breaker       config.Breaker
+	Limits        config.Limits
+	Config        *config.Config
 }
 
 // Tenant is an authenticated caller's limits.
@@ -159,7 +160,7 @@ func (a *Alias) Route(id string) *Route {
 // error is a config.Errors holding every violation.
 func Compile(cfg *config.Config) (*Policy, error) {
 	v := &validator{cfg: cfg}
-	p := &Policy{Idempotency: cfg.Idempotency, RetryBudget: cfg.RetryBudget, Breaker: cfg.Breaker, Limits: cfg.Limits, Config: cfg}
+	p := &Policy{Idempotency: cfg.Idempotency, Conversations: cfg.Conversations, RetryBudget: cfg.RetryBudget, Breaker: cfg.Breaker, Limits: cfg.Limits, Config: cfg}
 	v.globals()
 	p.Tenants = v.tenants()
 	p.Providers = v.providers()

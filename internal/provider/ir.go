@@ -28,8 +28,11 @@ const (
 
 // Operation is the receipt's name for a protocol's endpoint (DESIGN §1).
 func (p Protocol) Operation() string {
-	if p == Anthropic {
+	switch p {
+	case Anthropic:
 		return "messages"
+	case Responses:
+		return "responses"
 	}
 	return "chat.completions"
 }

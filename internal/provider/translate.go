@@ -432,8 +432,11 @@ type LogprobsEncoder interface {
 
 // NewEncoder returns a client stream encoder for protocol p.
 func NewEncoder(p Protocol, id string, created int64, model string) Encoder {
-	if p == Anthropic {
+	switch p {
+	case Anthropic:
 		return newAnthropicEncoder(id, model)
+	case Responses:
+		return NewResponsesEncoder(ResponseShell{ID: id, CreatedAt: created, Model: model})
 	}
 	return newOpenAIEncoder(id, created, model)
 }

@@ -24,28 +24,44 @@ const RetryOwner = "oncegate"
 // Receipt is the record of one logical request. Field names are the
 // external contract.
 type Receipt struct {
-	RequestID        string     `json:"request_id"`
-	Tenant           string     `json:"tenant"`
-	Operation        string     `json:"operation"`
-	Model            string     `json:"model"`
-	KeySHA256        string     `json:"key_sha256"`
-	Fingerprint      string     `json:"fingerprint,omitempty"`
-	RequestSHA256    string     `json:"request_sha256"`
-	PolicySHA256     string     `json:"policy_sha256"`
-	RetryOwner       string     `json:"retry_owner"`
-	CreatedAt        time.Time  `json:"created_at"`
-	Deadline         time.Time  `json:"deadline"`
-	Stream           bool       `json:"stream"`
-	ClientRetryCount int        `json:"client_retry_count"`
-	Dedup            Dedup      `json:"dedup"`
-	Request          Facts      `json:"request"`
-	Attempts         []Attempt  `json:"attempts"`
-	Decisions        []Decision `json:"decisions"`
-	Terminal         string     `json:"terminal"`
-	Reason           string     `json:"reason"`
-	Totals           Totals     `json:"totals"`
-	AttemptsSHA256   string     `json:"attempts_sha256"`
-	ReceiptSHA256    string     `json:"receipt_sha256,omitempty"`
+	RequestID        string    `json:"request_id"`
+	Tenant           string    `json:"tenant"`
+	Operation        string    `json:"operation"`
+	Model            string    `json:"model"`
+	KeySHA256        string    `json:"key_sha256"`
+	Fingerprint      string    `json:"fingerprint,omitempty"`
+	RequestSHA256    string    `json:"request_sha256"`
+	PolicySHA256     string    `json:"policy_sha256"`
+	RetryOwner       string    `json:"retry_owner"`
+	CreatedAt        time.Time `json:"created_at"`
+	Deadline         time.Time `json:"deadline"`
+	Stream           bool      `json:"stream"`
+	ClientRetryCount int       `json:"client_retry_count"`
+	Dedup            Dedup     `json:"dedup"`
+	Request          Facts     `json:"request"`
+	// Conversation is set for a turn of a stored conversation
+	// (/v1/responses).
+	Conversation   *Conversation `json:"conversation,omitempty"`
+	Attempts       []Attempt     `json:"attempts"`
+	Decisions      []Decision    `json:"decisions"`
+	Terminal       string        `json:"terminal"`
+	Reason         string        `json:"reason"`
+	Totals         Totals        `json:"totals"`
+	AttemptsSHA256 string        `json:"attempts_sha256"`
+	ReceiptSHA256  string        `json:"receipt_sha256,omitempty"`
+}
+
+// Conversation places a logical request in its conversation: the turn it
+// is a try of, and the conversation's turn counts once it ended (every
+// earlier turn is committed, so they are equal: assistant ÷ user = 1).
+type Conversation struct {
+	ID                 string `json:"id"`
+	ResponseID         string `json:"response_id"`
+	PreviousResponseID string `json:"previous_response_id,omitempty"`
+	Turn               int    `json:"turn"`
+	Try                int    `json:"try"`
+	UserTurns          int    `json:"user_turns"`
+	AssistantTurns     int    `json:"assistant_turns"`
 }
 
 // Dedup counts how many other arrivals this logical request answered.

@@ -46,6 +46,8 @@ type data struct {
 	spend    map[int64]map[string]int64
 	secret   []byte
 	state    map[string][]byte
+	turns    map[string]*ledger.Turn // by response id
+	orphans  []*ledger.Orphan
 }
 
 type storedReceipt struct {
@@ -63,7 +65,8 @@ func New(maxHistory int) *Store {
 	}
 	return &Store{data: &data{maxHistory: maxHistory, records: map[string]*ledger.Record{}, byID: map[string]string{},
 		events: map[string][]ledger.Event{}, stale: map[string][]ledger.Event{}, receipts: map[string]storedReceipt{},
-		byTenant: map[string][]string{}, spend: map[int64]map[string]int64{}, state: map[string][]byte{}}}
+		byTenant: map[string][]string{}, spend: map[int64]map[string]int64{}, state: map[string][]byte{},
+		turns: map[string]*ledger.Turn{}}}
 }
 
 // Reopen returns a new store over what s holds, as if the process had

@@ -6,6 +6,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncegate/oncegate/internal/ledger/turnsql"
 )
 
 // migrations are applied in order, once each, at Open or by `oncegate
@@ -68,6 +70,9 @@ var migrations = []string{
 	`ALTER TABLE tenant_spend ADD COLUMN shard smallint NOT NULL DEFAULT 0;
 	ALTER TABLE tenant_spend DROP CONSTRAINT tenant_spend_pkey;
 	ALTER TABLE tenant_spend ADD PRIMARY KEY (day, tenant, shard);`,
+
+	// 3: the turn ledger of stored conversations (docs/conversations.md).
+	turnsql.Schema("bytea", "bigint"),
 }
 
 // spendShards is how many rows a tenant's day is spread over.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
+
+	"github.com/oncegate/oncegate/internal/ledger/turnsql"
 )
 
 // migrations are applied in order, once each; the schema version is the
@@ -123,6 +125,9 @@ var migrations = []string{
 		charged INTEGER NOT NULL,
 		PRIMARY KEY (day, tenant)
 	) WITHOUT ROWID;`,
+
+	// 5: the turn ledger of stored conversations (docs/conversations.md).
+	turnsql.Schema("BLOB", "INTEGER"),
 }
 
 func migrate(db *sql.DB) error {

@@ -1,0 +1,700 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/oncegate/oncegate/internal/coord"
+	"github.com/oncegate/oncegate/internal/gw"
+	"github.com/oncegate/oncegate/internal/identity"
+	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/policy"
+	"github.com/oncegate/oncegate/internal/provider"
+	"github.com/oncegate/oncegate/internal/receipt"
+	"github.com/oncegate/oncegate/internal/sse"
+)
+
+// The Responses API, served by the gateway over any route: the gateway
+// holds each conversation in its turn ledger and sends the whole of it to
+// whichever route serves a turn. See docs/conversations.md.
+
+// turnCall is what a logical request knows of the conversation turn it is
+// a try of.
+type turnCall struct {
+	turn  *ledger.Turn
+	shell provider.ResponseShell
+}
+
+// turnIdentity is the ledger identity of a turn's current try: each try
+// is a logical request of its own, with its own receipt.
+func turnIdentity(t *ledger.Turn) string {
+	return "t:" + t.ResponseID + "#" + strconv.Itoa(t.Try)
+}
+
+// newResponseID names a new turn's response.
+func newResponseID() string {
+	return "resp_og" + strings.ReplaceAll(uuid.Must(uuid.NewV7()).String(), "-", "")
+}
+
+// errTurn is a turn refused before any logical request.
+func (g *Gateway) turnError(w http.ResponseWriter, e *apiError) {
+	e.write(w, provider.Responses, meta{})
+}
+
+// serveResponses handles POST /v1/responses: one turn of a conversation.
+// The turn is written (pending) before anything is sent; a retry of it —
+// the same Idempotency-Key, or the same body on the same parent — finds
+// it and continues it, never appending a copy, and a parent keeps at most
+// one live continuation.
+func (g *Gateway) serveResponses(w http.ResponseWriter, r *http.Request) {
+	t := g.tenant(r)
+	if t == nil {
+		g.turnError(w, errorf(CodeUnauthorized, "missing or unknown API key"))
+		return
+	}
+	key, body, apiErr := g.readRequest(w, r)
+	if apiErr != nil {
+		g.turnError(w, apiErr)
+		return
+	}
+	req, err := provider.ParseResponsesRequest(body)
+	if err != nil {
+		g.turnError(w, invalidRequest(err))
+		return
+	}
+	alias := g.pol.Alias(req.Model)
+	if alias == nil {
+		g.turnError(w, modelNotFound(req.Model))
+		return
+	}
+	canon, err := identity.Canonicalize(body)
+	if err != nil {
+		g.turnError(w, errorf(CodeInvalidRequest, "request body is not canonical JSON: %v", err))
+		return
+	}
+	requestSHA := identity.SHA256Hex(canon)
+	ctx := r.Context()
+	var parent *ledger.Turn
+	var history []*ledger.Turn
+	if req.PreviousResponseID != "" {
+		if parent, history, apiErr = g.parentOf(ctx, t.ID, req.PreviousResponseID); apiErr != nil {
+			g.turnError(w, apiErr)
+			return
+		}
+	}
+	fp := identity.Fingerprint(g.secret, t.ID, provider.Responses.Operation(), requestSHA)
+	now := g.clock.Now()
+	turn := &ledger.Turn{ResponseID: newResponseID(), Tenant: t.ID, Depth: 1, Fingerprint: fp, RequestSHA256: requestSHA,
+		State: ledger.TurnPending, Try: 1, RequestID: uuid.Must(uuid.NewV7()).String(), Request: body, CreatedAt: now, UpdatedAt: now}
+	turn.Conversation = turn.ResponseID
+	if parent != nil {
+		turn.Parent, turn.Conversation, turn.Depth = parent.ResponseID, parent.Conversation, parent.Depth+1
+	}
+	if key != "" {
+		turn.KeyDigest = identity.KeyDigest(t.ID, provider.Responses.Operation(), key)
+	}
+	turn.Input, _ = json.Marshal(inputItems(turn.ResponseID, req.Input))
+	if key == "" {
+		// A keyless retry finds the turn it repeats by its body: on a
+		// parent, always (a second turn there would branch); a first turn
+		// only while it runs, or as an SDK retry within its window.
+		if prev, err := g.ledger.TurnByFingerprint(ctx, t.ID, fp, turn.Parent); err == nil && g.repeats(prev, r) {
+			g.continueTurn(w, r, t, alias, req, prev, history)
+			return
+		}
+	}
+	existing, created, err := g.ledger.BeginTurn(ctx, turn)
+	if err == nil && !created && existing.Fingerprint != fp && existing.Parent == turn.Parent && turn.Parent != "" &&
+		(turn.KeyDigest == "" || existing.KeyDigest != turn.KeyDigest) {
+		// Another turn holds the parent: if it ended without an answer,
+		// it gives the parent up, and this turn takes its place.
+		var freed bool
+		if freed, err = g.clearStale(ctx, existing); err == nil && freed {
+			existing, created, err = g.ledger.BeginTurn(ctx, turn)
+		}
+	}
+	if err != nil {
+		g.storeError(w, err)
+		return
+	}
+	switch {
+	case created:
+		g.metrics.ObserveTurn("user")
+		g.runTurn(w, r, t, alias, req, turn, history)
+	case existing.Fingerprint == fp:
+		g.continueTurn(w, r, t, alias, req, existing, history)
+	case turn.KeyDigest != "" && existing.KeyDigest == turn.KeyDigest:
+		g.turnError(w, errorf(CodeKeyReused, "the idempotency key was used with a different request body (turn %s)", existing.ResponseID))
+	default:
+		g.turnError(w, g.branchError(ctx, existing))
+	}
+}
+
+// repeats reports whether a keyless arrival whose body matches turn prev
+// is a retry of it.
+func (g *Gateway) repeats(prev *ledger.Turn, r *http.Request) bool {
+	if prev.Parent != "" || prev.State == ledger.TurnPending || prev.State == ledger.TurnUnknown {
+		return true
+	}
+	window := g.pol.Idempotency.FingerprintReplayWindow.D()
+	if clientRetryCount(r.Header) > 0 {
+		window = max(window, g.pol.Idempotency.SDKRetryWindow.D())
+	}
+	return g.clock.Now().Sub(prev.UpdatedAt) < window
+}
+
+// parentOf loads the turn a request continues and the conversation up to
+// it. Only a done, undeleted turn can be continued; an unknown or stale
+// one is reconciled first.
+func (g *Gateway) parentOf(ctx context.Context, tenant, id string) (*ledger.Turn, []*ledger.Turn, *apiError) {
+	p, err := g.ledger.Turn(ctx, tenant, id)
+	if errors.Is(err, ledger.ErrNotFound) || err == nil && p.Deleted {
+		return nil, nil, &apiError{code: CodeResponseNotFound, param: "previous_response_id", message: "previous response with id '" + id + "' not found"}
+	}
+	if err != nil {
+		return nil, nil, storeAPIError(err)
+	}
+	if p, err = g.refreshTurn(ctx, p); err != nil {
+		return nil, nil, storeAPIError(err)
+	}
+	switch p.State {
+	case ledger.TurnPending, ledger.TurnUnknown:
+		e := errorf(CodeConversationBusy, "response %s has not finished; continue from it once it has", id)
+		e.retryAfter = 1
+		return nil, nil, e
+	case ledger.TurnFailed:
+		return nil, nil, &apiError{code: CodeInvalidRequest, param: "previous_response_id",
+			message: "response " + id + " failed and cannot be continued; continue from " + firstNonEmpty(p.Parent, "a new conversation")}
+	}
+	turns, err := g.ledger.ConversationTurns(ctx, tenant, p.Conversation)
+	if err != nil {
+		return nil, nil, storeAPIError(err)
+	}
+	return p, ledger.Chain(turns, p.ResponseID), nil
+}
+
+// branchError refuses a turn whose parent already has a live
+// continuation: two turns never share a parent.
+func (g *Gateway) branchError(ctx context.Context, live *ledger.Turn) *apiError {
+	g.metrics.ObserveBranchRefused()
+	return errorf(CodeConversationBranch, "response %s already continues as %s; continue from %s (or from its latest turn), or retry that turn with its Idempotency-Key",
+		live.Parent, live.ResponseID, live.ResponseID)
+}
+
+// continueTurn serves an arrival that repeats an existing turn: the
+// answer a done turn committed, the try in flight for a pending one, a
+// new try for one that ended without an answer.
+func (g *Gateway) continueTurn(w http.ResponseWriter, r *http.Request, t *policy.Tenant, alias *policy.Alias,
+	req *provider.ResponsesRequest, turn *ledger.Turn, history []*ledger.Turn) {
+	ctx := r.Context()
+	turn, err := g.refreshTurn(ctx, turn)
+	if err != nil {
+		g.storeError(w, err)
+		return
+	}
+	switch turn.State {
+	case ledger.TurnDone:
+		g.metrics.ObserveDedup("replayed")
+		g.replayTurn(w, r, turn, req.Stream)
+		return
+	case ledger.TurnPending:
+		g.runTurn(w, r, t, alias, req, turn, history)
+		return
+	}
+	// Unknown or failed: nothing of the turn is in the conversation the
+	// gateway holds, so it is tried again, under its key, on the same
+	// parent — up to max_ambiguous tries that ended not knowing.
+	if turn.Ambiguous >= g.pol.Conversations.MaxAmbiguous {
+		if turn.State == ledger.TurnUnknown {
+			turn = g.abandonTurn(ctx, turn)
+		}
+		g.replayFailure(w, turn)
+		return
+	}
+	next := *turn
+	next.State, next.Try, next.RequestID, next.UpdatedAt = ledger.TurnPending, turn.Try+1, uuid.Must(uuid.NewV7()).String(), g.clock.Now()
+	if turn.State == ledger.TurnUnknown {
+		next.Ambiguous++
+	}
+	next.Response, next.Status = nil, 0
+	ok, err := g.ledger.UpdateTurn(ctx, &next, turn.State, turn.Try)
+	switch {
+	case err != nil && turn.State == ledger.TurnFailed && turn.Parent != "":
+		// The parent gained another live continuation meanwhile (the
+		// store refused a second one).
+		g.metrics.ObserveBranchRefused()
+		g.turnError(w, errorf(CodeConversationBranch, "response %s already has another continuation; this turn (%s) failed and cannot be retried on it",
+			turn.Parent, turn.ResponseID))
+	case err != nil:
+		g.storeError(w, err)
+	case !ok:
+		// Another arrival moved the turn on first: serve what it made.
+		moved, err := g.ledger.Turn(ctx, t.ID, turn.ResponseID)
+		if err != nil {
+			g.storeError(w, err)
+			return
+		}
+		if moved.State == ledger.TurnPending || moved.State == ledger.TurnDone {
+			g.continueTurn(w, r, t, alias, req, moved, history)
+			return
+		}
+		e := errorf(CodeConversationBusy, "response %s is being retried; try again", turn.ResponseID)
+		e.retryAfter = 1
+		g.turnError(w, e)
+	default:
+		g.runTurn(w, r, t, alias, req, &next, history)
+	}
+}
+
+// abandonTurn gives up on a turn that stayed unknown through
+// max_ambiguous tries: it is marked failed, so its parent can be
+// continued again, with an error that says so.
+func (g *Gateway) abandonTurn(ctx context.Context, turn *ledger.Turn) *ledger.Turn {
+	failed := *turn
+	e := errorf(CodeOutcomeUnknown, "response %s could not be completed: %d tries ended without knowing whether the provider answered; "+
+		"nothing was added to the conversation, which continues from %s", turn.ResponseID, turn.Ambiguous, firstNonEmpty(turn.Parent, "its start"))
+	head, body := e.render(provider.Responses, meta{requestID: turn.RequestID, terminal: gw.TerminalIndeterminate, reason: gw.ReasonIndeterminate})
+	failed.State, failed.Status, failed.Response, failed.UpdatedAt = ledger.TurnFailed, head.Status, body, g.clock.Now()
+	if ok, err := g.ledger.UpdateTurn(ctx, &failed, turn.State, turn.Try); err != nil || !ok {
+		return turn
+	}
+	return &failed
+}
+
+// replayFailure answers with the error a failed turn ended with.
+func (g *Gateway) replayFailure(w http.ResponseWriter, turn *ledger.Turn) {
+	if turn.Status == 0 || len(turn.Response) == 0 {
+		g.turnError(w, errorf(CodeOutcomeUnknown, "response %s ended without an answer", turn.ResponseID))
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("x-should-retry", "false")
+	setIDHeaders(h, turn.RequestID, 0)
+	w.WriteHeader(turn.Status)
+	_, _ = w.Write(turn.Response)
+}
+
+// runTurn runs (or joins) the turn's current try as a logical request.
+func (g *Gateway) runTurn(w http.ResponseWriter, r *http.Request, t *policy.Tenant, alias *policy.Alias,
+	req *provider.ResponsesRequest, turn *ledger.Turn, history []*ledger.Turn) {
+	ir, err := turnRequest(req, history)
+	if err != nil {
+		g.turnError(w, invalidRequest(err))
+		return
+	}
+	cr := &provider.ClientRequest{Protocol: provider.Responses, Body: turn.Request, IR: ir, PromptTokens: provider.PromptTokens(ir)}
+	c, apiErr := g.newCall(r, provider.Responses, t, alias, cr, turn.RequestSHA256, "")
+	if apiErr != nil {
+		g.turnError(w, apiErr)
+		return
+	}
+	c.id, c.identity = turn.RequestID, turnIdentity(turn)
+	h := c.rec.R
+	h.RequestID, h.KeySHA256, h.Fingerprint = c.id, turn.KeyDigest, turn.Fingerprint
+	h.Conversation = &receipt.Conversation{ID: turn.Conversation, ResponseID: turn.ResponseID, PreviousResponseID: turn.Parent,
+		Turn: turn.Depth, Try: turn.Try}
+	c.turn = &turnCall{turn: turn, shell: provider.ShellOf(req, turn.ResponseID, turn.CreatedAt.Unix())}
+	c.turn.shell.Now = func() int64 { return g.clock.Now().Unix() }
+	g.place(w, r, c)
+}
+
+// turnRequest is the neutral request for a turn: the conversation so far,
+// then the new input, under this request's instructions.
+func turnRequest(req *provider.ResponsesRequest, history []*ledger.Turn) (*provider.Request, error) {
+	var items []provider.Item
+	for _, h := range history {
+		var in []provider.Item
+		if err := json.Unmarshal(h.Input, &in); err != nil {
+			return nil, fmt.Errorf("stored input of %s: %w", h.ResponseID, err)
+		}
+		out, _, err := provider.ResponseOutput(h.Response)
+		if err != nil {
+			return nil, fmt.Errorf("stored output of %s: %w", h.ResponseID, err)
+		}
+		items = append(append(items, in...), out...)
+	}
+	items = append(items, req.Input...)
+	system, msgs := provider.ItemsToMessages(items)
+	if req.Instructions != nil && *req.Instructions != "" {
+		system = append([]string{*req.Instructions}, system...)
+	}
+	if len(msgs) == 0 {
+		return nil, &provider.InvalidRequestError{Param: "input", Message: "the conversation has no user or assistant message to answer"}
+	}
+	return &provider.Request{Model: req.Model, System: strings.Join(system, "\n\n"), Messages: msgs, Tools: req.Tools,
+		ToolChoice: req.ToolChoice, MaxTokens: req.MaxOutputTokens, Temperature: req.Temperature, TopP: req.TopP,
+		Stream: req.Stream, User: req.User, ParallelToolCalls: req.ParallelToolCalls}, nil
+}
+
+// inputItems gives a turn's input items the ids the listing shows.
+func inputItems(responseID string, in []provider.Item) []provider.Item {
+	out := make([]provider.Item, len(in))
+	base := strings.TrimPrefix(responseID, "resp_")
+	for i, it := range in {
+		prefix := "msg"
+		switch it.Type {
+		case provider.ItemFunctionCall:
+			prefix = "fc"
+		case provider.ItemFunctionCallOutput:
+			prefix = "fco"
+		}
+		it.ID = prefix + "_" + base + "in" + strconv.Itoa(i)
+		if it.Status == "" {
+			it.Status = "completed"
+		}
+		out[i] = it
+	}
+	return out
+}
+
+// settleTurn writes what a finished try made of its turn: done with the
+// response object, unknown when the try could not tell whether its answer
+// was produced, failed (nothing committed) otherwise. It runs before the
+// clients get their last byte, so a client that continues the
+// conversation finds the turn done.
+func (c *call) settleTurn(head *coord.Head, tail []byte, last *attemptResult) {
+	tc := c.turn
+	next := *tc.turn
+	r := c.rec.R
+	next.UpdatedAt = c.g.clock.Now()
+	switch {
+	case r.Terminal == string(gw.TerminalSucceeded):
+		next.State = ledger.TurnDone
+		if enc, ok := c.out.enc.(*provider.ResponsesEncoder); ok && c.stream {
+			next.Response = enc.Final()
+		} else if last != nil {
+			next.Response = last.body
+		}
+	case ledgerState(gw.Terminal(r.Terminal)) == ledger.Indeterminate || r.Terminal == string(gw.TerminalCancelled) && c.visible():
+		next.State = ledger.TurnUnknown
+	default:
+		next.State = ledger.TurnFailed
+		if head != nil {
+			next.Status, next.Response = head.Status, tail
+		}
+	}
+	ok, err := c.g.ledger.UpdateTurn(context.Background(), &next, tc.turn.State, tc.turn.Try)
+	if err != nil || !ok {
+		// The turn stays pending: the next arrival on it reads the try's
+		// record and settles the turn from there (refreshTurn).
+		c.g.log.Warn("could not settle a turn", "response_id", next.ResponseID, "request_id", c.id, "updated", ok, "err", err)
+		return
+	}
+	if next.State == ledger.TurnDone {
+		c.g.metrics.ObserveTurn("assistant")
+	}
+	tc.turn = &next
+}
+
+// conversationFacts are the receipt's conversation counts once the try
+// has ended: every earlier turn is done, so the conversation holds depth
+// user turns and as many assistant turns if this one answered.
+func (c *call) conversationFacts() {
+	cv := c.rec.R.Conversation
+	if cv == nil {
+		return
+	}
+	cv.UserTurns, cv.AssistantTurns = c.turn.turn.Depth-1, c.turn.turn.Depth-1
+	if c.rec.R.Terminal == string(gw.TerminalSucceeded) {
+		cv.UserTurns++
+		cv.AssistantTurns++
+	}
+}
+
+// refreshTurn brings a pending turn up to date with its try's record: a
+// gateway that stopped between the two commits, or crashed mid-try, left
+// the turn behind. An unknown or failed turn is returned as it is.
+func (g *Gateway) refreshTurn(ctx context.Context, turn *ledger.Turn) (*ledger.Turn, error) {
+	if turn.State != ledger.TurnPending {
+		return turn, nil
+	}
+	rec, err := g.ledger.Get(ctx, turnIdentity(turn))
+	if errors.Is(err, ledger.ErrNotFound) {
+		return turn, nil // not started, or released: the try can run
+	}
+	if err != nil {
+		return nil, err
+	}
+	next := *turn
+	next.UpdatedAt = g.clock.Now()
+	switch rec.State {
+	case ledger.InProgress:
+		if !rec.LeaseUntil.Before(next.UpdatedAt) {
+			return turn, nil
+		}
+		g.settleOne(ctx, rec)
+		if rec, err = g.ledger.Get(ctx, turnIdentity(turn)); err != nil || rec.State == ledger.InProgress {
+			return turn, nil
+		}
+	}
+	switch rec.State {
+	case ledger.Succeeded:
+		next.State = ledger.TurnDone
+		if next.Response, err = storedObject(rec.Response); err != nil {
+			return nil, err
+		}
+	case ledger.Indeterminate:
+		next.State = ledger.TurnUnknown
+	case ledger.FailedNoEffect:
+		next.State = ledger.TurnFailed
+		if rec.Response != nil {
+			next.Status, next.Response = rec.Response.Status, rec.Response.Body
+		}
+	default:
+		return turn, nil
+	}
+	ok, err := g.ledger.UpdateTurn(ctx, &next, turn.State, turn.Try)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return g.ledger.Turn(ctx, turn.Tenant, turn.ResponseID)
+	}
+	if next.State == ledger.TurnDone {
+		g.metrics.ObserveTurn("assistant")
+	}
+	return &next, nil
+}
+
+// storedObject reads the response object out of a try's stored answer:
+// the JSON body, or a stream's final response event.
+func storedObject(resp *ledger.Response) ([]byte, error) {
+	if resp == nil {
+		return nil, errors.New("the try succeeded with no stored answer")
+	}
+	if resp.ContentType != "text/event-stream" {
+		return resp.Body, nil
+	}
+	rd := sse.NewReader(bytes.NewReader(resp.Body), len(resp.Body)+1)
+	var final []byte
+	for {
+		ev, err := rd.Next()
+		if err != nil {
+			break
+		}
+		if ev.Type == "response.completed" || ev.Type == "response.incomplete" {
+			var e struct {
+				Response json.RawMessage `json:"response"`
+			}
+			if json.Unmarshal(ev.Data, &e) == nil {
+				final = e.Response
+			}
+		}
+	}
+	if final == nil {
+		return nil, errors.New("the stored stream has no final response event")
+	}
+	return final, nil
+}
+
+// replayTurn answers an arrival for a done turn with its response: the
+// object, or a stream of it.
+func (g *Gateway) replayTurn(w http.ResponseWriter, r *http.Request, turn *ledger.Turn, stream bool) {
+	h := w.Header()
+	setIDHeaders(h, turn.RequestID, 0)
+	h.Set("X-Oncegate-Dedup", "replayed")
+	if rec, err := g.ledger.Get(r.Context(), turnIdentity(turn)); err == nil && rec.Response != nil && rec.State == ledger.Succeeded &&
+		(rec.Response.ContentType == "text/event-stream") == stream {
+		h.Set("Content-Type", rec.Response.ContentType)
+		setIDHeaders(h, rec.RequestID, rec.Response.Attempts)
+		if rec.Response.Route != "" {
+			h.Set("X-Oncegate-Route", rec.Response.Route)
+		}
+		w.WriteHeader(rec.Response.Status)
+		_, _ = w.Write(rec.Response.Body)
+		return
+	}
+	if !stream {
+		h.Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(turn.Response)
+		return
+	}
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(provider.StreamResponseObject(turn.Response))
+}
+
+// serveResponse handles GET /v1/responses/{id}.
+func (g *Gateway) serveResponse(w http.ResponseWriter, r *http.Request, t *policy.Tenant) {
+	turn, apiErr := g.lookupTurn(r, t)
+	if apiErr != nil {
+		g.turnError(w, apiErr)
+		return
+	}
+	var body []byte
+	switch turn.State {
+	case ledger.TurnDone:
+		body = turn.Response
+	case ledger.TurnFailed:
+		var e struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		_ = json.Unmarshal(turn.Response, &e)
+		body = provider.EncodeResponsesStatus(g.shellOf(turn), "failed", e.Error.Code, e.Error.Message)
+	default:
+		body = provider.EncodeResponsesStatus(g.shellOf(turn), "in_progress", "", "")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(body)
+}
+
+// shellOf rebuilds a turn's response shell from its stored request.
+func (g *Gateway) shellOf(turn *ledger.Turn) *provider.ResponseShell {
+	req, err := provider.ParseResponsesRequest(turn.Request)
+	if err != nil {
+		return &provider.ResponseShell{ID: turn.ResponseID, CreatedAt: turn.CreatedAt.Unix()}
+	}
+	s := provider.ShellOf(req, turn.ResponseID, turn.CreatedAt.Unix())
+	return &s
+}
+
+// lookupTurn finds the tenant's turn named by the path, brought up to date.
+func (g *Gateway) lookupTurn(r *http.Request, t *policy.Tenant) (*ledger.Turn, *apiError) {
+	id := r.PathValue("id")
+	turn, err := g.ledger.Turn(r.Context(), t.ID, id)
+	if errors.Is(err, ledger.ErrNotFound) || err == nil && turn.Deleted {
+		return nil, &apiError{code: CodeResponseNotFound, message: "response with id '" + id + "' not found"}
+	}
+	if err != nil {
+		return nil, storeAPIError(err)
+	}
+	if turn, err = g.refreshTurn(r.Context(), turn); err != nil {
+		return nil, storeAPIError(err)
+	}
+	return turn, nil
+}
+
+// deleteResponse handles DELETE /v1/responses/{id}: the response is no
+// longer served, and nothing new may continue from it.
+func (g *Gateway) deleteResponse(w http.ResponseWriter, r *http.Request, t *policy.Tenant) {
+	turn, apiErr := g.lookupTurn(r, t)
+	if apiErr != nil {
+		g.turnError(w, apiErr)
+		return
+	}
+	if turn.State == ledger.TurnPending {
+		e := errorf(CodeConversationBusy, "response %s has not finished; delete it once it has", turn.ResponseID)
+		e.retryAfter = 1
+		g.turnError(w, e)
+		return
+	}
+	del := *turn
+	del.Deleted, del.UpdatedAt = true, g.clock.Now()
+	if ok, err := g.ledger.UpdateTurn(r.Context(), &del, turn.State, turn.Try); err != nil || !ok {
+		g.turnError(w, errorf(CodeConversationBusy, "response %s changed while it was being deleted; try again", turn.ResponseID))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"id": turn.ResponseID, "object": "response", "deleted": true})
+}
+
+// serveInputItems handles GET /v1/responses/{id}/input_items: the turn's
+// input items, newest first unless order=asc, paged by after/before.
+func (g *Gateway) serveInputItems(w http.ResponseWriter, r *http.Request, t *policy.Tenant) {
+	turn, apiErr := g.lookupTurn(r, t)
+	if apiErr != nil {
+		g.turnError(w, apiErr)
+		return
+	}
+	var items []provider.Item
+	if err := json.Unmarshal(turn.Input, &items); err != nil {
+		g.turnError(w, errorf(CodeInternal, "stored input of %s: %v", turn.ResponseID, err))
+		return
+	}
+	q := r.URL.Query()
+	limit := 20
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100 {
+			g.turnError(w, &apiError{code: CodeInvalidRequest, param: "limit", message: "limit must be a whole number from 1 to 100, found " + strconv.Quote(v)})
+			return
+		}
+		limit = n
+	}
+	switch q.Get("order") {
+	case "", "desc":
+		for i, j := 0, len(items)-1; i < j; i, j = i+1, j-1 {
+			items[i], items[j] = items[j], items[i]
+		}
+	case "asc":
+	default:
+		g.turnError(w, &apiError{code: CodeInvalidRequest, param: "order", message: "order must be asc or desc"})
+		return
+	}
+	if after := q.Get("after"); after != "" {
+		items = itemsAfter(items, after)
+	}
+	if before := q.Get("before"); before != "" {
+		for i, it := range items {
+			if it.ID == before {
+				items = items[:i]
+				break
+			}
+		}
+	}
+	more := len(items) > limit
+	if more {
+		items = items[:limit]
+	}
+	first, last := "", ""
+	if len(items) > 0 {
+		first, last = items[0].ID, items[len(items)-1].ID
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": items, "first_id": first, "last_id": last, "has_more": more})
+}
+
+func itemsAfter(items []provider.Item, after string) []provider.Item {
+	for i, it := range items {
+		if it.ID == after {
+			return items[i+1:]
+		}
+	}
+	return nil
+}
+
+// storeError answers a turn the store could not read or write: nothing
+// was sent, so the client may come back.
+func (g *Gateway) storeError(w http.ResponseWriter, err error) {
+	g.turnError(w, storeAPIError(err))
+}
+
+func storeAPIError(err error) *apiError {
+	e := errorf(CodeStoreUnavailable, "the gateway's store could not be reached: %v", err)
+	e.retryAfter = 1
+	return e
+}
+
+// clearStale reconciles the live turn that stands in a new turn's place
+// (it continues the same parent), before anything else happens on the
+// conversation. A turn whose try ended without an answer — unknown, or
+// pending with no try running for longer than a lease — added nothing to
+// the conversation the gateway holds: it is marked failed, and true says
+// the parent is free again.
+func (g *Gateway) clearStale(ctx context.Context, live *ledger.Turn) (bool, error) {
+	live, err := g.refreshTurn(ctx, live)
+	if err != nil {
+		return false, err
+	}
+	switch live.State {
+	case ledger.TurnFailed:
+		return true, nil
+	case ledger.TurnUnknown:
+	case ledger.TurnPending:
+		if _, err := g.ledger.Get(ctx, turnIdentity(live)); !errors.Is(err, ledger.ErrNotFound) || g.clock.Now().Sub(live.UpdatedAt) < g.lease {
+			return false, nil
+		}
+	default:
+		return false, nil
+	}
+	return g.abandonTurn(ctx, live).State == ledger.TurnFailed, nil
+}

@@ -1,0 +1,229 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/responses"
+
+	"github.com/oncegate/oncegate/internal/mock"
+	"github.com/oncegate/oncegate/internal/provider"
+)
+
+// conversationAnswer is the mock's answer to a conversation: the user
+// texts in order, each followed by the answer before it.
+func conversationAnswer(users []string, n int) (answers []string) {
+	var msgs []provider.Message
+	for _, u := range users {
+		msgs = append(msgs, provider.Message{Role: provider.RoleUser, Parts: []provider.Part{{Type: provider.PartText, Text: u}}})
+		a := mock.Answer(0, &provider.Request{Messages: msgs}, n)
+		answers = append(answers, a)
+		msgs = append(msgs, provider.Message{Role: provider.RoleAssistant, Parts: []provider.Part{{Type: provider.PartText, Text: a}}})
+	}
+	return answers
+}
+
+func TestResponsesChainThroughTheSDK(t *testing.T) {
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 8}}, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		var h http.Header
+		c := e.openai(&h)
+		users := []string{"hello", "tell me more", "and then?", "thanks"}
+		want := conversationAnswer(users, 8)
+		prev := ""
+		var ids []string
+		for i, u := range users {
+			p := responses.ResponseNewParams{Model: "chat", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String(u)}}
+			if prev != "" {
+				p.PreviousResponseID = openai.String(prev)
+			}
+			var text, id string
+			if i%2 == 0 {
+				res, err := c.Responses.New(ctx, p)
+				if err != nil {
+					t.Fatalf("turn %d: %v", i+1, err)
+				}
+				text, id = res.OutputText(), res.ID
+				if res.Status != "completed" || res.Usage.OutputTokens == 0 || (prev != "" && res.PreviousResponseID != prev) {
+					t.Fatalf("turn %d: %+v", i+1, res)
+				}
+			} else {
+				st := c.Responses.NewStreaming(ctx, p)
+				var deltas strings.Builder
+				var kinds []string
+				for st.Next() {
+					ev := st.Current()
+					kinds = append(kinds, ev.Type)
+					switch ev.Type {
+					case "response.output_text.delta":
+						deltas.WriteString(ev.Delta)
+					case "response.completed":
+						text, id = ev.Response.OutputText(), ev.Response.ID
+					}
+				}
+				if err := st.Err(); err != nil {
+					t.Fatalf("turn %d stream: %v", i+1, err)
+				}
+				if deltas.String() != text {
+					t.Fatalf("turn %d: deltas %q, completed %q", i+1, deltas.String(), text)
+				}
+				if kinds[0] != "response.created" || kinds[1] != "response.in_progress" || kinds[len(kinds)-1] != "response.completed" {
+					t.Fatalf("turn %d: event sequence %v", i+1, kinds)
+				}
+			}
+			if text != want[i] {
+				t.Fatalf("turn %d: got %q want %q (the whole conversation goes upstream)", i+1, text, want[i])
+			}
+			r := e.receipt(h.Get("X-Oncegate-Request-Id"))
+			if r.Operation != "responses" || r.Conversation == nil || r.Conversation.ResponseID != id || r.Conversation.Turn != i+1 ||
+				r.Conversation.UserTurns != i+1 || r.Conversation.AssistantTurns != i+1 {
+				t.Fatalf("turn %d receipt: %+v %+v", i+1, r, r.Conversation)
+			}
+			ids = append(ids, id)
+			prev = id
+		}
+		got, err := c.Responses.Get(ctx, ids[1], responses.ResponseGetParams{})
+		if err != nil || got.OutputText() != want[1] || got.PreviousResponseID != ids[0] {
+			t.Fatalf("get: %v %+v", err, got)
+		}
+		items, err := c.Responses.InputItems.List(ctx, ids[2], responses.InputItemListParams{})
+		if err != nil || len(items.Data) != 1 || items.Data[0].Role != "user" || len(items.Data[0].Content.OfInputItemContentList) != 1 || items.Data[0].Content.OfInputItemContentList[0].Text != users[2] {
+			t.Fatalf("input items: %v %+v", err, items)
+		}
+		if err := c.Responses.Delete(ctx, ids[3]); err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Responses.Get(ctx, ids[3], responses.ResponseGetParams{})
+		var apiErr *openai.Error
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != 404 || apiErr.Code != CodeResponseNotFound {
+			t.Fatalf("a deleted response: %v", err)
+		}
+		if calls := e.primary.Stats().Requests; calls != int64(len(users)) {
+			t.Fatalf("%d upstream calls for %d turns", calls, len(users))
+		}
+	})
+}
+
+func TestResponsesOnAnAnthropicRoute(t *testing.T) {
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 6}}, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		c := e.openai(nil)
+		res, err := c.Responses.New(ctx, responses.ResponseNewParams{Model: "claude", Instructions: openai.String("be brief"),
+			Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("hi")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.OutputText() == "" || e.anthropic.Stats().Requests != 1 {
+			t.Fatalf("%+v, %d anthropic calls", res, e.anthropic.Stats().Requests)
+		}
+		st := c.Responses.NewStreaming(ctx, responses.ResponseNewParams{Model: "claude", PreviousResponseID: openai.String(res.ID),
+			Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("again")}})
+		n := 0
+		for st.Next() {
+			n++
+		}
+		if st.Err() != nil || n < 5 {
+			t.Fatalf("stream: %v after %d events", st.Err(), n)
+		}
+	})
+}
+
+// A retry of a turn — the same key, or the same body on the same parent —
+// continues it: one upstream call, one answer, one turn. A different turn
+// on a parent that already has one is refused: no branches.
+func TestResponsesRetriesNeverAppendOrBranch(t *testing.T) {
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 5}}, func(t *testing.T, e *env) {
+		send := func(body string, hdr map[string]string) (int, map[string]any, http.Header) {
+			res, b := e.post("/v1/responses", body, hdr)
+			var m map[string]any
+			_ = json.Unmarshal(b, &m)
+			return res.StatusCode, m, res.Header
+		}
+		st, root, _ := send(`{"model":"chat","input":"start"}`, nil)
+		if st != 200 {
+			t.Fatalf("root: %d %v", st, root)
+		}
+		rootID := root["id"].(string)
+		body := `{"model":"chat","input":"next","previous_response_id":"` + rootID + `"}`
+		// Concurrent re-POSTs of one keyed turn, and keyless ones of the
+		// same body: all one turn.
+		var wg sync.WaitGroup
+		ids := make([]string, 8)
+		for i := range ids {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				hdr := map[string]string{"Idempotency-Key": "turn-2"}
+				if i%2 == 1 {
+					hdr = nil
+				}
+				st, m, _ := send(body, hdr)
+				if st != 200 {
+					t.Errorf("arrival %d: %d %v", i, st, m)
+					return
+				}
+				ids[i] = m["id"].(string)
+			}()
+		}
+		wg.Wait()
+		for _, id := range ids {
+			if id != ids[0] {
+				t.Fatalf("one turn answered under several ids: %v", ids)
+			}
+		}
+		if calls := e.primary.Stats().Requests; calls != 2 {
+			t.Fatalf("%d upstream calls for two turns", calls)
+		}
+		// A re-POST after the turn finished replays it.
+		if st, m, hdr := send(body, nil); st != 200 || m["id"] != ids[0] || hdr.Get("X-Oncegate-Dedup") != "replayed" {
+			t.Fatalf("replay: %d %v %v", st, m, hdr)
+		}
+		// A different continuation of the same parent is a branch.
+		st, m, hdr := send(`{"model":"chat","input":"something else","previous_response_id":"`+rootID+`"}`, map[string]string{"Idempotency-Key": "other"})
+		if st != 409 || errCode(m) != CodeConversationBranch || hdr.Get("x-should-retry") != "false" {
+			t.Fatalf("branch: %d %v", st, m)
+		}
+		// The same key with another body is a reused key.
+		if st, m, _ = send(`{"model":"chat","input":"one"}`, map[string]string{"Idempotency-Key": "k-first"}); st != 200 {
+			t.Fatalf("keyed first turn: %d %v", st, m)
+		}
+		st, m, _ = send(`{"model":"chat","input":"two"}`, map[string]string{"Idempotency-Key": "k-first"})
+		if st != 422 || errCode(m) != CodeKeyReused {
+			t.Fatalf("reused key: %d %v", st, m)
+		}
+		// Continuing from the latest turn works.
+		st, m, _ = send(`{"model":"chat","input":"go on","previous_response_id":"`+ids[0]+`"}`, nil)
+		if st != 200 || m["previous_response_id"] != ids[0] {
+			t.Fatalf("continue: %d %v", st, m)
+		}
+		if st, m, _ = send(`{"model":"chat","input":"x","previous_response_id":"resp_missing"}`, nil); st != 404 || errCode(m) != CodeResponseNotFound {
+			t.Fatalf("missing parent: %d %v", st, m)
+		}
+		turns, err := e.gw.ledger.ConversationTurns(context.Background(), "acme", rootID)
+		if err != nil || len(turns) != 3 {
+			t.Fatalf("the conversation holds %d turns: %v", len(turns), err)
+		}
+		parents := map[string]bool{}
+		for _, tr := range turns {
+			if parents[tr.Parent] {
+				t.Fatalf("two turns share the parent %q", tr.Parent)
+			}
+			parents[tr.Parent] = true
+		}
+	})
+}
+
+func errCode(m map[string]any) string {
+	e, _ := m["error"].(map[string]any)
+	s, _ := e["code"].(string)
+	return s
+}

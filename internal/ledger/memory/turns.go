@@ -1,0 +1,130 @@
+package memory
+
+import (
+	"cmp"
+	"context"
+	"slices"
+
+	"github.com/oncegate/oncegate/internal/ledger"
+)
+
+func cloneTurn(t *ledger.Turn) *ledger.Turn {
+	c := *t
+	c.Input, c.Request, c.Response, c.Upstream = slices.Clone(t.Input), slices.Clone(t.Request), slices.Clone(t.Response), slices.Clone(t.Upstream)
+	return &c
+}
+
+// BeginTurn writes a pending turn unless its key or a live sibling has one.
+func (s *Store) BeginTurn(_ context.Context, t *ledger.Turn) (*ledger.Turn, bool, error) {
+	if err := s.lock(); err != nil {
+		return nil, false, err
+	}
+	defer s.mu.Unlock()
+	for _, o := range s.turns {
+		if o.Tenant == t.Tenant && t.KeyDigest != "" && o.KeyDigest == t.KeyDigest {
+			return cloneTurn(o), false, nil
+		}
+	}
+	if t.Parent != "" {
+		for _, o := range s.turns {
+			if o.Parent == t.Parent && o.State.Live() {
+				return cloneTurn(o), false, nil
+			}
+		}
+	}
+	s.turns[t.ResponseID] = cloneTurn(t)
+	return nil, true, nil
+}
+
+// UpdateTurn writes a turn's mutable fields if it is still in from at fromTry.
+func (s *Store) UpdateTurn(_ context.Context, t *ledger.Turn, from ledger.TurnState, fromTry int) (bool, error) {
+	if err := s.lock(); err != nil {
+		return false, err
+	}
+	defer s.mu.Unlock()
+	o, ok := s.turns[t.ResponseID]
+	if !ok || o.State != from || o.Try != fromTry {
+		return false, nil
+	}
+	c := cloneTurn(o)
+	c.State, c.Try, c.RequestID, c.Ambiguous, c.Status, c.Deleted, c.UpdatedAt = t.State, t.Try, t.RequestID, t.Ambiguous, t.Status, t.Deleted, t.UpdatedAt
+	c.Response, c.Upstream = slices.Clone(t.Response), slices.Clone(t.Upstream)
+	s.turns[t.ResponseID] = c
+	return true, nil
+}
+
+// Turn returns a tenant's turn.
+func (s *Store) Turn(_ context.Context, tenant, responseID string) (*ledger.Turn, error) {
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	if t, ok := s.turns[responseID]; ok && t.Tenant == tenant {
+		return cloneTurn(t), nil
+	}
+	return nil, ledger.ErrNotFound
+}
+
+// TurnByFingerprint returns the newest turn with a fingerprint and parent.
+func (s *Store) TurnByFingerprint(_ context.Context, tenant, fingerprint, parent string) (*ledger.Turn, error) {
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	var best *ledger.Turn
+	for _, t := range s.turns {
+		if t.Tenant == tenant && t.Fingerprint == fingerprint && t.Parent == parent &&
+			(best == nil || t.CreatedAt.After(best.CreatedAt) || t.CreatedAt.Equal(best.CreatedAt) && t.ResponseID > best.ResponseID) {
+			best = t
+		}
+	}
+	if best == nil {
+		return nil, ledger.ErrNotFound
+	}
+	return cloneTurn(best), nil
+}
+
+// ConversationTurns returns a conversation's turns by depth, then creation.
+func (s *Store) ConversationTurns(_ context.Context, tenant, conversation string) ([]*ledger.Turn, error) {
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	var out []*ledger.Turn
+	for _, t := range s.turns {
+		if t.Tenant == tenant && t.Conversation == conversation {
+			out = append(out, cloneTurn(t))
+		}
+	}
+	slices.SortFunc(out, func(a, b *ledger.Turn) int {
+		return cmp.Or(cmp.Compare(a.Depth, b.Depth), a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ResponseID, b.ResponseID))
+	})
+	return out, nil
+}
+
+// AddOrphan records an orphaned generation.
+func (s *Store) AddOrphan(_ context.Context, o *ledger.Orphan) error {
+	if err := s.lock(); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	c := *o
+	s.orphans = append(s.orphans, &c)
+	return nil
+}
+
+// Orphans lists a conversation's orphans.
+func (s *Store) Orphans(_ context.Context, tenant, conversation string) ([]*ledger.Orphan, error) {
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	var out []*ledger.Orphan
+	for _, o := range s.orphans {
+		if o.Tenant == tenant && o.Conversation == conversation {
+			c := *o
+			out = append(out, &c)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,117 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/ledger/turnsql"
+)
+
+// BeginTurn writes a pending turn unless its key or a live sibling has one.
+func (s *Store) BeginTurn(ctx context.Context, t *ledger.Turn) (*ledger.Turn, bool, error) {
+	var existing *ledger.Turn
+	var created bool
+	err := s.write(ctx, true, func(tx wtx) error {
+		existing, created = nil, false
+		find := func(q string, args ...any) (bool, error) {
+			e, err := turnsql.Scan(tx.QueryRow(q, args...), sql.ErrNoRows)
+			if errors.Is(err, ledger.ErrNotFound) {
+				return false, nil
+			}
+			existing = e
+			return err == nil, err
+		}
+		if t.KeyDigest != "" {
+			if found, err := find(turnsql.ByKey, t.Tenant, t.KeyDigest); found || err != nil {
+				return err
+			}
+		}
+		if t.Parent != "" {
+			if found, err := find(turnsql.LiveChild, t.Parent); found || err != nil {
+				return err
+			}
+		}
+		_, err := tx.Exec(turnsql.Insert, turnsql.Args(t)...)
+		created = err == nil
+		return err
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("begin turn: %w", err)
+	}
+	return existing, created, nil
+}
+
+// UpdateTurn writes a turn's mutable fields if it is still in from at fromTry.
+func (s *Store) UpdateTurn(ctx context.Context, t *ledger.Turn, from ledger.TurnState, fromTry int) (bool, error) {
+	var ok bool
+	err := s.write(ctx, true, func(tx wtx) error {
+		res, err := tx.Exec(turnsql.Update, turnsql.UpdateArgs(t, from, fromTry)...)
+		if err != nil {
+			return err
+		}
+		n, _ := res.RowsAffected()
+		ok = n == 1
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("update turn: %w", err)
+	}
+	return ok, nil
+}
+
+// Turn returns a tenant's turn.
+func (s *Store) Turn(ctx context.Context, tenant, responseID string) (*ledger.Turn, error) {
+	return turnsql.Scan(s.r.QueryRowContext(ctx, turnsql.ByID, tenant, responseID), sql.ErrNoRows)
+}
+
+// TurnByFingerprint returns the newest turn with a fingerprint and parent.
+func (s *Store) TurnByFingerprint(ctx context.Context, tenant, fingerprint, parent string) (*ledger.Turn, error) {
+	return turnsql.Scan(s.r.QueryRowContext(ctx, turnsql.ByFingerprint, tenant, fingerprint, parent), sql.ErrNoRows)
+}
+
+// ConversationTurns returns a conversation's turns.
+func (s *Store) ConversationTurns(ctx context.Context, tenant, conversation string) ([]*ledger.Turn, error) {
+	rows, err := s.r.QueryContext(ctx, turnsql.ByConv, tenant, conversation)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*ledger.Turn
+	for rows.Next() {
+		t, err := turnsql.Scan(rows, sql.ErrNoRows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// AddOrphan records an orphaned generation.
+func (s *Store) AddOrphan(ctx context.Context, o *ledger.Orphan) error {
+	return s.write(ctx, true, func(tx wtx) error {
+		_, err := tx.Exec(turnsql.InsertOrphan, turnsql.OrphanArgs(o)...)
+		return err
+	})
+}
+
+// Orphans lists a conversation's orphans.
+func (s *Store) Orphans(ctx context.Context, tenant, conversation string) ([]*ledger.Orphan, error) {
+	rows, err := s.r.QueryContext(ctx, turnsql.OrphansOf, tenant, conversation)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*ledger.Orphan
+	for rows.Next() {
+		o, err := turnsql.ScanOrphan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, o)
+	}
+	return out, rows.Err()
+}

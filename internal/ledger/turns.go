@@ -1,0 +1,132 @@
+package ledger
+
+import (
+	"context"
+	"time"
+)
+
+// TurnState is a conversation turn's state in the turn ledger
+// (docs/conversations.md).
+type TurnState string
+
+// The turn states. A pending turn has a try in flight; done has its
+// answer committed; unknown ended ambiguously and must be reconciled
+// before anything else happens on its conversation; failed committed
+// nothing, and frees its parent for another turn.
+const (
+	TurnPending TurnState = "pending"
+	TurnDone    TurnState = "done"
+	TurnUnknown TurnState = "unknown"
+	TurnFailed  TurnState = "failed"
+)
+
+// Live reports whether a turn in state s holds its place in the
+// conversation: a parent has at most one live child.
+func (s TurnState) Live() bool { return s != TurnFailed }
+
+// Turn is one turn of a stored conversation: the user's input and the
+// assistant's answer to it, under one response id.
+type Turn struct {
+	// ResponseID is the response id the client sees ("resp_…").
+	ResponseID string
+	Tenant     string
+	// Conversation is the response id of the conversation's first turn.
+	Conversation string
+	// Parent is the previous turn's response id; "" for a first turn.
+	Parent string
+	// Depth is the turn's place in its conversation, from 1.
+	Depth int
+	// KeyDigest names a keyed turn (its Idempotency-Key's digest); ""
+	// for a keyless one.
+	KeyDigest string
+	// Fingerprint identifies the request body (with its parent), so a
+	// keyless retry finds the turn it repeats.
+	Fingerprint   string
+	RequestSHA256 string
+	State         TurnState
+	// Try counts the logical requests the turn has run (each one its own
+	// receipt); RequestID is the latest one's. Ambiguous counts the tries
+	// that ended without knowing whether the answer was committed.
+	Try       int
+	RequestID string
+	Ambiguous int
+	// Input is the turn's input items (JSON array) and Request the body
+	// the client sent.
+	Input   []byte
+	Request []byte
+	// Response is the response object (done), or the error body a
+	// failed turn answers with, under Status.
+	Response []byte
+	Status   int
+	// Upstream is a stateful route's record of the turn (JSON): the
+	// upstream conversation and response ids.
+	Upstream []byte
+	// Deleted: the client deleted the response; it is no longer served,
+	// and no new turn may continue from it.
+	Deleted   bool
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// Orphan is a generation an upstream committed for a turn besides the one
+// the conversation kept: recorded so its cost is attributable.
+type Orphan struct {
+	Tenant       string
+	Conversation string
+	ResponseID   string // the turn it was generated for
+	UpstreamID   string
+	Route        string
+	InputTokens  int64
+	OutputTokens int64
+	Cost         int64 // nano-USD
+	At           time.Time
+}
+
+// TurnStore is the turn ledger: conversations a gateway holds for
+// /v1/responses, one row per turn.
+type TurnStore interface {
+	// BeginTurn writes t, pending, in one durable commit, unless the
+	// turn exists already: one of t.Tenant with t.KeyDigest (when set),
+	// or a live turn with t.Parent (when set). Then it returns that turn
+	// and created false, writing nothing. So a retry never appends a
+	// copy and two live turns never share a parent.
+	BeginTurn(ctx context.Context, t *Turn) (existing *Turn, created bool, err error)
+	// UpdateTurn writes t's state, try, request id, ambiguous count,
+	// response, status, upstream record and deleted flag, if the stored
+	// turn is still in state from at try fromTry; false if it moved on.
+	UpdateTurn(ctx context.Context, t *Turn, from TurnState, fromTry int) (bool, error)
+	// Turn returns a tenant's turn by response id, or ErrNotFound.
+	Turn(ctx context.Context, tenant, responseID string) (*Turn, error)
+	// TurnByFingerprint returns the newest turn of tenant with that
+	// fingerprint and parent, or ErrNotFound.
+	TurnByFingerprint(ctx context.Context, tenant, fingerprint, parent string) (*Turn, error)
+	// ConversationTurns returns every turn of a conversation (failed
+	// ones too), by depth then creation.
+	ConversationTurns(ctx context.Context, tenant, conversation string) ([]*Turn, error)
+	// AddOrphan records an orphaned generation.
+	AddOrphan(ctx context.Context, o *Orphan) error
+	// Orphans lists a conversation's orphans, oldest first.
+	Orphans(ctx context.Context, tenant, conversation string) ([]*Orphan, error)
+}
+
+// Chain returns the turns from a conversation's first turn to the turn
+// responseID, in order, from every turn of the conversation.
+func Chain(turns []*Turn, responseID string) []*Turn {
+	byID := make(map[string]*Turn, len(turns))
+	for _, t := range turns {
+		byID[t.ResponseID] = t
+	}
+	var chain []*Turn
+	for id := responseID; id != ""; {
+		t, ok := byID[id]
+		if !ok || len(chain) > len(turns) {
+			break
+		}
+		chain = append(chain, t)
+		id = t.Parent
+	}
+	for i, j := 0, len(chain)-1; i < j; i, j = i+1, j-1 {
+		chain[i], chain[j] = chain[j], chain[i]
+	}
+	return chain
+}

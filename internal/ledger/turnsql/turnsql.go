@@ -1,0 +1,146 @@
+// Package turnsql is the SQL of the turn ledger that the SQLite and
+// PostgreSQL backends share: the table, the statements (written with ?
+// placeholders; Dollar numbers them for PostgreSQL) and the row scanner.
+// Both store times as Unix nanoseconds and flags as integers, so one
+// scanner reads either.
+package turnsql
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/oncegate/oncegate/internal/ledger"
+)
+
+// Schema creates the turn and orphan tables; blob and integer name the
+// backend's types for bytes and 64-bit integers.
+func Schema(blob, integer string) string {
+	r := strings.NewReplacer("BLOB", blob, "INTEGER", integer)
+	return r.Replace(`CREATE TABLE turns (
+		response_id    TEXT PRIMARY KEY,
+		tenant         TEXT NOT NULL,
+		conversation   TEXT NOT NULL,
+		parent         TEXT NOT NULL,
+		depth          INTEGER NOT NULL,
+		key_digest     TEXT NOT NULL,
+		fingerprint    TEXT NOT NULL,
+		request_sha256 TEXT NOT NULL,
+		state          TEXT NOT NULL,
+		try            INTEGER NOT NULL,
+		request_id     TEXT NOT NULL,
+		ambiguous      INTEGER NOT NULL,
+		input          BLOB,
+		request        BLOB,
+		response       BLOB,
+		status         INTEGER NOT NULL,
+		upstream       BLOB,
+		deleted        INTEGER NOT NULL,
+		created_at     INTEGER NOT NULL,
+		updated_at     INTEGER NOT NULL
+	);
+	CREATE UNIQUE INDEX turns_by_key ON turns (tenant, key_digest) WHERE key_digest <> '';
+	CREATE UNIQUE INDEX turns_live_child ON turns (parent) WHERE parent <> '' AND state <> 'failed';
+	CREATE INDEX turns_by_fingerprint ON turns (tenant, fingerprint, parent);
+	CREATE INDEX turns_by_conversation ON turns (tenant, conversation);
+	CREATE TABLE orphans (
+		tenant        TEXT NOT NULL,
+		conversation  TEXT NOT NULL,
+		response_id   TEXT NOT NULL,
+		upstream_id   TEXT NOT NULL,
+		route         TEXT NOT NULL,
+		input_tokens  INTEGER NOT NULL,
+		output_tokens INTEGER NOT NULL,
+		cost          INTEGER NOT NULL,
+		at            INTEGER NOT NULL
+	);
+	CREATE INDEX orphans_by_conversation ON orphans (tenant, conversation, at);`)
+}
+
+// Cols are a turn row's columns, in Args and Scan order.
+const Cols = `response_id, tenant, conversation, parent, depth, key_digest, fingerprint, request_sha256, state, try, request_id, ambiguous, input, request, response, status, upstream, deleted, created_at, updated_at`
+
+// The statements.
+const (
+	Insert        = `INSERT INTO turns (` + Cols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	ByKey         = `SELECT ` + Cols + ` FROM turns WHERE tenant = ? AND key_digest = ? AND key_digest <> ''`
+	LiveChild     = `SELECT ` + Cols + ` FROM turns WHERE parent = ? AND parent <> '' AND state <> 'failed'`
+	ByID          = `SELECT ` + Cols + ` FROM turns WHERE tenant = ? AND response_id = ?`
+	ByFingerprint = `SELECT ` + Cols + ` FROM turns WHERE tenant = ? AND fingerprint = ? AND parent = ? ORDER BY created_at DESC, response_id DESC LIMIT 1`
+	ByConv        = `SELECT ` + Cols + ` FROM turns WHERE tenant = ? AND conversation = ? ORDER BY depth, created_at, response_id`
+	Update        = `UPDATE turns SET state = ?, try = ?, request_id = ?, ambiguous = ?, response = ?, status = ?, upstream = ?, deleted = ?, updated_at = ? WHERE response_id = ? AND state = ? AND try = ?`
+	InsertOrphan  = `INSERT INTO orphans (tenant, conversation, response_id, upstream_id, route, input_tokens, output_tokens, cost, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	OrphansOf     = `SELECT tenant, conversation, response_id, upstream_id, route, input_tokens, output_tokens, cost, at FROM orphans WHERE tenant = ? AND conversation = ? ORDER BY at`
+)
+
+// Dollar rewrites ? placeholders as $1, $2 … (PostgreSQL's).
+func Dollar(q string) string {
+	var b strings.Builder
+	n := 0
+	for _, c := range q {
+		if c == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// Args are t's values for Insert.
+func Args(t *ledger.Turn) []any {
+	return []any{t.ResponseID, t.Tenant, t.Conversation, t.Parent, t.Depth, t.KeyDigest, t.Fingerprint, t.RequestSHA256,
+		string(t.State), t.Try, t.RequestID, t.Ambiguous, t.Input, t.Request, t.Response, t.Status, t.Upstream, flag(t.Deleted),
+		ledger.UnixNano(t.CreatedAt), ledger.UnixNano(t.UpdatedAt)}
+}
+
+// UpdateArgs are the values for Update.
+func UpdateArgs(t *ledger.Turn, from ledger.TurnState, fromTry int) []any {
+	return []any{string(t.State), t.Try, t.RequestID, t.Ambiguous, t.Response, t.Status, t.Upstream, flag(t.Deleted),
+		ledger.UnixNano(t.UpdatedAt), t.ResponseID, string(from), fromTry}
+}
+
+// OrphanArgs are o's values for InsertOrphan.
+func OrphanArgs(o *ledger.Orphan) []any {
+	return []any{o.Tenant, o.Conversation, o.ResponseID, o.UpstreamID, o.Route, o.InputTokens, o.OutputTokens, o.Cost, ledger.UnixNano(o.At)}
+}
+
+func flag(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Scanner is a row: *sql.Row, *sql.Rows, pgx.Row, pgx.Rows.
+type Scanner interface{ Scan(dest ...any) error }
+
+// Scan reads a turn row; noRows is the driver's "no rows" error, which
+// becomes ledger.ErrNotFound.
+func Scan(row Scanner, noRows error) (*ledger.Turn, error) {
+	var t ledger.Turn
+	var state string
+	var depth, try, ambiguous, status, deleted, created, updated int64
+	if err := row.Scan(&t.ResponseID, &t.Tenant, &t.Conversation, &t.Parent, &depth, &t.KeyDigest, &t.Fingerprint, &t.RequestSHA256,
+		&state, &try, &t.RequestID, &ambiguous, &t.Input, &t.Request, &t.Response, &status, &t.Upstream, &deleted, &created, &updated); err != nil {
+		if errors.Is(err, noRows) {
+			return nil, ledger.ErrNotFound
+		}
+		return nil, err
+	}
+	t.State, t.Depth, t.Try, t.Ambiguous, t.Status, t.Deleted = ledger.TurnState(state), int(depth), int(try), int(ambiguous), int(status), deleted == 1
+	t.CreatedAt, t.UpdatedAt = ledger.FromUnixNano(created), ledger.FromUnixNano(updated)
+	return &t, nil
+}
+
+// ScanOrphan reads an orphan row.
+func ScanOrphan(row Scanner) (*ledger.Orphan, error) {
+	var o ledger.Orphan
+	var at int64
+	if err := row.Scan(&o.Tenant, &o.Conversation, &o.ResponseID, &o.UpstreamID, &o.Route, &o.InputTokens, &o.OutputTokens, &o.Cost, &at); err != nil {
+		return nil, err
+	}
+	o.At = ledger.FromUnixNano(at)
+	return &o, nil
+}
