@@ -211,7 +211,7 @@ func (g *Gateway) continueTurn(w http.ResponseWriter, r *http.Request, t *policy
 	}
 	// Unknown or failed: nothing of the turn is in the conversation the
 	// gateway holds, so it is tried again, under its key, on the same
-	// parent — up to max_ambiguous tries that ended not knowing.
+	// parent — unless max_ambiguous tries already ended not knowing.
 	if turn.Ambiguous >= g.pol.Conversations.MaxAmbiguous {
 		if turn.State == ledger.TurnUnknown {
 			turn = g.abandonTurn(ctx, turn)
@@ -221,9 +221,6 @@ func (g *Gateway) continueTurn(w http.ResponseWriter, r *http.Request, t *policy
 	}
 	next := *turn
 	next.State, next.Try, next.RequestID, next.UpdatedAt = ledger.TurnPending, turn.Try+1, uuid.Must(uuid.NewV7()).String(), g.clock.Now()
-	if turn.State == ledger.TurnUnknown {
-		next.Ambiguous++
-	}
 	next.Response, next.Status = nil, 0
 	ok, err := g.ledger.UpdateTurn(ctx, &next, turn.State, turn.Try)
 	switch {
@@ -254,19 +251,26 @@ func (g *Gateway) continueTurn(w http.ResponseWriter, r *http.Request, t *policy
 	}
 }
 
-// abandonTurn gives up on a turn that stayed unknown through
-// max_ambiguous tries: it is marked failed, so its parent can be
-// continued again, with an error that says so.
+// abandonTurn gives up on a turn that ended not knowing: it is marked
+// failed, so its parent can be continued again, with an error that says
+// so.
 func (g *Gateway) abandonTurn(ctx context.Context, turn *ledger.Turn) *ledger.Turn {
 	failed := *turn
-	e := errorf(CodeOutcomeUnknown, "response %s could not be completed: %d tries ended without knowing whether the provider answered; "+
-		"nothing was added to the conversation, which continues from %s", turn.ResponseID, turn.Ambiguous, firstNonEmpty(turn.Parent, "its start"))
-	head, body := e.render(provider.Responses, meta{requestID: turn.RequestID, terminal: gw.TerminalIndeterminate, reason: gw.ReasonIndeterminate})
-	failed.State, failed.Status, failed.Response, failed.UpdatedAt = ledger.TurnFailed, head.Status, body, g.clock.Now()
+	failed.UpdatedAt = g.clock.Now()
+	failed.State = ledger.TurnFailed
+	failed.Status, failed.Response = giveUp(turn)
 	if ok, err := g.ledger.UpdateTurn(ctx, &failed, turn.State, turn.Try); err != nil || !ok {
 		return turn
 	}
 	return &failed
+}
+
+// giveUp is the error a turn given up answers with: its status and body.
+func giveUp(turn *ledger.Turn) (int, []byte) {
+	e := errorf(CodeOutcomeUnknown, "response %s was given up: %d of its tries ended without knowing whether the provider answered; "+
+		"nothing was added to the conversation, which continues from %s", turn.ResponseID, turn.Ambiguous, firstNonEmpty(turn.Parent, "its start"))
+	head, body := e.render(provider.Responses, meta{requestID: turn.RequestID, terminal: gw.TerminalIndeterminate, reason: gw.ReasonIndeterminate})
+	return head.Status, body
 }
 
 // replayFailure answers with the error a failed turn ended with.
@@ -376,6 +380,13 @@ func (c *call) settleTurn(head *coord.Head, tail []byte, last *attemptResult) {
 		}
 	case ledgerState(gw.Terminal(r.Terminal)) == ledger.Indeterminate || r.Terminal == string(gw.TerminalCancelled) && c.visible():
 		next.State = ledger.TurnUnknown
+		next.Ambiguous++
+		if next.Ambiguous >= c.g.pol.Conversations.MaxAmbiguous {
+			// The last try it may have: the turn is given up now, so
+			// the conversation can go on from its parent at once.
+			next.State = ledger.TurnFailed
+			next.Status, next.Response = giveUp(&next)
+		}
 	default:
 		next.State = ledger.TurnFailed
 		if head != nil {
@@ -444,6 +455,7 @@ func (g *Gateway) refreshTurn(ctx context.Context, turn *ledger.Turn) (*ledger.T
 		}
 	case ledger.Indeterminate:
 		next.State = ledger.TurnUnknown
+		next.Ambiguous++
 	case ledger.FailedNoEffect:
 		next.State = ledger.TurnFailed
 		if rec.Response != nil {

@@ -227,3 +227,86 @@ func errCode(m map[string]any) string {
 	s, _ := e["code"].(string)
 	return s
 }
+
+// streamTurn posts a streaming turn and returns the event types it read,
+// the response id and the status of its last event.
+func streamTurn(t *testing.T, e *env, body string, hdr map[string]string) (kinds []string, id string) {
+	t.Helper()
+	res, b := e.post("/v1/responses", body, hdr)
+	if res.StatusCode != 200 {
+		t.Fatalf("stream turn: %d %s", res.StatusCode, b)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if data, ok := strings.CutPrefix(line, "data: "); ok {
+			var ev struct {
+				Type     string `json:"type"`
+				Response struct {
+					ID string `json:"id"`
+				} `json:"response"`
+			}
+			_ = json.Unmarshal([]byte(data), &ev)
+			kinds = append(kinds, ev.Type)
+			if ev.Response.ID != "" {
+				id = ev.Response.ID
+			}
+		}
+	}
+	return kinds, id
+}
+
+// A turn whose stream broke after output, and could not be finished, is
+// unknown: a retry runs it again on the same parent; after max_ambiguous
+// such tries it is given up with a clear error, and the conversation goes
+// on from its parent, unbranched.
+func TestResponsesAmbiguousTurnsAreRetriedThenGivenUp(t *testing.T) {
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 12}}, func(t *testing.T, e *env) {
+		res, b := e.post("/v1/responses", `{"model":"chat-stop","input":"start"}`, nil)
+		var root struct{ ID string }
+		if res.StatusCode != 200 || json.Unmarshal(b, &root) != nil {
+			t.Fatalf("root: %d %s", res.StatusCode, b)
+		}
+		e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultDropAfter, After: 4})))
+		body := `{"model":"chat-stop","stream":true,"input":"go on","previous_response_id":"` + root.ID + `"}`
+		key := map[string]string{"Idempotency-Key": "turn-2"}
+		var id string
+		for try := 1; try <= 2; try++ {
+			kinds, got := streamTurn(t, e, body, key)
+			if kinds[len(kinds)-2] != "error" || kinds[len(kinds)-1] != "response.failed" {
+				t.Fatalf("try %d: a stream that cannot finish ends with error and response.failed: %v", try, kinds)
+			}
+			if id != "" && got != id {
+				t.Fatalf("try %d answered as %s, the turn is %s", try, got, id)
+			}
+			id = got
+		}
+		turn, err := e.gw.ledger.Turn(context.Background(), "acme", id)
+		if err != nil || turn.State != "failed" || turn.Try != 2 || turn.Ambiguous != 2 {
+			t.Fatalf("after two ambiguous tries: %+v %v", turn, err)
+		}
+		res, b = e.post("/v1/responses", body, key)
+		if res.StatusCode != 502 || !strings.Contains(string(b), "given up") {
+			t.Fatalf("a retry of the given-up turn: %d %s", res.StatusCode, b)
+		}
+		if calls := e.primary.Stats().Requests; calls != 3 {
+			t.Fatalf("%d upstream calls, want the root and two tries", calls)
+		}
+		// The conversation is consistent and usable: it continues from
+		// the root, and the given-up turn is not in it.
+		e.primary.SetScript(mock.Script{})
+		res, b = e.post("/v1/responses", `{"model":"chat-stop","input":"once more","previous_response_id":"`+root.ID+`"}`, nil)
+		var next struct {
+			ID     string
+			Output []struct {
+				Content []struct{ Text string }
+			}
+		}
+		if res.StatusCode != 200 || json.Unmarshal(b, &next) != nil {
+			t.Fatalf("continue from the root: %d %s", res.StatusCode, b)
+		}
+		want := conversationAnswer([]string{"start", "once more"}, 12)
+		if got := next.Output[0].Content[0].Text; got != want[1] {
+			t.Fatalf("the given-up turn leaked into the conversation: %q want %q", got, want[1])
+		}
+	})
+}
