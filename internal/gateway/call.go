@@ -90,6 +90,7 @@ type attemptResult struct {
 	upstreamErr *provider.UpstreamError // a provider's error response
 	detail      string                  // why, for logs and protocol violations
 	body        []byte                  // non-streamed success: the client's body
+	sent        bool                    // a transport failure after the request left
 }
 
 // run drives the engine: admit the first attempt and claim the identity,
@@ -193,6 +194,9 @@ func (c *call) rateLimited(wait time.Duration) {
 // single observes one unhedged attempt: its permit goes back, the engine
 // decides what follows, and both are logged.
 func (c *call) single(res *attemptResult, p *permit) (*attemptResult, retry.Decision, error) {
+	if c.turn != nil && res.route.Provider.Type == policy.TypeOpenAIResponses {
+		res = c.reconcileAttempt(c.ctx, res)
+	}
 	c.release(p, res)
 	d, err := c.rec.Observe(res.obs, c.admission(true))
 	if err != nil {
@@ -454,6 +458,13 @@ func upstreamPath(t policy.ProviderType) string {
 func (c *call) attempt(ctx context.Context, d retry.Decision, n int, p *permit, slot *raceSlot, started time.Time) *attemptResult {
 	route := c.alias.Route(d.Route)
 	res := &attemptResult{route: route, ordinal: n, race: slot}
+	res.obs = receipt.Observation{StartedAt: started}
+	if p != nil {
+		res.obs.Breaker = receipt.BreakerState{State: p.ticket.State.String(), Generation: p.ticket.Generation}
+	}
+	if route.Provider.Type == policy.TypeOpenAIResponses {
+		return c.statefulAttempt(ctx, res, n)
+	}
 	up := upstreamProtocol(route.Provider.Type)
 	target := provider.Target{Protocol: up, Model: route.Model, Stream: c.stream,
 		MaxOutputTokens: route.Caps.MaxOutputTokens, Continuation: string(route.Caps.Continuation),
@@ -463,32 +474,34 @@ func (c *call) attempt(ctx context.Context, d retry.Decision, n int, p *permit, 
 		p := c.out.prefix()
 		prefix = &p
 	}
-	res.obs = receipt.Observation{StartedAt: started}
-	if p != nil {
-		res.obs.Breaker = receipt.BreakerState{State: p.ticket.State.String(), Generation: p.ticket.Generation}
-	}
 	built, err := provider.BuildRequest(c.in, target, prefix)
 	if err != nil {
 		return c.observe(res, gw.KindInvalidRequest, "", err.Error())
 	}
-	res.prompt = built.PromptTokens
 	hdr := http.Header{}
 	hdr.Set("Idempotency-Key", "og-"+c.id)
-	hdr.Set("X-Oncegate-Request-Id", c.id)
-	hdr.Set("X-Oncegate-Attempt", strconv.Itoa(n))
 	if up == provider.Anthropic && c.proto == provider.Anthropic && c.anthropicBeta != "" {
 		hdr.Set("anthropic-beta", c.anthropicBeta)
 	}
+	return c.exchange(ctx, res, up, upstreamPath(route.Provider.Type), built, hdr)
+}
+
+// exchange sends one attempt's body and reads what comes back: a stream
+// relayed as it arrives, a whole answer, or a failure to classify.
+func (c *call) exchange(ctx context.Context, res *attemptResult, up provider.Protocol, path string, built *provider.Built, hdr http.Header) *attemptResult {
+	res.prompt = built.PromptTokens
+	hdr.Set("X-Oncegate-Request-Id", c.id)
+	hdr.Set("X-Oncegate-Attempt", strconv.Itoa(res.ordinal))
 	ctx, cancel := context.WithDeadline(ctx, c.deadline)
 	defer cancel()
-	resp, err := c.g.clients[route.Provider.ID].Do(ctx, &upstream.Request{Path: upstreamPath(route.Provider.Type), Body: built.Body, Header: hdr})
+	resp, err := c.g.clients[res.route.Provider.ID].Do(ctx, &upstream.Request{Path: path, Body: built.Body, Header: hdr})
 	if err != nil {
 		return c.transportFailure(res, err)
 	}
 	defer resp.Body.Close()
 	// The transport times the first byte on the wall clock; the receipt
 	// keeps every time on the gateway's clock.
-	fb := slot.sawFirstByte(c.g.clock.Now().Add(-time.Since(resp.FirstByteAt)))
+	fb := res.race.sawFirstByte(c.g.clock.Now().Add(-time.Since(resp.FirstByteAt)))
 	res.obs.FirstByteAt = &fb
 	res.obs.HTTPStatus = resp.Status
 	if resp.Status/100 != 2 {
@@ -532,6 +545,7 @@ func (c *call) transportFailure(res *attemptResult, err error) *attemptResult {
 	if !errors.As(err, &ue) {
 		return c.observe(res, gw.KindTimeoutBeforeResponse, "", err.Error())
 	}
+	res.sent = ue.Phase != upstream.PhaseConnect
 	k, cause := ue.Kind()
 	return c.observe(res, k, cause, ue.Error())
 }
@@ -573,12 +587,15 @@ func (c *call) complete(res *attemptResult, resp *upstream.Response, up provider
 		return c.observe(res, gw.KindProtocolViolation, "", err.Error())
 	}
 	res.obs.Usage = ir.Usage
+	if c.turn != nil && up == provider.Responses {
+		c.turn.upstreamID = ir.ID
+	}
 	if ir.Usage == (gw.Usage{}) {
 		res.obs.Usage, res.obs.UsageEstimated = gw.Usage{InputTokens: built.PromptTokens, OutputTokens: estimateOutput(ir)}, true
 	}
 	res.obs.VisibleOutput = true
 	res.obs.EmittedTokens = res.obs.Usage.OutputTokens
-	if up == c.proto {
+	if up == c.proto && c.turn == nil {
 		res.body = body
 	} else {
 		res.body = c.encodeResponse(ir)

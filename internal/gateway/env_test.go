@@ -45,6 +45,7 @@ providers:
   - {id: mock-primary, type: openai, base_url: "PRIMARY/v1", api_key_env: KEY_UPSTREAM_ONE, timeouts: {connect: 1s, first_byte: 400ms, idle: 1s}}
   - {id: mock-fallback, type: openai, base_url: "FALLBACK/v1", timeouts: {connect: 1s, first_byte: 400ms, idle: 1s}}
   - {id: mock-anthropic, type: anthropic, base_url: "ANTHROPIC", timeouts: {connect: 1s, first_byte: 400ms, idle: 1s}}
+  - {id: mock-stateful, type: openai-responses, base_url: "FALLBACK/v1", timeouts: {connect: 1s, first_byte: 400ms, idle: 1s}}
 routes:
   - id: primary
     provider: mock-primary
@@ -70,7 +71,18 @@ routes:
     data_boundary: external
     max_attempts: 2
     price: {input_usd_per_mtok: 3, output_usd_per_mtok: 15}
+  - id: stateful
+    provider: mock-stateful
+    model: stateful-model
+    capabilities: {input: [text], tools: true, streaming: true, max_context_tokens: 32000, max_output_tokens: 1000}
+    behavior_class: chat-v1
+    data_boundary: private
+    max_attempts: 3
+    price: {input_usd_per_mtok: 2, output_usd_per_mtok: 8}
 models:
+  - name: convo
+    routes: [stateful]
+    retry: {max_attempts: 4, base_delay: 20ms, max_delay: 80ms, jitter: full, deadline: 10s}
   - name: chat
     routes: [primary, fallback]
     retry: {max_attempts: 4, base_delay: 20ms, max_delay: 80ms, retry_after_cap: 300ms, jitter: none, deadline: 10s}

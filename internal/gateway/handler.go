@@ -107,6 +107,10 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, p provider.Proto
 	if alias == nil {
 		return nil, modelNotFound(cr.IR.Model)
 	}
+	if alias.Stateful {
+		return nil, &apiError{code: CodeInvalidRequest, param: "model", message: "the model `" + alias.Name +
+			"` keeps its conversations at the provider (openai-responses): use it on POST /v1/responses"}
+	}
 	canon, err := identity.Canonicalize(body)
 	if err != nil {
 		return nil, errorf(CodeInvalidRequest, "request body is not canonical JSON: %v", err)

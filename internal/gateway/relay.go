@@ -276,6 +276,9 @@ read:
 			switch e.Kind {
 			case provider.EvStart:
 				a.model = e.Model
+				if c.turn != nil && e.ID != "" {
+					c.turn.upstreamID = e.ID
+				}
 			case provider.EvText, provider.EvRefusal, provider.EvToolStart, provider.EvToolArgs, provider.EvThinking, provider.EvRedactedThinking, provider.EvSignature:
 				switch e.Kind {
 				case provider.EvToolStart:

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -31,6 +32,15 @@ import (
 type turnCall struct {
 	turn  *ledger.Turn
 	shell provider.ResponseShell
+	req   *provider.ResponsesRequest
+	// input is the turn's new input items; history the conversation's
+	// items before it.
+	input, history []provider.Item
+	// parentUpstream is the parent turn's stateful-route record.
+	parentUpstream []byte
+	// upstreamID is the stateful route's response id, once a reply
+	// named it.
+	upstreamID string
 }
 
 // turnIdentity is the ledger identity of a turn's current try: each try
@@ -68,6 +78,11 @@ func (g *Gateway) serveResponses(w http.ResponseWriter, r *http.Request) {
 	req, err := provider.ParseResponsesRequest(body)
 	if err != nil {
 		g.turnError(w, invalidRequest(err))
+		return
+	}
+	if req.Conversation != "" {
+		g.turnError(w, &apiError{code: CodeInvalidRequest, param: "conversation",
+			message: "conversation objects are not supported: continue a conversation with previous_response_id"})
 		return
 	}
 	alias := g.pol.Alias(req.Model)
@@ -290,7 +305,7 @@ func (g *Gateway) replayFailure(w http.ResponseWriter, turn *ledger.Turn) {
 // runTurn runs (or joins) the turn's current try as a logical request.
 func (g *Gateway) runTurn(w http.ResponseWriter, r *http.Request, t *policy.Tenant, alias *policy.Alias,
 	req *provider.ResponsesRequest, turn *ledger.Turn, history []*ledger.Turn) {
-	ir, err := turnRequest(req, history)
+	ir, items, err := turnRequest(req, history)
 	if err != nil {
 		g.turnError(w, invalidRequest(err))
 		return
@@ -306,14 +321,49 @@ func (g *Gateway) runTurn(w http.ResponseWriter, r *http.Request, t *policy.Tena
 	h.RequestID, h.KeySHA256, h.Fingerprint = c.id, turn.KeyDigest, turn.Fingerprint
 	h.Conversation = &receipt.Conversation{ID: turn.Conversation, ResponseID: turn.ResponseID, PreviousResponseID: turn.Parent,
 		Turn: turn.Depth, Try: turn.Try}
-	c.turn = &turnCall{turn: turn, shell: provider.ShellOf(req, turn.ResponseID, turn.CreatedAt.Unix())}
+	c.turn = &turnCall{turn: turn, shell: provider.ShellOf(req, turn.ResponseID, turn.CreatedAt.Unix()), req: req, history: items}
 	c.turn.shell.Now = func() int64 { return g.clock.Now().Unix() }
+	if err := json.Unmarshal(turn.Input, &c.turn.input); err != nil {
+		g.turnError(w, errorf(CodeInternal, "stored input of %s: %v", turn.ResponseID, err))
+		return
+	}
+	if n := len(history); n > 0 {
+		c.turn.parentUpstream = history[n-1].Upstream
+	}
+	if alias.Stateful {
+		// The conversation lives upstream: never hedged, never
+		// continued by prefill.
+		h.Request.Stateful, h.Request.NoContinuation = true, true
+	}
+	// The engine's view of the request (its id seeds the jitter) is
+	// taken from the header: start it again with the turn's.
+	c.rec = receipt.NewRecorder(alias, *h)
 	g.place(w, r, c)
 }
 
 // turnRequest is the neutral request for a turn: the conversation so far,
-// then the new input, under this request's instructions.
-func turnRequest(req *provider.ResponsesRequest, history []*ledger.Turn) (*provider.Request, error) {
+// then the new input, under this request's instructions. It also returns
+// the conversation's items before the turn.
+func turnRequest(req *provider.ResponsesRequest, history []*ledger.Turn) (*provider.Request, []provider.Item, error) {
+	items, err := historyItems(history)
+	if err != nil {
+		return nil, nil, err
+	}
+	system, msgs := provider.ItemsToMessages(append(slices.Clone(items), req.Input...))
+	if req.Instructions != nil && *req.Instructions != "" {
+		system = append([]string{*req.Instructions}, system...)
+	}
+	if len(msgs) == 0 {
+		return nil, nil, &provider.InvalidRequestError{Param: "input", Message: "the conversation has no user or assistant message to answer"}
+	}
+	return &provider.Request{Model: req.Model, System: strings.Join(system, "\n\n"), Messages: msgs, Tools: req.Tools,
+		ToolChoice: req.ToolChoice, MaxTokens: req.MaxOutputTokens, Temperature: req.Temperature, TopP: req.TopP,
+		Stream: req.Stream, User: req.User, ParallelToolCalls: req.ParallelToolCalls}, items, nil
+}
+
+// historyItems are the items of a chain of done turns: each turn's input,
+// then its answer.
+func historyItems(history []*ledger.Turn) ([]provider.Item, error) {
 	var items []provider.Item
 	for _, h := range history {
 		var in []provider.Item
@@ -326,17 +376,7 @@ func turnRequest(req *provider.ResponsesRequest, history []*ledger.Turn) (*provi
 		}
 		items = append(append(items, in...), out...)
 	}
-	items = append(items, req.Input...)
-	system, msgs := provider.ItemsToMessages(items)
-	if req.Instructions != nil && *req.Instructions != "" {
-		system = append([]string{*req.Instructions}, system...)
-	}
-	if len(msgs) == 0 {
-		return nil, &provider.InvalidRequestError{Param: "input", Message: "the conversation has no user or assistant message to answer"}
-	}
-	return &provider.Request{Model: req.Model, System: strings.Join(system, "\n\n"), Messages: msgs, Tools: req.Tools,
-		ToolChoice: req.ToolChoice, MaxTokens: req.MaxOutputTokens, Temperature: req.Temperature, TopP: req.TopP,
-		Stream: req.Stream, User: req.User, ParallelToolCalls: req.ParallelToolCalls}, nil
+	return items, nil
 }
 
 // inputItems gives a turn's input items the ids the listing shows.
@@ -381,9 +421,11 @@ func (c *call) settleTurn(head *coord.Head, tail []byte, last *attemptResult) {
 	case ledgerState(gw.Terminal(r.Terminal)) == ledger.Indeterminate || r.Terminal == string(gw.TerminalCancelled) && c.visible():
 		next.State = ledger.TurnUnknown
 		next.Ambiguous++
-		if next.Ambiguous >= c.g.pol.Conversations.MaxAmbiguous {
+		if next.Ambiguous >= c.g.pol.Conversations.MaxAmbiguous && readUpstream(next.Upstream).Conversation == "" {
 			// The last try it may have: the turn is given up now, so
-			// the conversation can go on from its parent at once.
+			// the conversation can go on from its parent at once. (On
+			// a stateful route the upstream may hold the answer: the
+			// next arrival reconciles first.)
 			next.State = ledger.TurnFailed
 			next.Status, next.Response = giveUp(&next)
 		}
@@ -425,6 +467,16 @@ func (c *call) conversationFacts() {
 // gateway that stopped between the two commits, or crashed mid-try, left
 // the turn behind. An unknown or failed turn is returned as it is.
 func (g *Gateway) refreshTurn(ctx context.Context, turn *ledger.Turn) (*ledger.Turn, error) {
+	turn, err := g.refreshPending(ctx, turn)
+	if err != nil || turn.State != ledger.TurnUnknown || readUpstream(turn.Upstream).Conversation == "" {
+		return turn, err
+	}
+	return g.reconcileTurn(ctx, turn)
+}
+
+// refreshPending is refreshTurn's first half: a pending turn's try's
+// record says how it ended.
+func (g *Gateway) refreshPending(ctx context.Context, turn *ledger.Turn) (*ledger.Turn, error) {
 	if turn.State != ledger.TurnPending {
 		return turn, nil
 	}
@@ -463,6 +515,68 @@ func (g *Gateway) refreshTurn(ctx context.Context, turn *ledger.Turn) (*ledger.T
 		}
 	default:
 		return turn, nil
+	}
+	ok, err := g.ledger.UpdateTurn(ctx, &next, turn.State, turn.Try)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return g.ledger.Turn(ctx, turn.Tenant, turn.ResponseID)
+	}
+	if next.State == ledger.TurnDone {
+		g.metrics.ObserveTurn("assistant")
+	}
+	return &next, nil
+}
+
+// reconcileTurn settles an unknown turn on a stateful route by reading its
+// upstream conversation: the answer committed there is adopted (done);
+// absent, the turn committed nothing (failed: a retry of it runs it again).
+// If the upstream cannot tell, the turn stays unknown.
+func (g *Gateway) reconcileTurn(ctx context.Context, turn *ledger.Turn) (*ledger.Turn, error) {
+	u := readUpstream(turn.Upstream)
+	route := g.pol.RouteByID(u.Route)
+	if route == nil {
+		return turn, nil
+	}
+	var history []*ledger.Turn
+	if turn.Parent != "" {
+		turns, err := g.ledger.ConversationTurns(ctx, turn.Tenant, turn.Conversation)
+		if err != nil {
+			return nil, err
+		}
+		history = ledger.Chain(turns, turn.Parent)
+	}
+	items, err := historyItems(history)
+	if err != nil {
+		return nil, err
+	}
+	var input []provider.Item
+	if err := json.Unmarshal(turn.Input, &input); err != nil {
+		return nil, fmt.Errorf("stored input of %s: %w", turn.ResponseID, err)
+	}
+	r, err := g.reconcile(ctx, route, u.Conversation, items, input, u.ResponseID)
+	if err != nil {
+		g.log.Warn("could not reconcile a turn", "response_id", turn.ResponseID, "err", err)
+		return turn, nil
+	}
+	if len(r.orphans) > 0 {
+		g.recordOrphans(ctx, turn, route, u.Conversation, r.orphans, 0)
+	}
+	next := *turn
+	next.UpdatedAt = g.clock.Now()
+	if r.found != nil {
+		next.State = ledger.TurnDone
+		next.Response = provider.EncodeResponsesObject(g.shellOf(turn), r.found, next.UpdatedAt.Unix())
+	} else {
+		next.State = ledger.TurnFailed
+		e := errorf(CodeOutcomeUnknown, "response %s was not committed by the provider before its reply was lost; retry the turn", turn.ResponseID)
+		var head *coord.Head
+		head, next.Response = e.render(provider.Responses, meta{requestID: turn.RequestID})
+		next.Status = head.Status
+		if turn.Ambiguous >= g.pol.Conversations.MaxAmbiguous {
+			next.Status, next.Response = giveUp(turn)
+		}
 	}
 	ok, err := g.ledger.UpdateTurn(ctx, &next, turn.State, turn.Try)
 	if err != nil {

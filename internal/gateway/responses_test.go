@@ -12,6 +12,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/responses"
 
+	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/provider"
 )
@@ -307,6 +308,112 @@ func TestResponsesAmbiguousTurnsAreRetriedThenGivenUp(t *testing.T) {
 		want := conversationAnswer([]string{"start", "once more"}, 12)
 		if got := next.Output[0].Content[0].Text; got != want[1] {
 			t.Fatalf("the given-up turn leaked into the conversation: %q want %q", got, want[1])
+		}
+	})
+}
+
+// itemText is an item's role or type and its text, for comparing a
+// conversation item for item.
+func itemText(it provider.Item) string {
+	s := it.Type + "/" + it.Role + ":"
+	for _, p := range it.Content {
+		if p.Text != nil {
+			s += *p.Text
+		}
+	}
+	return s
+}
+
+// On a stateful route the provider keeps the conversation. Replies lost
+// after the provider committed them are reconciled, never re-sent blind:
+// found, the answer is adopted; absent, the turn is retried; twice, one
+// copy is kept and the other removed upstream and recorded as an orphan.
+// The provider's conversation ends item for item the gateway's.
+func TestStatefulTurnsAreReconciledNotDuplicated(t *testing.T) {
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 6}}, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		up := e.fallback
+		var h http.Header
+		c := e.openai(&h)
+		faults := []*mock.Fault{
+			nil,
+			{Type: mock.FaultCommitThenHang},
+			{Type: mock.FaultCommitThenReset, After: 3},
+			{Type: mock.FaultCommitTwiceThen502},
+			{Type: mock.FaultHang},
+			nil,
+		}
+		wantReconciled := []string{"", "found", "found", "found", "absent", ""}
+		prev, attempts := "", 0
+		var ids []string
+		for i, f := range faults {
+			up.SetScript(mock.Script{})
+			if f != nil {
+				up.SetScript(rules(mock.Rule{Calls: []int{int(up.Stats().Requests) + 1}, Fault: *f}))
+			}
+			p := responses.ResponseNewParams{Model: "convo", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("turn " + string(rune('a'+i)))}}
+			if prev != "" {
+				p.PreviousResponseID = openai.String(prev)
+			}
+			var text string
+			if i == 2 {
+				st := c.Responses.NewStreaming(ctx, p)
+				var deltas strings.Builder
+				for st.Next() {
+					switch ev := st.Current(); ev.Type {
+					case "response.output_text.delta":
+						deltas.WriteString(ev.Delta)
+					case "response.completed":
+						prev = ev.Response.ID
+					}
+				}
+				if err := st.Err(); err != nil {
+					t.Fatalf("turn %d: %v", i+1, err)
+				}
+				text = deltas.String()
+			} else {
+				res, err := c.Responses.New(ctx, p)
+				if err != nil {
+					t.Fatalf("turn %d: %v", i+1, err)
+				}
+				text, prev = res.OutputText(), res.ID
+			}
+			if text == "" {
+				t.Fatalf("turn %d: no answer", i+1)
+			}
+			ids = append(ids, prev)
+			r := e.receipt(h.Get("X-Oncegate-Request-Id"))
+			attempts += len(r.Attempts)
+			if got := r.Attempts[0].Reconciled; got != wantReconciled[i] || r.Terminal != "succeeded" {
+				t.Fatalf("turn %d: first attempt reconciled %q, want %q (%+v)", i+1, got, wantReconciled[i], r.Attempts)
+			}
+		}
+		if calls := up.Stats().Requests; calls != int64(attempts) {
+			t.Fatalf("the provider saw %d generation calls, the receipts hold %d attempts", calls, attempts)
+		}
+		// The provider's conversation is the gateway's, item for item.
+		turns, err := e.gw.ledger.ConversationTurns(ctx, "acme", ids[0])
+		if err != nil || len(turns) != len(faults) {
+			t.Fatalf("%d turns: %v", len(turns), err)
+		}
+		items, err := historyItems(ledger.Chain(turns, ids[len(ids)-1]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conv := readUpstream(turns[len(turns)-1].Upstream).Conversation
+		stored := up.Conversation(conv)
+		if len(stored) != len(items) {
+			t.Fatalf("the provider holds %d items, the gateway %d", len(stored), len(items))
+		}
+		for i := range items {
+			if itemText(stored[i]) != itemText(items[i]) {
+				t.Fatalf("item %d: provider %q, gateway %q", i, itemText(stored[i]), itemText(items[i]))
+			}
+		}
+		orphans, err := e.gw.ledger.Orphans(ctx, "acme", ids[0])
+		if err != nil || len(orphans) != 1 || orphans[0].Cost <= 0 || orphans[0].ResponseID != ids[3] {
+			t.Fatalf("orphans: %+v %v", orphans, err)
 		}
 	})
 }

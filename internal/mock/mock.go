@@ -40,6 +40,7 @@ type Mock struct {
 	setAt   time.Time
 	calls   map[string]int
 	ids     int64
+	state   *rsState
 	closing chan struct{}
 	once    sync.Once
 }
@@ -49,10 +50,16 @@ func New(cfg Config) *Mock {
 	if cfg.Tokens <= 0 {
 		cfg.Tokens = 24
 	}
-	m := &Mock{cfg: cfg, stats: newStats(), script: cfg.Script, setAt: time.Now(), calls: map[string]int{}, closing: make(chan struct{})}
+	m := &Mock{cfg: cfg, stats: newStats(), script: cfg.Script, setAt: time.Now(), calls: map[string]int{}, closing: make(chan struct{}),
+		state: newRSState()}
 	m.mux = http.NewServeMux()
 	m.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { m.serve(provider.OpenAI, w, r) })
 	m.mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { m.serve(provider.Anthropic, w, r) })
+	m.mux.HandleFunc("POST /v1/responses", m.serveResponses)
+	m.mux.HandleFunc("GET /v1/responses/{id}", m.getResponse)
+	m.mux.HandleFunc("POST /v1/conversations", m.createConversation)
+	m.mux.HandleFunc("GET /v1/conversations/{id}/items", m.listItems)
+	m.mux.HandleFunc("DELETE /v1/conversations/{id}/items/{item}", m.deleteItem)
 	m.mux.HandleFunc("GET /mock/stats", m.serveStats)
 	m.mux.HandleFunc("POST /mock/reset", func(w http.ResponseWriter, r *http.Request) { m.Reset(); w.WriteHeader(204) })
 	m.mux.HandleFunc("PUT /mock/script", m.serveScript)
@@ -117,6 +124,8 @@ type exchange struct {
 	out    int64 // tokens written so far
 	// logprobs: an OpenAI request asked for log probabilities.
 	logprobs bool
+	// rs is set for a Responses API request: what it commits.
+	rs *rsTurn
 }
 
 func (m *Mock) serve(proto provider.Protocol, w http.ResponseWriter, r *http.Request) {
@@ -138,14 +147,21 @@ func (m *Mock) serve(proto provider.Protocol, w http.ResponseWriter, r *http.Req
 		writeError(w, proto, 400, "invalid_request_error", "", "assistant message prefill is not supported when thinking is enabled", nil)
 		return
 	}
-	x := &exchange{m: m, proto: proto, w: w, r: r, req: cr.IR, prompt: cr.PromptTokens, logprobs: asked.Logprobs && proto == provider.OpenAI,
-		lbl: labels{key: r.Header.Get("Idempotency-Key"), reqID: r.Header.Get("X-Oncegate-Request-Id"), model: cr.IR.Model}}
-	cont := len(cr.IR.Messages) > 0 && isPrefix(&cr.IR.Messages[len(cr.IR.Messages)-1])
+	x := m.begin(proto, w, r, cr.IR, cr.PromptTokens)
+	x.logprobs = asked.Logprobs && proto == provider.OpenAI
+	x.finishServe()
+}
+
+// begin counts a generation request and matches it against the script.
+func (m *Mock) begin(proto provider.Protocol, w http.ResponseWriter, r *http.Request, ir *provider.Request, prompt int64) *exchange {
+	x := &exchange{m: m, proto: proto, w: w, r: r, req: ir, prompt: prompt,
+		lbl: labels{key: r.Header.Get("Idempotency-Key"), reqID: r.Header.Get("X-Oncegate-Request-Id"), model: ir.Model}}
+	cont := len(ir.Messages) > 0 && isPrefix(&ir.Messages[len(ir.Messages)-1])
 	m.mu.Lock()
-	m.calls[cr.IR.Model]++
+	m.calls[ir.Model]++
 	m.ids++
 	x.st, x.id = m.stats, strconv.FormatInt(m.ids, 10)
-	c := call{model: cr.IR.Model, key: x.lbl.key, n: m.calls[cr.IR.Model], continuation: cont, since: time.Since(m.setAt)}
+	c := call{model: ir.Model, key: x.lbl.key, n: m.calls[ir.Model], continuation: cont, since: time.Since(m.setAt)}
 	for i := range m.script.Rules {
 		if m.script.Rules[i].matches(c) {
 			f := m.script.Rules[i].Fault
@@ -159,15 +175,20 @@ func (m *Mock) serve(proto provider.Protocol, w http.ResponseWriter, r *http.Req
 		if cont {
 			c.Continuations++
 		}
-		c.MaxTokensAsked = max(c.MaxTokensAsked, cr.IR.MaxTokens)
-		if cr.IR.MaxTokens == 0 {
+		c.MaxTokensAsked = max(c.MaxTokensAsked, ir.MaxTokens)
+		if ir.MaxTokens == 0 {
 			c.Unlimited++
 		}
 	})
+	return x
+}
+
+// finishServe runs the exchange and counts a client that left.
+func (x *exchange) finishServe() {
 	x.run()
 	// Until this handler returns, r.Context() ends only when the client
 	// leaves: that is a disconnect the upstream saw.
-	if r.Context().Err() != nil && x.faultType() != FaultReset {
+	if x.r.Context().Err() != nil && x.faultType() != FaultReset && x.faultType() != FaultCommitThenReset {
 		x.st.add(x.lbl, func(c *Counter) { c.Disconnects++ })
 	}
 }
@@ -205,6 +226,9 @@ func (x *exchange) run() {
 	if !x.wait(x.m.cfg.TTFT) {
 		return
 	}
+	if x.rs != nil && x.afterCommit(tokens, finish) {
+		return
+	}
 	if x.req.Stream {
 		x.stream(tokens, finish)
 		return
@@ -214,6 +238,11 @@ func (x *exchange) run() {
 		return
 	}
 	x.countOut(int64(len(tokens)))
+	if x.rs != nil {
+		x.w.Header().Set("Content-Type", "application/json")
+		_, _ = x.w.Write(x.commit(tokens, finish, "", true))
+		return
+	}
 	x.w.Header().Set("Content-Type", "application/json")
 	x.w.Header().Set("x-request-id", "req_mock"+x.id)
 	_, _ = x.w.Write(x.completeBody(tokens, finish))

@@ -26,6 +26,9 @@ func (x *exchange) stream(tokens []string, finish string) {
 		id = "msg_mock" + x.id
 	}
 	enc := provider.NewEncoder(x.proto, id, time.Now().Unix(), x.req.Model)
+	if x.rs != nil {
+		enc = provider.NewResponsesEncoder(x.rs.shell)
+	}
 	send := func(b []byte) bool {
 		if _, err := x.w.Write(b); err != nil {
 			return false
@@ -56,6 +59,10 @@ func (x *exchange) stream(tokens []string, finish string) {
 	}
 	f := x.fault
 	for i, p := range pieces {
+		if f != nil && f.Type == FaultCommitThenReset && i == f.After {
+			x.commit(tokens, finish, "", false)
+			panic(http.ErrAbortHandler) // committed whole; the connection drops mid-stream
+		}
 		if f != nil && i == f.After {
 			if !x.midStream(f, send, enc) {
 				return
@@ -83,7 +90,14 @@ func (x *exchange) stream(tokens []string, finish string) {
 			return
 		}
 	}
+	if f != nil && f.Type == FaultCommitThenReset {
+		x.commit(tokens, finish, "", true)
+		panic(http.ErrAbortHandler)
+	}
 	tail := enc.Finish(nil, finish, gw.Usage{InputTokens: x.prompt, OutputTokens: x.out}, true)
+	if x.rs != nil {
+		x.commit(tokens, finish, "", true)
+	}
 	if f != nil && f.Type == FaultNoDone {
 		tail = tail[:len(tail)-len(terminator(x.proto))]
 	}

@@ -103,7 +103,10 @@ type Route struct {
 
 // Alias is a model name with its ordered routes and policies.
 type Alias struct {
-	Name        string
+	Name string
+	// Stateful: every route is openai-responses (the conversation lives
+	// upstream); the alias serves /v1/responses only.
+	Stateful    bool
 	Routes      []*Route
 	MaxBoundary gw.DataBoundary
 	Require     config.Require
@@ -138,6 +141,16 @@ func (p *Policy) Tenant(id string) *Tenant {
 
 // Route returns the route with id, or nil.
 func (p *Policy) Route(id string) *Route {
+	for _, r := range p.Routes {
+		if r.ID == id {
+			return r
+		}
+	}
+	return nil
+}
+
+// RouteByID returns the route with id, or nil.
+func (p *Policy) RouteByID(id string) *Route {
 	for _, r := range p.Routes {
 		if r.ID == id {
 			return r

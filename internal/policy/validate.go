@@ -196,6 +196,7 @@ func (v *validator) aliases(routes []*Route) []*Alias {
 			v.admit(a, r, rpath)
 			a.Routes = append(a.Routes, r)
 		}
+		v.stateful(a, path)
 		if m.Hedge.After > 0 && len(m.Routes) < 2 {
 			v.fail(path+".hedge.after", "hedging needs a second route to hedge to")
 		}
@@ -203,6 +204,34 @@ func (v *validator) aliases(routes []*Route) []*Alias {
 		out = append(out, a)
 	}
 	return out
+}
+
+// stateful checks an alias's openai-responses routes: an alias is
+// stateful (every route keeps the conversation upstream, and it serves
+// /v1/responses only) or has none; a stateful route cannot be continued
+// by prefill, and a stateful alias is never hedged.
+func (v *validator) stateful(a *Alias, path string) {
+	n := 0
+	for j, r := range a.Routes {
+		if r.Provider == nil || r.Provider.Type != TypeOpenAIResponses {
+			continue
+		}
+		n++
+		if r.Caps.Continuation != "" && r.Caps.Continuation != retry.ContinuationNone {
+			v.fail(fmt.Sprintf("%s.routes[%d]", path, j), "route %q is an openai-responses route: its conversation lives upstream, so it cannot be continued by %s (use continuation: none)",
+				r.ID, r.Caps.Continuation)
+		}
+	}
+	switch {
+	case n == 0:
+	case n < len(a.Routes):
+		v.fail(path+".routes", "alias %q mixes openai-responses routes with others: a stateful alias keeps its conversations upstream, so all its routes must be openai-responses", a.Name)
+	default:
+		a.Stateful = true
+		if a.HedgeAfter > 0 {
+			v.fail(path+".hedge.after", "alias %q is stateful (openai-responses): a hedge would append the turn twice", a.Name)
+		}
+	}
 }
 
 // admit checks one route against its alias's contract (DESIGN §8.2).
@@ -235,9 +264,6 @@ func (v *validator) admit(a *Alias, r *Route, rpath string) {
 	}
 	if req.Idempotency && !r.SupportsIdempotency {
 		v.fail(rpath, "%s does not support idempotency keys, which alias %q requires", where, a.Name)
-	}
-	if r.Provider != nil && r.Provider.Type == TypeOpenAIResponses {
-		v.fail(rpath, "%s is an openai-responses route; chat aliases need an openai or anthropic provider", where)
 	}
 }
 

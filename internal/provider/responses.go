@@ -37,6 +37,9 @@ type ResponsesRequest struct {
 	ToolsRaw      json.RawMessage
 	ToolChoiceRaw json.RawMessage
 	Metadata      json.RawMessage
+	// Conversation is an upstream conversation object's id: what the
+	// gateway sends a stateful route, and refuses from a client.
+	Conversation string
 }
 
 // Item is one item of a conversation, in the Responses wire form the
@@ -114,8 +117,6 @@ func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 		return nil, invalid("model", "model is required")
 	case in.Background != nil && *in.Background:
 		return nil, invalid("background", "background responses are not supported: oncegate answers each turn while the client waits")
-	case isSet(in.Conversation):
-		return nil, invalid("conversation", "conversation objects are not supported: continue a conversation with previous_response_id")
 	case isSet(in.Prompt):
 		return nil, invalid("prompt", "stored prompt templates are not supported")
 	case in.Text != nil && in.Text.Format != nil && in.Text.Format.Type != "" && in.Text.Format.Type != "text":
@@ -123,7 +124,11 @@ func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 	case in.MaxOutputTokens != nil && *in.MaxOutputTokens < 1:
 		return nil, invalid("max_output_tokens", "must be at least 1")
 	}
-	r := &ResponsesRequest{Model: in.Model, Instructions: in.Instructions, Stream: in.Stream, Temperature: in.Temperature,
+	conv, err := conversationID(in.Conversation)
+	if err != nil {
+		return nil, err
+	}
+	r := &ResponsesRequest{Model: in.Model, Conversation: conv, Instructions: in.Instructions, Stream: in.Stream, Temperature: in.Temperature,
 		TopP: in.TopP, ParallelToolCalls: in.ParallelToolCalls, User: in.User, Store: in.Store == nil || *in.Store}
 	if in.SafetyIdentifier != "" {
 		r.User = in.SafetyIdentifier
@@ -147,7 +152,6 @@ func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 		}
 		r.Metadata = in.Metadata
 	}
-	var err error
 	if r.Input, err = parseInput(in.Input); err != nil {
 		return nil, err
 	}
@@ -178,7 +182,30 @@ func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 	return r, nil
 }
 
+// conversationID reads "conversation": an id, or {"id": …}.
+func conversationID(raw json.RawMessage) (string, error) {
+	if !isSet(raw) {
+		return "", nil
+	}
+	var id string
+	if json.Unmarshal(raw, &id) == nil && id != "" {
+		return id, nil
+	}
+	var o struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(raw, &o) == nil && o.ID != "" {
+		return o.ID, nil
+	}
+	return "", invalid("conversation", "conversation must be an id or {\"id\": …}")
+}
+
 func isSet(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
+
+// ParseInput reads input items: a string (one user message) or a list of
+// items and messages, as POST /v1/responses and POST /v1/conversations
+// take them.
+func ParseInput(raw json.RawMessage) ([]Item, error) { return parseInput(raw) }
 
 // parseInput reads input: a string (one user message) or a list of items
 // and messages.

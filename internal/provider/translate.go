@@ -363,8 +363,12 @@ func markContinuation(body []byte, style string) ([]byte, error) {
 
 // DecodeResponse reads an upstream success body of protocol p.
 func DecodeResponse(p Protocol, body []byte) (*Response, error) {
-	if p == Anthropic {
+	switch p {
+	case Anthropic:
 		return decodeAnthropicResponse(body)
+	case Responses:
+		r, _, err := DecodeResponsesObject(body)
+		return r, err
 	}
 	return decodeOpenAIResponse(body)
 }
@@ -388,8 +392,11 @@ type Decoder interface {
 
 // NewDecoder returns a stream decoder for upstream protocol p.
 func NewDecoder(p Protocol) Decoder {
-	if p == Anthropic {
+	switch p {
+	case Anthropic:
 		return &anthropicDecoder{}
+	case Responses:
+		return &responsesDecoder{}
 	}
 	return &openAIDecoder{}
 }

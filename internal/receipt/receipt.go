@@ -73,12 +73,15 @@ type Dedup struct {
 // Facts are the request properties the engine decided on, recorded so that
 // verification can replay it.
 type Facts struct {
-	EstimatedInputTokens int64             `json:"estimated_input_tokens"`
-	MaxOutputTokens      int64             `json:"max_output_tokens"`
-	MaxDataBoundary      string            `json:"max_data_boundary"`
-	AcceptRestart        bool              `json:"accept_restart"`
-	NoContinuation       bool              `json:"no_continuation,omitempty"`
-	IneligibleRoutes     map[string]string `json:"ineligible_routes"`
+	EstimatedInputTokens int64  `json:"estimated_input_tokens"`
+	MaxOutputTokens      int64  `json:"max_output_tokens"`
+	MaxDataBoundary      string `json:"max_data_boundary"`
+	AcceptRestart        bool   `json:"accept_restart"`
+	NoContinuation       bool   `json:"no_continuation,omitempty"`
+	// Stateful: the operation writes provider-side state (a turn on an
+	// openai-responses route): never hedged.
+	Stateful         bool              `json:"stateful,omitempty"`
+	IneligibleRoutes map[string]string `json:"ineligible_routes"`
 }
 
 // Attempt is one physical attempt.
@@ -112,6 +115,13 @@ type Attempt struct {
 	ReservedUSD      float64       `json:"reserved_usd"`
 	Breaker          BreakerState  `json:"breaker"`
 	Error            *AttemptError `json:"error,omitempty"`
+	// Reconciled is set on an attempt at a stateful route whose reply was
+	// lost: "found" (the upstream had committed the answer, which was
+	// adopted), "absent" (it had not: the attempt may be retried) or
+	// "unknown" (it could not be told). Orphans counts the extra copies of
+	// the turn the upstream held, removed and recorded with their cost.
+	Reconciled string `json:"reconciled,omitempty"`
+	Orphans    int    `json:"orphans,omitempty"`
 }
 
 // BreakerState is the route's breaker when the attempt was admitted.
@@ -205,7 +215,7 @@ func (a *Attempt) Engine() retry.Attempt {
 func (r *Receipt) EngineRequest() *retry.Request {
 	return &retry.Request{ID: r.RequestID, Deadline: r.Deadline, InputTokens: r.Request.EstimatedInputTokens,
 		MaxOutputTokens: r.Request.MaxOutputTokens, AcceptRestart: r.Request.AcceptRestart, NoContinuation: r.Request.NoContinuation,
-		Ineligible: r.Request.IneligibleRoutes}
+		Stateful: r.Request.Stateful, Ineligible: r.Request.IneligibleRoutes}
 }
 
 // ComputeTotals sums the attempts.

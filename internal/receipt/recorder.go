@@ -27,6 +27,10 @@ type Observation struct {
 	UsageEstimated   bool
 	Breaker          BreakerState
 	Error            *AttemptError
+	// Reconciled is what a stateful route said of an attempt whose
+	// outcome was ambiguous: found, absent (see Attempt.Reconciled).
+	Reconciled string
+	Orphans    int
 }
 
 // Recorder drives the retry engine for one logical request and writes its
@@ -149,7 +153,7 @@ func (rc *Recorder) attempt(prev retry.Decision, route *policy.Route, o Observat
 		HTTPStatus: o.HTTPStatus, VisibleOutput: o.VisibleOutput, EmittedTokens: o.EmittedTokens,
 		InToolCall: o.InToolCall, ProtocolWarnings: o.ProtocolWarnings, Usage: o.Usage,
 		UsageEstimated: o.UsageEstimated, CostUSD: route.Price.Cost(o.Usage).USD(),
-		ReservedUSD: prev.Reserve.USD(), Breaker: o.Breaker, Error: o.Error}
+		ReservedUSD: prev.Reserve.USD(), Breaker: o.Breaker, Error: o.Error, Reconciled: o.Reconciled, Orphans: o.Orphans}
 	if o.FirstByteAt != nil {
 		fb := o.FirstByteAt.UTC()
 		a.FirstByteAt = &fb

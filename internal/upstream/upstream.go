@@ -8,6 +8,7 @@ package upstream
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -142,6 +143,9 @@ func (c *Client) Close() { c.hc.CloseIdleConnections() }
 
 // Request is one attempt's outbound request.
 type Request struct {
+	// Method is POST unless set (GET and DELETE read and edit a stateful
+	// upstream's conversations).
+	Method string
 	Path   string // appended to the base URL, e.g. "/chat/completions"
 	Body   []byte
 	Header http.Header // per-attempt headers (idempotency key, request id)
@@ -163,12 +167,15 @@ type Response struct {
 func (c *Client) Do(ctx context.Context, r *Request) (*Response, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	b := &onceBody{data: r.Body}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.cfg.BaseURL+r.Path, nil)
+	method := cmp.Or(r.Method, http.MethodPost)
+	req, err := http.NewRequestWithContext(ctx, method, c.cfg.BaseURL+r.Path, nil)
 	if err != nil {
 		cancel(nil)
 		return nil, &Error{Phase: PhaseConnect, Err: err}
 	}
-	req.Body, req.GetBody, req.ContentLength = b.open(), b.reopen, int64(len(r.Body))
+	if method == http.MethodPost || len(r.Body) > 0 {
+		req.Body, req.GetBody, req.ContentLength = b.open(), b.reopen, int64(len(r.Body))
+	}
 	if c.cfg.Headers != nil {
 		req.Header = c.cfg.Headers.Clone()
 	}
