@@ -465,7 +465,10 @@ func (c *call) attempt(ctx context.Context, d retry.Decision, n int, p *permit, 
 	if route.Provider.Type == policy.TypeOpenAIResponses {
 		return c.statefulAttempt(ctx, res, n)
 	}
-	up := upstreamProtocol(route.Provider.Type)
+	up, path := upstreamProtocol(route.Provider.Type), upstreamPath(route.Provider.Type)
+	if c.proto == provider.Embeddings {
+		up, path = provider.Embeddings, "/embeddings"
+	}
 	target := provider.Target{Protocol: up, Model: route.Model, Stream: c.stream,
 		MaxOutputTokens: route.Caps.MaxOutputTokens, Continuation: string(route.Caps.Continuation),
 		MaxTokens: c.outputLimit(route, d.Action == retry.ActionResume)}
@@ -483,7 +486,7 @@ func (c *call) attempt(ctx context.Context, d retry.Decision, n int, p *permit, 
 	if up == provider.Anthropic && c.proto == provider.Anthropic && c.anthropicBeta != "" {
 		hdr.Set("anthropic-beta", c.anthropicBeta)
 	}
-	return c.exchange(ctx, res, up, upstreamPath(route.Provider.Type), built, hdr)
+	return c.exchange(ctx, res, up, path, built, hdr)
 }
 
 // exchange sends one attempt's body and reads what comes back: a stream

@@ -80,6 +80,9 @@ routes:
     max_attempts: 3
     price: {input_usd_per_mtok: 2, output_usd_per_mtok: 8}
 models:
+  - name: embed
+    routes: [claude, primary, fallback]
+    retry: {max_attempts: 3, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s}
   - name: convo
     routes: [stateful]
     retry: {max_attempts: 4, base_delay: 20ms, max_delay: 80ms, jitter: full, deadline: 10s}

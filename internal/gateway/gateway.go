@@ -466,10 +466,13 @@ func (g *Gateway) routes() {
 	m.HandleFunc("POST /v1/chat/completions", g.serveChat(provider.OpenAI))
 	m.HandleFunc("POST /v1/messages", g.serveChat(provider.Anthropic))
 	m.HandleFunc("POST /v1/responses", g.serveResponses)
+	m.HandleFunc("POST /v1/embeddings", g.serveChat(provider.Embeddings))
 	m.HandleFunc("GET /v1/responses/{id}", g.authed(g.serveResponse))
 	m.HandleFunc("DELETE /v1/responses/{id}", g.authed(g.deleteResponse))
 	m.HandleFunc("GET /v1/responses/{id}/input_items", g.authed(g.serveInputItems))
 	m.HandleFunc("GET /v1/models", g.authed(g.serveModels))
+	m.HandleFunc("GET /v1/models/{id}", g.authed(g.serveModel))
+	m.HandleFunc("POST /v1/messages/count_tokens", g.serveCountTokens)
 	m.HandleFunc("GET /v1/receipts/{id}", g.authed(g.serveReceipt))
 	m.HandleFunc("GET /v1/receipts", g.authed(g.serveReceipts))
 	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
@@ -478,7 +481,8 @@ func (g *Gateway) routes() {
 	// Every other answer is an error in the caller's protocol too: an
 	// unknown path (404 not_found), a known one with another method (405).
 	for path, allow := range map[string]string{"/v1/chat/completions": "POST", "/v1/messages": "POST", "/v1/models": "GET",
-		"/v1/responses": "POST", "/v1/responses/{id}": "GET, DELETE", "/v1/responses/{id}/input_items": "GET",
+		"/v1/responses": "POST", "/v1/embeddings": "POST",
+		"/v1/models/{id}": "GET", "/v1/messages/count_tokens": "POST", "/v1/responses/{id}": "GET, DELETE", "/v1/responses/{id}/input_items": "GET",
 		"/v1/receipts/{id}": "GET", "/v1/receipts": "GET", "/healthz": "GET", "/readyz": "GET", "/metrics": "GET"} {
 		m.HandleFunc(path, methodNotAllowed(allow))
 	}

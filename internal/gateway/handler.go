@@ -195,7 +195,7 @@ func (g *Gateway) newCall(r *http.Request, p provider.Protocol, t *policy.Tenant
 		MaxDataBoundary: t.MaxBoundary.String(), AcceptRestart: acceptRestart, NoContinuation: cr.IR.Thinking,
 		IneligibleRoutes: alias.Ineligible(policy.Needs{Images: needs.Images, Audio: needs.Audio, Tools: needs.Tools,
 			JSONSchema: needs.JSONSchema, Stream: needs.Stream, ContextTokens: cr.PromptTokens + cr.IR.MaxTokens,
-			Protocol: string(cr.Protocol), NativeOnly: cr.NativeOnly}, t.MaxBoundary)}
+			Protocol: string(cr.Protocol), NativeOnly: cr.NativeOnly, Embeddings: p == provider.Embeddings}, t.MaxBoundary)}
 	c.rec = receipt.NewRecorder(alias, h)
 	c.out = newOutput(c)
 	return c, nil

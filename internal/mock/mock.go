@@ -56,6 +56,8 @@ func New(cfg Config) *Mock {
 	m.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { m.serve(provider.OpenAI, w, r) })
 	m.mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { m.serve(provider.Anthropic, w, r) })
 	m.mux.HandleFunc("POST /v1/responses", m.serveResponses)
+	m.mux.HandleFunc("POST /v1/embeddings", m.serveEmbeddings)
+	m.mux.HandleFunc("POST /v1/messages/count_tokens", m.countTokens)
 	m.mux.HandleFunc("GET /v1/responses/{id}", m.getResponse)
 	m.mux.HandleFunc("POST /v1/conversations", m.createConversation)
 	m.mux.HandleFunc("GET /v1/conversations/{id}/items", m.listItems)
@@ -124,8 +126,10 @@ type exchange struct {
 	out    int64 // tokens written so far
 	// logprobs: an OpenAI request asked for log probabilities.
 	logprobs bool
-	// rs is set for a Responses API request: what it commits.
-	rs *rsTurn
+	// rs is set for a Responses API request: what it commits; emb for
+	// an embeddings request.
+	rs  *rsTurn
+	emb *rsEmbed
 }
 
 func (m *Mock) serve(proto provider.Protocol, w http.ResponseWriter, r *http.Request) {
@@ -219,6 +223,13 @@ func (x *exchange) run() {
 		return
 	case FaultGarbage:
 		x.garbage()
+		return
+	}
+	if x.emb != nil {
+		x.st.add(x.lbl, func(c *Counter) { c.Generations++; c.InputTokens += x.prompt })
+		if x.wait(x.m.cfg.TTFT) {
+			x.embed()
+		}
 		return
 	}
 	tokens, finish := x.plan()

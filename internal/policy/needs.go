@@ -20,6 +20,9 @@ type Needs struct {
 	// request's fields that only a route speaking it can serve.
 	Protocol   string
 	NativeOnly []string
+	// Embeddings: the request is for embeddings, which only OpenAI-type
+	// routes serve.
+	Embeddings bool
 }
 
 // Ineligible returns, for each of the alias's routes that cannot serve a
@@ -38,6 +41,8 @@ func (a *Alias) Ineligible(n Needs, maxBoundary gw.DataBoundary) map[string]stri
 		switch {
 		case r.Boundary > maxBoundary:
 			out[r.ID] = fmt.Sprintf("data boundary %s exceeds the tenant's %s", r.Boundary, maxBoundary)
+		case n.Embeddings && r.Provider.Type != TypeOpenAI:
+			out[r.ID] = fmt.Sprintf("embeddings need an openai provider, not %s", r.Provider.Type)
 		case len(n.NativeOnly) > 0 && string(r.Provider.Type) != n.Protocol:
 			out[r.ID] = fmt.Sprintf("%s cannot be carried to the %s protocol", strings.Join(n.NativeOnly, ", "), r.Provider.Type)
 		case n.Images && !r.Caps.Accepts(InputImage):

@@ -633,3 +633,29 @@ func (e *anthropicEncoder) Finish(dst []byte, finish string, u gw.Usage, _ bool)
 func (e *anthropicEncoder) Error(dst []byte, ce *ClientError) []byte {
 	return sse.AppendEvent(dst, "error", StreamErrorData(Anthropic, ce))
 }
+
+// ParseCountTokens reads a POST /v1/messages/count_tokens body: a Messages
+// request without max_tokens.
+func ParseCountTokens(body []byte) (*Request, error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(body, &top); err != nil {
+		return nil, invalid("", "request body is not a valid token counting request: %v", jsonErr(err))
+	}
+	if _, ok := top["max_tokens"]; !ok {
+		top["max_tokens"] = json.RawMessage("1")
+	}
+	withMax, err := json.Marshal(top)
+	if err != nil {
+		return nil, err
+	}
+	return parseAnthropicRequest(withMax)
+}
+
+// WithModel returns body with its top-level model replaced.
+func WithModel(body []byte, model string) ([]byte, error) {
+	out, ok := replaceModel(body, model)
+	if !ok {
+		return nil, invalid("model", "model must be a string, given once")
+	}
+	return out, nil
+}

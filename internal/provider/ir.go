@@ -33,6 +33,8 @@ func (p Protocol) Operation() string {
 		return "messages"
 	case Responses:
 		return "responses"
+	case Embeddings:
+		return "embeddings"
 	}
 	return "chat.completions"
 }

@@ -32,6 +32,11 @@ func ParseRequest(p Protocol, body []byte) (*ClientRequest, error) {
 		ir, err = parseOpenAIRequest(body)
 	case Anthropic:
 		ir, err = parseAnthropicRequest(body)
+	case Embeddings:
+		if ir, err = parseEmbeddingsRequest(body); err != nil {
+			return nil, err
+		}
+		return &ClientRequest{Protocol: p, Body: body, IR: ir, PromptTokens: PromptTokens(ir)}, nil
 	default:
 		return nil, fmt.Errorf("unknown protocol %q", p)
 	}
@@ -84,6 +89,11 @@ func BuildRequest(in *ClientRequest, t Target, prefix *string) (*Built, error) {
 	var body []byte
 	var err error
 	switch {
+	case in.Protocol == Embeddings:
+		var ok bool
+		if body, ok = replaceModel(in.Body, t.Model); !ok {
+			err = fmt.Errorf("the request has no model to replace")
+		}
 	case in.Protocol == OpenAI && t.Protocol == OpenAI:
 		body, err = patchOpenAI(in.Body, t, ir, prefix != nil, in.IR.MaxTokens)
 	case in.Protocol == Anthropic && t.Protocol == Anthropic:
@@ -369,6 +379,8 @@ func DecodeResponse(p Protocol, body []byte) (*Response, error) {
 	case Responses:
 		r, _, err := DecodeResponsesObject(body)
 		return r, err
+	case Embeddings:
+		return decodeEmbeddingsResponse(body)
 	}
 	return decodeOpenAIResponse(body)
 }

@@ -1,0 +1,134 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oncegate/oncegate/internal/mock"
+	"github.com/oncegate/oncegate/internal/provider"
+)
+
+const statefulConfig = `
+tenants: [{id: e2e, api_key_env: ONCEGATE_E2E_KEY}]
+providers: [{id: rs, type: openai-responses, base_url: "MOCK/v1", timeouts: {connect: 1s, first_byte: 60s, idle: 60s}}]
+routes:
+  - {id: rs, provider: rs, model: rs-model, behavior_class: c, data_boundary: local, max_attempts: 2,
+     capabilities: {streaming: true, max_context_tokens: 100000, max_output_tokens: 1000}, price: {input_usd_per_mtok: 1, output_usd_per_mtok: 2}}
+models:
+  - {name: convo, routes: [rs], retry: {max_attempts: 2, base_delay: 10ms, max_delay: 50ms, deadline: 60s}}
+lease: {ttl: 2s, renew: 500ms}
+`
+
+// postTurn sends one turn of a conversation and returns the status and
+// the response object (or error body).
+func (g *gateway) postTurn(ctx context.Context, key, body string) (int, map[string]any, error) {
+	req, _ := http.NewRequestWithContext(ctx, "POST", g.url+"/v1/responses", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	return res.StatusCode, m, err
+}
+
+func outputText(m map[string]any) string {
+	var s string
+	out, _ := m["output"].([]any)
+	for _, o := range out {
+		content, _ := o.(map[string]any)["content"].([]any)
+		for _, c := range content {
+			if t, ok := c.(map[string]any)["text"].(string); ok {
+				s += t
+			}
+		}
+	}
+	return s
+}
+
+// A gateway killed while the provider holds a committed turn whose reply
+// never came: after a restart the turn is unknown, is reconciled against
+// the provider's conversation on the next request, and its committed
+// answer is adopted — no second generation, no duplicate turn.
+func TestCrashDuringAStatefulTurn(t *testing.T) {
+	backends(t, func(t *testing.T, store string) {
+		w := newWorldOn(t, mock.Config{Tokens: 8}, store)
+		if err := os.WriteFile(w.config, []byte(strings.ReplaceAll(statefulConfig, "MOCK", mockURL(t, w))), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		g := w.start()
+		ctx := context.Background()
+		st, first, err := g.postTurn(ctx, "t1", `{"model":"convo","input":"hello"}`)
+		if err != nil || st != 200 {
+			t.Fatalf("turn 1: %d %v %v", st, first, err)
+		}
+		w.mock.SetScript(mock.Script{Rules: []mock.Rule{{Fault: mock.Fault{Type: mock.FaultCommitThenHang}}}})
+		body := `{"model":"convo","input":"and then?","previous_response_id":"` + first["id"].(string) + `"}`
+		go func() { _, _, _ = g.postTurn(ctx, "t2", body) }()
+		deadline := time.Now().Add(10 * time.Second)
+		for w.mock.StoredResponses() < 2 {
+			if time.Now().After(deadline) {
+				t.Fatal("the provider never committed turn 2")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		g.kill(t)
+		w.mock.SetScript(mock.Script{}) // healthy now: a blind re-send would succeed, and duplicate the turn
+		generated := w.mock.Stats().Requests
+		g2 := w.start()
+		var second map[string]any
+		for deadline = time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			if st, second, err = g2.postTurn(ctx, "t2", body); err != nil {
+				t.Fatal(err)
+			}
+			if st != 409 || time.Now().After(deadline) {
+				break
+			}
+		}
+		if st != 200 {
+			t.Fatalf("turn 2 after the crash: %d %v", st, second)
+		}
+		if n := w.mock.Stats().Requests; n != generated {
+			t.Fatalf("the provider generated %d times after the crash: a blind re-send", n-generated)
+		}
+		want := mock.Answer(0, &provider.Request{Messages: []provider.Message{
+			{Role: "user", Parts: []provider.Part{{Type: "text", Text: "hello"}}},
+			{Role: "assistant", Parts: []provider.Part{{Type: "text", Text: outputText(first)}}},
+			{Role: "user", Parts: []provider.Part{{Type: "text", Text: "and then?"}}}}}, 8)
+		if got := outputText(second); got != want {
+			t.Fatalf("turn 2 adopted %q, the provider committed %q", got, want)
+		}
+		// The conversation goes on, and the provider holds each turn once.
+		st, third, err := g2.postTurn(ctx, "", `{"model":"convo","input":"thanks","previous_response_id":"`+second["id"].(string)+`"}`)
+		if err != nil || st != 200 {
+			t.Fatalf("turn 3: %d %v %v", st, third, err)
+		}
+		if n := w.mock.StoredResponses(); n != 3 {
+			t.Fatalf("the provider stored %d responses for 3 turns", n)
+		}
+	})
+}
+
+// mockURL is the base URL the world's configuration names for its mock.
+func mockURL(t *testing.T, w *world) string {
+	t.Helper()
+	b, err := os.ReadFile(w.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := strings.Index(string(b), "http://")
+	j := strings.Index(string(b)[i:], "/v1")
+	return string(b)[i : i+j]
+}
