@@ -418,7 +418,8 @@ func (c *call) settleTurn(head *coord.Head, tail []byte, last *attemptResult) {
 		} else if last != nil {
 			next.Response = last.body
 		}
-	case ledgerState(gw.Terminal(r.Terminal)) == ledger.Indeterminate || r.Terminal == string(gw.TerminalCancelled) && c.visible():
+	case ledgerState(gw.Terminal(r.Terminal)) == ledger.Indeterminate || r.Terminal == string(gw.TerminalCancelled) && c.visible(),
+		c.cancelledUpstream():
 		next.State = ledger.TurnUnknown
 		next.Ambiguous++
 		if next.Ambiguous >= c.g.pol.Conversations.MaxAmbiguous && readUpstream(next.Upstream).Conversation == "" {
@@ -446,6 +447,17 @@ func (c *call) settleTurn(head *coord.Head, tail []byte, last *attemptResult) {
 		c.g.metrics.ObserveTurn("assistant")
 	}
 	tc.turn = &next
+}
+
+// cancelledUpstream reports whether the try was cancelled (its clients
+// left) while an attempt at a stateful route was out: the provider may
+// have committed it, so the turn is unknown, to be reconciled.
+func (c *call) cancelledUpstream() bool {
+	r := c.rec.R
+	if c.alias == nil || !c.alias.Stateful || r.Terminal != string(gw.TerminalCancelled) || len(r.Attempts) == 0 {
+		return false
+	}
+	return r.Attempts[len(r.Attempts)-1].Kind == string(gw.KindCancelled)
 }
 
 // conversationFacts are the receipt's conversation counts once the try
@@ -516,17 +528,7 @@ func (g *Gateway) refreshPending(ctx context.Context, turn *ledger.Turn) (*ledge
 	default:
 		return turn, nil
 	}
-	ok, err := g.ledger.UpdateTurn(ctx, &next, turn.State, turn.Try)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		return g.ledger.Turn(ctx, turn.Tenant, turn.ResponseID)
-	}
-	if next.State == ledger.TurnDone {
-		g.metrics.ObserveTurn("assistant")
-	}
-	return &next, nil
+	return g.moveTurn(ctx, turn, &next)
 }
 
 // reconcileTurn settles an unknown turn on a stateful route by reading its
@@ -570,6 +572,8 @@ func (g *Gateway) reconcileTurn(ctx context.Context, turn *ledger.Turn) (*ledger
 		next.Response = provider.EncodeResponsesObject(g.shellOf(turn), r.found, next.UpdatedAt.Unix())
 	} else {
 		next.State = ledger.TurnFailed
+		u.SuspectUntil = g.clock.Now().Add(suspectFor).UnixMilli()
+		next.Upstream, _ = json.Marshal(u)
 		e := errorf(CodeOutcomeUnknown, "response %s was not committed by the provider before its reply was lost; retry the turn", turn.ResponseID)
 		var head *coord.Head
 		head, next.Response = e.render(provider.Responses, meta{requestID: turn.RequestID})
@@ -578,7 +582,13 @@ func (g *Gateway) reconcileTurn(ctx context.Context, turn *ledger.Turn) (*ledger
 			next.Status, next.Response = giveUp(turn)
 		}
 	}
-	ok, err := g.ledger.UpdateTurn(ctx, &next, turn.State, turn.Try)
+	return g.moveTurn(ctx, turn, &next)
+}
+
+// moveTurn writes next over turn if the turn has not moved on meanwhile,
+// and returns what the turn is now.
+func (g *Gateway) moveTurn(ctx context.Context, turn, next *ledger.Turn) (*ledger.Turn, error) {
+	ok, err := g.ledger.UpdateTurn(ctx, next, turn.State, turn.Try)
 	if err != nil {
 		return nil, err
 	}
@@ -588,7 +598,7 @@ func (g *Gateway) reconcileTurn(ctx context.Context, turn *ledger.Turn) (*ledger
 	if next.State == ledger.TurnDone {
 		g.metrics.ObserveTurn("assistant")
 	}
-	return &next, nil
+	return next, nil
 }
 
 // storedObject reads the response object out of a try's stored answer:
@@ -662,6 +672,9 @@ func (g *Gateway) serveResponse(w http.ResponseWriter, r *http.Request, t *polic
 	switch turn.State {
 	case ledger.TurnDone:
 		body = turn.Response
+		if err := g.sweepTip(r.Context(), turn); err != nil {
+			g.log.Warn("could not read a stateful conversation", "response_id", turn.ResponseID, "err", err)
+		}
 	case ledger.TurnFailed:
 		var e struct {
 			Error struct{ Code, Message string } `json:"error"`
@@ -673,6 +686,31 @@ func (g *Gateway) serveResponse(w http.ResponseWriter, r *http.Request, t *polic
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(body)
+}
+
+// sweepTip reads the upstream conversation of a done turn on a stateful
+// route that may still receive a late commit, when the turn is its
+// conversation's latest (so everything after it upstream is extra).
+func (g *Gateway) sweepTip(ctx context.Context, turn *ledger.Turn) error {
+	u := readUpstream(turn.Upstream)
+	route := g.pol.RouteByID(u.Route)
+	if route == nil || u.Conversation == "" || !u.suspect(g.clock.Now()) {
+		return nil
+	}
+	turns, err := g.ledger.ConversationTurns(ctx, turn.Tenant, turn.Conversation)
+	if err != nil {
+		return err
+	}
+	for _, t := range turns {
+		if t.Parent == turn.ResponseID && t.State.Live() {
+			return nil // not the tip: its child's turn reads it
+		}
+	}
+	items, err := historyItems(ledger.Chain(turns, turn.ResponseID))
+	if err != nil {
+		return err
+	}
+	return g.sweep(ctx, route, u.Conversation, items, turn)
 }
 
 // shellOf rebuilds a turn's response shell from its stored request.
@@ -768,15 +806,7 @@ func (g *Gateway) serveInputItems(w http.ResponseWriter, r *http.Request, t *pol
 			}
 		}
 	}
-	more := len(items) > limit
-	if more {
-		items = items[:limit]
-	}
-	first, last := "", ""
-	if len(items) > 0 {
-		first, last = items[0].ID, items[len(items)-1].ID
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": items, "first_id": first, "last_id": last, "has_more": more})
+	writeJSON(w, http.StatusOK, provider.ItemList(items, limit))
 }
 
 func itemsAfter(items []provider.Item, after string) []provider.Item {

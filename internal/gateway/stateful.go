@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"time"
 
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/ledger"
@@ -31,7 +32,18 @@ type upstreamRecord struct {
 	Route        string `json:"route"`
 	Conversation string `json:"conversation"`
 	ResponseID   string `json:"response_id,omitempty"`
+	// SuspectUntil (Unix ms): a try in this conversation was found not
+	// committed, and a provider may still commit it late; until then the
+	// conversation is read again before each turn, and extra copies are
+	// removed as orphans.
+	SuspectUntil int64 `json:"suspect_until,omitempty"`
 }
+
+// suspectFor is how long after a try was found not committed its provider
+// might still commit it.
+const suspectFor = time.Minute
+
+func (u upstreamRecord) suspect(now time.Time) bool { return u.SuspectUntil > now.UnixMilli() }
 
 func readUpstream(b []byte) upstreamRecord {
 	var u upstreamRecord
@@ -95,6 +107,13 @@ func (c *call) upstreamConversation(ctx context.Context, route *policy.Route) (s
 		return u.Conversation, nil
 	}
 	u := readUpstream(tc.parentUpstream)
+	if u.Route == route.ID && u.Conversation != "" && u.suspect(c.g.clock.Now()) {
+		// A try of an earlier turn may have been committed late: read the
+		// conversation before adding to it.
+		if err := c.g.sweep(ctx, route, u.Conversation, tc.history, tc.turn); err != nil {
+			return "", err
+		}
+	}
 	if u.Route != route.ID || u.Conversation == "" {
 		data, _, err := c.g.stateCall(ctx, route, http.MethodPost, "/conversations", map[string]any{"items": provider.Bare(tc.history)})
 		if err != nil {
@@ -110,6 +129,9 @@ func (c *call) upstreamConversation(ctx context.Context, route *policy.Route) (s
 	}
 	u.ResponseID = ""
 	next := *tc.turn
+	if prev := readUpstream(tc.turn.Upstream); prev.Conversation == u.Conversation {
+		u.SuspectUntil = max(u.SuspectUntil, prev.SuspectUntil)
+	}
 	next.Upstream, _ = json.Marshal(u)
 	ok, err := c.g.ledger.UpdateTurn(ctx, &next, tc.turn.State, tc.turn.Try)
 	if err != nil || !ok {
@@ -171,6 +193,7 @@ func (c *call) reconcileAttempt(ctx context.Context, res *attemptResult) *attemp
 		return c.adopt(res, r.found)
 	case prior+1 >= c.g.pol.Conversations.MaxAmbiguous:
 		res.obs.Reconciled = "absent"
+		c.markSuspect()
 		return c.observe(res, gw.KindUnknownProviderAcceptance, "", res.detail+"; not committed upstream, and the turn has had its ambiguous tries")
 	default:
 		// Nothing was committed: the failure is what it looked like, and
@@ -178,11 +201,38 @@ func (c *call) reconcileAttempt(ctx context.Context, res *attemptResult) *attemp
 		// that just answered the lookup is not silent, so a first-byte
 		// timeout does not rule it out for the retry.
 		res.obs.Reconciled = "absent"
+		c.markSuspect()
 		if res.obs.Cause == gw.CauseFirstByteTimeout {
 			res.obs.Cause = ""
 		}
 		return res
 	}
+}
+
+// markSuspect notes on the turn that its upstream conversation may yet
+// receive a late commit of a try found absent (kept with the turn when it
+// settles).
+func (c *call) markSuspect() {
+	tc := c.turn
+	u := readUpstream(tc.turn.Upstream)
+	u.SuspectUntil = c.g.clock.Now().Add(suspectFor).UnixMilli()
+	next := *tc.turn
+	next.Upstream, _ = json.Marshal(u)
+	tc.turn = &next
+}
+
+// sweep reads a stateful conversation whose tries may have been committed
+// late and removes, as orphans, whatever it holds beyond the conversation
+// so far (expected), attributing them to turn.
+func (g *Gateway) sweep(ctx context.Context, route *policy.Route, conv string, expected []provider.Item, turn *ledger.Turn) error {
+	r, err := g.reconcile(ctx, route, conv, expected, nil, "")
+	if err != nil {
+		return fmt.Errorf("read the upstream conversation: %w", err)
+	}
+	if len(r.orphans) > 0 {
+		g.recordOrphans(ctx, turn, route, conv, r.orphans, 0)
+	}
+	return nil
 }
 
 // adopt makes an answer the upstream committed, whose reply was lost, the
@@ -252,21 +302,8 @@ func (g *Gateway) reconcile(ctx context.Context, route *policy.Route, conv strin
 		return nil, fmt.Errorf("the upstream conversation %s lacks %d items the conversation holds", conv, len(expected)-i)
 	}
 	out := &reconciled{}
-	for len(extra) > 0 {
-		n := copyOf(extra, input)
-		if n == 0 {
-			// Not this turn: an item nothing accounts for.
-			out.orphans = append(out.orphans, extra[:1])
-			extra = extra[1:]
-			continue
-		}
-		end := n
-		for end < len(extra) && !startsTurn(extra[end]) {
-			end++
-		}
-		group := extra[:end]
-		extra = extra[end:]
-		if out.found == nil && end > n {
+	for _, group := range splitTurns(extra) {
+		if n := copyOf(group, input); out.found == nil && n > 0 && len(group) > n {
 			out.found = provider.ResponseOf(group[n:])
 			continue
 		}
@@ -310,6 +347,25 @@ func (g *Gateway) listItems(ctx context.Context, route *policy.Route, conv strin
 		after = page.LastID
 	}
 	return nil, fmt.Errorf("list items of %s: too many pages", conv)
+}
+
+// splitTurns cuts items into turns: a run of input items and the answer
+// items after it (answer items with no input before them are a group of
+// their own).
+func splitTurns(items []provider.Item) [][]provider.Item {
+	var out [][]provider.Item
+	for i := 0; i < len(items); {
+		j := i
+		for j < len(items) && startsTurn(items[j]) {
+			j++
+		}
+		for j < len(items) && !startsTurn(items[j]) {
+			j++
+		}
+		out = append(out, items[i:j])
+		i = j
+	}
+	return out
 }
 
 // copyOf reports how many items at the start of items are a copy of the

@@ -167,7 +167,7 @@ func (m *Mock) begin(proto provider.Protocol, w http.ResponseWriter, r *http.Req
 	x.st, x.id = m.stats, strconv.FormatInt(m.ids, 10)
 	c := call{model: ir.Model, key: x.lbl.key, n: m.calls[ir.Model], continuation: cont, since: time.Since(m.setAt)}
 	for i := range m.script.Rules {
-		if m.script.Rules[i].matches(c) {
+		if m.script.Rules[i].matches(c, i) {
 			f := m.script.Rules[i].Fault
 			x.fault = &f
 			break

@@ -51,12 +51,13 @@ func newRSState() *rsState {
 	return &rsState{responses: map[string]*storedResponse{}, convs: map[string][]provider.Item{}}
 }
 
-// name gives items the ids the mock stores them under.
+// name gives items the ids the mock stores them under: unique, and never
+// an output item's (those are the response's id and their index).
 func (s *rsState) name(items []provider.Item, prefix string) []provider.Item {
 	out := make([]provider.Item, len(items))
 	for i, it := range items {
 		s.n++
-		it.ID = prefix + "_mock" + strconv.Itoa(s.n)
+		it.ID = prefix + "_mockin" + strconv.Itoa(s.n)
 		if it.Status == "" {
 			it.Status = "completed"
 		}
@@ -297,19 +298,8 @@ func (m *Mock) listItems(w http.ResponseWriter, r *http.Request) {
 	if n, err := strconv.Atoi(q.Get("limit")); err == nil && n >= 1 && n <= 100 {
 		limit = n
 	}
-	more := len(items) > limit
-	if more {
-		items = items[:limit]
-	}
-	first, last := "", ""
-	if len(items) > 0 {
-		first, last = items[0].ID, items[len(items)-1].ID
-	}
-	if items == nil {
-		items = []provider.Item{}
-	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": items, "first_id": first, "last_id": last, "has_more": more})
+	_ = json.NewEncoder(w).Encode(provider.ItemList(items, limit))
 }
 
 func (m *Mock) deleteItem(w http.ResponseWriter, r *http.Request) {
@@ -319,11 +309,9 @@ func (m *Mock) deleteItem(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	items, ok := s.convs[id]
 	found := false
-	if ok {
-		s.convs[id] = slices.DeleteFunc(items, func(it provider.Item) bool {
-			found = found || it.ID == item
-			return it.ID == item
-		})
+	if i := slices.IndexFunc(items, func(it provider.Item) bool { return it.ID == item }); ok && i >= 0 {
+		s.convs[id] = slices.Delete(items, i, i+1)
+		found = true
 	}
 	s.mu.Unlock()
 	if !ok || !found {

@@ -12,6 +12,7 @@ package mock
 
 import (
 	"encoding/json"
+	"hash/fnv"
 	"fmt"
 	"os"
 	"time"
@@ -67,7 +68,11 @@ type Rule struct {
 	// Continuation: true matches only continuation requests, false only
 	// fresh ones; absent matches both.
 	Continuation *bool `json:"continuation,omitempty"`
-	Fault        Fault `json:"fault"`
+	// Percent, when set, matches that share of calls, picked by a hash
+	// of the rule's place in the script and the call number: random-
+	// looking, and the same on every run.
+	Percent int   `json:"percent,omitempty"`
+	Fault   Fault `json:"fault"`
 }
 
 // Script is the mock's fault script.
@@ -97,8 +102,10 @@ type call struct {
 	since        time.Duration // since the script was set
 }
 
-func (r *Rule) matches(c call) bool {
+func (r *Rule) matches(c call, index int) bool {
 	switch {
+	case r.Percent > 0 && pick(index, c.n) >= r.Percent:
+		return false
 	case r.Model != "" && r.Model != c.model:
 		return false
 	case r.Key != "" && r.Key != c.key:
@@ -121,4 +128,11 @@ func (r *Rule) matches(c call) bool {
 		}
 	}
 	return false
+}
+
+// pick is a call's number from 0 to 99 for the rule at index.
+func pick(index, n int) int {
+	h := fnv.New32a()
+	fmt.Fprintf(h, "%d/%d", index, n)
+	return int(h.Sum32() % 100)
 }

@@ -23,8 +23,12 @@ func WriteTable(w io.Writer, p *Policy) error {
 		if e.AfterOutput == retry.AfterOutputResume {
 			after += " (" + string(e.ResumeRoutes) + " route)"
 		}
+		name := a.Name
+		if a.Stateful {
+			name += " [stateful: conversations kept by the provider, /v1/responses only]"
+		}
 		fmt.Fprintf(w, "model %s  (max_attempts %d, backoff %v..%v, jitter %s, deadline %v, max_cost %s, after_output %s, hedge %s, boundary ≤ %s)\n",
-			a.Name, e.MaxAttempts, e.BaseDelay, e.MaxDelay, e.Jitter, e.Deadline, costText(e.MaxCost.USD()), after, hedge, a.MaxBoundary)
+			name, e.MaxAttempts, e.BaseDelay, e.MaxDelay, e.Jitter, e.Deadline, costText(e.MaxCost.USD()), after, hedge, a.MaxBoundary)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "  PRIORITY\tROUTE\tPROVIDER\tMODEL\tRELEASE\tBOUNDARY\tINPUT\tCONTINUATION\tMAX ATTEMPTS\tPRICE IN/OUT $/MTok")
 		for i, r := range a.Routes {

@@ -57,6 +57,20 @@ type Item struct {
 	Output    *string    `json:"output,omitempty"`
 }
 
+// MarshalJSON writes an item as the Responses API does: a message always
+// has its content array (empty while it is being streamed), other items
+// none.
+func (it Item) MarshalJSON() ([]byte, error) {
+	type plain Item
+	if it.Type != ItemMessage || len(it.Content) > 0 {
+		return json.Marshal(plain(it))
+	}
+	return json.Marshal(struct {
+		plain
+		Content []ItemPart `json:"content"`
+	}{plain(it), []ItemPart{}})
+}
+
 // ItemPart is a piece of a message item's content: input_text,
 // input_image, output_text or refusal.
 type ItemPart struct {
@@ -355,6 +369,23 @@ func rsToolChoice(raw json.RawMessage) (*ToolChoice, error) {
 		return nil, invalid("tool_choice", "tool_choice must be auto, none, required or {\"type\":\"function\",\"name\":…}")
 	}
 	return &ToolChoice{Mode: ToolNamed, Name: o.Name}, nil
+}
+
+// ItemList is one page of a list of items, as the Responses API lists
+// them: at most limit, with first_id, last_id and has_more.
+func ItemList(items []Item, limit int) map[string]any {
+	more := len(items) > limit
+	if more {
+		items = items[:limit]
+	}
+	first, last := "", ""
+	if len(items) > 0 {
+		first, last = items[0].ID, items[len(items)-1].ID
+	}
+	if items == nil {
+		items = []Item{}
+	}
+	return map[string]any{"object": "list", "data": items, "first_id": first, "last_id": last, "has_more": more}
 }
 
 // ItemsToMessages turns conversation items into neutral messages: system

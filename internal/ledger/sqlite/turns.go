@@ -79,15 +79,7 @@ func (s *Store) ConversationTurns(ctx context.Context, tenant, conversation stri
 		return nil, err
 	}
 	defer rows.Close()
-	var out []*ledger.Turn
-	for rows.Next() {
-		t, err := turnsql.Scan(rows, sql.ErrNoRows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
+	return turnsql.ScanAll(rows, func(r turnsql.Scanner) (*ledger.Turn, error) { return turnsql.Scan(r, sql.ErrNoRows) })
 }
 
 // AddOrphan records an orphaned generation.
@@ -105,13 +97,5 @@ func (s *Store) Orphans(ctx context.Context, tenant, conversation string) ([]*le
 		return nil, err
 	}
 	defer rows.Close()
-	var out []*ledger.Orphan
-	for rows.Next() {
-		o, err := turnsql.ScanOrphan(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, o)
-	}
-	return out, rows.Err()
+	return turnsql.ScanAll(rows, turnsql.ScanOrphan)
 }

@@ -144,3 +144,23 @@ func ScanOrphan(row Scanner) (*ledger.Orphan, error) {
 	o.At = ledger.FromUnixNano(at)
 	return &o, nil
 }
+
+// Rows is a result set: *sql.Rows, pgx.Rows.
+type Rows interface {
+	Scanner
+	Next() bool
+	Err() error
+}
+
+// ScanAll reads every row of rows with scan.
+func ScanAll[T any](rows Rows, scan func(Scanner) (T, error)) ([]T, error) {
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
