@@ -12,8 +12,8 @@ package mock
 
 import (
 	"encoding/json"
-	"hash/fnv"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"time"
 )

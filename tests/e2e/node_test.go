@@ -60,9 +60,9 @@ models:
 			}
 			var got struct {
 				Texts, IDs, Events, InputItems []string
-				Deltas, Retrieved            string
-				AfterDelete                  int
-				AfterDeleteCode              string
+				Deltas, Retrieved              string
+				AfterDelete                    int
+				AfterDeleteCode                string
 			}
 			if err := json.Unmarshal(stdout, &got); err != nil {
 				t.Fatalf("node printed %s: %v", stdout, err)
