@@ -190,6 +190,8 @@ func (c *call) terminalError(d retry.Decision, last *attemptResult) *apiError {
 		return e
 	case r == gw.ReasonCostBudget:
 		return errorf(CodeUpstreamUnavailable, "no provider answered, and the request's cost budget (max_cost_usd $%g) does not allow another attempt after %d", pol.MaxCost.USD(), n)
+	case t == gw.TerminalIndeterminate && c.turn != nil:
+		return c.turnUnknownError()
 	case t == gw.TerminalIndeterminate:
 		return errorf(CodeOutcomeUnknown, "the provider may have accepted the request; its outcome is unknown")
 	case t == gw.TerminalRejected && last != nil && last.kind == gw.KindProtocolViolation:

@@ -110,8 +110,17 @@ func (g *Gateway) serveResponses(w http.ResponseWriter, r *http.Request) {
 	turn := &ledger.Turn{ResponseID: newResponseID(), Tenant: t.ID, Depth: 1, Fingerprint: fp, RequestSHA256: requestSHA,
 		State: ledger.TurnPending, Try: 1, RequestID: uuid.Must(uuid.NewV7()).String(), Request: body, CreatedAt: now, UpdatedAt: now}
 	turn.Conversation = turn.ResponseID
-	if parent != nil {
+	switch {
+	case !req.Store && alias.Stateful:
+		g.turnError(w, &apiError{code: CodeInvalidRequest, param: "store",
+			message: "the model `" + alias.Name + "` keeps every turn at the provider: store cannot be false"})
+		return
+	case parent != nil && req.Store:
 		turn.Parent, turn.Conversation, turn.Depth = parent.ResponseID, parent.Conversation, parent.Depth+1
+	case parent != nil:
+		// Not stored: the turn reads the conversation but does not join
+		// it, so it holds no place in it (and cannot be continued).
+		turn.Depth = parent.Depth + 1
 	}
 	if key != "" {
 		turn.KeyDigest = identity.KeyDigest(t.ID, provider.Responses.Operation(), key)
@@ -171,7 +180,7 @@ func (g *Gateway) repeats(prev *ledger.Turn, r *http.Request) bool {
 // one is reconciled first.
 func (g *Gateway) parentOf(ctx context.Context, tenant, id string) (*ledger.Turn, []*ledger.Turn, *apiError) {
 	p, err := g.ledger.Turn(ctx, tenant, id)
-	if errors.Is(err, ledger.ErrNotFound) || err == nil && p.Deleted {
+	if errors.Is(err, ledger.ErrNotFound) || err == nil && (p.Deleted || !stored(p)) {
 		return nil, nil, &apiError{code: CodeResponseNotFound, param: "previous_response_id", message: "previous response with id '" + id + "' not found"}
 	}
 	if err != nil {
@@ -194,6 +203,16 @@ func (g *Gateway) parentOf(ctx context.Context, tenant, id string) (*ledger.Turn
 		return nil, nil, storeAPIError(err)
 	}
 	return p, ledger.Chain(turns, p.ResponseID), nil
+}
+
+// stored reports whether a turn's response may be read and continued: a
+// request with "store": false keeps its turn only to answer its retries.
+func stored(t *ledger.Turn) bool {
+	var r struct {
+		Store *bool `json:"store"`
+	}
+	_ = json.Unmarshal(t.Request, &r)
+	return r.Store == nil || *r.Store
 }
 
 // branchError refuses a turn whose parent already has a live
@@ -421,12 +440,12 @@ func (c *call) settleTurn(head *coord.Head, tail []byte, last *attemptResult) {
 	case ledgerState(gw.Terminal(r.Terminal)) == ledger.Indeterminate || r.Terminal == string(gw.TerminalCancelled) && c.visible(),
 		c.cancelledUpstream():
 		next.State = ledger.TurnUnknown
-		next.Ambiguous++
-		if next.Ambiguous >= c.g.pol.Conversations.MaxAmbiguous && readUpstream(next.Upstream).Conversation == "" {
-			// The last try it may have: the turn is given up now, so
-			// the conversation can go on from its parent at once. (On
-			// a stateful route the upstream may hold the answer: the
-			// next arrival reconciles first.)
+		next.Ambiguous += c.ambiguousAttempts()
+		if next.Ambiguous >= c.g.pol.Conversations.MaxAmbiguous && c.knownUncommitted() {
+			// The last try it may have, and nothing of it is anywhere:
+			// the turn is given up now, so the conversation can go on
+			// from its parent at once. (If a stateful provider may hold
+			// the answer, the next arrival reconciles first.)
 			next.State = ledger.TurnFailed
 			next.Status, next.Response = giveUp(&next)
 		}
@@ -447,6 +466,42 @@ func (c *call) settleTurn(head *coord.Head, tail []byte, last *attemptResult) {
 		c.g.metrics.ObserveTurn("assistant")
 	}
 	tc.turn = &next
+}
+
+// turnUnknownError is what a client is told when a try of its turn ended
+// not knowing whether the provider answered.
+func (c *call) turnUnknownError() *apiError {
+	t := c.turn.turn
+	if c.knownUncommitted() && t.Ambiguous+c.ambiguousAttempts() >= c.g.pol.Conversations.MaxAmbiguous {
+		return errorf(CodeOutcomeUnknown, "response %s was given up: %d of its attempts ended without an answer and nothing of them was committed; "+
+			"the conversation continues from %s", t.ResponseID, t.Ambiguous+c.ambiguousAttempts(), firstNonEmpty(t.Parent, "its start"))
+	}
+	return errorf(CodeOutcomeUnknown, "response %s: the provider may have committed this turn, but its reply was lost; "+
+		"send the turn again (the same Idempotency-Key, or the same body): it is reconciled with the provider, never sent blind", t.ResponseID)
+}
+
+// ambiguousAttempts counts what a try that ended unknown adds to its
+// turn's ambiguous count: on a stateful route each attempt found absent or
+// left unknown by the reconciliation; otherwise the try itself.
+func (c *call) ambiguousAttempts() int {
+	if !c.alias.Stateful {
+		return 1
+	}
+	n := 0
+	for _, a := range c.rec.R.Attempts {
+		if a.Reconciled == "absent" || a.Reconciled == "unknown" || a.Kind == string(gw.KindCancelled) {
+			n++
+		}
+	}
+	return max(n, 1)
+}
+
+// knownUncommitted reports whether a try that ended unknown is known to
+// have added nothing to the conversation: the gateway holds the
+// conversation, or the provider was asked and holds none of it.
+func (c *call) knownUncommitted() bool {
+	r := c.rec.R
+	return !c.alias.Stateful || len(r.Attempts) > 0 && r.Attempts[len(r.Attempts)-1].Reconciled == "absent"
 }
 
 // cancelledUpstream reports whether the try was cancelled (its clients
@@ -727,7 +782,7 @@ func (g *Gateway) shellOf(turn *ledger.Turn) *provider.ResponseShell {
 func (g *Gateway) lookupTurn(r *http.Request, t *policy.Tenant) (*ledger.Turn, *apiError) {
 	id := r.PathValue("id")
 	turn, err := g.ledger.Turn(r.Context(), t.ID, id)
-	if errors.Is(err, ledger.ErrNotFound) || err == nil && turn.Deleted {
+	if errors.Is(err, ledger.ErrNotFound) || err == nil && (turn.Deleted || !stored(turn)) {
 		return nil, &apiError{code: CodeResponseNotFound, message: "response with id '" + id + "' not found"}
 	}
 	if err != nil {

@@ -430,3 +430,138 @@ func TestStatefulTurnsAreReconciledNotDuplicated(t *testing.T) {
 		}
 	})
 }
+
+// Function tools go both ways, and a streaming turn whose provider broke
+// mid-answer is resumed as a chat stream is: the client reads one answer.
+func TestResponsesToolsAndResumedStreams(t *testing.T) {
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 10}}, func(t *testing.T, e *env) {
+		res, b := e.post("/v1/responses", `{"model":"chat","input":"look it up","tools":[{"type":"function","name":"lookup",
+			"parameters":{"type":"object","properties":{"query":{"type":"string"}}}}]}`, nil)
+		var first struct {
+			ID     string
+			Output []struct {
+				Type, Name, Arguments string
+				CallID                string `json:"call_id"`
+			}
+			Tools  []map[string]any
+		}
+		if res.StatusCode != 200 || json.Unmarshal(b, &first) != nil || len(first.Output) != 1 {
+			t.Fatalf("tool turn: %d %s", res.StatusCode, b)
+		}
+		call := first.Output[0]
+		if call.Type != "function_call" || call.Name != "lookup" || call.CallID == "" || call.Arguments != `{"query": "oncegate receipts"}` ||
+			len(first.Tools) != 1 {
+			t.Fatalf("tool call: %s", b)
+		}
+		res, b = e.post("/v1/responses", `{"model":"chat","previous_response_id":"`+first.ID+`","tools":[{"type":"function","name":"lookup"}],
+			"input":[{"type":"function_call_output","call_id":"`+call.CallID+`","output":"42"}]}`, nil)
+		if res.StatusCode != 200 || !strings.Contains(string(b), `"output_text"`) {
+			t.Fatalf("the tool's result: %d %s", res.StatusCode, b)
+		}
+		// A stream that breaks after 3 tokens is continued on the fallback.
+		e.primary.SetScript(rules(mock.Rule{Calls: []int{e.primaryCalls() + 1}, Fault: mock.Fault{Type: mock.FaultDropAfter, After: 3}}))
+		var h http.Header
+		oc := e.openai(&h)
+		st := oc.Responses.NewStreaming(context.Background(), responses.ResponseNewParams{Model: "chat-pair",
+			Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("a long answer please")}})
+		var deltas strings.Builder
+		final := ""
+		for st.Next() {
+			switch ev := st.Current(); ev.Type {
+			case "response.output_text.delta":
+				deltas.WriteString(ev.Delta)
+			case "response.completed":
+				final = ev.Response.OutputText()
+			}
+		}
+		if err := st.Err(); err != nil {
+			t.Fatal(err)
+		}
+		want := conversationAnswer([]string{"a long answer please"}, 10)[0]
+		if deltas.String() != want || final != want {
+			t.Fatalf("resumed turn: deltas %q, completed %q, want %q", deltas.String(), final, want)
+		}
+		r := e.receipt(h.Get("X-Oncegate-Request-Id"))
+		if len(r.Attempts) != 2 || r.Attempts[1].Purpose != "resume" {
+			t.Fatalf("receipt: %+v", r.Attempts)
+		}
+	})
+}
+
+func (e *env) primaryCalls() int { return int(e.primary.Stats().Requests) }
+
+// store: false answers once and keeps nothing to read or continue; such
+// turns hold no place in the conversation, so several may read one.
+func TestResponsesNotStored(t *testing.T) {
+	t.Parallel()
+	inBubble(t, envOptions{}, func(t *testing.T, e *env) {
+		_, b := e.post("/v1/responses", `{"model":"chat","input":"root"}`, nil)
+		var root struct{ ID string }
+		_ = json.Unmarshal(b, &root)
+		var ids []string
+		for _, in := range []string{"one", "two"} {
+			res, b := e.post("/v1/responses", `{"model":"chat","store":false,"input":"`+in+`","previous_response_id":"`+root.ID+`"}`, nil)
+			var m struct {
+				ID    string
+				Store bool
+			}
+			if res.StatusCode != 200 || json.Unmarshal(b, &m) != nil || m.Store {
+				t.Fatalf("not stored %s: %d %s", in, res.StatusCode, b)
+			}
+			ids = append(ids, m.ID)
+		}
+		req, _ := http.NewRequest("GET", e.url+"/v1/responses/"+ids[0], nil)
+		req.Header.Set("Authorization", "Bearer "+keyAcme)
+		if res, err := e.client.Do(req); err != nil || res.StatusCode != 404 {
+			t.Fatalf("get a response not stored: %v %v", res, err)
+		}
+		if res, b := e.post("/v1/responses", `{"model":"chat","input":"x","previous_response_id":"`+ids[1]+`"}`, nil); res.StatusCode != 404 {
+			t.Fatalf("continue a response not stored: %d %s", res.StatusCode, b)
+		}
+		if res, b := e.post("/v1/responses", `{"model":"convo","store":false,"input":"x"}`, nil); res.StatusCode != 400 {
+			t.Fatalf("store false on a stateful model: %d %s", res.StatusCode, b)
+		}
+	})
+}
+
+// A stateful turn whose attempts keep ending without an answer, and
+// without anything committed, is given up after max_ambiguous with a
+// clear error; the conversation is consistent and goes on.
+func TestStatefulTurnGivenUpAfterMaxAmbiguous(t *testing.T) {
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 5}}, func(t *testing.T, e *env) {
+		_, b := e.post("/v1/responses", `{"model":"convo","input":"first"}`, nil)
+		var root struct{ ID string }
+		_ = json.Unmarshal(b, &root)
+		e.fallback.SetScript(rules(always(mock.Fault{Type: mock.FaultHang})))
+		body := `{"model":"convo","input":"second","previous_response_id":"` + root.ID + `"}`
+		res, b := e.post("/v1/responses", body, map[string]string{"Idempotency-Key": "k2"})
+		if res.StatusCode != 502 || errCodeOf(b) != CodeOutcomeUnknown || !strings.Contains(string(b), "given up") ||
+			res.Header.Get("x-should-retry") != "false" {
+			t.Fatalf("after max_ambiguous: %d %s", res.StatusCode, b)
+		}
+		if calls := e.fallback.Stats().Requests; calls != 3 {
+			t.Fatalf("%d generation calls: the root and 2 ambiguous attempts", calls)
+		}
+		e.fallback.SetScript(mock.Script{})
+		if res, b := e.post("/v1/responses", body, map[string]string{"Idempotency-Key": "k2"}); res.StatusCode != 502 || !strings.Contains(string(b), "given up") {
+			t.Fatalf("the given-up turn again: %d %s", res.StatusCode, b)
+		}
+		res, b = e.post("/v1/responses", body, map[string]string{"Idempotency-Key": "k2-again"})
+		if res.StatusCode != 200 {
+			t.Fatalf("the conversation goes on: %d %s", res.StatusCode, b)
+		}
+		var next struct{ ID string }
+		_ = json.Unmarshal(b, &next)
+		turns, _ := e.gw.ledger.ConversationTurns(context.Background(), "acme", root.ID)
+		items, err := historyItems(ledger.Chain(turns, next.ID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored := e.fallback.Conversation(readUpstream(turns[len(turns)-1].Upstream).Conversation)
+		if len(stored) != 4 || len(items) != 4 {
+			t.Fatalf("the provider holds %d items, the gateway %d (want 4: two turns)", len(stored), len(items))
+		}
+	})
+}

@@ -174,7 +174,7 @@ func (c *call) reconcileAttempt(ctx context.Context, res *attemptResult) *attemp
 	tc := c.turn
 	prior := tc.turn.Ambiguous
 	for _, a := range c.rec.R.Attempts {
-		if a.Reconciled == "absent" {
+		if a.Reconciled == "absent" || a.Reconciled == "unknown" {
 			prior++
 		}
 	}
