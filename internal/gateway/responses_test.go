@@ -444,7 +444,7 @@ func TestResponsesToolsAndResumedStreams(t *testing.T) {
 				Type, Name, Arguments string
 				CallID                string `json:"call_id"`
 			}
-			Tools  []map[string]any
+			Tools []map[string]any
 		}
 		if res.StatusCode != 200 || json.Unmarshal(b, &first) != nil || len(first.Output) != 1 {
 			t.Fatalf("tool turn: %d %s", res.StatusCode, b)
