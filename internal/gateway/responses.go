@@ -126,10 +126,16 @@ func (g *Gateway) serveResponses(w http.ResponseWriter, r *http.Request) {
 		turn.KeyDigest = identity.KeyDigest(t.ID, provider.Responses.Operation(), key)
 	}
 	turn.Input, _ = json.Marshal(inputItems(turn.ResponseID, req.Input))
-	if key == "" {
+	join, apiErr := joinsOf(r.Header, g.pol.Idempotency.KeylessJoin)
+	if apiErr != nil {
+		g.turnError(w, apiErr)
+		return
+	}
+	if key == "" && (turn.Parent != "" || join) {
 		// A keyless retry finds the turn it repeats by its body: on a
 		// parent, always (a second turn there would branch); a first turn
-		// only while it runs, or as an SDK retry within its window.
+		// only while it runs, or as an SDK retry within its window (and
+		// never with X-Oncegate-Join: off).
 		if prev, err := g.ledger.TurnByFingerprint(ctx, t.ID, fp, turn.Parent); err == nil && g.repeats(prev, r) {
 			g.continueTurn(w, r, t, alias, req, prev, history)
 			return

@@ -132,3 +132,60 @@ func mockURL(t *testing.T, w *world) string {
 	j := strings.Index(string(b)[i:], "/v1")
 	return string(b)[i : i+j]
 }
+
+// A gateway killed mid-turn on a chat route, where the gateway holds the
+// conversation: after a restart the turn is unknown (its attempt was out),
+// and the same turn sent again runs it once more on the same parent — the
+// conversation holds it once, and the next turn reads it once.
+func TestCrashDuringAGatewayHeldTurn(t *testing.T) {
+	backends(t, func(t *testing.T, store string) {
+		w := newWorldOn(t, mock.Config{Tokens: 8}, store)
+		g := w.start()
+		ctx := context.Background()
+		st, first, err := g.postTurn(ctx, "", `{"model":"chat","input":"hello"}`)
+		if err != nil || st != 200 {
+			t.Fatalf("turn 1: %d %v %v", st, first, err)
+		}
+		w.mock.SetScript(mock.Script{Rules: []mock.Rule{{Fault: mock.Fault{Type: mock.FaultHang}}}})
+		body := `{"model":"chat","input":"and then?","previous_response_id":"` + first["id"].(string) + `"}`
+		go func() { _, _, _ = g.postTurn(ctx, "t2", body) }()
+		deadline := time.Now().Add(10 * time.Second)
+		for w.mock.Stats().Requests < 2 {
+			if time.Now().After(deadline) {
+				t.Fatal("turn 2 never reached the provider")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		g.kill(t)
+		w.mock.SetScript(mock.Script{})
+		g2 := w.start()
+		var second map[string]any
+		for deadline = time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			if st, second, err = g2.postTurn(ctx, "t2", body); err != nil {
+				t.Fatal(err)
+			}
+			if st != 409 || time.Now().After(deadline) {
+				break
+			}
+		}
+		if st != 200 {
+			t.Fatalf("turn 2 after the crash: %d %v", st, second)
+		}
+		st, third, err := g2.postTurn(ctx, "", `{"model":"chat","input":"thanks","previous_response_id":"`+second["id"].(string)+`"}`)
+		if err != nil || st != 200 {
+			t.Fatalf("turn 3: %d %v %v", st, third, err)
+		}
+		want := mock.Answer(0, &provider.Request{Messages: []provider.Message{
+			{Role: "user", Parts: []provider.Part{{Type: "text", Text: "hello"}}},
+			{Role: "assistant", Parts: []provider.Part{{Type: "text", Text: outputText(first)}}},
+			{Role: "user", Parts: []provider.Part{{Type: "text", Text: "and then?"}}},
+			{Role: "assistant", Parts: []provider.Part{{Type: "text", Text: outputText(second)}}},
+			{Role: "user", Parts: []provider.Part{{Type: "text", Text: "thanks"}}}}}, 8)
+		if got := outputText(third); got != want {
+			t.Fatalf("turn 3 read the conversation otherwise: got %q want %q", got, want)
+		}
+		if n := w.mock.Stats().Requests; n != 4 {
+			t.Fatalf("%d upstream calls: turn 1, turn 2's lost try and its retry, turn 3", n)
+		}
+	})
+}
