@@ -17,7 +17,7 @@ import (
 	"github.com/oncegate/oncegate/internal/policy"
 )
 
-// check validates a configuration (DESIGN §8.2) and prints its route
+// check validates a configuration (docs/configuration.md) and prints its route
 // tables and policy digests. Exit 1 lists every violation. With
 // --connect it also reaches the store and the coordination and says what
 // it found; exit 1 if either cannot be reached.

@@ -8,7 +8,7 @@ import (
 	"github.com/oncegate/oncegate/internal/demo"
 )
 
-// demoCmd plays DESIGN §15's incident against in-process mock providers.
+// demoCmd plays docs/architecture.md's incident against in-process mock providers.
 func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 {
 		fmt.Fprintln(stderr, "usage: oncegate demo (no arguments)")

@@ -4,7 +4,7 @@
 //
 // Usage:
 //
-//	oncegate demo                             play the §15 incident, naive stack versus oncegate
+//	oncegate demo                             play the incident of docs/architecture.md, naive stack versus oncegate
 //	oncegate serve   --config FILE            run the gateway
 //	oncegate mock    [--listen ADDR]          run the fault-injecting mock provider
 //	oncegate check   --config FILE            validate and print the route tables
@@ -42,7 +42,7 @@ var verbs = map[string]func(ctx context.Context, args []string, stdout, stderr i
 const usage = `oncegate — an LLM gateway that owns retries
 
 usage:
-  oncegate demo                               play the §15 incident: a naive stack versus oncegate
+  oncegate demo                               play the incident of docs/architecture.md: a naive stack versus oncegate
   oncegate serve   --config FILE              run the gateway
   oncegate mock    [--listen ADDR] [--script FILE] [--ttft D] [--interval D] [--tokens N]
                                               run the fault-injecting mock provider

@@ -10,7 +10,7 @@ import (
 	"github.com/oncegate/oncegate/internal/mock"
 )
 
-// mockProvider runs the fault-injecting mock provider (DESIGN §14).
+// mockProvider runs the fault-injecting mock provider (docs/mock.md).
 func mockProvider(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("mock", flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -11,7 +11,7 @@ import (
 	"github.com/oncegate/oncegate/internal/receipt"
 )
 
-// verify re-runs the retry engine over one or more receipts (DESIGN §9) and
+// verify re-runs the retry engine over one or more receipts (docs/receipts.md) and
 // prints every drift. Exit 0: no drift; 1: drift or unreadable receipt.
 func verify(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)

@@ -1,5 +1,5 @@
-// Package breaker holds oncegate's fleet-level overload protection (DESIGN
-// §6.1, §6.2): a circuit breaker per route and the fleet retry budget. Both
+// Package breaker holds oncegate's fleet-level overload protection (
+// docs/overload.md): a circuit breaker per route and the fleet retry budget. Both
 // take an injected clock and keep their counts over rolling windows; both
 // are safe for concurrent use. They hold state for one process; the
 // gateway reaches them through small interfaces so that a replicated
@@ -47,7 +47,7 @@ const (
 	Ignore
 )
 
-// Config configures breakers (DESIGN §6.1).
+// Config configures breakers (docs/overload.md).
 type Config struct {
 	// FailureRatio opens a closed breaker when, over Window, at least
 	// MinRequests attempts completed and this share of them failed.

@@ -7,7 +7,7 @@ import (
 	"github.com/oncegate/oncegate/internal/clock"
 )
 
-// BudgetConfig configures the fleet retry budget (DESIGN §6.2).
+// BudgetConfig configures the fleet retry budget (docs/overload.md).
 type BudgetConfig struct {
 	// Ratio is how many retries are allowed per first attempt.
 	Ratio float64

@@ -1,4 +1,4 @@
-// Package config reads oncegate's YAML configuration (DESIGN §8.1) strictly:
+// Package config reads oncegate's YAML configuration (docs/configuration.md) strictly:
 // unknown fields, wrong types, malformed durations and missing required
 // fields are errors naming file:line:column and the field path, and every
 // problem in a file is reported at once.
@@ -48,19 +48,19 @@ type Config struct {
 	// Models are the aliases clients name in "model". Required.
 	Models []Model `yaml:"models" required:"true"`
 
-	// Idempotency configures the ledger's key handling (DESIGN §3).
+	// Idempotency configures the ledger's key handling (docs/identity.md).
 	Idempotency Idempotency `yaml:"idempotency"`
 	// Conversations configures the turns of /v1/responses
 	// (docs/conversations.md).
 	Conversations Conversations `yaml:"conversations"`
-	// RetryBudget bounds retries across the fleet (DESIGN §6.2).
+	// RetryBudget bounds retries across the fleet (docs/overload.md).
 	RetryBudget RetryBudget `yaml:"retry_budget"`
-	// Breaker configures every route's circuit breaker (DESIGN §6.1).
+	// Breaker configures every route's circuit breaker (docs/overload.md).
 	Breaker Breaker `yaml:"breaker"`
 	// Limits bounds what one request may carry and receive.
 	Limits Limits `yaml:"limits"`
-	// Lease is how a request's owner holds it while it runs (DESIGN §3.3,
-	// §12): what bounds how long a request whose gateway died stays in
+	// Lease is how a request's owner holds it while it runs
+	// (docs/identity.md, docs/replicas.md): what bounds how long a request whose gateway died stays in
 	// progress before another settles it.
 	Lease Lease `yaml:"lease"`
 
@@ -82,7 +82,7 @@ type Tenant struct {
 	Budget TenantBudget `yaml:"budget"`
 }
 
-// TenantBudget limits one tenant (DESIGN §6.3).
+// TenantBudget limits one tenant (docs/overload.md).
 type TenantBudget struct {
 	// RequestsPerMinute caps logical requests per minute. 0 (default): no cap.
 	RequestsPerMinute int `yaml:"requests_per_minute"`
@@ -161,8 +161,8 @@ type Capabilities struct {
 	MaxContextTokens int64 `yaml:"max_context_tokens" default:"8192"`
 	// MaxOutputTokens caps one generation. Default 4096.
 	MaxOutputTokens int64 `yaml:"max_output_tokens" default:"4096"`
-	// Continuation is how the route continues a partial answer (DESIGN
-	// §5.3): none, assistant_prefill, prefix_flag, continue_final_message.
+	// Continuation is how the route continues a partial answer (
+	// docs/streaming.md): none, assistant_prefill, prefix_flag, continue_final_message.
 	// Default "none".
 	Continuation string `yaml:"continuation" default:"none"`
 }
@@ -183,11 +183,11 @@ type Model struct {
 	Routes []string `yaml:"routes" required:"true"`
 	// Require is what every route of the alias must satisfy.
 	Require Require `yaml:"require"`
-	// Retry is the alias's retry policy (DESIGN §2.2).
+	// Retry is the alias's retry policy (docs/retries.md).
 	Retry Retry `yaml:"retry"`
-	// Stream configures streaming (DESIGN §5).
+	// Stream configures streaming (docs/streaming.md).
 	Stream Stream `yaml:"stream"`
-	// Hedge configures hedging (DESIGN §6.4).
+	// Hedge configures hedging (docs/overload.md).
 	Hedge Hedge `yaml:"hedge"`
 }
 
@@ -253,7 +253,7 @@ type Hedge struct {
 	After Duration `yaml:"after" default:"0s"`
 }
 
-// Idempotency configures the ledger (DESIGN §3.2).
+// Idempotency configures the ledger (docs/identity.md).
 type Idempotency struct {
 	// Retention is how long terminal outcomes replay. Default 24h.
 	Retention Duration `yaml:"retention" default:"24h"`
@@ -279,7 +279,7 @@ type Conversations struct {
 	MaxAmbiguous int `yaml:"max_ambiguous" default:"2"`
 }
 
-// RetryBudget is the fleet retry budget (DESIGN §6.2).
+// RetryBudget is the fleet retry budget (docs/overload.md).
 type RetryBudget struct {
 	// Ratio of retries to first attempts. Default 0.1.
 	Ratio float64 `yaml:"ratio" default:"0.1"`
@@ -289,7 +289,7 @@ type RetryBudget struct {
 	Window Duration `yaml:"window" default:"10s"`
 }
 
-// Breaker configures circuit breakers (DESIGN §6.1).
+// Breaker configures circuit breakers (docs/overload.md).
 type Breaker struct {
 	// FailureRatio opens the breaker at or above it. Default 0.5.
 	FailureRatio float64 `yaml:"failure_ratio" default:"0.5"`

@@ -1,4 +1,4 @@
-// Package coord coordinates logical requests in flight (DESIGN §3.2, §5.4):
+// Package coord coordinates logical requests in flight (docs/identity.md, docs/streaming.md):
 // one Flight per identity, whose output — response head, then body bytes
 // as the client protocol encodes them — is shared by its owner and every
 // joiner. A joiner of a stream reads every byte from the start, then tails.
@@ -171,7 +171,7 @@ func (f *Flight) SetOnFinish(fn func()) {
 }
 
 // NoteClientRetry records an official SDK's retry count seen on an arrival
-// that joined (DESIGN §3.1: client_retry_count).
+// that joined (docs/identity.md: client_retry_count).
 func (f *Flight) NoteClientRetry(n int) {
 	f.mu.Lock()
 	f.retries = max(f.retries, n)

@@ -1,4 +1,4 @@
-// Package demo plays DESIGN §15's incident in a few seconds, with no files
+// Package demo plays docs/architecture.md's incident in a few seconds, with no files
 // and no network beyond 127.0.0.1: a 3,100-token prompt; the primary first
 // answers 429 with Retry-After, then drops its stream after 400 visible
 // tokens; the mobile client times out and re-POSTs. It runs the same fault
@@ -116,7 +116,7 @@ func Run(ctx context.Context, out io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	say := func(format string, args ...any) { fmt.Fprintf(out, "  "+format+"\n", args...) }
-	fmt.Fprintln(out, "oncegate demo — DESIGN §15's incident, compressed into a few seconds")
+	fmt.Fprintln(out, "oncegate demo — docs/architecture.md's incident, compressed into a few seconds")
 	fmt.Fprintf(out, "  a %s-token prompt streams from the primary; the primary first answers 429 (Retry-After %sms),\n", "3,100", retryAfterMS)
 	fmt.Fprintf(out, "  then drops its stream after %d visible tokens; the mobile client gives up after %v and re-POSTs.\n\n", dropAfter, clientTimeout)
 

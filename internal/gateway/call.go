@@ -95,7 +95,7 @@ type attemptResult struct {
 
 // run drives the engine: admit the first attempt and claim the identity,
 // then for each decided attempt wait for its not_before, acquire what it
-// dispatches with (DESIGN §6), make it durable before it leaves, record
+// dispatches with (docs/overload.md), make it durable before it leaves, record
 // what happened, until a terminal — committed before the clients get their
 // last byte.
 func (c *call) run() {
@@ -227,7 +227,7 @@ type receiptRef struct {
 }
 
 // dispatchEvents are attempt n's reserved and dispatched events: durable
-// before its bytes leave (DESIGN §3.3).
+// before its bytes leave (docs/identity.md).
 func (c *call) dispatchEvents(d retry.Decision, n int) []ledger.Event {
 	de := dispatchEvent{Ordinal: n, Route: d.Route, Purpose: string(d.Purpose()), NotBefore: d.NotBefore.UTC(), ReserveUSD: d.Reserve.USD()}
 	now := c.g.clock.Now()
@@ -383,7 +383,7 @@ func (c *call) answer(d retry.Decision, last *attemptResult) (*coord.Head, []byt
 	return c.terminalError(d, last).render(c.proto, c.meta())
 }
 
-// ledgerState maps a terminal to the ledger record state (DESIGN §3.2).
+// ledgerState maps a terminal to the ledger record state (docs/identity.md).
 func ledgerState(t gw.Terminal) ledger.State {
 	switch t {
 	case gw.TerminalSucceeded:

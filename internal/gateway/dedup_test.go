@@ -295,7 +295,7 @@ func TestExpiredKeys(t *testing.T) {
 	}
 }
 
-// DESIGN §5.4: a joiner leaving never cancels the owner's call; the owner
+// docs/streaming.md: a joiner leaving never cancels the owner's call; the owner
 // leaving does not cancel it while a joiner remains.
 func TestOwnerAndJoinerDisconnects(t *testing.T) {
 	t.Parallel()

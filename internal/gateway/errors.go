@@ -16,7 +16,7 @@ import (
 	"github.com/oncegate/oncegate/internal/retry"
 )
 
-// Client-facing error codes (DESIGN §4.4): a closed vocabulary, separate
+// Client-facing error codes (docs/errors.md): a closed vocabulary, separate
 // from outcome kinds, that sets the status and x-should-retry.
 const (
 	CodeInvalidRequest      = "invalid_request"
@@ -155,7 +155,7 @@ func setIDHeaders(h http.Header, requestID string, attempts int) {
 }
 
 // terminalError is the client error for a logical request that ended
-// without an answer and before any output (DESIGN §4.4). Each names the
+// without an answer and before any output (docs/errors.md). Each names the
 // bound that stopped it, with its numbers.
 func (c *call) terminalError(d retry.Decision, last *attemptResult) *apiError {
 	t, r := d.Terminal, d.Reason

@@ -12,7 +12,7 @@ import (
 	"github.com/oncegate/oncegate/internal/ledger"
 )
 
-// eventLog writes one logical request's durable log (DESIGN §3.3): events
+// eventLog writes one logical request's durable log (docs/identity.md): events
 // numbered from 1 and fenced by the owner's generation.
 //
 // Observations and decisions need not be durable at once: they wait in

@@ -24,7 +24,7 @@ func (c *call) record() *ledger.Record {
 // logical_request_created and, when the engine dispatches, attempt 1's
 // reserved and dispatched events in the same durable commit. If the
 // identity already has a record, claim answers from it (a replay, or the
-// error the arrival table of DESIGN §3.2 names) and returns false.
+// error the arrival table of docs/identity.md names) and returns false.
 func (c *call) claim(d retry.Decision) bool {
 	c.log = &eventLog{store: c.g.ledger, requestID: c.id, gen: 1, lost: &c.leaseLost}
 	evs := func() []ledger.Event {
@@ -85,8 +85,8 @@ func (c *call) storeDown(err error) {
 	c.publishError(e, meta{})
 }
 
-// resolve answers an arrival whose identity already has a record (DESIGN
-// §3.2): a replay, 422 for a different body, 502 for an indeterminate
+// resolve answers an arrival whose identity already has a record (
+// docs/identity.md): a replay, 422 for a different body, 502 for an indeterminate
 // outcome, 409 while another owner holds it or past retention. replace
 // asks to start a new logical request in the record's place instead;
 // follow, to relay the request another gateway runs (replicas). With
@@ -100,7 +100,7 @@ func (c *call) resolve(rec *ledger.Record) (replace bool, follow *coord.Remote) 
 	}
 	if rec.State == ledger.InProgress {
 		if rec.LeaseUntil.Before(now) {
-			// Its owner died: never re-dispatch blind (DESIGN §12).
+			// Its owner died: never re-dispatch blind (docs/replicas.md).
 			c.g.settleOne(c.ctx, rec)
 			e := errorf(CodeOutcomeUnknown, "the request's owner stopped mid-request; its outcome is unknown (state indeterminate)")
 			c.publishError(e, m)
@@ -252,7 +252,7 @@ func outlasts(owner, joiner time.Time) bool { return owner.Sub(joiner) > joinSla
 const joinSlack = time.Second
 
 // joinTooLong is the 409 for a join that would outlast the joiner's own
-// deadline (DESIGN §3.2): come back when the owner's deadline has passed.
+// deadline (docs/identity.md): come back when the owner's deadline has passed.
 func joinTooLong(deadline, now time.Time) *apiError {
 	e := errorf(CodeKeyInUse, "this request is in progress and may take longer than your deadline allows")
 	e.retryAfter = int(math.Ceil(max(1, deadline.Sub(now).Seconds())))

@@ -1,5 +1,5 @@
-// Package gateway is oncegate's HTTP surface and request flow (DESIGN §4,
-// §5): the only package that knows the whole path of a logical request —
+// Package gateway is oncegate's HTTP surface and request flow (docs/api.md,
+// docs/architecture.md): the only package that knows the whole path of a logical request —
 // authentication, identity, the retry engine driving every attempt, the
 // streaming boundary, receipts. The parts it wires together (policy,
 // retry, provider, upstream, receipt) know nothing of each other.
@@ -91,7 +91,7 @@ type Options struct {
 }
 
 // Flights places each arrival: the owner of a new flight, or a joiner of
-// the one in flight for its identity (DESIGN §3.2, §12). *coord.Local
+// the one in flight for its identity (docs/identity.md, docs/replicas.md). *coord.Local
 // does it in one process; the Redis coordinator across replicas.
 type Flights interface {
 	Place(ctx context.Context, a coord.Arrival) (coord.Place, error)
@@ -291,7 +291,7 @@ func (g *Gateway) every(d time.Duration, f func(stopping bool)) {
 	}()
 }
 
-// guards sets up the overload protection of DESIGN §6: the options' or
+// guards sets up the overload protection of docs/overload.md: the options' or
 // in-process breakers, retry budget and tenant limits, and the metrics.
 func (g *Gateway) guards(pol *policy.Policy, opts Options) {
 	g.breakers, g.budget, g.tenants, g.metrics = opts.Breakers, opts.RetryBudget, opts.Tenants, opts.Metrics
@@ -315,7 +315,7 @@ func (g *Gateway) guards(pol *policy.Policy, opts Options) {
 }
 
 // seedSpend gives the tenant limits today's spend from the store, so that
-// a restart does not hand a tenant a fresh budget (DESIGN §6.3).
+// a restart does not hand a tenant a fresh budget (docs/overload.md).
 func (g *Gateway) seedSpend(ctx context.Context) error {
 	s, ok := g.tenants.(interface {
 		Seed(day int64, charged map[string]gw.NanoUSD)
@@ -400,7 +400,7 @@ func (g *Gateway) initSecret(opt []byte, configured string) error {
 }
 
 // renew keeps this process's claims alive while their calls run
-// (DESIGN §3.3). A lease the store would not renew — it lapsed, so
+// (docs/identity.md). A lease the store would not renew — it lapsed, so
 // recovery elsewhere may have settled the request — is lost for good: its
 // call dispatches nothing more.
 func (g *Gateway) renew(stopping bool) {
@@ -429,7 +429,7 @@ func (g *Gateway) renew(stopping bool) {
 // lapsed: another gateway sharing the store died, or a call of this one
 // ended without a terminal (its store was unreachable). Nothing is ever
 // re-dispatched: a request with an attempt in flight becomes
-// indeterminate (DESIGN §12).
+// indeterminate (docs/replicas.md).
 func (g *Gateway) settleLapsed(stopping bool) {
 	if stopping {
 		return
@@ -441,7 +441,7 @@ func (g *Gateway) settleLapsed(stopping bool) {
 	}
 }
 
-// expireRecords deletes ledger records past their retention (DESIGN §3.2).
+// expireRecords deletes ledger records past their retention (docs/identity.md).
 // With on_expired: reject, records are kept 30 × longer so that an expired
 // key can still be recognised and refused.
 func (g *Gateway) expireRecords() func(bool) {

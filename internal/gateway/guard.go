@@ -11,7 +11,7 @@ import (
 	"github.com/oncegate/oncegate/internal/retry"
 )
 
-// Breakers admits attempts per route (DESIGN §6.1). *breaker.Set keeps them
+// Breakers admits attempts per route (docs/overload.md). *breaker.Set keeps them
 // in this process; a replicated deployment can keep them elsewhere.
 type Breakers interface {
 	// Allows reports, without taking anything, whether route would admit
@@ -24,7 +24,7 @@ type Breakers interface {
 	Done(route string, t breaker.Ticket, o breaker.Outcome)
 }
 
-// RetryBudget is the fleet retry budget (DESIGN §6.2). *breaker.Budget
+// RetryBudget is the fleet retry budget (docs/overload.md). *breaker.Budget
 // implements it.
 type RetryBudget interface {
 	// First counts a logical request's first attempt.
@@ -36,7 +36,7 @@ type RetryBudget interface {
 }
 
 // TenantLimits are the per-tenant request rate and daily cost ceiling
-// (DESIGN §6.3). *quota.Limits implements them.
+// (docs/overload.md). *quota.Limits implements them.
 type TenantLimits interface {
 	// Take counts one logical request against the tenant's rate; when it
 	// is spent, ok is false and retryAfter says when to come back. An

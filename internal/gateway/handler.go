@@ -22,7 +22,7 @@ import (
 // serveChat handles POST /v1/chat/completions and POST /v1/messages. Each
 // arrival either owns a new logical request — it starts the call and reads
 // its output — or joins the one in flight for the same identity, reading
-// the same output from its first byte (DESIGN §3.2, §5.4).
+// the same output from its first byte (docs/identity.md, docs/streaming.md).
 func (g *Gateway) serveChat(p provider.Protocol) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		t := g.tenant(r)
@@ -216,7 +216,7 @@ func joinsOf(h http.Header, configured bool) (bool, *apiError) {
 	}
 }
 
-// callerBudgets reads the caller's own time budgets (DESIGN §2.2):
+// callerBudgets reads the caller's own time budgets (docs/retries.md):
 // X-Oncegate-Timeout-Ms (milliseconds) and x-stainless-timeout (seconds,
 // sent by the official SDKs). They only ever shorten the deadline.
 func callerBudgets(h http.Header) ([]time.Duration, *apiError) {

@@ -11,8 +11,8 @@ import (
 	"github.com/oncegate/oncegate/internal/retry"
 )
 
-// hedgeRace arbitrates an attempt (slot 0) and its hedge (slot 1) (DESIGN
-// §6.4). The first to reach a decisive outcome — visible output, an answer,
+// hedgeRace arbitrates an attempt (slot 0) and its hedge (slot 1) (
+// docs/overload.md). The first to reach a decisive outcome — visible output, an answer,
 // or a failure that ends the request — wins and cancels the other; a
 // retryable failure before output leaves its rival racing. A hedge may be
 // decided only while the primary has shown no first byte; both facts are
@@ -144,7 +144,7 @@ func (c *call) lose(res *attemptResult) {
 }
 
 // hedgeable reports whether decision d's attempt may be hedged: the alias
-// hedges, and nothing visible has gone out (DESIGN §6.4). The engine has
+// hedges, and nothing visible has gone out (docs/overload.md). The engine has
 // the last word on budgets and routes.
 func (c *call) hedgeable(d retry.Decision) bool {
 	return c.alias.HedgeAfter > 0 && !c.out.started && d.Action != retry.ActionResume && d.Action != retry.ActionRestart

@@ -56,7 +56,7 @@ type errorBody struct {
 	} `json:"oncegate"`
 }
 
-// Each outcome kind of DESIGN §2.1, end to end: the mocks' own counters
+// Each outcome kind of docs/retries.md, end to end: the mocks' own counters
 // must equal the receipt's attempts and X-Oncegate-Attempts.
 func TestOutcomeKindsEndToEnd(t *testing.T) {
 	t.Parallel()

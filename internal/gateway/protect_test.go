@@ -356,7 +356,7 @@ func TestPerRequestBoundsExplainThemselves(t *testing.T) {
 	})
 }
 
-// /metrics exports DESIGN §10's names, counted from receipts.
+// /metrics exports docs/operations.md's names, counted from receipts.
 func TestMetricsCountWhatReceiptsSay(t *testing.T) {
 	t.Parallel()
 	inBubble(t, envOptions{mock: mock.Config{Tokens: 4}}, func(t *testing.T, e *env) {

@@ -12,8 +12,8 @@ import (
 	"github.com/oncegate/oncegate/internal/receipt"
 )
 
-// recover settles every request a previous process left unfinished (DESIGN
-// §3.3), in one set-based commit before the gateway serves: a dispatched
+// recover settles every request a previous process left unfinished (
+// docs/identity.md), in one set-based commit before the gateway serves: a dispatched
 // attempt without an observation is not safe to retry, so its request
 // becomes indeterminate and the attempt is charged its worst-case
 // reservation; a request with nothing in flight had no effect and releases

@@ -22,7 +22,7 @@ import (
 // maxEventBytes bounds one upstream SSE event.
 const maxEventBytes = 1 << 20
 
-// output is a logical request's stream to its client (DESIGN §5). It holds
+// output is a logical request's stream to its client (docs/streaming.md). It holds
 // the response headers until the first visible output, so that every
 // earlier failure stays invisible; it keeps one encoder across resumed
 // attempts so the client reads one continuous stream; and it remembers
@@ -235,7 +235,7 @@ func (o *output) complete(route *policy.Route, finish string, billed gw.Usage) (
 }
 
 // interrupt renders the end of a visible stream that cannot be completed
-// (DESIGN §5.3 stop): an in-band error and no terminator, so the client's
+// (docs/streaming.md stop): an in-band error and no terminator, so the client's
 // SDK reports an error rather than a truncated answer.
 func (o *output) interrupt(d retry.Decision) []byte {
 	o.flush()
@@ -352,7 +352,7 @@ func (c *call) endStream(res *attemptResult, a *attemptStream, endErr error, bui
 		return c.observe(res, gw.KindCancelled, gw.CauseClientGone, "client disconnected")
 	case a.streamErr == nil && (a.done || a.finish != ""):
 		// A stream that reached its finish reason is complete even if the
-		// terminator never came (DESIGN §5.2).
+		// terminator never came (docs/streaming.md).
 		if !res.race.claim() {
 			return c.observe(res, gw.KindCancelled, gw.CauseHedgeLost, "lost the hedge race")
 		}

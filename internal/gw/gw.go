@@ -3,7 +3,7 @@
 // standard library so every other package can speak it.
 //
 // The string values of these types are part of the external contract
-// (DESIGN §2.1, §2.2, §9): they appear in receipts, metrics and error bodies.
+// (docs/retries.md, docs/receipts.md): they appear in receipts, metrics and error bodies.
 package gw
 
 import (
@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// Class is the retry family of an observed attempt outcome (DESIGN §2.1).
+// Class is the retry family of an observed attempt outcome (docs/retries.md).
 type Class string
 
 // The outcome classes. Success is the class of an attempt that completed.
@@ -26,7 +26,7 @@ const (
 // one Class; see Kind.Class.
 type Kind string
 
-// The outcome kinds of DESIGN §2.1.
+// The outcome kinds of docs/retries.md
 const (
 	KindOK Kind = "ok"
 
@@ -63,7 +63,7 @@ func (k Kind) Class() Class {
 	}
 }
 
-// Kinds lists every kind, in DESIGN order.
+// Kinds lists every kind, in the order of docs/retries.md.
 func Kinds() []Kind {
 	return []Kind{KindOK, KindTimeoutBeforeResponse, KindRateLimited, KindUnavailable,
 		KindRejected, KindPolicyDenied, KindInvalidRequest, KindProtocolViolation,
@@ -81,7 +81,7 @@ func (k Kind) Valid() bool {
 }
 
 // Cause refines a Kind with the detail the retry engine needs to choose
-// between retrying the same route and moving on (DESIGN §2.1 refinements).
+// between retrying the same route and moving on (docs/retries.md refinements).
 // The empty cause means no refinement.
 type Cause string
 
@@ -106,7 +106,7 @@ const (
 	CauseUpstreamAuth Cause = "upstream_auth_failed"
 )
 
-// Terminal is the final state of a logical request (DESIGN §1).
+// Terminal is the final state of a logical request (docs/architecture.md).
 type Terminal string
 
 // The terminals.
@@ -119,7 +119,7 @@ const (
 	TerminalCancelled     Terminal = "cancelled"
 )
 
-// Reason says why the engine stopped (DESIGN §2.2). Completed is the reason
+// Reason says why the engine stopped (docs/retries.md). Completed is the reason
 // recorded with a successful terminal.
 type Reason string
 

@@ -1,4 +1,4 @@
-// Package identity derives the identities of DESIGN §3.1: RFC 8785 canonical
+// Package identity derives the identities of docs/identity.md: RFC 8785 canonical
 // JSON and the digests built on it.
 package identity
 

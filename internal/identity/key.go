@@ -11,7 +11,7 @@ import (
 // MaxKeyLen is the longest Idempotency-Key accepted.
 const MaxKeyLen = 255
 
-// ErrInvalidKey reports an Idempotency-Key outside DESIGN §3.1's form.
+// ErrInvalidKey reports an Idempotency-Key outside docs/identity.md's form.
 var ErrInvalidKey = errors.New("invalid idempotency key")
 
 // ValidateKey checks an Idempotency-Key: 1–255 visible ASCII characters

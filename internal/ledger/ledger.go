@@ -1,5 +1,6 @@
-// Package ledger is the idempotency ledger and durable event log of DESIGN
-// §3: one record per logical request identity (an idempotency key's digest
+// Package ledger is the idempotency ledger and durable event log
+// (docs/identity.md): one record per logical request identity (an
+// idempotency key's digest
 // or a keyless fingerprint) with its state, owner lease and fencing
 // generation; the append-only event log of every request; the stored
 // response that replays serve; and receipts. Backends live in
@@ -16,7 +17,7 @@ import (
 	"github.com/oncegate/oncegate/internal/gw"
 )
 
-// State is a ledger record's state (DESIGN §3.2).
+// State is a ledger record's state (docs/identity.md).
 type State string
 
 // The record states.
@@ -73,7 +74,7 @@ type Response struct {
 	Truncated bool `json:"truncated,omitempty"`
 }
 
-// EventType names an event of the durable log (DESIGN §3.3).
+// EventType names an event of the durable log (docs/identity.md).
 type EventType string
 
 // The event types, in the order one attempt produces them.
@@ -181,7 +182,7 @@ type Store interface {
 	// ones are skipped.
 	Settle(ctx context.Context, fs []*Finish) error
 	// SettleLapsed settles, in one commit, every in-progress request whose
-	// owner's lease lapsed before at (DESIGN §3.3 recovery, §12): one with
+	// owner's lease lapsed before at (docs/identity.md, "Recovery"; docs/replicas.md): one with
 	// a dispatched, unobserved attempt becomes indeterminate (generation
 	// bumped); one with nothing in flight releases its identity. Each
 	// gets a terminal_committed event {"terminal","reason","by":"recovery"}.
@@ -289,7 +290,7 @@ func AddDedup(receipt []byte, joined, replayed, clientRetries int) ([]byte, erro
 
 // InFlight reports whether a request's events show an attempt dispatched
 // and never observed: one whose outcome is unknown, so the request cannot
-// be retried blind (DESIGN §3.3).
+// be retried blind (docs/identity.md).
 func InFlight(evs []Event) bool {
 	d, o := 0, 0
 	for _, e := range evs {

@@ -1,4 +1,4 @@
-// Package metrics exports oncegate's Prometheus metrics (DESIGN §10), all
+// Package metrics exports oncegate's Prometheus metrics (docs/operations.md), all
 // prefixed oncegate_. Collectors live on an injected registry; the gateway
 // feeds them through typed Observe methods, once per logical request and
 // per attempt, from what the receipt records. A Metrics is safe for

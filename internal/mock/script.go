@@ -1,5 +1,5 @@
 // Package mock is a fault-injecting fake of the OpenAI Chat Completions and
-// Anthropic Messages APIs (DESIGN §14), faithful to their wire formats:
+// Anthropic Messages APIs (docs/mock.md), faithful to their wire formats:
 // chunk shapes and [DONE], the Anthropic event sequence, usage, error
 // bodies, Retry-After and retry-after-ms. Its answers are deterministic text
 // drawn from a seed and the prompt, so a continuation request (assistant

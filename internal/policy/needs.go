@@ -27,7 +27,7 @@ type Needs struct {
 
 // Ineligible returns, for each of the alias's routes that cannot serve a
 // request with these needs for a tenant allowed up to maxBoundary, the
-// reason why (DESIGN §8.2). Such routes are skipped, never tried. A request
+// reason why (docs/configuration.md). Such routes are skipped, never tried. A request
 // whose context exceeds every route is still sent to the largest-context
 // routes: the provider's context_length_exceeded is authoritative, because
 // the gateway's token count is an estimate.

@@ -1,5 +1,5 @@
 // Package policy compiles a configuration into the route table the gateway
-// admits requests against (DESIGN §8.2). Compile validates every rule
+// admits requests against (docs/configuration.md). Compile validates every rule
 // before admission and reports all violations at once, each with its file
 // position; a compiled Policy is immutable and safe for concurrent use.
 package policy
@@ -169,7 +169,7 @@ func (a *Alias) Route(id string) *Route {
 	return nil
 }
 
-// Compile validates cfg (DESIGN §8.2) and builds the policy. On failure the
+// Compile validates cfg (docs/configuration.md) and builds the policy. On failure the
 // error is a config.Errors holding every violation.
 func Compile(cfg *config.Config) (*Policy, error) {
 	v := &validator{cfg: cfg}

@@ -234,7 +234,7 @@ func (v *validator) stateful(a *Alias, path string) {
 	}
 }
 
-// admit checks one route against its alias's contract (DESIGN §8.2).
+// admit checks one route against its alias's contract (docs/configuration.md).
 func (v *validator) admit(a *Alias, r *Route, rpath string) {
 	req := a.Require
 	where := fmt.Sprintf("route %q", r.ID)

@@ -11,7 +11,7 @@ import (
 )
 
 // This file holds all of oncegate's knowledge of provider errors: how to
-// read an error body, and which DESIGN §2.1 kind each error is.
+// read an error body, and which docs/retries.md kind each error is.
 
 // UpstreamError is a provider's error as parsed from its (untrusted) body:
 // every field is bounded and stripped of control characters.
@@ -95,8 +95,8 @@ func clean(s string) string {
 	}, strings.TrimSpace(s))
 }
 
-// Classify maps a provider's error response to its outcome kind (DESIGN
-// §2.1) and the refinement the engine needs.
+// Classify maps a provider's error response to its outcome kind (
+// docs/retries.md) and the refinement the engine needs.
 func Classify(e *UpstreamError) (gw.Kind, gw.Cause) {
 	s := e.Status
 	switch {

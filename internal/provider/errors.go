@@ -24,7 +24,7 @@ func invalid(param, format string, args ...any) error {
 	return &InvalidRequestError{Param: param, Message: fmt.Sprintf(format, args...)}
 }
 
-// ClientError is an error the gateway returns to a client (DESIGN §4.4),
+// ClientError is an error the gateway returns to a client (docs/errors.md),
 // rendered in the client's protocol with the "oncegate" block.
 type ClientError struct {
 	Status  int
@@ -96,7 +96,7 @@ type anthropicErr struct {
 }
 
 // StreamErrorData is the in-band error that ends an interrupted stream
-// (DESIGN §5.3 "stop"): OpenAI clients get it as a data event, Anthropic
+// (docs/streaming.md "stop"): OpenAI clients get it as a data event, Anthropic
 // clients as "event: error".
 func StreamErrorData(p Protocol, e *ClientError) []byte {
 	body := map[string]any{"type": e.Type, "code": e.Code, "message": e.Message,

@@ -26,7 +26,7 @@ const (
 	Anthropic Protocol = "anthropic"
 )
 
-// Operation is the receipt's name for a protocol's endpoint (DESIGN §1).
+// Operation is the receipt's name for a protocol's endpoint (docs/architecture.md).
 func (p Protocol) Operation() string {
 	switch p {
 	case Anthropic:
@@ -165,7 +165,7 @@ type Response struct {
 type EventKind uint8
 
 // The stream event kinds. Text and the two tool kinds are visible output
-// (DESIGN §1); the others are not.
+// (docs/architecture.md); the others are not.
 const (
 	EvStart EventKind = iota + 1
 	EvText
@@ -239,7 +239,7 @@ func PromptTokens(r *Request) int64 {
 	return n
 }
 
-// Needs is what a request requires of a route (DESIGN §8.2).
+// Needs is what a request requires of a route (docs/configuration.md).
 type Needs struct {
 	Images, Audio, Tools, JSONSchema, Stream bool
 }

@@ -46,7 +46,7 @@ func ParseRequest(p Protocol, body []byte) (*ClientRequest, error) {
 	return &ClientRequest{Protocol: p, Body: body, IR: ir, PromptTokens: PromptTokens(ir), NativeOnly: nativeOnly(p, body)}, nil
 }
 
-// Continuation styles a Target may use (DESIGN §5.3); they mirror the
+// Continuation styles a Target may use (docs/streaming.md); they mirror the
 // route capability values.
 const (
 	ContinuePrefill  = "assistant_prefill"

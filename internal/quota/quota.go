@@ -1,4 +1,4 @@
-// Package quota enforces per-tenant limits (DESIGN §6.3): a request rate
+// Package quota enforces per-tenant limits (docs/overload.md): a request rate
 // and a daily cost ceiling. The ceiling is kept by reservation: an attempt
 // reserves its worst-case cost before it is dispatched and settles at its
 // real cost once observed, and a reservation that does not fit under the
@@ -75,7 +75,7 @@ type Reservation struct {
 }
 
 // Seed sets what each tenant was charged on day, from the store, so that
-// a restart does not hand a tenant a fresh budget (DESIGN §6.3). A
+// a restart does not hand a tenant a fresh budget (docs/overload.md). A
 // tenant's spend is only ever raised by it.
 func (l *Limits) Seed(day int64, charged map[string]gw.NanoUSD) {
 	l.mu.Lock()

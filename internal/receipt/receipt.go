@@ -1,5 +1,5 @@
-// Package receipt defines the one record kept per logical request (DESIGN
-// §9): every physical attempt with its timing, outcome, usage and cost, the
+// Package receipt defines the one record kept per logical request (
+// docs/receipts.md): every physical attempt with its timing, outcome, usage and cost, the
 // engine's decisions and the terminal, sealed with SHA-256 digests over its
 // canonical JSON. Verify re-runs the retry engine over a receipt and reports
 // every drift.
@@ -18,7 +18,7 @@ import (
 )
 
 // RetryOwner is the only retry owner a valid receipt names: the gateway's
-// engine (DESIGN §1, "single retry owner").
+// engine (docs/architecture.md, "single retry owner").
 const RetryOwner = "oncegate"
 
 // Receipt is the record of one logical request. Field names are the

@@ -92,7 +92,7 @@ func (v *verifier) add(code DriftCode, attempt int, expected, found string) {
 }
 
 // Verify checks a receipt against the policy it names and re-runs the
-// retry engine over its recorded outcomes (DESIGN §9). It returns every
+// retry engine over its recorded outcomes (docs/receipts.md). It returns every
 // drift found; none means the receipt is exactly what the engine would
 // have done.
 func Verify(p *policy.Policy, r *Receipt) []Drift {
@@ -231,7 +231,7 @@ func (v *verifier) replay() {
 	}
 }
 
-// hedge checks a hedge h of attempt p against the engine (DESIGN §6.4): it
+// hedge checks a hedge h of attempt p against the engine (docs/overload.md): it
 // is the hedge the engine allows when it was decided, on the route it
 // picks, decided no sooner than hedge.after into p and before p's first
 // byte; and exactly one of the pair lost, unless both failed on their own.

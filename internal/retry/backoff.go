@@ -22,7 +22,7 @@ func Backoff(base, maxDelay time.Duration, k int) time.Duration {
 	return min(d, maxDelay)
 }
 
-// Jittered applies the jitter mode to a backoff exp (DESIGN §2.3). With
+// Jittered applies the jitter mode to a backoff exp (docs/retries.md). With
 // full jitter it samples a whole number of milliseconds uniformly in
 // [0, exp] from a PRNG seeded by SHA-256(policy digest ‖ request id ‖
 // ordinal), so a request replays to the same schedule; with none it waits

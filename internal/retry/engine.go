@@ -52,7 +52,7 @@ type Action string
 
 // The actions. Dispatch starts a logical request; the next four schedule
 // another attempt; Hedge duplicates the attempt in flight onto the next
-// route (DESIGN §6.4); Complete and Stop are terminal.
+// route (docs/overload.md); Complete and Stop are terminal.
 const (
 	ActionDispatch Action = "dispatch"
 	ActionRetry    Action = "retry_same_route"
@@ -117,7 +117,7 @@ func (d Decision) String() string {
 // Admission is the fleet's state at decision time, supplied by the caller
 // because it lives outside the request: which routes' breakers refuse new
 // attempts, whether the fleet retry budget is spent, and what the tenant
-// may still reserve today (DESIGN §6).
+// may still reserve today (docs/overload.md).
 type Admission struct {
 	Refused          map[string]bool
 	RetryBudgetSpent bool
@@ -507,7 +507,7 @@ func nextRoute(p *Policy, req *Request, hist []Attempt, cur *Route, moveOn, larg
 }
 
 // Hedge decides whether to hedge the attempt in flight, which primary
-// dispatched and which has shown no first byte by at (DESIGN §6.4): one
+// dispatched and which has shown no first byte by at (docs/overload.md): one
 // duplicate on the next eligible route by priority that the breaker admits
 // and whose budget allows it, started at once. Both attempts count against
 // every budget: the attempt budget must hold both, the cost budget both
@@ -544,7 +544,7 @@ func Hedge(p *Policy, req *Request, hist []Attempt, primary Decision, adm Admiss
 	return d, true
 }
 
-// reservation is the worst-case cost of one attempt on r (DESIGN §2.2):
+// reservation is the worst-case cost of one attempt on r (docs/retries.md):
 // the prompt estimate (plus any continuation prefix) at the input price and
 // the output cap at the output price.
 func reservation(r *Route, req *Request, prefixTokens int64) gw.NanoUSD {

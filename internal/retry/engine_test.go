@@ -63,7 +63,7 @@ func TestDecideTable(t *testing.T) {
 		hist   []Attempt
 		want   Decision
 	}{
-		// DESIGN §2.1, one row each.
+		// docs/retries.md, one row each.
 		{name: "success completes", hist: []Attempt{att(1, "A", ok, 900)},
 			want: Decision{Action: ActionComplete, Terminal: gw.TerminalSucceeded, Reason: gw.ReasonCompleted}},
 		{name: "timeout before response retries same route after base", hist: []Attempt{att(1, "A", tbr, 1000)},
@@ -92,7 +92,7 @@ func TestDecideTable(t *testing.T) {
 		{name: "cancelled ends the request", hist: []Attempt{att(1, "A", gw.KindCancelled, 500)},
 			want: stop(gw.TerminalCancelled, gw.ReasonCancelled)},
 
-		// §2.1 refinements.
+		// The refinements of docs/retries.md.
 		{name: "first-byte timeout moves to the next route at once", hist: []Attempt{with(att(1, "A", tbr, 30000), cause(gw.CauseFirstByteTimeout))},
 			want: Decision{Action: ActionFallback, Route: "B", NotBefore: t0.Add(ms(30200)), JitterMS: 200}},
 		{name: "context length falls back to a larger context", hist: []Attempt{with(att(1, "A", gw.KindRejected, 300), cause(gw.CauseContextLength))},
@@ -113,7 +113,7 @@ func TestDecideTable(t *testing.T) {
 			hist: []Attempt{att(1, "A", unav, 100), att(2, "A", unav, 400)},
 			want: Decision{Action: ActionRetry, Route: "A", NotBefore: t0.Add(ms(800)), JitterMS: 400}},
 
-		// §5.3 after visible output.
+		// After visible output (docs/streaming.md).
 		{name: "resume continues on the same route at once", hist: []Attempt{with(att(1, "A", ok, 5000), broke(400))},
 			want: Decision{Action: ActionResume, Route: "A", NotBefore: t0.Add(ms(5000))}},
 		{name: "resume impossible without continuation", policy: same,
@@ -172,7 +172,7 @@ func TestDecideTable(t *testing.T) {
 			hist: []Attempt{with(att(1, "A", ok, 900), broke(40))},
 			want: stop(gw.TerminalIndeterminate, gw.ReasonIndeterminate)},
 
-		// DESIGN §2.2, every stop reason.
+		// docs/retries.md, every stop reason.
 		{name: "attempt budget", policy: func(p *Policy) { p.MaxAttempts = 2 },
 			hist: []Attempt{att(1, "A", unav, 100), att(2, "A", unav, 400)},
 			want: stop(gw.TerminalExhausted, gw.ReasonAttemptBudget)},

@@ -1,4 +1,4 @@
-// Package retry is oncegate's retry engine (DESIGN §2): a pure,
+// Package retry is oncegate's retry engine (docs/retries.md): a pure,
 // deterministic function from (policy, request, attempts so far, admission)
 // to the next decision. It does no I/O, reads no clock and uses no global
 // randomness: times come in on the attempts, jitter comes from a PRNG seeded
@@ -14,7 +14,7 @@ import (
 	"github.com/oncegate/oncegate/internal/gw"
 )
 
-// Jitter selects how backoff is randomised (DESIGN §2.3).
+// Jitter selects how backoff is randomised (docs/retries.md).
 type Jitter string
 
 // The jitter modes.
@@ -37,7 +37,7 @@ const (
 )
 
 // AfterOutput is what happens when a stream breaks after visible output
-// (DESIGN §5.3).
+// (docs/streaming.md).
 type AfterOutput string
 
 // The after-output modes.
@@ -47,7 +47,7 @@ const (
 	AfterOutputStop    AfterOutput = "stop"
 )
 
-// Continuation is how a route continues a partial answer (DESIGN §5.3).
+// Continuation is how a route continues a partial answer (docs/streaming.md).
 type Continuation string
 
 // The continuation styles.
@@ -86,7 +86,7 @@ type Policy struct {
 	// ResumeRoutes says which routes may continue a broken stream.
 	ResumeRoutes ResumeRoutes
 	// HedgeAfter is how long an attempt may go without a first byte before
-	// a hedge is dispatched (DESIGN §6.4); 0 disables hedging.
+	// a hedge is dispatched (docs/overload.md); 0 disables hedging.
 	HedgeAfter time.Duration
 	Routes     []Route
 }
@@ -127,11 +127,11 @@ type Request struct {
 	// carries extended thinking), so a stream that breaks after output is
 	// never resumed.
 	NoContinuation bool
-	// Stateful: the operation writes provider-side state (DESIGN §7), so
+	// Stateful: the operation writes provider-side state (docs/conversations.md), so
 	// it is never hedged.
 	Stateful bool
 	// Ineligible lists routes the capability pre-filter ruled out before
-	// the first dispatch (DESIGN §8.2); they are skipped, never tried.
+	// the first dispatch (docs/configuration.md); they are skipped, never tried.
 	Ineligible map[string]string
 }
 

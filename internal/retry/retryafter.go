@@ -17,7 +17,7 @@ const MaxHint = 7 * 24 * time.Hour
 const maxHeaderLen = 64
 
 // ParseRetryAfter reads a provider's delay hint from the response headers
-// (DESIGN §2.2): retry-after-ms (milliseconds, as OpenAI sends it) wins over
+// (docs/retries.md): retry-after-ms (milliseconds, as OpenAI sends it) wins over
 // Retry-After, which may be delta-seconds or an HTTP-date (RFC 9110 §10.2.3)
 // relative to now. Malformed, negative, non-finite or absurd values are
 // ignored: ok is false and no error is ever returned. Capping to the

@@ -2,7 +2,7 @@
 // per provider, per-phase timeouts (connect, first byte, idle between
 // chunks) and typed errors. It performs no retries of its own — the retry
 // engine is the single retry owner — and it stops net/http from replaying
-// a request whose bytes already left (DESIGN §1). Establishing a connection
+// a request whose bytes already left (docs/architecture.md). Establishing a connection
 // may try several addresses; that is not an attempt.
 package upstream
 
@@ -63,7 +63,7 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 // Kind classifies a transport failure that happened before any output
-// (DESIGN §2.1) for a stateless operation: connection failures and resets
+// (docs/retries.md) for a stateless operation: connection failures and resets
 // before headers are timeout_before_response; a silent provider is a
 // first-byte timeout, which moves to the next route.
 func (e *Error) Kind() (gw.Kind, gw.Cause) {

@@ -118,7 +118,7 @@ var migrations = []string{
 	CREATE INDEX requests_by_finish ON requests(finished_at);`,
 
 	// 4: each tenant's charges per UTC day, kept as receipts are stored,
-	// so the day's spend survives a restart (DESIGN §6.3).
+	// so the day's spend survives a restart (docs/overload.md).
 	`CREATE TABLE tenant_spend (
 		day     INTEGER NOT NULL,
 		tenant  TEXT NOT NULL,

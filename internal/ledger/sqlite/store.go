@@ -66,7 +66,7 @@ func dsn(path string) (string, error) {
 // gateway started by mistake on the same file stops before it touches
 // anything — and every request still in progress in the database belongs
 // to a process that is gone: Open ends their leases, for recovery to
-// settle at once (DESIGN §3.3).
+// settle at once (docs/identity.md).
 func Open(path string) (*Store, error) {
 	lock, err := lockFile(path + ".lock")
 	if err != nil {
