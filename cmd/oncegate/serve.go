@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"time"
 
@@ -90,6 +91,17 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "oncegate serve: %v\n", err)
 		return 1
+	}
+	if m := pol.Config.MetricsListen; m != "" {
+		mln, err := net.Listen("tcp", m)
+		if err != nil {
+			fmt.Fprintf(stderr, "oncegate serve: metrics_listen: %v\n", err)
+			return 1
+		}
+		msrv := &http.Server{Handler: g.MetricsHandler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = msrv.Serve(mln) }()
+		defer msrv.Close()
+		fmt.Fprintf(stdout, "oncegate metrics on http://%s/metrics\n", mln.Addr())
 	}
 	fmt.Fprintf(stdout, "oncegate listening on http://%s (policy %s, gateway %s)\n", ln.Addr(), pol.Digest[:12], opts.Owner)
 	if err := g.Serve(ctx, ln); err != nil {

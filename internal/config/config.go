@@ -38,6 +38,15 @@ type Config struct {
 	// HMAC secret. Empty (the default): a secret is generated once and kept
 	// in the store.
 	SecretEnv string `yaml:"secret_env"`
+	// AdminKeyEnv names the environment variable holding the admin key:
+	// the key that reads /metrics on the API port. It must differ from
+	// every tenant's key. Empty (the default): no admin key.
+	AdminKeyEnv string `yaml:"admin_key_env"`
+	// MetricsListen is a separate address serving /metrics with no key
+	// (keep it private), e.g. "127.0.0.1:9464". Empty (the default):
+	// /metrics is served on the API port, to the admin key only — never
+	// open there.
+	MetricsListen string `yaml:"metrics_listen"`
 
 	// Tenants are the gateway's callers, one API key each. Required.
 	Tenants []Tenant `yaml:"tenants" required:"true"`
@@ -446,6 +455,8 @@ type Secrets struct {
 	// GatewaySecret is the fingerprint HMAC secret ("" means: use the
 	// store's generated one).
 	GatewaySecret string
+	// AdminKey is the admin key ("" when none is configured).
+	AdminKey string
 }
 
 // ResolveSecrets reads every environment variable the configuration
@@ -476,6 +487,12 @@ func (c *Config) ResolveSecrets(lookup func(string) (string, bool)) (*Secrets, e
 	}
 	if c.SecretEnv != "" {
 		s.GatewaySecret = os.Getenv(c.SecretEnv) // unset: generated and kept in the store
+	}
+	if c.AdminKeyEnv != "" {
+		s.AdminKey = get("admin_key_env", c.AdminKeyEnv)
+		if tenant, dup := s.TenantKeys[s.AdminKey]; dup && s.AdminKey != "" {
+			errs = append(errs, c.ErrorAt("admin_key_env", "the admin key is tenant %q's API key: it must be a key of its own", tenant))
+		}
 	}
 	if len(errs) > 0 {
 		return nil, errs

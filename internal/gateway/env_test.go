@@ -35,6 +35,7 @@ import (
 // Anthropic-protocol mock, and aliases exercising each policy knob. Base
 // delays are short so tests run fast; jitter is off so schedules are exact.
 const testConfig = `
+admin_key_env: KEY_ADMIN
 tenants:
   - {id: acme, api_key_env: KEY_ACME}
   - {id: globex, api_key_env: KEY_GLOBEX, max_data_boundary: private}
@@ -137,6 +138,7 @@ const (
 	keyInitech  = "sk-og-initech-test"
 	keyUmbrella = "sk-og-umbrella-test"
 	keySpender  = "sk-og-spender-test"
+	keyAdmin    = "sk-og-admin-test"
 	// primaryProviderKey is the gateway's own credential at the primary.
 	primaryProviderKey = "sk-provider-primary-7f3a9c"
 )
@@ -239,7 +241,7 @@ func newEnvOpts(t *testing.T, o envOptions) *env {
 	}
 	e.secrets, err = e.pol.Config.ResolveSecrets(func(k string) (string, bool) {
 		return map[string]string{"KEY_ACME": keyAcme, "KEY_GLOBEX": keyGlobex, "KEY_INITECH": keyInitech, "KEY_UMBRELLA": keyUmbrella,
-			"KEY_SPENDER": keySpender, "KEY_UPSTREAM_ONE": primaryProviderKey}[k], true
+			"KEY_SPENDER": keySpender, "KEY_UPSTREAM_ONE": primaryProviderKey, "KEY_ADMIN": keyAdmin}[k], true
 	})
 	if err != nil {
 		t.Fatal(err)

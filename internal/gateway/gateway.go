@@ -131,6 +131,10 @@ type Gateway struct {
 	budget      RetryBudget
 	tenants     TenantLimits
 	metrics     *metrics.Metrics
+	// adminKey reads /metrics on the API port ("" when none is set);
+	// metricsElsewhere: metrics_listen serves them with no key.
+	adminKey         string
+	metricsElsewhere bool
 	mux         *http.ServeMux
 	inflight    sync.WaitGroup
 	stop        chan struct{}
@@ -226,6 +230,7 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 	}
 	g.restoreRates(context.Background())
 	g.secrets = secretsOf(secrets)
+	g.adminKey, g.metricsElsewhere = secrets.AdminKey, pol.Config.MetricsListen != ""
 	for key, id := range secrets.TenantKeys {
 		t := pol.Tenant(id)
 		if t == nil {
@@ -477,7 +482,7 @@ func (g *Gateway) routes() {
 	m.HandleFunc("GET /v1/receipts", g.authed(g.serveReceipts))
 	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	m.HandleFunc("GET /readyz", g.serveReady)
-	m.Handle("GET /metrics", g.metrics.Handler())
+	m.HandleFunc("GET /metrics", g.serveMetrics)
 	// Every other answer is an error in the caller's protocol too: an
 	// unknown path (404 not_found), a known one with another method (405).
 	for path, allow := range map[string]string{"/v1/chat/completions": "POST", "/v1/messages": "POST", "/v1/models": "GET",
@@ -490,6 +495,41 @@ func (g *Gateway) routes() {
 		errorf(CodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path).write(w, protocolOf(r), meta{})
 	})
 	g.mux = m
+}
+
+// serveMetrics serves /metrics on the API port to the admin key only: the
+// metrics show every tenant's spend. Without an admin key they are not
+// served there at all.
+func (g *Gateway) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	p := protocolOf(r)
+	switch {
+	case g.adminKey == "" && g.metricsElsewhere:
+		errorf(CodeNotFound, "/metrics is served on the metrics_listen address, not on the API port").write(w, p, meta{})
+	case g.adminKey == "":
+		errorf(CodeNotFound, "/metrics is not served on the API port without an admin key: set admin_key_env, or metrics_listen").write(w, p, meta{})
+	case !g.isAdmin(r):
+		errorf(CodeUnauthorized, "/metrics needs the admin key (admin_key_env)").write(w, p, meta{})
+	default:
+		g.metrics.Handler().ServeHTTP(w, r)
+	}
+}
+
+// isAdmin reports whether a request carries the admin key.
+func (g *Gateway) isAdmin(r *http.Request) bool {
+	key := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if key == "" {
+		key = r.Header.Get("x-api-key")
+	}
+	return g.adminKey != "" && subtle.ConstantTimeCompare([]byte(key), []byte(g.adminKey)) == 1
+}
+
+// MetricsHandler serves /metrics with no key: for the metrics_listen
+// address, which the operator keeps private.
+func (g *Gateway) MetricsHandler() http.Handler {
+	m := http.NewServeMux()
+	m.Handle("GET /metrics", g.metrics.Handler())
+	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	return m
 }
 
 // methodNotAllowed answers a known path asked with another method.

@@ -96,16 +96,28 @@ func count(outs []outcome, f func(outcome) bool) int {
 	return n
 }
 
-// metricValue reads one sample from /metrics, e.g.
-// oncegate_breaker_state{route="primary"}.
-func (e *env) metricValue(sample string) float64 {
+// metricsText reads /metrics with the admin key.
+func (e *env) metricsText() []byte {
 	e.t.Helper()
-	res, err := e.client.Get(e.url + "/metrics")
+	req, _ := http.NewRequest("GET", e.url+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+keyAdmin)
+	res, err := e.client.Do(req)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	defer res.Body.Close()
 	body, _ := io.ReadAll(res.Body)
+	if res.StatusCode != 200 {
+		e.t.Fatalf("/metrics: %d %s", res.StatusCode, body)
+	}
+	return body
+}
+
+// metricValue reads one sample from /metrics, e.g.
+// oncegate_breaker_state{route="primary"}.
+func (e *env) metricValue(sample string) float64 {
+	e.t.Helper()
+	body := e.metricsText()
 	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(sample) + ` (\S+)$`).FindSubmatch(body)
 	if m == nil {
 		e.t.Fatalf("no sample %s in /metrics:\n%s", sample, body)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -416,12 +415,7 @@ func TestStatefulTurnsAreReconciledNotDuplicated(t *testing.T) {
 		if err != nil || len(orphans) != 1 || orphans[0].Cost <= 0 || orphans[0].ResponseID != ids[3] {
 			t.Fatalf("orphans: %+v %v", orphans, err)
 		}
-		res, err := e.client.Get(e.url + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(res.Body)
-		res.Body.Close()
+		b := e.metricsText()
 		for _, line := range []string{`oncegate_turns_total{role="user"} 6`, `oncegate_turns_total{role="assistant"} 6`,
 			"oncegate_turn_ratio 1", "oncegate_orphaned_turns_total 1"} {
 			if !strings.Contains(string(b), line+"\n") {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
@@ -109,4 +111,38 @@ func errCodeOf(b []byte) string {
 	var m map[string]any
 	_ = json.Unmarshal(b, &m)
 	return errCode(m)
+}
+
+// /metrics shows every tenant's spend: on the API port it answers the
+// admin key only; with runtime and process collectors beside oncegate's.
+func TestMetricsNeedTheAdminKey(t *testing.T) {
+	t.Parallel()
+	inBubble(t, envOptions{}, func(t *testing.T, e *env) {
+		for key, want := range map[string]int{"": 401, keyAcme: 401, "wrong": 401} {
+			req, _ := http.NewRequest("GET", e.url+"/metrics", nil)
+			if key != "" {
+				req.Header.Set("Authorization", "Bearer "+key)
+			}
+			res, err := e.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			if res.StatusCode != want {
+				t.Fatalf("/metrics with key %q: %d, want %d", key, res.StatusCode, want)
+			}
+		}
+		body := string(e.metricsText())
+		for _, name := range []string{"go_goroutines", "go_memstats_heap_alloc_bytes", "oncegate_turn_ratio"} {
+			if !strings.Contains(body, "\n"+name+" ") {
+				t.Fatalf("/metrics lacks %s", name)
+			}
+		}
+		h := e.gw.MetricsHandler()
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		if rec.Code != 200 || !strings.Contains(rec.Body.String(), "oncegate_turn_ratio") {
+			t.Fatalf("the metrics_listen handler: %d", rec.Code)
+		}
+	})
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -50,6 +51,8 @@ func New(reg *prometheus.Registry) *Metrics {
 	}
 	f := func(c prometheus.Collector) { reg.MustRegister(c) }
 	m := &Metrics{reg: reg}
+	f(collectors.NewGoCollector())
+	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "oncegate", Name: name, Help: help}, labels)
 		f(c)

@@ -59,6 +59,9 @@ func readSources(root string) {
 
 const apiKey = "sk-og-e2e-tenant"
 
+// adminKey is the admin key of configurations that set admin_key_env.
+const adminKey = "sk-og-e2e-admin"
+
 const configTemplate = `
 tenants: [{id: e2e, api_key_env: ONCEGATE_E2E_KEY}]
 providers: [{id: mock, type: openai, base_url: "MOCK/v1", timeouts: {connect: 1s, first_byte: 60s, idle: 60s}}]
@@ -112,6 +115,7 @@ func newWorldOn(t *testing.T, mcfg mock.Config, store string) *world {
 type gateway struct {
 	cmd    *exec.Cmd
 	url    string
+	stdout *lines
 	stderr *lines
 }
 
@@ -179,8 +183,8 @@ func startServe(t *testing.T, args, env []string) *gateway {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	g := &gateway{cmd: cmd, stderr: &lines{seen: make(chan struct{}, 1)}}
 	stdout := &lines{seen: make(chan struct{}, 1)}
+	g := &gateway{cmd: cmd, stdout: stdout, stderr: &lines{seen: make(chan struct{}, 1)}}
 	go pipe(out, stdout)
 	go pipe(errp, g.stderr)
 	t.Cleanup(func() {

@@ -23,6 +23,7 @@ import (
 // and an Anthropic-protocol fallback, three tenants (one unlimited, one
 // rate-limited, one with a daily ceiling), a short lease.
 const fleetConfig = `
+admin_key_env: ONCEGATE_E2E_ADMIN
 tenants:
   - {id: e2e, api_key_env: ONCEGATE_E2E_KEY}
   - {id: capped, api_key_env: ONCEGATE_E2E_CAPPED, budget: {requests_per_minute: 2}}
@@ -101,7 +102,7 @@ func newFleetWith(t *testing.T, n int, mcfg mock.Config, extra string, setup fun
 func (f *fleet) start() *gateway {
 	f.t.Helper()
 	return startServe(f.t, []string{"--config", f.config, "--store", f.store, "--coordination", f.coord},
-		[]string{"ONCEGATE_E2E_KEY=" + apiKey, "ONCEGATE_E2E_CAPPED=" + keyCapped, "ONCEGATE_E2E_THRIFTY=" + keyThrifty})
+		[]string{"ONCEGATE_E2E_KEY=" + apiKey, "ONCEGATE_E2E_CAPPED=" + keyCapped, "ONCEGATE_E2E_THRIFTY=" + keyThrifty, "ONCEGATE_E2E_ADMIN=" + adminKey})
 }
 
 // call is one HTTP exchange's result.
@@ -150,7 +151,9 @@ func chatJSON(model, content string, stream bool, extra string) string {
 // metric reads one sample of a replica's /metrics (-1 if absent).
 func (g *gateway) metric(t *testing.T, sample string) float64 {
 	t.Helper()
-	res, err := http.Get(g.url + "/metrics")
+	req, _ := http.NewRequest("GET", g.url+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+adminKey)
+	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
