@@ -135,11 +135,11 @@ type Gateway struct {
 	// metricsElsewhere: metrics_listen serves them with no key.
 	adminKey         string
 	metricsElsewhere bool
-	mux         *http.ServeMux
-	inflight    sync.WaitGroup
-	stop        chan struct{}
-	stopOnce    sync.Once
-	background  sync.WaitGroup
+	mux              *http.ServeMux
+	inflight         sync.WaitGroup
+	stop             chan struct{}
+	stopOnce         sync.Once
+	background       sync.WaitGroup
 	// live are the calls this process owns, by request id: their leases
 	// are renewed while they run.
 	live sync.Map
