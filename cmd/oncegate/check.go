@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -22,12 +21,13 @@ import (
 // --connect it also reaches the store and the coordination and says what
 // it found; exit 1 if either cannot be reached.
 func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("check", "--config FILE [--connect]",
+		"Validate a configuration whole and print every model's route table; with --connect, also reach its store and coordination.",
+		configEnv, stderr)
 	path := fs.String("config", "", "configuration file (required)")
 	connect := fs.Bool("connect", false, "also reach the store and the coordination, and report what they are")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseFailed(err)
 	}
 	if *path == "" {
 		fmt.Fprintln(stderr, "oncegate check: --config FILE is required")

@@ -10,6 +10,7 @@
 //	oncegate check   --config FILE            validate and print the route tables
 //	oncegate verify  --config FILE RECEIPT    re-run the retry engine over a receipt
 //	oncegate migrate --config FILE            apply the store's schema migrations
+//	oncegate version                          print the version and build information
 package main
 
 import (
@@ -37,6 +38,7 @@ var verbs = map[string]func(ctx context.Context, args []string, stdout, stderr i
 	"verify":   verify,
 	"receipts": receipts,
 	"migrate":  migrate,
+	"version":  versionCmd,
 }
 
 const usage = `oncegate — an LLM gateway that owns retries
@@ -52,10 +54,16 @@ usage:
   oncegate verify  --config FILE RECEIPT.json re-run the retry engine over a receipt; exit 1 on drift
   oncegate receipts --config FILE [--tenant T] [ID]
                                               list a tenant's receipts, or print one
+  oncegate version                            print the version and build information
+
+oncegate VERB -h names a verb's arguments, flags and the environment variables it reads.
 `
 
 // run executes one CLI invocation and returns the process exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
+		args[0] = "version"
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stdout, usage)
 		return 0

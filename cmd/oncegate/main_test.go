@@ -103,3 +103,23 @@ func TestUsage(t *testing.T) {
 		t.Fatalf("check without --config: %d", code)
 	}
 }
+
+// Every verb's -h names its arguments and what it reads from the
+// environment, and exits 0; version prints how the binary was built.
+func TestEveryVerbExplainsItself(t *testing.T) {
+	for verb := range verbs {
+		code, _, errOut := runCLI(verb, "-h")
+		if code != 0 || !strings.Contains(errOut, "usage: oncegate "+verb) {
+			t.Fatalf("%s -h: exit %d\n%s", verb, code, errOut)
+		}
+		if (verb == "serve" || verb == "check") && !strings.Contains(errOut, "environment:") {
+			t.Fatalf("%s -h names no environment variables:\n%s", verb, errOut)
+		}
+	}
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		code, out, _ := runCLI(args...)
+		if code != 0 || !strings.HasPrefix(out, "oncegate ") || !strings.Contains(out, "go1.") {
+			t.Fatalf("%v: exit %d %q", args, code, out)
+		}
+	}
+}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -16,12 +15,11 @@ import (
 // applies them too, at start): for upgrades that migrate before the new
 // gateways roll out.
 func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("migrate", "--config FILE [--store URL]", "Apply the store's schema migrations (serve does too, at start).", "", stderr)
 	path := fs.String("config", "", "configuration naming the store (required)")
 	storeFlag := fs.String("store", "", "store to migrate (default: the config's store)")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseFailed(err)
 	}
 	if *path == "" {
 		fmt.Fprintln(stderr, "oncegate migrate: --config FILE is required")

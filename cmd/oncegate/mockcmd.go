@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -12,8 +11,8 @@ import (
 
 // mockProvider runs the fault-injecting mock provider (docs/mock.md).
 func mockProvider(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("mock", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("mock", "[--listen ADDR] [--script FILE] [--ttft D] [--interval D] [--tokens N] [--seed N]",
+		"Run the fault-injecting mock provider (docs/mock.md): OpenAI Chat Completions, Responses and embeddings, Anthropic Messages.", "", stderr)
 	listen := fs.String("listen", "127.0.0.1:9090", "address to listen on")
 	script := fs.String("script", "", "JSON fault script (see internal/mock/script.go)")
 	ttft := fs.Duration("ttft", 0, "time to first token")
@@ -21,7 +20,7 @@ func mockProvider(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	tokens := fs.Int("tokens", 24, "tokens per answer")
 	seed := fs.Int64("seed", 0, "text seed")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseFailed(err)
 	}
 	cfg := mock.Config{Seed: *seed, TTFT: *ttft, TokenInterval: *interval, Tokens: *tokens}
 	if *script != "" {

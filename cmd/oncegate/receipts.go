@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -15,15 +14,15 @@ import (
 
 // receipts lists a tenant's receipts from the store, or prints one.
 func receipts(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("receipts", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("receipts", "--config FILE [--store URL] [--tenant T] [--limit N] [--after ID] [ID]",
+		"List a tenant's receipts, or print the one named ID, from the store.", "", stderr)
 	path := fs.String("config", "", "configuration naming the store (required)")
 	storeFlag := fs.String("store", "", "ledger to read (default: the config's store)")
 	tenant := fs.String("tenant", "", "tenant whose receipts to read (default: the config's first tenant)")
 	limit := fs.Int("limit", 20, "how many to list")
 	after := fs.String("after", "", "list receipts after this request id")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseFailed(err)
 	}
 	if *path == "" || fs.NArg() > 1 {
 		fmt.Fprintln(stderr, "usage: oncegate receipts --config FILE [--tenant T] [ID]")

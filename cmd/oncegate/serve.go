@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,14 +20,15 @@ import (
 
 // serve runs the gateway until interrupted, then drains in-flight requests.
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("serve", "--config FILE [--listen ADDR] [--store URL] [--coordination URL]",
+		"Run the gateway until SIGINT or SIGTERM, then drain the requests in flight.",
+		configEnv+"\n  GOGC: the garbage collector's target (default 400 here, not Go's 100); GOMEMLIMIT: a soft memory limit", stderr)
 	path := fs.String("config", "", "configuration file (required)")
 	listen := fs.String("listen", "", "address to listen on (default: the config's listen)")
 	storeFlag := fs.String("store", "", "ledger to use (default: the config's store), e.g. sqlite:///var/lib/oncegate/ledger.db")
 	coordFlag := fs.String("coordination", "", "coordination to use (default: the config's coordination), e.g. redis://127.0.0.1:6379/0")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseFailed(err)
 	}
 	if *path == "" {
 		fmt.Fprintln(stderr, "oncegate serve: --config FILE is required")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -14,11 +13,10 @@ import (
 // verify re-runs the retry engine over one or more receipts (docs/receipts.md) and
 // prints every drift. Exit 0: no drift; 1: drift or unreadable receipt.
 func verify(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("verify", "--config FILE RECEIPT.json", "Re-run the retry engine over a receipt and name every drift; exit 1 on any.", "", stderr)
 	path := fs.String("config", "", "configuration the receipts were produced under (required)")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseFailed(err)
 	}
 	if *path == "" || fs.NArg() == 0 {
 		fmt.Fprintln(stderr, "usage: oncegate verify --config FILE RECEIPT.json [RECEIPT.json ...]")

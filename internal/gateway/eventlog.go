@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"sync/atomic"
 	"time"
 
@@ -98,16 +97,6 @@ type dispatchEvent struct {
 	Purpose    string    `json:"purpose"`
 	NotBefore  time.Time `json:"not_before"`
 	ReserveUSD float64   `json:"reserve_usd"`
-}
-
-// failpoint blocks forever at a named point when ONCEGATE_FAILPOINT names
-// it, after saying so on stderr: crash tests kill the process there.
-func failpoint(name string) {
-	if os.Getenv("ONCEGATE_FAILPOINT") != name {
-		return
-	}
-	_, _ = os.Stderr.WriteString("ONCEGATE_FAILPOINT " + name + " reached\n")
-	select {}
 }
 
 // errStore marks a store failure that is not a refusal: the store could

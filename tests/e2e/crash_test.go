@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "oncegate")
-	build := exec.Command("go", "build", "-o", binary, "../../cmd/oncegate")
+	build := exec.Command("go", "build", "-tags", "failpoints", "-o", binary, "../../cmd/oncegate")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		panic("build the binary: " + err.Error())

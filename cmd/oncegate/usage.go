@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"runtime"
+	"runtime/debug"
+	"strings"
+)
+
+// configEnv is what every verb that reads a configuration says of the
+// environment: the file names the variables, and holds no secret itself.
+const configEnv = `  the variables the configuration names: each tenant's api_key_env, each
+  provider's api_key_env, secret_env (the fingerprint secret) and
+  admin_key_env; oncegate check lists the ones that are not set`
+
+// newFlags makes a verb's flag set whose -h names its arguments, its flags
+// and the environment variables it reads.
+func newFlags(verb, args, what, env string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(verb, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: oncegate %s\n\n%s\n", strings.TrimSpace(verb+" "+args), what)
+		n := 0
+		fs.VisitAll(func(*flag.Flag) { n++ })
+		if n > 0 {
+			fmt.Fprintln(stderr, "\nflags:")
+			fs.PrintDefaults()
+		}
+		if env != "" {
+			fmt.Fprintf(stderr, "\nenvironment:\n%s\n", env)
+		}
+	}
+	return fs
+}
+
+// parseFailed is a verb's exit code when its flags did not parse: 0 for
+// -h (the usage was asked for and printed), 2 otherwise.
+func parseFailed(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	return 2
+}
+
+// version is set at build time (-ldflags "-X main.version=v1.2.3"); a
+// build without it reports the module version or the VCS revision.
+var version = ""
+
+// versionCmd prints the version and how the binary was built.
+func versionCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("version", "", "Print the version and build information.", "", stderr)
+	if err := fs.Parse(args); err != nil {
+		return parseFailed(err)
+	}
+	fmt.Fprintln(stdout, versionText())
+	return 0
+}
+
+func versionText() string {
+	v, rev, at, dirty := version, "", "", false
+	info, ok := debug.ReadBuildInfo()
+	if ok {
+		if v == "" && info.Main.Version != "" && info.Main.Version != "(devel)" {
+			v = info.Main.Version
+		}
+		for _, s := range info.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.time":
+				at = s.Value
+			case "vcs.modified":
+				dirty = s.Value == "true"
+			}
+		}
+	}
+	if v == "" {
+		v = "devel"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "oncegate %s\n", v)
+	if rev != "" {
+		if dirty {
+			rev += " (modified)"
+		}
+		fmt.Fprintf(&b, "revision  %s %s\n", rev, at)
+	}
+	fmt.Fprintf(&b, "go        %s %s/%s", runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return b.String()
+}
