@@ -20,7 +20,7 @@ func receipts(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	storeFlag := fs.String("store", "", "ledger to read (default: the config's store)")
 	tenant := fs.String("tenant", "", "tenant whose receipts to read (default: the config's first tenant)")
 	limit := fs.Int("limit", 20, "how many to list")
-	after := fs.String("after", "", "list receipts after this request id")
+	after := fs.String("after", "", "continue the list after this request id (receipts are listed newest first)")
 	if err := fs.Parse(args); err != nil {
 		return parseFailed(err)
 	}

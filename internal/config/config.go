@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"time"
@@ -28,7 +29,8 @@ type Config struct {
 	// Listen is the gateway's HTTP address. Default "127.0.0.1:8080".
 	Listen string `yaml:"listen" default:"127.0.0.1:8080"`
 	// Store is where the ledger, receipts and conversations live:
-	// "sqlite://PATH" or "postgres://…". Default "sqlite://oncegate.db".
+	// "sqlite://PATH" (a relative PATH is relative to the configuration
+	// file's directory) or "postgres://…". Default "sqlite://oncegate.db".
 	Store string `yaml:"store" default:"sqlite://oncegate.db"`
 	// Coordination is where in-flight claims, joins, breakers and the fleet
 	// retry budget are shared: "local" (one process) or "redis://…".
@@ -68,6 +70,10 @@ type Config struct {
 	Breaker Breaker `yaml:"breaker"`
 	// Limits bounds what one request may carry and receive.
 	Limits Limits `yaml:"limits"`
+	// DrainTimeout bounds a graceful stop (SIGTERM, SIGINT): how long the
+	// requests and streams in flight may take to finish before the rest
+	// are cut. /readyz says not ready from the drain's first moment.
+	DrainTimeout Duration `yaml:"drain_timeout" default:"30s"`
 	// Lease is how a request's owner holds it while it runs
 	// (docs/identity.md, docs/replicas.md): what bounds how long a request whose gateway died stays in
 	// progress before another settles it.
@@ -367,7 +373,22 @@ func Load(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
-	return Parse(path, data)
+	c, err := Parse(path, data)
+	if c != nil {
+		c.Store = resolveStore(c.Store, filepath.Dir(path))
+	}
+	return c, err
+}
+
+// resolveStore makes a relative SQLite path relative to dir, the
+// configuration file's directory, so every verb that reads the file
+// finds the same store wherever it is run from.
+func resolveStore(store, dir string) string {
+	p, ok := strings.CutPrefix(store, "sqlite://")
+	if !ok || p == "" || filepath.IsAbs(p) {
+		return store
+	}
+	return "sqlite://" + filepath.Join(dir, p)
 }
 
 // Parse strictly decodes data, naming file in errors. On failure the

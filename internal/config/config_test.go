@@ -2,6 +2,8 @@ package config
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -175,4 +177,26 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A relative SQLite path is the configuration file's neighbour, wherever
+// the command runs from.
+func TestRelativeStoreIsBesideTheFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "gw.yaml")
+	if err := os.WriteFile(path, []byte("store: sqlite://data/ledger.db\n"+minimal), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "sqlite://" + filepath.Join(dir, "data/ledger.db"); c.Store != want {
+		t.Fatalf("store %s, want %s", c.Store, want)
+	}
+	for in, want := range map[string]string{"sqlite:///abs/x.db": "sqlite:///abs/x.db", "postgres://h/db": "postgres://h/db", "memory://": "memory://"} {
+		if got := resolveStore(in, dir); got != want {
+			t.Fatalf("%s → %s", in, got)
+		}
+	}
 }

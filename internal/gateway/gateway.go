@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -50,7 +51,8 @@ type Options struct {
 	// (default: an in-memory ledger, which nothing outlives). The caller
 	// closes it after the gateway.
 	Ledger ledger.Store
-	// DrainTimeout bounds graceful shutdown (default 30s).
+	// DrainTimeout bounds graceful shutdown (default: the configuration's
+	// drain_timeout).
 	DrainTimeout time.Duration
 	// Lease is how long an owner's claim on a request lasts between
 	// renewals (default: the configuration's lease.ttl).
@@ -135,11 +137,13 @@ type Gateway struct {
 	// metricsElsewhere: metrics_listen serves them with no key.
 	adminKey         string
 	metricsElsewhere bool
-	mux              *http.ServeMux
-	inflight         sync.WaitGroup
-	stop             chan struct{}
-	stopOnce         sync.Once
-	background       sync.WaitGroup
+	// draining is set when the drain begins: /readyz says not ready.
+	draining   atomic.Bool
+	mux        *http.ServeMux
+	inflight   sync.WaitGroup
+	stop       chan struct{}
+	stopOnce   sync.Once
+	background sync.WaitGroup
 	// live are the calls this process owns, by request id: their leases
 	// are renewed while they run.
 	live sync.Map
@@ -222,6 +226,9 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 		g.ledger = memory.New(0)
 	}
 	if g.drain == 0 {
+		g.drain = pol.Config.DrainTimeout.D()
+	}
+	if g.drain <= 0 { // a policy compiled without defaults
 		g.drain = 30 * time.Second
 	}
 	g.guards(pol, opts)
@@ -592,6 +599,8 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
+	g.draining.Store(true) // not ready from the first moment of the drain
+	g.log.Info("draining", "timeout", g.drain.String())
 	dctx, cancel := context.WithTimeout(context.Background(), g.drain)
 	defer cancel()
 	err := srv.Shutdown(dctx)
@@ -689,7 +698,8 @@ func (g *Gateway) receipt(ctx context.Context, tenant, id string) (*receipt.Rece
 	return receipt.Parse(body)
 }
 
-// listReceipts loads the tenant's receipts after `after`.
+// listReceipts loads the tenant's receipts, newest first, continuing
+// after the request id `after`.
 func (g *Gateway) listReceipts(ctx context.Context, tenant string, limit int, after string) ([]*receipt.Receipt, error) {
 	bodies, err := g.ledger.Receipts(ctx, tenant, limit, after)
 	if err != nil {
@@ -750,6 +760,10 @@ func (g *Gateway) serveReceipts(w http.ResponseWriter, r *http.Request, t *polic
 }
 
 func (g *Gateway) serveReady(w http.ResponseWriter, r *http.Request) {
+	if g.draining.Load() {
+		http.Error(w, "draining: finishing the requests in flight, taking no new ones", http.StatusServiceUnavailable)
+		return
+	}
 	if err := g.ledger.Ping(r.Context()); err != nil {
 		http.Error(w, "store unavailable: "+err.Error(), http.StatusServiceUnavailable)
 		return

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/openai/openai-go/v3"
@@ -143,6 +145,89 @@ func TestMetricsNeedTheAdminKey(t *testing.T) {
 		h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 		if rec.Code != 200 || !strings.Contains(rec.Body.String(), "oncegate_turn_ratio") {
 			t.Fatalf("the metrics_listen handler: %d", rec.Code)
+		}
+	})
+}
+
+// Receipt lists are newest first, and page on with after.
+func TestReceiptsNewestFirst(t *testing.T) {
+	t.Parallel()
+	inBubble(t, envOptions{}, func(t *testing.T, e *env) {
+		var ids []string
+		for i := range 3 {
+			res, _ := e.post("/v1/chat/completions", chatBody("chat", false)[:len(chatBody("chat", false))-1]+fmt.Sprintf(`,"user":"u%d"}`, i), nil)
+			ids = append(ids, res.Header.Get("X-Oncegate-Request-Id"))
+		}
+		list := func(q string) []string {
+			req, _ := http.NewRequest("GET", e.url+"/v1/receipts?"+q, nil)
+			req.Header.Set("Authorization", "Bearer "+keyAcme)
+			res, err := e.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer res.Body.Close()
+			var page struct {
+				Data []struct {
+					RequestID string `json:"request_id"`
+				}
+			}
+			_ = json.NewDecoder(res.Body).Decode(&page)
+			var out []string
+			for _, r := range page.Data {
+				out = append(out, r.RequestID)
+			}
+			return out
+		}
+		if got := list("limit=2"); len(got) != 2 || got[0] != ids[2] || got[1] != ids[1] {
+			t.Fatalf("first page %v, requests %v", got, ids)
+		}
+		if got := list("limit=2&after=" + ids[1]); len(got) != 1 || got[0] != ids[0] {
+			t.Fatalf("next page %v, requests %v", got, ids)
+		}
+	})
+}
+
+// A drain makes the gateway not ready from its first moment, while the
+// request in flight finishes.
+func TestReadyzTurnsAtTheDrain(t *testing.T) {
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{TTFT: 300 * time.Millisecond}}, func(t *testing.T, e *env) {
+		ln, err := e.mem.Listen("drain.test:80")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- e.gw.Serve(ctx, ln) }()
+		answered := make(chan int, 1)
+		go func() {
+			req, _ := http.NewRequest("POST", "http://drain.test/v1/chat/completions", strings.NewReader(chatBody("chat", false)))
+			req.Header.Set("Authorization", "Bearer "+keyAcme)
+			res, err := e.client.Do(req)
+			if err != nil {
+				answered <- 0
+				return
+			}
+			res.Body.Close()
+			answered <- res.StatusCode
+		}()
+		for e.primary.Stats().Requests == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+		for !e.gw.draining.Load() {
+			time.Sleep(time.Millisecond)
+		}
+		rec := httptest.NewRecorder()
+		e.gw.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+		if rec.Code != 503 || !strings.Contains(rec.Body.String(), "draining") {
+			t.Fatalf("/readyz during the drain: %d %s", rec.Code, rec.Body)
+		}
+		if st := <-answered; st != 200 {
+			t.Fatalf("the request in flight got %d", st)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
 		}
 	})
 }

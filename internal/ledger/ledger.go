@@ -206,8 +206,9 @@ type Store interface {
 	Events(ctx context.Context, requestID string) ([]Event, error)
 	// Receipt returns a tenant's receipt JSON, or ErrNotFound.
 	Receipt(ctx context.Context, tenant, requestID string) ([]byte, error)
-	// Receipts lists a tenant's receipts after request id `after`, oldest
-	// first, at most limit.
+	// Receipts lists a tenant's receipts newest first (by request id,
+	// which is time-ordered), at most limit, continuing after the request
+	// id `after` ("" from the newest).
 	Receipts(ctx context.Context, tenant string, limit int, after string) ([][]byte, error)
 	// AddDedup adds to a stored receipt's "dedup" counts (joined and
 	// replayed arrivals) and raises its client_retry_count to at least

@@ -62,6 +62,7 @@ func (v *validator) globals() {
 	v.oneOf("idempotency.on_expired", c.Idempotency.OnExpired, "new", "reject")
 	v.positive("idempotency.retention", float64(c.Idempotency.Retention))
 	v.positive("conversations.max_ambiguous", float64(c.Conversations.MaxAmbiguous))
+	v.positive("drain_timeout", float64(c.DrainTimeout))
 	v.nonNegative("retry_budget.ratio", c.RetryBudget.Ratio)
 	v.nonNegative("retry_budget.min_per_second", c.RetryBudget.MinPerSecond)
 	v.positive("retry_budget.window", float64(c.RetryBudget.Window))

@@ -223,7 +223,7 @@ func Run(t *testing.T, open Opener) {
 			t.Fatalf("after replace: %+v", r)
 		}
 	})
-	t.Run("receipts are tenant scoped and listed in order", func(t *testing.T) {
+	t.Run("receipts are tenant scoped and listed newest first", func(t *testing.T) {
 		s := open(t, false)
 		for _, id := range []string{"01a", "01b", "01c"} {
 			if _, _, err := s.Claim(ctx, rec("k:"+id, id), nil); err != nil {
@@ -236,9 +236,13 @@ func Run(t *testing.T, open Opener) {
 		if _, err := s.Receipt(ctx, "globex", "01a"); !errors.Is(err, ledger.ErrNotFound) {
 			t.Fatalf("another tenant's receipt: %v", err)
 		}
-		list, err := s.Receipts(ctx, "acme", 2, "01a")
-		if err != nil || len(list) != 2 || !bytes.Contains(list[0], []byte("01b")) || !bytes.Contains(list[1], []byte("01c")) {
-			t.Fatalf("list %q %v", list, err)
+		list, err := s.Receipts(ctx, "acme", 2, "")
+		if err != nil || len(list) != 2 || !bytes.Contains(list[0], []byte("01c")) || !bytes.Contains(list[1], []byte("01b")) {
+			t.Fatalf("first page %q %v", list, err)
+		}
+		list, err = s.Receipts(ctx, "acme", 2, "01b")
+		if err != nil || len(list) != 1 || !bytes.Contains(list[0], []byte("01a")) {
+			t.Fatalf("next page %q %v", list, err)
 		}
 		if err := s.AddDedup(ctx, "acme", "01a", 1, 2, 1); err != nil {
 			t.Fatal(err)

@@ -449,19 +449,20 @@ func (s *Store) Receipt(_ context.Context, tenant, requestID string) ([]byte, er
 	return slices.Clone(rc.body), nil
 }
 
-// Receipts lists a tenant's receipts after `after`.
+// Receipts lists a tenant's receipts newest first, older than `after`.
 func (s *Store) Receipts(_ context.Context, tenant string, limit int, after string) ([][]byte, error) {
 	if err := s.lock(); err != nil {
 		return nil, err
 	}
 	defer s.mu.Unlock()
 	ids := s.byTenant[tenant]
-	i, found := slices.BinarySearch(ids, after)
-	if found {
-		i++
+	i := len(ids) - 1
+	if after != "" {
+		j, _ := slices.BinarySearch(ids, after)
+		i = j - 1
 	}
 	var out [][]byte
-	for ; i < len(ids) && len(out) < limit; i++ {
+	for ; i >= 0 && len(out) < limit; i-- {
 		out = append(out, slices.Clone(s.receipts[ids[i]].body))
 	}
 	return out, nil

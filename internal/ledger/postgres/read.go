@@ -92,7 +92,7 @@ func (s *Store) Receipt(ctx context.Context, tenant, requestID string) ([]byte, 
 
 // Receipts lists a tenant's receipts after `after`.
 func (s *Store) Receipts(ctx context.Context, tenant string, limit int, after string) ([][]byte, error) {
-	rows, err := s.pool.Query(ctx, `SELECT body FROM receipts WHERE tenant = $1 AND request_id > $2 ORDER BY request_id LIMIT $3`,
+	rows, err := s.pool.Query(ctx, `SELECT body FROM receipts WHERE tenant = $1 AND ($2 = '' OR request_id < $2) ORDER BY request_id DESC LIMIT $3`,
 		tenant, after, limit)
 	if err != nil {
 		return nil, err

@@ -43,8 +43,8 @@ func TestMigrationKeepsEventsAndReceipts(t *testing.T) {
 		t.Fatalf("receipt after the migration: %s, %v", body, err)
 	}
 	list, err := s.Receipts(ctx, "acme", 10, "")
-	if err != nil || len(list) != 2 || string(list[0]) != `{"request_id":"r0"}` {
-		t.Fatalf("receipts listed in request-id order: %q, %v", list, err)
+	if err != nil || len(list) != 2 || string(list[1]) != `{"request_id":"r0"}` {
+		t.Fatalf("receipts listed newest first: %q, %v", list, err)
 	}
 	if err := s.PutReceipt(ctx, &ledger.StoredReceipt{Tenant: "acme", RequestID: "r2", Body: []byte(`{}`)}); err != nil {
 		t.Fatal(err)

@@ -121,7 +121,8 @@ func (s *Store) Receipt(ctx context.Context, tenant, requestID string) ([]byte, 
 
 // Receipts lists a tenant's receipts after `after`.
 func (s *Store) Receipts(ctx context.Context, tenant string, limit int, after string) ([][]byte, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT data FROM events WHERE tenant = ? AND seq = 0 AND request_id > ? ORDER BY request_id LIMIT ?`, tenant, after, limit)
+	rows, err := s.r.QueryContext(ctx, `SELECT data FROM events WHERE tenant = ? AND seq = 0 AND (? = '' OR request_id < ?) ORDER BY request_id DESC LIMIT ?`,
+		tenant, after, after, limit)
 	if err != nil {
 		return nil, err
 	}
