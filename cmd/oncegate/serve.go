@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -42,7 +42,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return reportConfigError(stderr, *path, err)
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	log := newLogger(stderr, pol.Config.Log)
 	gateway.TuneGC(os.LookupEnv)
 	storeURL, coordURL := pol.Config.Store, pol.Config.Coordination
 	if *storeFlag != "" {
@@ -104,6 +104,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "oncegate metrics on http://%s/metrics\n", mln.Addr())
 	}
 	fmt.Fprintf(stdout, "oncegate listening on http://%s (policy %s, gateway %s)\n", ln.Addr(), pol.Digest[:12], opts.Owner)
+	log.Info("listening", "addr", ln.Addr().String(), "policy", pol.Digest[:12], "gateway", opts.Owner,
+		"store", redactURL(storeURL), "coordination", redactURL(coordURL), "version", strings.SplitN(versionText(), "\n", 2)[0],
+		"models", len(pol.Aliases), "tenants", len(pol.Tenants))
 	if err := g.Serve(ctx, ln); err != nil {
 		fmt.Fprintf(stderr, "oncegate serve: %v\n", err)
 		return 1

@@ -6,9 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"net/url"
 	"runtime"
 	"runtime/debug"
 	"strings"
+
+	"github.com/oncegate/oncegate/internal/config"
 )
 
 // configEnv is what every verb that reads a configuration says of the
@@ -35,6 +39,29 @@ func newFlags(verb, args, what, env string, stderr io.Writer) *flag.FlagSet {
 		}
 	}
 	return fs
+}
+
+// newLogger makes the gateway's logger as log configures it.
+func newLogger(w io.Writer, c config.Log) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.Level)) // validated by check: debug, info, warn, error
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// redactURL hides a URL's password, for logs.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	if _, set := u.User.Password(); set {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
 }
 
 // parseFailed is a verb's exit code when its flags did not parse: 0 for

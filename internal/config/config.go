@@ -70,6 +70,8 @@ type Config struct {
 	Breaker Breaker `yaml:"breaker"`
 	// Limits bounds what one request may carry and receive.
 	Limits Limits `yaml:"limits"`
+	// Log configures the log lines (docs/operations.md).
+	Log Log `yaml:"log"`
 	// DrainTimeout bounds a graceful stop (SIGTERM, SIGINT): how long the
 	// requests and streams in flight may take to finish before the rest
 	// are cut. /readyz says not ready from the drain's first moment.
@@ -284,6 +286,19 @@ type Idempotency struct {
 	// generation. false: every keyless request is its own (independent
 	// samples), as X-Oncegate-Join: off asks per request. Default true.
 	KeylessJoin bool `yaml:"keyless_join" default:"true"`
+}
+
+// Log configures logging: one line per HTTP exchange, and the gateway's
+// own events, on stderr.
+type Log struct {
+	// Format is json or text. Default "json".
+	Format string `yaml:"format" default:"json"`
+	// Level is debug, info, warn or error: the least severe line written.
+	// Refusals are warn, failures error. Default "info".
+	Level string `yaml:"level" default:"info"`
+	// Bodies: request bodies (prompts) are logged, truncated to 4 KiB.
+	// Keys never are. Default false.
+	Bodies bool `yaml:"bodies"`
 }
 
 // Conversations configures stored conversations.

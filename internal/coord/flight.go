@@ -22,6 +22,8 @@ type Head struct {
 	// Dedup overrides X-Oncegate-Dedup for every subscriber ("replayed");
 	// empty means owner "miss", joiners "joined".
 	Dedup string
+	// Code is the gateway's error code of an error head, for the logs.
+	Code string `json:",omitempty"`
 }
 
 // Errors of Acquire and Subscribe.

@@ -52,6 +52,8 @@ type call struct {
 	// often the call went after one, so it never goes round forever.
 	followTo *coord.Remote
 	follows  int
+	// access is the owner's log line, told how the request ended.
+	access *accessLog
 	// turn is the conversation turn this request is a try of (POST
 	// /v1/responses); nil for chat.
 	turn *turnCall
@@ -329,13 +331,29 @@ func (c *call) finish(d retry.Decision, last *attemptResult) {
 		c.settleTurn(head, tail, last)
 	}
 	c.g.live.Delete(c.id)
+	c.noteAccess()
 	c.flight.Finish(head, tail)
 	if extra := c.flight.Joined() - r.Dedup.Joined; extra > 0 {
 		_ = c.g.ledger.AddDedup(context.Background(), c.tenant.ID, c.id, extra, 0, c.flight.ClientRetries())
 	}
-	c.g.log.Info("request", "request_id", c.id, "tenant", c.tenant.ID, "model", c.alias.Name,
-		"attempts", len(r.Attempts), "terminal", r.Terminal, "reason", r.Reason, "joined", r.Dedup.Joined)
 	c.observeMetrics()
+}
+
+// noteAccess tells the owner's log line how the request ended: before its
+// last byte, so the line has it.
+func (c *call) noteAccess() {
+	if c.access == nil {
+		return
+	}
+	r := c.rec.R
+	routes := make([]string, len(r.Attempts))
+	for i, a := range r.Attempts {
+		routes[i] = a.Route
+	}
+	c.access.set(func(a *accessLog) {
+		a.requestID, a.attempts, a.routes, a.terminal, a.reason = c.id, len(r.Attempts), routesOf(routes), r.Terminal, r.Reason
+		a.tokens, a.costUSD = r.Totals.BillableTokens, r.Totals.CostUSD
+	})
 }
 
 // observeMetrics counts the finished request and each of its attempts.

@@ -137,11 +137,12 @@ func (e *apiError) render(p provider.Protocol, m meta) (*coord.Head, []byte) {
 	if e.retryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(e.retryAfter))
 	}
-	return &coord.Head{Status: ce.Status, Header: h}, provider.EncodeError(p, ce)
+	return &coord.Head{Status: ce.Status, Header: h, Code: e.code}, provider.EncodeError(p, ce)
 }
 
 // write sends e straight to a client (errors before any logical request).
 func (e *apiError) write(w http.ResponseWriter, p provider.Protocol, m meta) {
+	noteCode(w, e.code)
 	head, body := e.render(p, m)
 	writeHead(w, head, "")
 	_, _ = w.Write(body)

@@ -179,6 +179,9 @@ func (c *call) replay(rec *ledger.Record, dedup string) {
 // writeHead writes a response head; dedup names X-Oncegate-Dedup unless the
 // head overrides it.
 func writeHead(w http.ResponseWriter, h *coord.Head, dedup string) {
+	if h.Code != "" {
+		noteCode(w, h.Code)
+	}
 	dst := w.Header()
 	for k, v := range h.Header {
 		dst[k] = v

@@ -137,6 +137,8 @@ type Gateway struct {
 	// metricsElsewhere: metrics_listen serves them with no key.
 	adminKey         string
 	metricsElsewhere bool
+	// logBodies: log.bodies — request bodies may be logged.
+	logBodies bool
 	// draining is set when the drain begins: /readyz says not ready.
 	draining   atomic.Bool
 	mux        *http.ServeMux
@@ -238,6 +240,7 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 	g.restoreRates(context.Background())
 	g.secrets = secretsOf(secrets)
 	g.adminKey, g.metricsElsewhere = secrets.AdminKey, pol.Config.MetricsListen != ""
+	g.logBodies = pol.Config.Log.Bodies
 	for key, id := range secrets.TenantKeys {
 		t := pol.Tenant(id)
 		if t == nil {
@@ -574,9 +577,6 @@ func (g *Gateway) scrub(text string) string {
 	return text
 }
 
-// ServeHTTP serves the gateway's API.
-func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.mux.ServeHTTP(w, r) }
-
 // Close stops the background work and releases upstream connections. The
 // ledger is the caller's to close.
 func (g *Gateway) Close() {
@@ -627,6 +627,9 @@ func (g *Gateway) tenant(r *http.Request) *policy.Tenant {
 		if subtle.ConstantTimeCompare(k.key, []byte(key)) == 1 {
 			found = k.tenant
 		}
+	}
+	if found != nil {
+		accessOf(r.Context()).set(func(a *accessLog) { a.tenant = found.ID })
 	}
 	return found
 }

@@ -74,6 +74,7 @@ func (g *Gateway) place(w http.ResponseWriter, r *http.Request, c *call) {
 		return
 	}
 	c.flight, c.ctx, c.rateTaken = f, place.Work, place.RateTaken
+	c.access = accessOf(r.Context())
 	if r.Header.Get("Idempotency-Key") != "" || r.Header.Get("X-Stainless-Retry-Count") != "" || c.turn != nil {
 		f.SetGrace(g.rejoinGrace) // the caller can come back for this answer
 	}
@@ -103,6 +104,7 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, p provider.Proto
 	if err != nil {
 		return nil, invalidRequest(err)
 	}
+	accessOf(r.Context()).set(func(a *accessLog) { a.model = cr.IR.Model })
 	alias := g.pol.Alias(cr.IR.Model)
 	if alias == nil {
 		return nil, modelNotFound(cr.IR.Model)
@@ -134,6 +136,9 @@ func (g *Gateway) readRequest(w http.ResponseWriter, r *http.Request) (string, [
 			return "", nil, errorf(CodeRequestTooLarge, "request body is larger than %d bytes", tooLarge.Limit)
 		}
 		return "", nil, errorf(CodeInvalidRequest, "could not read the request body: %v", err)
+	}
+	if g.logBodies {
+		accessOf(r.Context()).set(func(a *accessLog) { a.body = string(body) })
 	}
 	return key, body, nil
 }

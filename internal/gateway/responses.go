@@ -80,6 +80,7 @@ func (g *Gateway) serveResponses(w http.ResponseWriter, r *http.Request) {
 		g.turnError(w, invalidRequest(err))
 		return
 	}
+	accessOf(r.Context()).set(func(a *accessLog) { a.model = req.Model })
 	if req.Conversation != "" {
 		g.turnError(w, &apiError{code: CodeInvalidRequest, param: "conversation",
 			message: "conversation objects are not supported: continue a conversation with previous_response_id"})

@@ -7,6 +7,7 @@ package metrics
 
 import (
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -35,6 +36,7 @@ type Metrics struct {
 	hedges           *prometheus.CounterVec
 	billable         *prometheus.CounterVec
 	cost             *prometheus.CounterVec
+	errorResponses   *prometheus.CounterVec
 	turns            *prometheus.CounterVec
 	orphans          prometheus.Counter
 	branches         prometheus.Counter
@@ -87,6 +89,7 @@ func New(reg *prometheus.Registry) *Metrics {
 	m.hedges = counter("hedges_total", "Hedged attempts by which of the pair won.", "winner")
 	m.billable = counter("billable_tokens_total", "Tokens charged, by tenant, route and type (input, output).", "tenant", "route", "type")
 	m.cost = counter("cost_usd_total", "USD charged, by tenant and route.", "tenant", "route")
+	m.errorResponses = counter("error_responses_total", "Answers that were a gateway error, by code and status: refusals (401, 400, 404, 413, 429, an open circuit, a budget) and failures.", "code", "status")
 	m.turns = counter("turns_total", "Conversation turns committed, by role (user, assistant); a turn's user message counts when it is written, its answer when it is done.", "role")
 	m.orphans = scalar("orphaned_turns_total", "Generations an upstream committed for a turn besides the one the conversation kept.")
 	m.branches = scalar("conversation_branches_refused_total", "Turns refused because their parent already had a live continuation.")
@@ -163,6 +166,11 @@ func (m *Metrics) ObserveAttempt(a Attempt) {
 	if a.CostUSD > 0 {
 		m.cost.WithLabelValues(a.Tenant, a.Route).Add(a.CostUSD)
 	}
+}
+
+// ObserveErrorResponse counts an answer that was a gateway error.
+func (m *Metrics) ObserveErrorResponse(code string, status int) {
+	m.errorResponses.WithLabelValues(code, strconv.Itoa(status)).Inc()
 }
 
 // ObserveTurn counts a conversation turn's role: "user" when a turn is

@@ -63,6 +63,8 @@ func (v *validator) globals() {
 	v.positive("idempotency.retention", float64(c.Idempotency.Retention))
 	v.positive("conversations.max_ambiguous", float64(c.Conversations.MaxAmbiguous))
 	v.positive("drain_timeout", float64(c.DrainTimeout))
+	v.oneOf("log.format", c.Log.Format, "json", "text")
+	v.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	v.nonNegative("retry_budget.ratio", c.RetryBudget.Ratio)
 	v.nonNegative("retry_budget.min_per_second", c.RetryBudget.MinPerSecond)
 	v.positive("retry_budget.window", float64(c.RetryBudget.Window))

@@ -1,0 +1,152 @@
+package gateway
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Every HTTP exchange ends in one log line (docs/operations.md, "Logs"):
+// what was asked, by whom, how it ended and what it cost — rejected
+// requests included. It never holds a key, and holds a request body only
+// when log.bodies is set.
+
+// accessLog collects what the handlers learn about one exchange.
+type accessLog struct {
+	mu        sync.Mutex
+	tenant    string
+	model     string
+	requestID string
+	code      string // the gateway's error code, if it answered one
+	attempts  int
+	routes    string
+	tokens    int64
+	costUSD   float64
+	terminal  string
+	reason    string
+	body      string // the request body, with log.bodies only
+}
+
+type accessKey struct{}
+
+// accessOf returns the exchange's access log (a throwaway one outside the
+// middleware, so callers need not check).
+func accessOf(ctx context.Context) *accessLog {
+	if a, ok := ctx.Value(accessKey{}).(*accessLog); ok {
+		return a
+	}
+	return &accessLog{}
+}
+
+func (a *accessLog) set(f func(a *accessLog)) {
+	a.mu.Lock()
+	f(a)
+	a.mu.Unlock()
+}
+
+// logWriter records the status an exchange was answered with.
+type logWriter struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+	access *accessLog
+}
+
+func (w *logWriter) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *logWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach the connection (flushes).
+func (w *logWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// noteCode records the gateway error code an answer carries.
+func noteCode(w http.ResponseWriter, code string) {
+	if lw, ok := w.(*logWriter); ok {
+		lw.access.set(func(a *accessLog) { a.code = code })
+	}
+}
+
+// ServeHTTP serves one exchange and logs it.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	a := &accessLog{}
+	lw := &logWriter{ResponseWriter: w, access: a}
+	g.mux.ServeHTTP(lw, r.WithContext(context.WithValue(r.Context(), accessKey{}, a)))
+	g.logAccess(r, lw, time.Since(start))
+}
+
+// logAccess writes an exchange's line: INFO for an answer, WARN for a
+// refusal (4xx), ERROR for a failure (5xx); DEBUG for health and
+// metrics probes.
+func (g *Gateway) logAccess(r *http.Request, w *logWriter, d time.Duration) {
+	status := w.status
+	if status == 0 {
+		status = 499 // the client left before any answer
+	}
+	level := slog.LevelInfo
+	switch {
+	case r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || r.URL.Path == "/metrics":
+		level = slog.LevelDebug
+	case status >= 500:
+		level = slog.LevelError
+	case status >= 400:
+		level = slog.LevelWarn
+	}
+	a := w.access
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if status >= 400 && a.code != "" {
+		g.metrics.ObserveErrorResponse(a.code, status)
+	}
+	if !g.log.Enabled(r.Context(), level) {
+		return
+	}
+	attrs := []slog.Attr{slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Int("status", status),
+		slog.Float64("latency_ms", float64(d.Microseconds())/1000)}
+	add := func(k, v string) {
+		if v != "" {
+			attrs = append(attrs, slog.String(k, v))
+		}
+	}
+	add("request_id", firstNonEmpty(a.requestID, w.Header().Get("X-Oncegate-Request-Id")))
+	add("tenant", a.tenant)
+	add("model", a.model)
+	add("code", a.code)
+	add("dedup", w.Header().Get("X-Oncegate-Dedup"))
+	add("routes", firstNonEmpty(a.routes, w.Header().Get("X-Oncegate-Route")))
+	if a.attempts > 0 {
+		attrs = append(attrs, slog.Int("attempts", a.attempts), slog.Int64("tokens", a.tokens), slog.Float64("cost_usd", a.costUSD))
+	}
+	add("terminal", a.terminal)
+	add("reason", a.reason)
+	if g.logBodies && a.body != "" {
+		attrs = append(attrs, slog.String("body", truncate(a.body, 4096)))
+	}
+	g.log.LogAttrs(r.Context(), level, "request", attrs...)
+}
+
+// routesOf lists the routes of a receipt's attempts, in order, once each.
+func routesOf(routes []string) string {
+	var out []string
+	for _, r := range routes {
+		if len(out) == 0 || out[len(out)-1] != r {
+			out = append(out, r)
+		}
+	}
+	return strings.Join(out, ",")
+}
