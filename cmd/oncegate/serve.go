@@ -69,6 +69,21 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer store.Close()
 	opts := gateway.Options{Logger: log, Ledger: store, Owner: uuid.Must(uuid.NewV7()).String()}
+	if ep := pol.Config.Telemetry.OTLPEndpoint; ep != "" {
+		tracer, stopTracing, err := startTracing(ctx, ep)
+		if err != nil {
+			fmt.Fprintf(stderr, "oncegate serve: %v\n", err)
+			return 1
+		}
+		opts.Tracer = tracer
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := stopTracing(sctx); err != nil {
+				log.Warn("could not flush the last spans", "err", err)
+			}
+		}()
+	}
 	if policy.IsRedis(coordURL) {
 		co, err := replica.Share(openCtx, pol, coordURL, store, log, &opts)
 		if err != nil {

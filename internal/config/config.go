@@ -72,6 +72,8 @@ type Config struct {
 	Limits Limits `yaml:"limits"`
 	// Log configures the log lines (docs/operations.md).
 	Log Log `yaml:"log"`
+	// Telemetry configures traces (docs/operations.md).
+	Telemetry Telemetry `yaml:"telemetry"`
 	// DrainTimeout bounds a graceful stop (SIGTERM, SIGINT): how long the
 	// requests and streams in flight may take to finish before the rest
 	// are cut. /readyz says not ready from the drain's first moment.
@@ -299,6 +301,14 @@ type Log struct {
 	// Bodies: request bodies (prompts) are logged, truncated to 4 KiB.
 	// Keys never are. Default false.
 	Bodies bool `yaml:"bodies"`
+}
+
+// Telemetry configures OpenTelemetry traces.
+type Telemetry struct {
+	// OTLPEndpoint is an OTLP/HTTP collector, e.g. "http://collector:4318"
+	// (traces go to its /v1/traces unless the URL names a path). Empty
+	// (the default): no traces are exported.
+	OTLPEndpoint string `yaml:"otlp_endpoint"`
 }
 
 // Conversations configures stored conversations.

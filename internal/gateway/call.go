@@ -19,6 +19,8 @@ import (
 	"github.com/oncegate/oncegate/internal/receipt"
 	"github.com/oncegate/oncegate/internal/retry"
 	"github.com/oncegate/oncegate/internal/upstream"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // maxErrorBody bounds how much of a provider's error body is read.
@@ -54,6 +56,9 @@ type call struct {
 	follows  int
 	// access is the owner's log line, told how the request ended.
 	access *accessLog
+	// span is the logical request's trace span; spanCtx carries it.
+	span    trace.Span
+	spanCtx context.Context
 	// turn is the conversation turn this request is a try of (POST
 	// /v1/responses); nil for chat.
 	turn *turnCall
@@ -93,6 +98,7 @@ type attemptResult struct {
 	detail      string                  // why, for logs and protocol violations
 	body        []byte                  // non-streamed success: the client's body
 	sent        bool                    // a transport failure after the request left
+	purpose     string                  // why it was made: initial, retry, fallback …
 }
 
 // run drives the engine: admit the first attempt and claim the identity,
@@ -475,7 +481,7 @@ func upstreamPath(t policy.ProviderType) string {
 // ctx ends it early (the client left, or its race was lost).
 func (c *call) attempt(ctx context.Context, d retry.Decision, n int, p *permit, slot *raceSlot, started time.Time) *attemptResult {
 	route := c.alias.Route(d.Route)
-	res := &attemptResult{route: route, ordinal: n, race: slot}
+	res := &attemptResult{route: route, ordinal: n, race: slot, purpose: string(d.Purpose())}
 	res.obs = receipt.Observation{StartedAt: started}
 	if p != nil {
 		res.obs.Breaker = receipt.BreakerState{State: p.ticket.State.String(), Generation: p.ticket.Generation}
@@ -513,6 +519,8 @@ func (c *call) exchange(ctx context.Context, res *attemptResult, up provider.Pro
 	res.prompt = built.PromptTokens
 	hdr.Set("X-Oncegate-Request-Id", c.id)
 	hdr.Set("X-Oncegate-Attempt", strconv.Itoa(res.ordinal))
+	span := c.startAttemptSpan(res.route, res.ordinal, res.purpose, hdr)
+	defer func() { endAttemptSpan(span, res) }()
 	ctx, cancel := context.WithDeadline(ctx, c.deadline)
 	defer cancel()
 	resp, err := c.g.clients[res.route.Provider.ID].Do(ctx, &upstream.Request{Path: path, Body: built.Body, Header: hdr})

@@ -19,6 +19,7 @@ import (
 	aopt "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/openai/openai-go/v3"
 	oopt2 "github.com/openai/openai-go/v3/option"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/oncegate/oncegate/internal/clock"
 	"github.com/oncegate/oncegate/internal/config"
@@ -193,6 +194,8 @@ type envOptions struct {
 	tenants  TenantLimits
 	// wrap, when set, wraps the store the gateway writes to.
 	wrap func(ledger.Store) ledger.Store
+	// tracer records the gateway's spans.
+	tracer trace.Tracer
 }
 
 func newEnvOpts(t *testing.T, o envOptions) *env {
@@ -248,7 +251,7 @@ func newEnvOpts(t *testing.T, o envOptions) *env {
 	}
 	e.dbPath = filepath.Join(t.TempDir(), "ledger.db")
 	e.opts = Options{DrainTimeout: 2 * time.Second, RejoinGrace: time.Second, Clock: o.clock,
-		Breakers: o.breakers, RetryBudget: o.budget, Tenants: o.tenants}
+		Breakers: o.breakers, RetryBudget: o.budget, Tenants: o.tenants, Tracer: o.tracer}
 	if e.mem != nil {
 		e.opts.Dial = e.mem.DialContext
 	}

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/oncegate/oncegate/internal/breaker"
 	"github.com/oncegate/oncegate/internal/clock"
@@ -51,6 +52,9 @@ type Options struct {
 	// (default: an in-memory ledger, which nothing outlives). The caller
 	// closes it after the gateway.
 	Ledger ledger.Store
+	// Tracer, when set, records a span per logical request and per
+	// attempt (serve sets it from telemetry.otlp_endpoint).
+	Tracer trace.Tracer
 	// DrainTimeout bounds graceful shutdown (default: the configuration's
 	// drain_timeout).
 	DrainTimeout time.Duration
@@ -137,6 +141,9 @@ type Gateway struct {
 	// metricsElsewhere: metrics_listen serves them with no key.
 	adminKey         string
 	metricsElsewhere bool
+	// tracer makes the spans of requests and attempts (a no-op one when
+	// no telemetry is configured).
+	tracer trace.Tracer
 	// logBodies: log.bodies — request bodies may be logged.
 	logBodies bool
 	// draining is set when the drain begins: /readyz says not ready.
@@ -241,6 +248,7 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 	g.secrets = secretsOf(secrets)
 	g.adminKey, g.metricsElsewhere = secrets.AdminKey, pol.Config.MetricsListen != ""
 	g.logBodies = pol.Config.Log.Bodies
+	g.tracer = tracerOr(opts.Tracer)
 	for key, id := range secrets.TenantKeys {
 		t := pol.Tenant(id)
 		if t == nil {

@@ -75,12 +75,14 @@ func (g *Gateway) place(w http.ResponseWriter, r *http.Request, c *call) {
 	}
 	c.flight, c.ctx, c.rateTaken = f, place.Work, place.RateTaken
 	c.access = accessOf(r.Context())
+	c.startRequestSpan(r.Header)
 	if r.Header.Get("Idempotency-Key") != "" || r.Header.Get("X-Stainless-Retry-Count") != "" || c.turn != nil {
 		f.SetGrace(g.rejoinGrace) // the caller can come back for this answer
 	}
 	g.inflight.Add(1)
 	go func() {
 		defer g.inflight.Done()
+		defer c.endRequestSpan()
 		switch {
 		case place.Err != nil:
 			c.refuse(place.Err)

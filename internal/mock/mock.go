@@ -32,17 +32,19 @@ type Config struct {
 // Mock is the fake provider. It is an http.Handler and safe for
 // concurrent use.
 type Mock struct {
-	cfg     Config
-	mux     *http.ServeMux
-	stats   *stats
-	mu      sync.Mutex
-	script  Script
-	setAt   time.Time
-	calls   map[string]int
-	ids     int64
-	state   *rsState
-	closing chan struct{}
-	once    sync.Once
+	cfg    Config
+	mux    *http.ServeMux
+	stats  *stats
+	mu     sync.Mutex
+	script Script
+	setAt  time.Time
+	calls  map[string]int
+	ids    int64
+	state  *rsState
+	// traceparents: the last traceparent each request id came with.
+	traceparents map[string]string
+	closing      chan struct{}
+	once         sync.Once
 }
 
 // New returns a mock provider.
@@ -51,7 +53,7 @@ func New(cfg Config) *Mock {
 		cfg.Tokens = 24
 	}
 	m := &Mock{cfg: cfg, stats: newStats(), script: cfg.Script, setAt: time.Now(), calls: map[string]int{}, closing: make(chan struct{}),
-		state: newRSState()}
+		state: newRSState(), traceparents: map[string]string{}}
 	m.mux = http.NewServeMux()
 	m.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { m.serve(provider.OpenAI, w, r) })
 	m.mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { m.serve(provider.Anthropic, w, r) })
@@ -83,6 +85,14 @@ func (m *Mock) Reset() {
 	m.calls = map[string]int{}
 	m.stats = newStats()
 	m.mu.Unlock()
+}
+
+// Traceparent is the W3C traceparent the last call of a request id
+// carried ("" if none).
+func (m *Mock) Traceparent(requestID string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.traceparents[requestID]
 }
 
 // Stats returns a snapshot of the counters.
@@ -162,6 +172,9 @@ func (m *Mock) begin(proto provider.Protocol, w http.ResponseWriter, r *http.Req
 		lbl: labels{key: r.Header.Get("Idempotency-Key"), reqID: r.Header.Get("X-Oncegate-Request-Id"), model: ir.Model}}
 	cont := len(ir.Messages) > 0 && isPrefix(&ir.Messages[len(ir.Messages)-1])
 	m.mu.Lock()
+	if tp := r.Header.Get("traceparent"); tp != "" && x.lbl.reqID != "" {
+		m.traceparents[x.lbl.reqID] = tp
+	}
 	m.calls[ir.Model]++
 	m.ids++
 	x.st, x.id = m.stats, strconv.FormatInt(m.ids, 10)

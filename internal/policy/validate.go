@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -64,6 +65,11 @@ func (v *validator) globals() {
 	v.positive("conversations.max_ambiguous", float64(c.Conversations.MaxAmbiguous))
 	v.positive("drain_timeout", float64(c.DrainTimeout))
 	v.oneOf("log.format", c.Log.Format, "json", "text")
+	if ep := c.Telemetry.OTLPEndpoint; ep != "" {
+		if u, err := url.Parse(ep); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			v.fail("telemetry.otlp_endpoint", "want an http:// or https:// URL of an OTLP/HTTP collector, found %q", ep)
+		}
+	}
 	v.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	v.nonNegative("retry_budget.ratio", c.RetryBudget.Ratio)
 	v.nonNegative("retry_budget.min_per_second", c.RetryBudget.MinPerSecond)

@@ -1,9 +1,14 @@
 package e2e
 
 import (
+	"context"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"regexp"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -47,5 +52,45 @@ func TestMetricsListen(t *testing.T) {
 	}
 	if st := get(g.url+"/metrics", adminKey); st != 200 {
 		t.Fatalf("the API port with the admin key: %d", st)
+	}
+}
+
+// With telemetry.otlp_endpoint the binary exports its spans to an
+// OTLP/HTTP collector, and flushes them when it stops.
+func TestTracesReachTheCollector(t *testing.T) {
+	var mu sync.Mutex
+	var posts, bytes int
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if r.Method == "POST" && r.URL.Path == "/v1/traces" && r.Header.Get("Content-Type") == "application/x-protobuf" {
+			mu.Lock()
+			posts++
+			bytes += len(b)
+			mu.Unlock()
+		}
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer collector.Close()
+	w := newWorld(t, mock.Config{})
+	cfg, err := os.ReadFile(w.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(w.config, []byte("telemetry: {otlp_endpoint: \""+collector.URL+"\"}\n"+string(cfg)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g := w.start()
+	res, _, err := g.post(context.Background(), "", "trace me")
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("request: %v %v", res, err)
+	}
+	if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	_ = g.cmd.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if posts == 0 || bytes == 0 {
+		t.Fatalf("the collector got %d posts (%d bytes)", posts, bytes)
 	}
 }
