@@ -39,6 +39,7 @@ var verbs = map[string]func(ctx context.Context, args []string, stdout, stderr i
 	"receipts": receipts,
 	"migrate":  migrate,
 	"version":  versionCmd,
+	"reload":   reloadCmd,
 }
 
 const usage = `oncegate — an LLM gateway that owns retries
@@ -54,6 +55,7 @@ usage:
   oncegate verify  --config FILE RECEIPT.json re-run the retry engine over a receipt; exit 1 on drift
   oncegate receipts --config FILE [--tenant T] [ID]
                                               list a tenant's receipts, or print one
+  oncegate reload  --config FILE --url URL    have a running gateway re-read its configuration (or send it SIGHUP)
   oncegate version                            print the version and build information
 
 oncegate VERB -h names a verb's arguments, flags and the environment variables it reads.

@@ -7,7 +7,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -69,6 +71,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer store.Close()
 	opts := gateway.Options{Logger: log, Ledger: store, Owner: uuid.Must(uuid.NewV7()).String()}
+	var g *gateway.Gateway
+	opts.Reload = func() error { return reloadFrom(*path, g) }
 	if ep := pol.Config.Telemetry.OTLPEndpoint; ep != "" {
 		tracer, stopTracing, err := startTracing(ctx, ep)
 		if err != nil {
@@ -92,12 +96,22 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		defer co.Close()
 	}
-	g, err := gateway.New(pol, secrets, opts)
+	g, err = gateway.New(pol, secrets, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "oncegate serve: %v\n", err)
 		return 1
 	}
 	defer g.Close()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for range hup {
+			if err := reloadFrom(*path, g); err != nil {
+				log.Error("configuration not reloaded: the old one stays", "err", err.Error())
+			}
+		}
+	}()
 	addr := pol.Config.Listen
 	if *listen != "" {
 		addr = *listen

@@ -186,11 +186,13 @@ func (b *Breaker) State() (State, int64) {
 type Set struct {
 	m     map[string]*Breaker
 	order []string
+	cfg   Config
+	clk   clock.Clock
 }
 
 // NewSet returns closed breakers for routes.
 func NewSet(cfg Config, clk clock.Clock, routes []string) *Set {
-	s := &Set{m: make(map[string]*Breaker, len(routes))}
+	s := &Set{m: make(map[string]*Breaker, len(routes)), cfg: cfg, clk: clk}
 	for _, r := range routes {
 		if _, dup := s.m[r]; !dup {
 			s.m[r] = New(cfg, clk)
@@ -198,6 +200,17 @@ func NewSet(cfg Config, clk clock.Clock, routes []string) *Set {
 		}
 	}
 	return s
+}
+
+// AddRoutes gives routes a set does not know yet a closed breaker (a
+// reload added them). It must not run concurrently with other calls.
+func (s *Set) AddRoutes(routes []string) {
+	for _, r := range routes {
+		if _, ok := s.m[r]; !ok {
+			s.m[r] = New(s.cfg, s.clk)
+			s.order = append(s.order, r)
+		}
+	}
 }
 
 // Allows reports whether route would admit an attempt now.

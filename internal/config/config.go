@@ -94,6 +94,10 @@ type Tenant struct {
 	// APIKeyEnv names the environment variable holding the tenant's
 	// gateway API key. Required; the key itself never appears in the file.
 	APIKeyEnv string `yaml:"api_key_env" required:"true"`
+	// APIKeyEnvs name more variables holding more keys of the same
+	// tenant, valid at once: rotate a key without downtime by adding the
+	// new one here, reloading, moving the clients, then dropping the old.
+	APIKeyEnvs []string `yaml:"api_key_envs"`
 	// MaxDataBoundary is the widest boundary this tenant's data may cross:
 	// local, private or external. Default "external".
 	MaxDataBoundary string `yaml:"max_data_boundary" default:"external"`
@@ -518,12 +522,19 @@ func (c *Config) ResolveSecrets(lookup func(string) (string, bool)) (*Secrets, e
 		return v
 	}
 	for i, t := range c.Tenants {
-		key := get(fmt.Sprintf("tenants[%d].api_key_env", i), t.APIKeyEnv)
-		if other, dup := s.TenantKeys[key]; dup && key != "" {
-			errs = append(errs, c.ErrorAt(fmt.Sprintf("tenants[%d].api_key_env", i), "tenant %q has the same API key as tenant %q", t.ID, other))
-		}
-		if key != "" {
-			s.TenantKeys[key] = t.ID
+		envs := append([]string{t.APIKeyEnv}, t.APIKeyEnvs...)
+		for j, env := range envs {
+			path := fmt.Sprintf("tenants[%d].api_key_env", i)
+			if j > 0 {
+				path = fmt.Sprintf("tenants[%d].api_key_envs[%d]", i, j-1)
+			}
+			key := get(path, env)
+			if other, dup := s.TenantKeys[key]; dup && key != "" {
+				errs = append(errs, c.ErrorAt(path, "tenant %q has the same API key as tenant %q", t.ID, other))
+			}
+			if key != "" {
+				s.TenantKeys[key] = t.ID
+			}
 		}
 	}
 	for i, p := range c.Providers {

@@ -134,7 +134,7 @@ func (g *Gateway) logAccess(r *http.Request, w *logWriter, d time.Duration) {
 	}
 	add("terminal", a.terminal)
 	add("reason", a.reason)
-	if g.logBodies && a.body != "" {
+	if g.cur.Load().logBodies && a.body != "" {
 		attrs = append(attrs, slog.String("body", truncate(a.body, 4096)))
 	}
 	g.log.LogAttrs(r.Context(), level, "request", attrs...)

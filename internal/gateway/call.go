@@ -54,6 +54,9 @@ type call struct {
 	// often the call went after one, so it never goes round forever.
 	followTo *coord.Remote
 	follows  int
+	// live is the configuration the request started under: its provider
+	// clients serve every attempt, whatever a reload changes meanwhile.
+	live *live
 	// access is the owner's log line, told how the request ended.
 	access *accessLog
 	// span is the logical request's trace span; spanCtx carries it.
@@ -523,7 +526,7 @@ func (c *call) exchange(ctx context.Context, res *attemptResult, up provider.Pro
 	defer func() { endAttemptSpan(span, res) }()
 	ctx, cancel := context.WithDeadline(ctx, c.deadline)
 	defer cancel()
-	resp, err := c.g.clients[res.route.Provider.ID].Do(ctx, &upstream.Request{Path: path, Body: built.Body, Header: hdr})
+	resp, err := c.live.clients[res.route.Provider.ID].Do(ctx, &upstream.Request{Path: path, Body: built.Body, Header: hdr})
 	if err != nil {
 		return c.transportFailure(res, err)
 	}
@@ -603,7 +606,7 @@ func (c *call) providerError(res *attemptResult, resp *upstream.Response) *attem
 // complete reads a non-streamed success and renders it for the client:
 // verbatim in the same protocol, translated otherwise.
 func (c *call) complete(res *attemptResult, resp *upstream.Response, up provider.Protocol, built *provider.Built) *attemptResult {
-	body, err := upstream.ReadAll(resp.Body, c.g.pol.Limits.MaxResponseBytes)
+	body, err := upstream.ReadAll(resp.Body, c.g.policy().Limits.MaxResponseBytes)
 	if err != nil {
 		var ue *upstream.Error
 		if errors.As(err, &ue) {

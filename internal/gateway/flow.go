@@ -93,7 +93,7 @@ func (c *call) storeDown(err error) {
 // neither, the arrival was answered.
 func (c *call) resolve(rec *ledger.Record) (replace bool, follow *coord.Remote) {
 	now := c.g.clock.Now()
-	idem := c.g.pol.Idempotency
+	idem := c.g.policy().Idempotency
 	m := meta{requestID: rec.RequestID, attempts: 0}
 	if rec.Response != nil {
 		m.attempts = rec.Response.Attempts

@@ -36,7 +36,6 @@ import (
 	"github.com/oncegate/oncegate/internal/provider"
 	"github.com/oncegate/oncegate/internal/quota"
 	"github.com/oncegate/oncegate/internal/receipt"
-	"github.com/oncegate/oncegate/internal/upstream"
 )
 
 // Options configure a Gateway. Zero values take the defaults named.
@@ -52,6 +51,9 @@ type Options struct {
 	// (default: an in-memory ledger, which nothing outlives). The caller
 	// closes it after the gateway.
 	Ledger ledger.Store
+	// Reload, when set, re-reads the configuration and swaps it in
+	// (Gateway.Reload): POST /v1/admin/reload calls it, as SIGHUP does.
+	Reload func() error
 	// Tracer, when set, records a span per logical request and per
 	// attempt (serve sets it from telemetry.otlp_endpoint).
 	Tracer trace.Tracer
@@ -118,9 +120,9 @@ type Health interface {
 
 // Gateway serves the API. It is safe for concurrent use.
 type Gateway struct {
-	pol         *policy.Policy
-	keys        []tenantKey
-	clients     map[string]*upstream.Client
+	// cur is what the configuration decides, swapped whole by Reload.
+	cur         atomic.Pointer[live]
+	dial        func(ctx context.Context, network, addr string) (net.Conn, error)
 	ledger      ledger.Store
 	flights     Flights
 	remotes     Remotes // nil: no other gateways
@@ -137,15 +139,13 @@ type Gateway struct {
 	budget      RetryBudget
 	tenants     TenantLimits
 	metrics     *metrics.Metrics
-	// adminKey reads /metrics on the API port ("" when none is set);
-	// metricsElsewhere: metrics_listen serves them with no key.
-	adminKey         string
+	// reload re-reads the configuration (Options.Reload).
+	reload func() error
+	// metricsElsewhere: metrics_listen serves /metrics with no key.
 	metricsElsewhere bool
 	// tracer makes the spans of requests and attempts (a no-op one when
 	// no telemetry is configured).
 	tracer trace.Tracer
-	// logBodies: log.bodies — request bodies may be logged.
-	logBodies bool
 	// draining is set when the drain begins: /readyz says not ready.
 	draining   atomic.Bool
 	mux        *http.ServeMux
@@ -158,9 +158,6 @@ type Gateway struct {
 	live sync.Map
 	// store tracks whether the store answers, to say so once in the log.
 	store storeHealth
-	// secrets are every configured secret, scrubbed from any provider text
-	// the gateway keeps or passes on.
-	secrets []string
 }
 
 // storeHealth logs the store's outages once each, when the first request
@@ -197,7 +194,7 @@ type tenantKey struct {
 // New builds a gateway for a compiled policy and its resolved secrets. With
 // a ledger it first recovers what a previous process left unfinished.
 func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, error) {
-	g := &Gateway{pol: pol, clients: map[string]*upstream.Client{}, ledger: opts.Ledger,
+	g := &Gateway{dial: opts.Dial, ledger: opts.Ledger,
 		clock: opts.Clock, log: opts.Logger, drain: opts.DrainTimeout, lease: opts.Lease, rejoinGrace: opts.RejoinGrace,
 		flights: opts.Flights, owner: opts.Owner, coordHealth: opts.Coordination, stop: make(chan struct{})}
 	if g.owner == "" {
@@ -245,35 +242,13 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 		return nil, err
 	}
 	g.restoreRates(context.Background())
-	g.secrets = secretsOf(secrets)
-	g.adminKey, g.metricsElsewhere = secrets.AdminKey, pol.Config.MetricsListen != ""
-	g.logBodies = pol.Config.Log.Bodies
+	g.metricsElsewhere, g.reload = pol.Config.MetricsListen != "", opts.Reload
 	g.tracer = tracerOr(opts.Tracer)
-	for key, id := range secrets.TenantKeys {
-		t := pol.Tenant(id)
-		if t == nil {
-			return nil, fmt.Errorf("secrets name unknown tenant %q", id)
-		}
-		g.keys = append(g.keys, tenantKey{key: []byte(key), tenant: t})
+	l, err := g.newLive(pol, secrets, nil)
+	if err != nil {
+		return nil, err
 	}
-	for _, p := range pol.Providers {
-		h := http.Header{}
-		h.Set("User-Agent", "oncegate/1")
-		key := secrets.ProviderKeys[p.ID]
-		switch p.Type {
-		case policy.TypeAnthropic:
-			h.Set("anthropic-version", provider.AnthropicVersion)
-			if key != "" {
-				h.Set("x-api-key", key)
-			}
-		default:
-			if key != "" {
-				h.Set("Authorization", "Bearer "+key)
-			}
-		}
-		g.clients[p.ID] = upstream.New(upstream.Config{BaseURL: p.BaseURL, Connect: p.Connect, FirstByte: p.FirstByte, Idle: p.Idle, Headers: h,
-			Dial: opts.Dial})
-	}
+	g.cur.Store(l)
 	if err := g.initSecret(opts.Secret, secrets.GatewaySecret); err != nil {
 		return nil, err
 	}
@@ -468,8 +443,8 @@ func (g *Gateway) settleLapsed(stopping bool) {
 // With on_expired: reject, records are kept 30 × longer so that an expired
 // key can still be recognised and refused.
 func (g *Gateway) expireRecords() func(bool) {
-	keep := g.pol.Idempotency.Retention.D()
-	if g.pol.Idempotency.OnExpired == "reject" {
+	keep := g.policy().Idempotency.Retention.D()
+	if g.policy().Idempotency.OnExpired == "reject" {
 		keep *= 30
 	}
 	return func(stopping bool) {
@@ -501,6 +476,7 @@ func (g *Gateway) routes() {
 	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	m.HandleFunc("GET /readyz", g.serveReady)
 	m.HandleFunc("GET /metrics", g.serveMetrics)
+	m.HandleFunc("POST /v1/admin/reload", g.serveReload)
 	// Every other answer is an error in the caller's protocol too: an
 	// unknown path (404 not_found), a known one with another method (405).
 	for path, allow := range map[string]string{"/v1/chat/completions": "POST", "/v1/messages": "POST", "/v1/models": "GET",
@@ -521,9 +497,9 @@ func (g *Gateway) routes() {
 func (g *Gateway) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	p := protocolOf(r)
 	switch {
-	case g.adminKey == "" && g.metricsElsewhere:
+	case g.cur.Load().adminKey == "" && g.metricsElsewhere:
 		errorf(CodeNotFound, "/metrics is served on the metrics_listen address, not on the API port").write(w, p, meta{})
-	case g.adminKey == "":
+	case g.cur.Load().adminKey == "":
 		errorf(CodeNotFound, "/metrics is not served on the API port without an admin key: set admin_key_env, or metrics_listen").write(w, p, meta{})
 	case !g.isAdmin(r):
 		errorf(CodeUnauthorized, "/metrics needs the admin key (admin_key_env)").write(w, p, meta{})
@@ -538,7 +514,7 @@ func (g *Gateway) isAdmin(r *http.Request) bool {
 	if key == "" {
 		key = r.Header.Get("x-api-key")
 	}
-	return g.adminKey != "" && subtle.ConstantTimeCompare([]byte(key), []byte(g.adminKey)) == 1
+	return g.cur.Load().adminKey != "" && subtle.ConstantTimeCompare([]byte(key), []byte(g.cur.Load().adminKey)) == 1
 }
 
 // MetricsHandler serves /metrics with no key: for the metrics_listen
@@ -579,7 +555,7 @@ func secretsOf(s *config.Secrets) []string {
 
 // scrub replaces every configured secret in a provider's text.
 func (g *Gateway) scrub(text string) string {
-	for _, s := range g.secrets {
+	for _, s := range g.cur.Load().scrub {
 		text = strings.ReplaceAll(text, s, "[redacted]")
 	}
 	return text
@@ -590,7 +566,7 @@ func (g *Gateway) scrub(text string) string {
 func (g *Gateway) Close() {
 	g.stopOnce.Do(func() { close(g.stop) })
 	g.background.Wait()
-	for _, c := range g.clients {
+	for _, c := range g.cur.Load().clients {
 		c.Close()
 	}
 }
@@ -631,7 +607,7 @@ func (g *Gateway) tenant(r *http.Request) *policy.Tenant {
 		return nil
 	}
 	var found *policy.Tenant
-	for _, k := range g.keys {
+	for _, k := range g.cur.Load().keys {
 		if subtle.ConstantTimeCompare(k.key, []byte(key)) == 1 {
 			found = k.tenant
 		}
@@ -675,7 +651,7 @@ func (g *Gateway) serveModels(w http.ResponseWriter, r *http.Request, t *policy.
 	}
 	anthropic := protocolOf(r) == provider.Anthropic
 	data := []model{}
-	for _, a := range g.pol.Aliases {
+	for _, a := range g.policy().Aliases {
 		if len(a.Ineligible(policy.Needs{}, t.MaxBoundary)) == len(a.Routes) {
 			continue
 		}

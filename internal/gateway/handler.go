@@ -107,7 +107,7 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, p provider.Proto
 		return nil, invalidRequest(err)
 	}
 	accessOf(r.Context()).set(func(a *accessLog) { a.model = cr.IR.Model })
-	alias := g.pol.Alias(cr.IR.Model)
+	alias := g.policy().Alias(cr.IR.Model)
 	if alias == nil {
 		return nil, modelNotFound(cr.IR.Model)
 	}
@@ -131,7 +131,7 @@ func (g *Gateway) readRequest(w http.ResponseWriter, r *http.Request) (string, [
 			return "", nil, &apiError{code: CodeInvalidKey, param: "Idempotency-Key", message: err.Error()}
 		}
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.pol.Limits.MaxBodyBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.policy().Limits.MaxBodyBytes))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
@@ -139,7 +139,7 @@ func (g *Gateway) readRequest(w http.ResponseWriter, r *http.Request) (string, [
 		}
 		return "", nil, errorf(CodeInvalidRequest, "could not read the request body: %v", err)
 	}
-	if g.logBodies {
+	if g.cur.Load().logBodies {
 		accessOf(r.Context()).set(func(a *accessLog) { a.body = string(body) })
 	}
 	return key, body, nil
@@ -169,7 +169,7 @@ func (g *Gateway) newCall(r *http.Request, p provider.Protocol, t *policy.Tenant
 		return nil, apiErr
 	}
 	created := g.clock.Now()
-	c := &call{g: g, proto: p, tenant: t, alias: alias, in: cr,
+	c := &call{g: g, proto: p, tenant: t, alias: alias, in: cr, live: g.cur.Load(),
 		id: uuid.Must(uuid.NewV7()).String(), created: created, requestSHA: requestSHA,
 		deadline:      retry.Deadline(created, alias.Engine.Deadline, budgets...),
 		stream:        cr.IR.Stream,
@@ -179,7 +179,7 @@ func (g *Gateway) newCall(r *http.Request, p provider.Protocol, t *policy.Tenant
 	}
 	h := receipt.Receipt{RequestID: c.id, Tenant: t.ID, Operation: p.Operation(), Model: alias.Name,
 		RequestSHA256: c.requestSHA, CreatedAt: created, Deadline: c.deadline, Stream: c.stream, ClientRetryCount: c.clientRetries}
-	join, apiErr := joinsOf(r.Header, g.pol.Idempotency.KeylessJoin)
+	join, apiErr := joinsOf(r.Header, g.policy().Idempotency.KeylessJoin)
 	if apiErr != nil {
 		return nil, apiErr
 	}

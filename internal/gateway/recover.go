@@ -181,7 +181,7 @@ func (g *Gateway) unobserved(r *receipt.Receipt, d *dispatchEvent, at, now time.
 		}
 	}
 	a.RouteOrdinal++
-	if alias := g.pol.Alias(r.Model); alias != nil {
+	if alias := g.policy().Alias(r.Model); alias != nil {
 		if route := alias.Route(d.Route); route != nil {
 			a.Provider, a.UpstreamModel, a.Release, a.DataBoundary = route.Provider.ID, route.Model, route.Release, route.Boundary.String()
 			out := route.Caps.MaxOutputTokens

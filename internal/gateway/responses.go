@@ -86,7 +86,7 @@ func (g *Gateway) serveResponses(w http.ResponseWriter, r *http.Request) {
 			message: "conversation objects are not supported: continue a conversation with previous_response_id"})
 		return
 	}
-	alias := g.pol.Alias(req.Model)
+	alias := g.policy().Alias(req.Model)
 	if alias == nil {
 		g.turnError(w, modelNotFound(req.Model))
 		return
@@ -127,7 +127,7 @@ func (g *Gateway) serveResponses(w http.ResponseWriter, r *http.Request) {
 		turn.KeyDigest = identity.KeyDigest(t.ID, provider.Responses.Operation(), key)
 	}
 	turn.Input, _ = json.Marshal(inputItems(turn.ResponseID, req.Input))
-	join, apiErr := joinsOf(r.Header, g.pol.Idempotency.KeylessJoin)
+	join, apiErr := joinsOf(r.Header, g.policy().Idempotency.KeylessJoin)
 	if apiErr != nil {
 		g.turnError(w, apiErr)
 		return
@@ -175,9 +175,9 @@ func (g *Gateway) repeats(prev *ledger.Turn, r *http.Request) bool {
 	if prev.Parent != "" || prev.State == ledger.TurnPending || prev.State == ledger.TurnUnknown {
 		return true
 	}
-	window := g.pol.Idempotency.FingerprintReplayWindow.D()
+	window := g.policy().Idempotency.FingerprintReplayWindow.D()
 	if clientRetryCount(r.Header) > 0 {
-		window = max(window, g.pol.Idempotency.SDKRetryWindow.D())
+		window = max(window, g.policy().Idempotency.SDKRetryWindow.D())
 	}
 	return g.clock.Now().Sub(prev.UpdatedAt) < window
 }
@@ -253,7 +253,7 @@ func (g *Gateway) continueTurn(w http.ResponseWriter, r *http.Request, t *policy
 	// Unknown or failed: nothing of the turn is in the conversation the
 	// gateway holds, so it is tried again, under its key, on the same
 	// parent — unless max_ambiguous tries already ended not knowing.
-	if turn.Ambiguous >= g.pol.Conversations.MaxAmbiguous {
+	if turn.Ambiguous >= g.policy().Conversations.MaxAmbiguous {
 		if turn.State == ledger.TurnUnknown {
 			turn = g.abandonTurn(ctx, turn)
 		}
@@ -448,7 +448,7 @@ func (c *call) settleTurn(head *coord.Head, tail []byte, last *attemptResult) {
 		c.cancelledUpstream():
 		next.State = ledger.TurnUnknown
 		next.Ambiguous += c.ambiguousAttempts()
-		if next.Ambiguous >= c.g.pol.Conversations.MaxAmbiguous && c.knownUncommitted() {
+		if next.Ambiguous >= c.g.policy().Conversations.MaxAmbiguous && c.knownUncommitted() {
 			// The last try it may have, and nothing of it is anywhere:
 			// the turn is given up now, so the conversation can go on
 			// from its parent at once. (If a stateful provider may hold
@@ -479,7 +479,7 @@ func (c *call) settleTurn(head *coord.Head, tail []byte, last *attemptResult) {
 // not knowing whether the provider answered.
 func (c *call) turnUnknownError() *apiError {
 	t := c.turn.turn
-	if c.knownUncommitted() && t.Ambiguous+c.ambiguousAttempts() >= c.g.pol.Conversations.MaxAmbiguous {
+	if c.knownUncommitted() && t.Ambiguous+c.ambiguousAttempts() >= c.g.policy().Conversations.MaxAmbiguous {
 		return errorf(CodeOutcomeUnknown, "response %s was given up: %d of its attempts ended without an answer and nothing of them was committed; "+
 			"the conversation continues from %s", t.ResponseID, t.Ambiguous+c.ambiguousAttempts(), firstNonEmpty(t.Parent, "its start"))
 	}
@@ -599,7 +599,7 @@ func (g *Gateway) refreshPending(ctx context.Context, turn *ledger.Turn) (*ledge
 // If the upstream cannot tell, the turn stays unknown.
 func (g *Gateway) reconcileTurn(ctx context.Context, turn *ledger.Turn) (*ledger.Turn, error) {
 	u := readUpstream(turn.Upstream)
-	route := g.pol.RouteByID(u.Route)
+	route := g.policy().RouteByID(u.Route)
 	if route == nil {
 		return turn, nil
 	}
@@ -640,7 +640,7 @@ func (g *Gateway) reconcileTurn(ctx context.Context, turn *ledger.Turn) (*ledger
 		var head *coord.Head
 		head, next.Response = e.render(provider.Responses, meta{requestID: turn.RequestID})
 		next.Status = head.Status
-		if turn.Ambiguous >= g.pol.Conversations.MaxAmbiguous {
+		if turn.Ambiguous >= g.policy().Conversations.MaxAmbiguous {
 			next.Status, next.Response = giveUp(turn)
 		}
 	}
@@ -755,7 +755,7 @@ func (g *Gateway) serveResponse(w http.ResponseWriter, r *http.Request, t *polic
 // conversation's latest (so everything after it upstream is extra).
 func (g *Gateway) sweepTip(ctx context.Context, turn *ledger.Turn) error {
 	u := readUpstream(turn.Upstream)
-	route := g.pol.RouteByID(u.Route)
+	route := g.policy().RouteByID(u.Route)
 	if route == nil || u.Conversation == "" || !u.suspect(g.clock.Now()) {
 		return nil
 	}

@@ -61,12 +61,12 @@ func (g *Gateway) stateCall(ctx context.Context, route *policy.Route, method, pa
 			return nil, 0, err
 		}
 	}
-	resp, err := g.clients[route.Provider.ID].Do(ctx, &upstream.Request{Method: method, Path: path, Body: b, Header: http.Header{}})
+	resp, err := g.cur.Load().clients[route.Provider.ID].Do(ctx, &upstream.Request{Method: method, Path: path, Body: b, Header: http.Header{}})
 	if err != nil {
 		return nil, 0, err
 	}
 	defer resp.Body.Close()
-	data, err := upstream.ReadAll(resp.Body, g.pol.Limits.MaxResponseBytes)
+	data, err := upstream.ReadAll(resp.Body, g.policy().Limits.MaxResponseBytes)
 	if err != nil {
 		return nil, resp.Status, err
 	}
@@ -191,7 +191,7 @@ func (c *call) reconcileAttempt(ctx context.Context, res *attemptResult) *attemp
 	case r.found != nil:
 		res.obs.Reconciled = "found"
 		return c.adopt(res, r.found)
-	case prior+1 >= c.g.pol.Conversations.MaxAmbiguous:
+	case prior+1 >= c.g.policy().Conversations.MaxAmbiguous:
 		res.obs.Reconciled = "absent"
 		c.markSuspect()
 		return c.observe(res, gw.KindUnknownProviderAcceptance, "", res.detail+"; not committed upstream, and the turn has had its ambiguous tries")

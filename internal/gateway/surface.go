@@ -14,7 +14,7 @@ import (
 // the OpenAI shape or (for the Anthropic SDK) the Anthropic one.
 func (g *Gateway) serveModel(w http.ResponseWriter, r *http.Request, t *policy.Tenant) {
 	p := protocolOf(r)
-	a := g.pol.Alias(r.PathValue("id"))
+	a := g.policy().Alias(r.PathValue("id"))
 	if a == nil || len(a.Ineligible(policy.Needs{}, t.MaxBoundary)) == len(a.Routes) {
 		modelNotFound(r.PathValue("id")).write(w, p, meta{})
 		return
@@ -47,7 +47,7 @@ func (g *Gateway) serveCountTokens(w http.ResponseWriter, r *http.Request) {
 		invalidRequest(err).write(w, p, meta{})
 		return
 	}
-	a := g.pol.Alias(ir.Model)
+	a := g.policy().Alias(ir.Model)
 	if a == nil || a.Stateful {
 		modelNotFound(ir.Model).write(w, p, meta{})
 		return
@@ -82,7 +82,7 @@ func (g *Gateway) providerCount(r *http.Request, route *policy.Route, body []byt
 	if beta := r.Header.Get("anthropic-beta"); beta != "" {
 		hdr.Set("anthropic-beta", beta)
 	}
-	resp, err := g.clients[route.Provider.ID].Do(r.Context(), &upstream.Request{Path: "/v1/messages/count_tokens", Body: b, Header: hdr})
+	resp, err := g.cur.Load().clients[route.Provider.ID].Do(r.Context(), &upstream.Request{Path: "/v1/messages/count_tokens", Body: b, Header: hdr})
 	if err != nil {
 		return 0, false
 	}

@@ -54,6 +54,23 @@ func New(clk clock.Clock, tenants map[string]Tenant) *Limits {
 
 func day(t time.Time) int64 { return gw.Day(t) }
 
+// SetLimits replaces the tenants' limits (a reload): a tenant keeps its
+// state (tokens, today's spend and reservations) under its new limits; a
+// new one starts full.
+func (l *Limits) SetLimits(tenants map[string]Tenant) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.clock.Now()
+	for id, t := range tenants {
+		if s, ok := l.tenants[id]; ok {
+			s.lim = t
+			s.tokens = min(s.tokens, float64(t.RequestsPerMinute))
+			continue
+		}
+		l.tenants[id] = &state{lim: t, tokens: float64(t.RequestsPerMinute), filled: now, day: day(now)}
+	}
+}
+
 // get returns the tenant's state with its day rolled over; nil for a
 // tenant without limits. l.mu is held.
 func (l *Limits) get(tenant string, now time.Time) *state {

@@ -106,6 +106,10 @@ type Client struct {
 }
 
 // New builds a provider client with its own connection pool.
+// Config returns the settings the client was made with.
+func (c *Client) Config() Config { return c.cfg }
+
+// New returns a client for one provider.
 func New(cfg Config) *Client {
 	dialer := &net.Dialer{Timeout: cfg.Connect, KeepAlive: 30 * time.Second}
 	dial := dialer.DialContext

@@ -6,7 +6,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"regexp"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -92,5 +94,75 @@ func TestTracesReachTheCollector(t *testing.T) {
 	defer mu.Unlock()
 	if posts == 0 || bytes == 0 {
 		t.Fatalf("the collector got %d posts (%d bytes)", posts, bytes)
+	}
+}
+
+// SIGHUP and oncegate reload swap the configuration without a restart: a
+// new tenant, a second key for an old one (rotation); an invalid file is
+// refused with its position and the old configuration stays.
+func TestReloadWithoutARestart(t *testing.T) {
+	w := newWorld(t, mock.Config{})
+	orig, err := os.ReadFile(w.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "admin_key_env: ONCEGATE_E2E_ADMIN\n" + string(orig)
+	if err := os.WriteFile(w.config, []byte(base), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"ONCEGATE_E2E_ADMIN=" + adminKey, "ONCEGATE_E2E_SECOND=sk-second-key", "ONCEGATE_E2E_NEW=sk-new-tenant"}
+	g := w.start(env...)
+	status := func(key string) int {
+		req, _ := http.NewRequest("GET", g.url+"/v1/models", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	if status("sk-second-key") != 401 || status("sk-new-tenant") != 401 || status(apiKey) != 200 {
+		t.Fatal("the keys before the reload")
+	}
+	grown := strings.Replace(base, "tenants: [{id: e2e, api_key_env: ONCEGATE_E2E_KEY}]",
+		"tenants: [{id: e2e, api_key_env: ONCEGATE_E2E_KEY, api_key_envs: [ONCEGATE_E2E_SECOND]}, {id: new, api_key_env: ONCEGATE_E2E_NEW}]", 1)
+	if grown == base {
+		t.Fatal("the test's configuration changed shape")
+	}
+	if err := os.WriteFile(w.config, []byte(grown), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	g.stderr.wait(t, regexp.MustCompile(`configuration reloaded`), 10*time.Second)
+	if status("sk-second-key") != 200 || status("sk-new-tenant") != 200 || status(apiKey) != 200 {
+		t.Fatal("the keys after the reload")
+	}
+	// An invalid file changes nothing, and says where it is wrong.
+	if err := os.WriteFile(w.config, []byte(strings.Replace(grown, "max_attempts: 2,", "max_attempts: 0,", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reload := exec.Command(binary, "reload", "--config", w.config, "--url", g.url)
+	reload.Env = append(os.Environ(), append(env, "ONCEGATE_E2E_KEY="+apiKey)...)
+	out, err := reload.CombinedOutput()
+	if err == nil || !regexp.MustCompile(`oncegate\.yaml:\d+:\d+`).Match(out) {
+		t.Fatalf("reload of an invalid file: %v\n%s", err, out)
+	}
+	if status("sk-new-tenant") != 200 {
+		t.Fatal("a refused reload changed the configuration")
+	}
+	// oncegate reload of a valid file: the tenant is gone again.
+	if err := os.WriteFile(w.config, []byte(base), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reload = exec.Command(binary, "reload", "--config", w.config, "--url", g.url)
+	reload.Env = append(os.Environ(), append(env, "ONCEGATE_E2E_KEY="+apiKey)...)
+	if out, err := reload.CombinedOutput(); err != nil || !strings.Contains(string(out), "reloaded") {
+		t.Fatalf("reload: %v\n%s", err, out)
+	}
+	if status("sk-new-tenant") != 401 || status(apiKey) != 200 {
+		t.Fatal("the keys after the second reload")
 	}
 }

@@ -1,0 +1,139 @@
+package gateway
+
+import (
+	"fmt"
+	"net/http"
+	"reflect"
+	"strings"
+
+	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/policy"
+	"github.com/oncegate/oncegate/internal/provider"
+	"github.com/oncegate/oncegate/internal/quota"
+	"github.com/oncegate/oncegate/internal/upstream"
+)
+
+// live is what the configuration decides at one moment: the policy
+// (tenants, providers, routes, models), the keys, the provider clients and
+// the secrets to scrub. A reload swaps it whole; a logical request keeps
+// the alias, tenant and client it started with, so streams in flight
+// finish on the policy they began under (docs/operations.md, "Reload").
+type live struct {
+	pol       *policy.Policy
+	keys      []tenantKey
+	clients   map[string]*upstream.Client
+	scrub     []string // every configured secret, scrubbed from provider text
+	adminKey  string   // reads /metrics on the API port ("" when none)
+	logBodies bool
+}
+
+// policy is the configuration in force.
+func (g *Gateway) policy() *policy.Policy { return g.cur.Load().pol }
+
+// newLive builds the live configuration for a policy; prev's clients are
+// reused for providers whose settings and key did not change.
+func (g *Gateway) newLive(pol *policy.Policy, secrets *config.Secrets, prev *live) (*live, error) {
+	l := &live{pol: pol, clients: map[string]*upstream.Client{}, scrub: secretsOf(secrets), adminKey: secrets.AdminKey,
+		logBodies: pol.Config.Log.Bodies}
+	for key, id := range secrets.TenantKeys {
+		t := pol.Tenant(id)
+		if t == nil {
+			return nil, fmt.Errorf("secrets name unknown tenant %q", id)
+		}
+		l.keys = append(l.keys, tenantKey{key: []byte(key), tenant: t})
+	}
+	for _, p := range pol.Providers {
+		cfg := upstream.Config{BaseURL: p.BaseURL, Connect: p.Connect, FirstByte: p.FirstByte, Idle: p.Idle,
+			Headers: providerHeaders(p, secrets.ProviderKeys[p.ID]), Dial: g.dial}
+		if prev != nil {
+			if c, ok := prev.clients[p.ID]; ok && sameClient(c.Config(), cfg) {
+				l.clients[p.ID] = c
+				continue
+			}
+		}
+		l.clients[p.ID] = upstream.New(cfg)
+	}
+	return l, nil
+}
+
+// providerHeaders are what every request to a provider carries.
+func providerHeaders(p *policy.Provider, key string) http.Header {
+	h := http.Header{}
+	h.Set("User-Agent", "oncegate/1")
+	switch p.Type {
+	case policy.TypeAnthropic:
+		h.Set("anthropic-version", provider.AnthropicVersion)
+		if key != "" {
+			h.Set("x-api-key", key)
+		}
+	default:
+		if key != "" {
+			h.Set("Authorization", "Bearer "+key)
+		}
+	}
+	return h
+}
+
+func sameClient(a, b upstream.Config) bool {
+	return a.BaseURL == b.BaseURL && a.Connect == b.Connect && a.FirstByte == b.FirstByte && a.Idle == b.Idle &&
+		reflect.DeepEqual(a.Headers, b.Headers)
+}
+
+// serveReload handles POST /v1/admin/reload (the admin key only):
+// re-read the configuration file and swap it in, or say why not.
+func (g *Gateway) serveReload(w http.ResponseWriter, r *http.Request) {
+	p := protocolOf(r)
+	switch {
+	case !g.isAdmin(r):
+		errorf(CodeUnauthorized, "reloading needs the admin key (admin_key_env)").write(w, p, meta{})
+	case g.reload == nil:
+		errorf(CodeNotFound, "this gateway has no configuration file to reload").write(w, p, meta{})
+	default:
+		if err := g.reload(); err != nil {
+			errorf(CodeInvalidRequest, "the configuration was not reloaded: %v", err).write(w, p, meta{})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"reloaded": true, "policy_sha256": g.policy().Digest})
+	}
+}
+
+// Reload swaps in a new configuration: tenants and their keys, providers,
+// routes and models, and the settings read per request. It is validated
+// whole first (by the caller, which compiled pol); what one process cannot
+// change while it runs — the store, the coordination, the addresses, the
+// lease, telemetry — must be as it was, or nothing changes. Requests in
+// flight keep the configuration they started with.
+func (g *Gateway) Reload(pol *policy.Policy, secrets *config.Secrets) error {
+	old := g.cur.Load()
+	a, b := old.pol.Config, pol.Config
+	var fixed []string
+	for _, f := range []struct {
+		name string
+		same bool
+	}{{"store", a.Store == b.Store}, {"coordination", a.Coordination == b.Coordination}, {"listen", a.Listen == b.Listen},
+		{"metrics_listen", a.MetricsListen == b.MetricsListen}, {"lease", a.Lease == b.Lease},
+		{"telemetry", a.Telemetry == b.Telemetry}, {"secret_env", a.SecretEnv == b.SecretEnv},
+		{"retry_budget", a.RetryBudget == b.RetryBudget}, {"breaker", a.Breaker == b.Breaker}} {
+		if !f.same {
+			fixed = append(fixed, f.name)
+		}
+	}
+	if len(fixed) > 0 {
+		return fmt.Errorf("%s cannot change while the gateway runs: restart it for that (nothing was reloaded)", strings.Join(fixed, ", "))
+	}
+	l, err := g.newLive(pol, secrets, old)
+	if err != nil {
+		return err
+	}
+	if r, ok := g.breakers.(interface{ AddRoutes([]string) }); ok {
+		r.AddRoutes(RouteIDs(pol))
+	}
+	if t, ok := g.tenants.(interface {
+		SetLimits(map[string]quota.Tenant)
+	}); ok {
+		t.SetLimits(TenantLimitsOf(pol))
+	}
+	g.cur.Store(l)
+	g.log.Info("configuration reloaded", "policy", pol.Digest[:12], "tenants", len(pol.Tenants), "models", len(pol.Aliases))
+	return nil
+}
