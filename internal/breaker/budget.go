@@ -59,6 +59,15 @@ func (b *Budget) Allows() bool {
 	return b.fits(b.clock.Now())
 }
 
+// Headroom reports the retries taken over the window and how many it
+// allows now.
+func (b *Budget) Headroom() (taken, allowed float64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	firsts, retries := b.counts.sum(b.clock.Now())
+	return float64(retries), b.cfg.Ratio*float64(firsts) + b.reserve
+}
+
 // Retry takes one retry from the budget; false means it is spent.
 func (b *Budget) Retry() bool {
 	b.mu.Lock()

@@ -8,6 +8,7 @@ package metrics
 import (
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,6 +44,29 @@ type Metrics struct {
 	turnRatio        prometheus.GaugeFunc
 	userTurns        atomic.Int64
 	assistantTurns   atomic.Int64
+	// live counts, for the console's live panel.
+	requests, attemptCount atomic.Int64
+	dedupCounts            sync.Map // result → *atomic.Int64
+}
+
+// Live is what the console's live panel shows, since the process started.
+type Live struct {
+	Requests  int64            `json:"logical_requests"`
+	Attempts  int64            `json:"attempts"`
+	Dedup     map[string]int64 `json:"dedup"`
+	TurnRatio float64          `json:"turn_ratio"`
+	UserTurns int64            `json:"user_turns"`
+}
+
+// Live returns the live panel's counts.
+func (m *Metrics) Live() Live {
+	l := Live{Requests: m.requests.Load(), Attempts: m.attemptCount.Load(), Dedup: map[string]int64{}, TurnRatio: m.ratio(),
+		UserTurns: m.userTurns.Load()}
+	m.dedupCounts.Range(func(k, v any) bool {
+		l.Dedup[k.(string)] = v.(*atomic.Int64).Load()
+		return true
+	})
+	return l
 }
 
 // New registers oncegate's collectors on reg; with a nil reg it makes its
@@ -116,6 +140,8 @@ type Request struct {
 func (m *Metrics) ObserveRequest(r Request) {
 	m.logical.WithLabelValues(r.Model, r.Terminal).Inc()
 	m.perRequest.Observe(float64(r.Attempts))
+	m.requests.Add(1)
+	m.attemptCount.Add(int64(r.Attempts))
 	m.duration.WithLabelValues(r.Model).Observe(r.Duration.Seconds())
 	switch {
 	case r.Terminal == "deadline":
@@ -206,7 +232,11 @@ func (m *Metrics) ratio() float64 {
 func (m *Metrics) ObserveHedge(winner string) { m.hedges.WithLabelValues(winner).Inc() }
 
 // ObserveDedup counts one arrival: "miss", "joined" or "replayed".
-func (m *Metrics) ObserveDedup(result string) { m.dedup.WithLabelValues(result).Inc() }
+func (m *Metrics) ObserveDedup(result string) {
+	m.dedup.WithLabelValues(result).Inc()
+	c, _ := m.dedupCounts.LoadOrStore(result, new(atomic.Int64))
+	c.(*atomic.Int64).Add(1)
+}
 
 // ObserveClientRetry counts an arrival that was an official SDK's retry.
 func (m *Metrics) ObserveClientRetry() { m.clientRetries.Inc() }

@@ -1,0 +1,138 @@
+// oncegate console: reads /v1/console/ with the key the user gives (kept
+// in this tab's sessionStorage only). A fragment #key=…&request=…&verify=1
+// opens a request directly (and is removed from the address bar).
+"use strict";
+
+const $ = (sel) => document.querySelector(sel);
+const params = new URLSearchParams(location.hash.slice(1));
+let key = params.get("key") || sessionStorage.getItem("oncegate-key") || "";
+if (params.get("key")) {
+  sessionStorage.setItem("oncegate-key", key);
+  history.replaceState(null, "", location.pathname);
+}
+
+function el(tag, attrs, ...children) {
+  const ns = ["svg", "rect", "line", "text", "g", "title"].includes(tag) ? "http://www.w3.org/2000/svg" : null;
+  const e = ns ? document.createElementNS(ns, tag) : document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return e;
+}
+
+async function api(path) {
+  const res = await fetch(path, { headers: { Authorization: "Bearer " + key } });
+  const body = await res.json().catch(() => ({}));
+  if (!res.ok) throw new Error((body.error && body.error.message) || res.status + " " + res.statusText);
+  return body;
+}
+
+function showError(e) { $("#error").textContent = e ? String(e.message || e) : ""; }
+
+async function loadLive() {
+  if (!key) return;
+  try {
+    const l = await api("/v1/console/live");
+    const stats = $("#livestats");
+    stats.replaceChildren();
+    const add = (k, v) => stats.append(el("dt", {}, k), el("dd", {}, v));
+    add("logical requests", l.logical_requests);
+    add("attempts per request", l.attempts_per_logical_request.toFixed(3));
+    for (const [k, v] of Object.entries(l.dedup || {}).sort()) add("dedup " + k, v);
+    add("turn ratio", l.user_turns ? l.turn_ratio.toFixed(3) : "–");
+    add("retry budget", l.retry_budget ? `${Math.round(l.retry_budget.retries)} of ${Math.round(l.retry_budget.allowed)}` : "shared (Redis)");
+    const rows = l.breakers.map((b) => el("tr", {}, el("td", {}, b.route), el("td", { class: "s-" + b.state }, b.state), el("td", {}, b.generation)));
+    $("#breakers tbody").replaceChildren(...rows);
+    showError();
+  } catch (e) { showError(e); }
+}
+
+async function loadRequests() {
+  if (!key) return;
+  const q = new URLSearchParams();
+  for (const [k, v] of new FormData($("#filters"))) if (v) q.set(k, v);
+  try {
+    const list = await api("/v1/console/requests?" + q);
+    const rows = list.data.map((r) => {
+      const tr = el("tr", { "data-id": r.request_id },
+        el("td", {}, el("code", {}, r.request_id.slice(0, 13) + "…")), el("td", {}, r.tenant), el("td", {}, r.model),
+        el("td", {}, new Date(r.created_at).toLocaleTimeString()), el("td", {}, r.attempts),
+        el("td", { class: "t-" + r.terminal }, r.terminal + (r.reason && r.reason !== r.terminal ? " (" + r.reason + ")" : "")),
+        el("td", {}, r.billable_tokens), el("td", {}, r.cost_usd.toFixed(6)));
+      tr.addEventListener("click", () => showRequest(r.request_id));
+      return tr;
+    });
+    $("#requests tbody").replaceChildren(...rows);
+    showError();
+  } catch (e) { showError(e); }
+}
+
+const classOf = { ok: "ok", retryable: "retryable", "non-retryable": "non-retryable", indeterminate: "indeterminate" };
+
+// timeline draws a receipt's attempts on one time axis: a bar per attempt
+// coloured by outcome, the backoff gap before it, the visible-output
+// boundary as a dashed line.
+function timeline(r) {
+  const t0 = Date.parse(r.created_at);
+  const times = r.attempts.flatMap((a) => [Date.parse(a.started_at), Date.parse(a.observed_at)]);
+  const t1 = Math.max(t0 + 1, ...times);
+  const W = 760, left = 10, right = 10, rowH = 26, top = 20;
+  const x = (t) => left + ((t - t0) / (t1 - t0)) * (W - left - right);
+  const svg = el("svg", { width: W, height: top + rowH * Math.max(1, r.attempts.length) + 20, role: "img", "aria-label": "attempt timeline" });
+  svg.append(el("text", { x: left, y: 12 }, "0 ms"), el("text", { x: W - right - 60, y: 12 }, (t1 - t0) + " ms"));
+  let prevEnd = t0;
+  let boundary = null;
+  r.attempts.forEach((a, i) => {
+    const y = top + i * rowH;
+    const s = Date.parse(a.started_at), e = Date.parse(a.observed_at);
+    if (s > prevEnd) svg.append(el("rect", { class: "gap", x: x(prevEnd), y: y + 4, width: Math.max(1, x(s) - x(prevEnd)), height: rowH - 10 },
+      el("title", {}, "wait " + (s - prevEnd) + " ms" + (a.jitter_ms ? " (jitter " + a.jitter_ms + " ms)" : ""))));
+    const bar = el("rect", { class: "attempt " + (classOf[a.outcome_class] || "retryable"), "data-ordinal": a.ordinal,
+      x: x(s), y: y + 2, width: Math.max(2, x(e) - x(s)), height: rowH - 6 },
+      el("title", {}, `#${a.ordinal} ${a.route} (${a.purpose}) ${a.kind} ${a.http_status || ""} — ${a.usage.input_tokens}+${a.usage.output_tokens} tokens, $${a.cost_usd}`));
+    svg.append(bar, el("text", { x: Math.min(x(e) + 4, W - 200), y: y + rowH / 2 + 3 },
+      `#${a.ordinal} ${a.route} ${a.kind} · ${a.usage.input_tokens + a.usage.output_tokens} tok · $${a.cost_usd.toFixed(6)}`));
+    if (boundary === null && a.visible_output) boundary = Date.parse(a.first_byte_at || a.started_at);
+    prevEnd = e;
+  });
+  if (boundary !== null) svg.append(el("line", { class: "boundary", x1: x(boundary), x2: x(boundary), y1: 14, y2: top + rowH * r.attempts.length },
+    el("title", {}, "visible output")));
+  return svg;
+}
+
+async function showRequest(id, verifyNow) {
+  try {
+    const r = await api("/v1/console/requests/" + encodeURIComponent(id));
+    $("#detail").hidden = false;
+    $("#detailid").textContent = r.request_id;
+    $("#timeline").replaceChildren(timeline(r));
+    $("#receipt").textContent = JSON.stringify(r, null, 2);
+    $("#verdict").textContent = "";
+    $("#verdict").className = "";
+    $("#verify").onclick = () => verify(id);
+    if (verifyNow) await verify(id);
+    showError();
+  } catch (e) { showError(e); }
+}
+
+async function verify(id) {
+  const v = await api("/v1/console/requests/" + encodeURIComponent(id) + "/verify");
+  const verdict = $("#verdict");
+  verdict.className = v.ok ? "ok" : "drift";
+  verdict.textContent = v.ok ? "verified: no drift" : v.drifts.length + " drift(s): " + v.drifts.map((d) => d.message).join("; ");
+}
+
+$("#keyform").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  key = $("#key").value.trim();
+  sessionStorage.setItem("oncegate-key", key);
+  loadLive();
+  loadRequests();
+});
+$("#filters").addEventListener("submit", (ev) => { ev.preventDefault(); loadRequests(); });
+
+(async () => {
+  await Promise.all([loadLive(), loadRequests()]);
+  if (params.get("request")) await showRequest(params.get("request"), params.get("verify") === "1");
+  document.body.setAttribute("data-ready", "1");
+  setInterval(loadLive, 2000);
+})();

@@ -1,0 +1,217 @@
+package gateway
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/oncegate/oncegate/internal/breaker"
+	"github.com/oncegate/oncegate/internal/console"
+	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/metrics"
+	"github.com/oncegate/oncegate/internal/policy"
+	"github.com/oncegate/oncegate/internal/receipt"
+)
+
+// The web console (docs/operations.md, "Console"): static assets under
+// /ui/, and the JSON it reads under /v1/console/. The admin key sees every
+// tenant; a tenant's key sees only its own requests.
+
+// consoleScope is who is asking: the admin (every tenant) or one tenant.
+type consoleScope struct {
+	admin  bool
+	tenant *policy.Tenant
+}
+
+// tenants are the tenants the scope may see.
+func (s consoleScope) tenants(pol *policy.Policy) []string {
+	if !s.admin {
+		return []string{s.tenant.ID}
+	}
+	ids := make([]string, len(pol.Tenants))
+	for i, t := range pol.Tenants {
+		ids[i] = t.ID
+	}
+	return ids
+}
+
+// consoleAuth finds the scope of a console request, or answers 401.
+func (g *Gateway) consoleAuth(h func(http.ResponseWriter, *http.Request, consoleScope)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if g.isAdmin(r) {
+			h(w, r, consoleScope{admin: true})
+			return
+		}
+		if t := g.tenant(r); t != nil {
+			h(w, r, consoleScope{tenant: t})
+			return
+		}
+		errorf(CodeUnauthorized, "the console needs a tenant's API key or the admin key").write(w, protocolOf(r), meta{})
+	}
+}
+
+// requestRow is one line of the console's list of logical requests.
+type requestRow struct {
+	RequestID string    `json:"request_id"`
+	Tenant    string    `json:"tenant"`
+	Operation string    `json:"operation"`
+	Model     string    `json:"model"`
+	CreatedAt time.Time `json:"created_at"`
+	Attempts  int       `json:"attempts"`
+	Providers []string  `json:"providers"`
+	Terminal  string    `json:"terminal"`
+	Reason    string    `json:"reason"`
+	Tokens    int64     `json:"billable_tokens"`
+	CostUSD   float64   `json:"cost_usd"`
+}
+
+// serveConsoleRequests lists recent logical requests, newest first,
+// filtered by tenant, model, terminal and since (RFC 3339).
+func (g *Gateway) serveConsoleRequests(w http.ResponseWriter, r *http.Request, s consoleScope) {
+	q := r.URL.Query()
+	limit := 50
+	if n, err := strconv.Atoi(q.Get("limit")); err == nil && n > 0 && n <= 500 {
+		limit = n
+	}
+	var since time.Time
+	if v := q.Get("since"); v != "" {
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			(&apiError{code: CodeInvalidRequest, param: "since", message: "since must be an RFC 3339 time, found " + strconv.Quote(v)}).write(w, protocolOf(r), meta{})
+			return
+		}
+		since = t
+	}
+	rows := []requestRow{}
+	for _, tenant := range s.tenants(g.policy()) {
+		if f := q.Get("tenant"); f != "" && f != tenant {
+			continue
+		}
+		// Scan a few pages per tenant: filters apply after reading.
+		after := ""
+		for page := 0; page < 10 && len(rows) < limit*len(s.tenants(g.policy())); page++ {
+			list, err := g.listReceipts(r.Context(), tenant, 200, after)
+			if err != nil {
+				storeAPIError(err).write(w, protocolOf(r), meta{})
+				return
+			}
+			for _, rc := range list {
+				after = rc.RequestID
+				if (q.Get("model") != "" && rc.Model != q.Get("model")) || (q.Get("terminal") != "" && rc.Terminal != q.Get("terminal")) ||
+					(!since.IsZero() && rc.CreatedAt.Before(since)) {
+					continue
+				}
+				rows = append(rows, requestRow{RequestID: rc.RequestID, Tenant: rc.Tenant, Operation: rc.Operation, Model: rc.Model,
+					CreatedAt: rc.CreatedAt, Attempts: len(rc.Attempts), Providers: rc.Totals.Providers, Terminal: rc.Terminal,
+					Reason: rc.Reason, Tokens: rc.Totals.BillableTokens, CostUSD: rc.Totals.CostUSD})
+			}
+			if len(list) < 200 || (!since.IsZero() && len(list) > 0 && list[len(list)-1].CreatedAt.Before(since)) {
+				break
+			}
+		}
+	}
+	slices.SortFunc(rows, func(a, b requestRow) int { return cmp.Compare(b.RequestID, a.RequestID) })
+	if len(rows) > limit {
+		rows = rows[:limit]
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": rows})
+}
+
+// consoleReceipt finds a receipt the scope may see.
+func (g *Gateway) consoleReceipt(ctx context.Context, s consoleScope, id string) (*receipt.Receipt, error) {
+	for _, tenant := range s.tenants(g.policy()) {
+		rc, err := g.receipt(ctx, tenant, id)
+		if errors.Is(err, ledger.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := rc.Seal(); err != nil {
+			return nil, err
+		}
+		return rc, nil
+	}
+	return nil, ledger.ErrNotFound
+}
+
+// serveConsoleRequest answers one request's receipt.
+func (g *Gateway) serveConsoleRequest(w http.ResponseWriter, r *http.Request, s consoleScope) {
+	rc, err := g.consoleReceipt(r.Context(), s, r.PathValue("id"))
+	if err != nil {
+		g.consoleError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rc)
+}
+
+// serveConsoleVerify runs oncegate verify's check over a receipt, under
+// the configuration in force.
+func (g *Gateway) serveConsoleVerify(w http.ResponseWriter, r *http.Request, s consoleScope) {
+	rc, err := g.consoleReceipt(r.Context(), s, r.PathValue("id"))
+	if err != nil {
+		g.consoleError(w, r, err)
+		return
+	}
+	drifts := receipt.Verify(g.policy(), rc)
+	out := make([]map[string]any, len(drifts))
+	for i, d := range drifts {
+		out[i] = map[string]any{"code": d.Code, "attempt": d.Attempt, "expected": d.Expected, "found": d.Found, "message": d.String()}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"request_id": rc.RequestID, "ok": len(drifts) == 0, "drifts": out})
+}
+
+func (g *Gateway) consoleError(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, ledger.ErrNotFound) {
+		errorf(CodeReceiptNotFound, "no receipt %s that this key may see", r.PathValue("id")).write(w, protocolOf(r), meta{})
+		return
+	}
+	storeAPIError(err).write(w, protocolOf(r), meta{})
+}
+
+// liveBreaker is one route's breaker in the live panel.
+type liveBreaker struct {
+	Route      string `json:"route"`
+	State      string `json:"state"`
+	Generation int64  `json:"generation"`
+}
+
+// serveConsoleLive answers the live panel: attempts per logical request,
+// dedup outcomes and the turn ratio since the process started, breaker
+// states now, and the fleet retry budget's headroom.
+func (g *Gateway) serveConsoleLive(w http.ResponseWriter, r *http.Request, _ consoleScope) {
+	live := g.metrics.Live()
+	out := struct {
+		metrics.Live
+		AttemptsPerRequest float64        `json:"attempts_per_logical_request"`
+		Breakers           []liveBreaker  `json:"breakers"`
+		Budget             map[string]any `json:"retry_budget"`
+	}{Live: live, Breakers: []liveBreaker{}}
+	if live.Requests > 0 {
+		out.AttemptsPerRequest = float64(live.Attempts) / float64(live.Requests)
+	}
+	if bs, ok := g.breakers.(breakerStates); ok {
+		bs.States(func(route string, st breaker.State, gen int64) {
+			out.Breakers = append(out.Breakers, liveBreaker{Route: route, State: st.String(), Generation: gen})
+		})
+	}
+	if b, ok := g.budget.(interface{ Headroom() (float64, float64) }); ok {
+		taken, allowed := b.Headroom()
+		out.Budget = map[string]any{"retries": taken, "allowed": allowed}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// consoleRoutes mounts the console.
+func (g *Gateway) consoleRoutes(m *http.ServeMux) {
+	m.Handle("GET /ui/", http.StripPrefix("/ui/", console.Handler()))
+	m.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
+	m.HandleFunc("GET /v1/console/requests", g.consoleAuth(g.serveConsoleRequests))
+	m.HandleFunc("GET /v1/console/requests/{id}", g.consoleAuth(g.serveConsoleRequest))
+	m.HandleFunc("GET /v1/console/requests/{id}/verify", g.consoleAuth(g.serveConsoleVerify))
+	m.HandleFunc("GET /v1/console/live", g.consoleAuth(g.serveConsoleLive))
+}
