@@ -1,18 +1,25 @@
 package e2e
 
 import (
-	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/oncegate/oncegate/internal/mock"
 )
@@ -58,19 +65,29 @@ func TestMetricsListen(t *testing.T) {
 }
 
 // With telemetry.otlp_endpoint the binary exports its spans to an
-// OTLP/HTTP collector, and flushes them when it stops.
+// OTLP/HTTP collector, and flushes them when it stops: an in-process
+// receiver decodes exactly one span for the logical request, in the
+// caller's trace, and one child per attempt.
 func TestTracesReachTheCollector(t *testing.T) {
 	var mu sync.Mutex
-	var posts, bytes int
+	var spans []*tracepb.Span
 	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
-		if r.Method == "POST" && r.URL.Path == "/v1/traces" && r.Header.Get("Content-Type") == "application/x-protobuf" {
-			mu.Lock()
-			posts++
-			bytes += len(b)
-			mu.Unlock()
+		var req coltracepb.ExportTraceServiceRequest
+		if r.URL.Path != "/v1/traces" || proto.Unmarshal(b, &req) != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
 		}
+		mu.Lock()
+		for _, rs := range req.ResourceSpans {
+			for _, ss := range rs.ScopeSpans {
+				spans = append(spans, ss.Spans...)
+			}
+		}
+		mu.Unlock()
 		w.Header().Set("Content-Type", "application/x-protobuf")
+		out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+		_, _ = w.Write(out)
 	}))
 	defer collector.Close()
 	w := newWorld(t, mock.Config{})
@@ -81,27 +98,65 @@ func TestTracesReachTheCollector(t *testing.T) {
 	if err := os.WriteFile(w.config, []byte("telemetry: {otlp_endpoint: \""+collector.URL+"\"}\n"+string(cfg)), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	w.mock.SetScript(mock.Script{Rules: []mock.Rule{{Calls: []int{1}, Fault: mock.Fault{Type: mock.FaultStatus, Status: 503}}}})
 	g := w.start()
-	res, _, err := g.post(context.Background(), "", "trace me")
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	body := `{"model":"chat","messages":[{"role":"user","content":"trace me"}]}`
+	req, _ := http.NewRequest("POST", g.url+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	req.Header.Set("traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
+	res, err := http.DefaultClient.Do(req)
 	if err != nil || res.StatusCode != 200 {
 		t.Fatalf("request: %v %v", res, err)
 	}
+	res.Body.Close()
+	requestID := res.Header.Get("X-Oncegate-Request-Id")
 	if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	_ = g.cmd.Wait()
 	mu.Lock()
 	defer mu.Unlock()
-	if posts == 0 || bytes == 0 {
-		t.Fatalf("the collector got %d posts (%d bytes)", posts, bytes)
+	var request *tracepb.Span
+	var attempts []*tracepb.Span
+	for _, s := range spans {
+		switch {
+		case strings.HasPrefix(s.Name, "chat "):
+			if request != nil {
+				t.Fatal("two spans for one logical request")
+			}
+			request = s
+		case strings.HasPrefix(s.Name, "attempt "):
+			attempts = append(attempts, s)
+		}
+	}
+	if request == nil || hex.EncodeToString(request.TraceId) != traceID {
+		t.Fatalf("the request's span is missing or not in the caller's trace: %v", request)
+	}
+	found := false
+	for _, kv := range request.Attributes {
+		found = found || kv.Key == "oncegate.request_id" && kv.Value.GetStringValue() == requestID
+	}
+	if !found {
+		t.Fatal("the request span does not name its request id")
+	}
+	if len(attempts) != 2 {
+		t.Fatalf("%d attempt spans for 2 attempts", len(attempts))
+	}
+	for _, a := range attempts {
+		if string(a.ParentSpanId) != string(request.SpanId) || string(a.TraceId) != string(request.TraceId) {
+			t.Fatalf("attempt span %s is not the request's child", a.Name)
+		}
 	}
 }
 
-// SIGHUP and oncegate reload swap the configuration without a restart: a
-// new tenant, a second key for an old one (rotation); an invalid file is
-// refused with its position and the old configuration stays.
+// SIGHUP and oncegate reload swap the configuration without a restart,
+// while 20 streams run: a new tenant, a second key for an old one
+// (rotation); every stream finishes whole; the old key works until a
+// reload removes it; an invalid file is refused with its position and the
+// old configuration stays.
 func TestReloadWithoutARestart(t *testing.T) {
-	w := newWorld(t, mock.Config{})
+	w := newWorld(t, mock.Config{Tokens: 40, TokenInterval: 50 * time.Millisecond})
 	orig, err := os.ReadFile(w.config)
 	if err != nil {
 		t.Fatal(err)
@@ -125,6 +180,40 @@ func TestReloadWithoutARestart(t *testing.T) {
 	if status("sk-second-key") != 401 || status("sk-new-tenant") != 401 || status(apiKey) != 200 {
 		t.Fatal("the keys before the reload")
 	}
+	// 20 streams in flight across the reload.
+	var streams sync.WaitGroup
+	done := make(chan string, 20)
+	for i := range 20 {
+		streams.Add(1)
+		go func() {
+			defer streams.Done()
+			content := "stream " + strconv.Itoa(i)
+			body := `{"model":"chat","stream":true,"messages":[{"role":"user","content":"` + content + `"}]}`
+			req, _ := http.NewRequest("POST", g.url+"/v1/chat/completions", strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+apiKey)
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				done <- err.Error()
+				return
+			}
+			defer res.Body.Close()
+			b, _ := io.ReadAll(res.Body)
+			var text strings.Builder
+			for _, m := range regexp.MustCompile(`"content":"((?:[^"\\]|\\.)*)"`).FindAllSubmatch(b, -1) {
+				var piece string
+				_ = json.Unmarshal(append(append([]byte{'"'}, m[1]...), '"'), &piece)
+				text.WriteString(piece)
+			}
+			if want := mock.AnswerFor(0, content, 40); text.String() != want || !strings.Contains(string(b), "[DONE]") {
+				done <- fmt.Sprintf("stream %d read %q, want %q", i, text.String(), want)
+				return
+			}
+			done <- ""
+		}()
+	}
+	for w.mock.Stats().Requests < 20 {
+		time.Sleep(10 * time.Millisecond)
+	}
 	grown := strings.Replace(base, "tenants: [{id: e2e, api_key_env: ONCEGATE_E2E_KEY}]",
 		"tenants: [{id: e2e, api_key_env: ONCEGATE_E2E_KEY, api_key_envs: [ONCEGATE_E2E_SECOND]}, {id: new, api_key_env: ONCEGATE_E2E_NEW}]", 1)
 	if grown == base {
@@ -140,6 +229,13 @@ func TestReloadWithoutARestart(t *testing.T) {
 	if status("sk-second-key") != 200 || status("sk-new-tenant") != 200 || status(apiKey) != 200 {
 		t.Fatal("the keys after the reload")
 	}
+	streams.Wait()
+	close(done)
+	for msg := range done {
+		if msg != "" {
+			t.Fatal(msg)
+		}
+	}
 	// An invalid file changes nothing, and says where it is wrong.
 	if err := os.WriteFile(w.config, []byte(strings.Replace(grown, "max_attempts: 2,", "max_attempts: 0,", 1)), 0o644); err != nil {
 		t.Fatal(err)
@@ -153,8 +249,10 @@ func TestReloadWithoutARestart(t *testing.T) {
 	if status("sk-new-tenant") != 200 {
 		t.Fatal("a refused reload changed the configuration")
 	}
-	// oncegate reload of a valid file: the tenant is gone again.
-	if err := os.WriteFile(w.config, []byte(base), 0o644); err != nil {
+	// oncegate reload of a valid file: the new tenant is gone again, and
+	// the rotation ends — the second key is the tenant's only one.
+	rotated := strings.Replace(base, "api_key_env: ONCEGATE_E2E_KEY}", "api_key_env: ONCEGATE_E2E_SECOND}", 1)
+	if err := os.WriteFile(w.config, []byte(rotated), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	reload = exec.Command(binary, "reload", "--config", w.config, "--url", g.url)
@@ -162,7 +260,7 @@ func TestReloadWithoutARestart(t *testing.T) {
 	if out, err := reload.CombinedOutput(); err != nil || !strings.Contains(string(out), "reloaded") {
 		t.Fatalf("reload: %v\n%s", err, out)
 	}
-	if status("sk-new-tenant") != 401 || status(apiKey) != 200 {
+	if status("sk-new-tenant") != 401 || status(apiKey) != 401 || status("sk-second-key") != 200 {
 		t.Fatal("the keys after the second reload")
 	}
 }

@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"debug/elf"
 	"encoding/json"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // The release build is a static binary without the crash tests' hook,
@@ -74,6 +78,44 @@ func TestPackaging(t *testing.T) {
 		if strings.Contains(string(out), "flag provided but not defined") || !strings.Contains(string(out), "missing.yaml") {
 			t.Fatalf("%v: %s", c, out)
 		}
+	}
+	// The static binary runs in an empty root: nothing but itself. It
+	// serves the demo's mock there.
+	if os.Geteuid() == 0 {
+		root := t.TempDir()
+		data, err := os.ReadFile(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, "oncegate"), data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		mockCmd := exec.Command("/oncegate", "mock", "--listen", addr)
+		mockCmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
+		mockCmd.Dir = "/"
+		if err := mockCmd.Start(); err != nil {
+			t.Fatalf("start the binary in an empty root: %v", err)
+		}
+		defer func() { _ = mockCmd.Process.Kill(); _ = mockCmd.Wait() }()
+		var res *http.Response
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if res, err = http.Post("http://"+addr+"/v1/chat/completions", "application/json",
+				strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)); err == nil {
+				break
+			}
+		}
+		if err != nil || res.StatusCode != 200 {
+			t.Fatalf("the binary in an empty root did not serve: %v %v", res, err)
+		}
+		res.Body.Close()
+	} else {
+		t.Log("not root: the empty-root run (chroot) is skipped")
 	}
 	// compose's configuration passes check.
 	check := exec.Command(bin, "check", "--config", "../../deploy/compose.oncegate.yaml")
