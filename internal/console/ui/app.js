@@ -66,7 +66,7 @@ async function loadRequests() {
   } catch (e) { showError(e); }
 }
 
-const classOf = { ok: "ok", retryable: "retryable", "non-retryable": "non-retryable", indeterminate: "indeterminate" };
+const classOf = { success: "ok", retryable: "retryable", non_retryable: "non-retryable", "non-retryable": "non-retryable", indeterminate: "indeterminate" };
 
 // timeline draws a receipt's attempts on one time axis: a bar per attempt
 // coloured by outcome, the backoff gap before it, the visible-output
@@ -75,10 +75,10 @@ function timeline(r) {
   const t0 = Date.parse(r.created_at);
   const times = r.attempts.flatMap((a) => [Date.parse(a.started_at), Date.parse(a.observed_at)]);
   const t1 = Math.max(t0 + 1, ...times);
-  const W = 760, left = 10, right = 10, rowH = 26, top = 20;
-  const x = (t) => left + ((t - t0) / (t1 - t0)) * (W - left - right);
+  const W = 1000, left = 10, axis = 560, rowH = 26, top = 20;
+  const x = (t) => left + ((t - t0) / (t1 - t0)) * (axis - left);
   const svg = el("svg", { width: W, height: top + rowH * Math.max(1, r.attempts.length) + 20, role: "img", "aria-label": "attempt timeline" });
-  svg.append(el("text", { x: left, y: 12 }, "0 ms"), el("text", { x: W - right - 60, y: 12 }, (t1 - t0) + " ms"));
+  svg.append(el("text", { x: left, y: 12 }, "0 ms"), el("text", { x: axis - 50, y: 12 }, (t1 - t0) + " ms"));
   let prevEnd = t0;
   let boundary = null;
   r.attempts.forEach((a, i) => {
@@ -89,7 +89,7 @@ function timeline(r) {
     const bar = el("rect", { class: "attempt " + (classOf[a.outcome_class] || "retryable"), "data-ordinal": a.ordinal,
       x: x(s), y: y + 2, width: Math.max(2, x(e) - x(s)), height: rowH - 6 },
       el("title", {}, `#${a.ordinal} ${a.route} (${a.purpose}) ${a.kind} ${a.http_status || ""} — ${a.usage.input_tokens}+${a.usage.output_tokens} tokens, $${a.cost_usd}`));
-    svg.append(bar, el("text", { x: Math.min(x(e) + 4, W - 200), y: y + rowH / 2 + 3 },
+    svg.append(bar, el("text", { x: axis + 12, y: y + rowH / 2 + 3 },
       `#${a.ordinal} ${a.route} ${a.kind} · ${a.usage.input_tokens + a.usage.output_tokens} tok · $${a.cost_usd.toFixed(6)}`));
     if (boundary === null && a.visible_output) boundary = Date.parse(a.first_byte_at || a.started_at);
     prevEnd = e;
