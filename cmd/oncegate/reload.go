@@ -8,9 +8,24 @@ import (
 	"os"
 	"strings"
 
+	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/gateway"
 	"github.com/oncegate/oncegate/internal/policy"
 )
+
+// loadConfig reads a configuration and the secrets it names, reporting
+// every problem with its position; a nil policy comes with the exit code.
+func loadConfig(path string, stderr io.Writer) (*policy.Policy, *config.Secrets, int) {
+	pol, err := policy.Load(path)
+	if err != nil {
+		return nil, nil, reportConfigError(stderr, path, err)
+	}
+	secrets, err := pol.Config.ResolveSecrets(os.LookupEnv)
+	if err != nil {
+		return nil, nil, reportConfigError(stderr, path, err)
+	}
+	return pol, secrets, 0
+}
 
 // reloadFrom re-reads the configuration file, validates it whole and
 // swaps it into g; an invalid file changes nothing.
@@ -43,13 +58,9 @@ func reloadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fs.Usage()
 		return 2
 	}
-	pol, err := policy.Load(*path)
-	if err != nil {
-		return reportConfigError(stderr, *path, err)
-	}
-	secrets, err := pol.Config.ResolveSecrets(os.LookupEnv)
-	if err != nil {
-		return reportConfigError(stderr, *path, err)
+	pol, secrets, code := loadConfig(*path, stderr)
+	if pol == nil {
+		return code
 	}
 	if secrets.AdminKey == "" {
 		fmt.Fprintln(stderr, "oncegate reload: the configuration sets no admin_key_env: send the gateway SIGHUP instead")

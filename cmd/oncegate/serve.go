@@ -36,13 +36,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "oncegate serve: --config FILE is required")
 		return 2
 	}
-	pol, err := policy.Load(*path)
-	if err != nil {
-		return reportConfigError(stderr, *path, err)
-	}
-	secrets, err := pol.Config.ResolveSecrets(os.LookupEnv)
-	if err != nil {
-		return reportConfigError(stderr, *path, err)
+	pol, secrets, code := loadConfig(*path, stderr)
+	if pol == nil {
+		return code
 	}
 	log := newLogger(stderr, pol.Config.Log)
 	gateway.TuneGC(os.LookupEnv)

@@ -44,6 +44,26 @@ func (g *gateway) postTurn(ctx context.Context, key, body string) (int, map[stri
 	return res.StatusCode, m, err
 }
 
+// turnAfterCrash sends a turn again to a gateway restarted after a crash:
+// until the dead process's lease lapses (PostgreSQL) the turn's try is
+// still in progress (409); then it must answer 200.
+func (g *gateway) turnAfterCrash(t *testing.T, key, body string) map[string]any {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		st, m, err := g.postTurn(context.Background(), key, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st == 409 && time.Now().Before(deadline) {
+			continue
+		}
+		if st != 200 {
+			t.Fatalf("the turn after the crash: %d %v", st, m)
+		}
+		return m
+	}
+}
+
 func outputText(m map[string]any) string {
 	var s string
 	out, _ := m["output"].([]any)
@@ -88,18 +108,7 @@ func TestCrashDuringAStatefulTurn(t *testing.T) {
 		w.mock.SetScript(mock.Script{}) // healthy now: a blind re-send would succeed, and duplicate the turn
 		generated := w.mock.Stats().Requests
 		g2 := w.start()
-		var second map[string]any
-		for deadline = time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-			if st, second, err = g2.postTurn(ctx, "t2", body); err != nil {
-				t.Fatal(err)
-			}
-			if st != 409 || time.Now().After(deadline) {
-				break
-			}
-		}
-		if st != 200 {
-			t.Fatalf("turn 2 after the crash: %d %v", st, second)
-		}
+		second := g2.turnAfterCrash(t, "t2", body)
 		if n := w.mock.Stats().Requests; n != generated {
 			t.Fatalf("the provider generated %d times after the crash: a blind re-send", n-generated)
 		}
@@ -159,18 +168,7 @@ func TestCrashDuringAGatewayHeldTurn(t *testing.T) {
 		g.kill(t)
 		w.mock.SetScript(mock.Script{})
 		g2 := w.start()
-		var second map[string]any
-		for deadline = time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-			if st, second, err = g2.postTurn(ctx, "t2", body); err != nil {
-				t.Fatal(err)
-			}
-			if st != 409 || time.Now().After(deadline) {
-				break
-			}
-		}
-		if st != 200 {
-			t.Fatalf("turn 2 after the crash: %d %v", st, second)
-		}
+		second := g2.turnAfterCrash(t, "t2", body)
 		st, third, err := g2.postTurn(ctx, "", `{"model":"chat","input":"thanks","previous_response_id":"`+second["id"].(string)+`"}`)
 		if err != nil || st != 200 {
 			t.Fatalf("turn 3: %d %v %v", st, third, err)
