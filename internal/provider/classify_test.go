@@ -99,8 +99,10 @@ func FuzzStreamDecoders(f *testing.F) {
 	f.Add("content_block_delta", []byte(`{"type":"content_block_delta","index":99,"delta":{"type":"input_json_delta","partial_json":"x"}}`))
 	f.Add("message_delta", []byte(`{"type":"message_delta","usage":{"output_tokens":3,"input_tokens":null}}`))
 	f.Add("error", []byte(`{"type":"error","error":{"type":"overloaded_error"}}`))
+	f.Add("response.completed", []byte(`{"type":"response.completed","response":{"id":"r","object":"response","status":"incomplete","output":[{"type":"function_call","call_id":"c"}],"usage":{"input_tokens":1}}}`))
+	f.Add("response.output_item.added", []byte(`{"type":"response.output_item.added","output_index":-1,"item":{"type":"function_call"}}`))
 	f.Fuzz(func(t *testing.T, typ string, data []byte) {
-		for _, p := range []Protocol{OpenAI, Anthropic} {
+		for _, p := range []Protocol{OpenAI, Anthropic, Responses} {
 			_, _ = NewDecoder(p).Decode(sse.Event{Type: typ, Data: data}, nil)
 		}
 	})
