@@ -9,6 +9,7 @@ package breaker
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/oncegate/oncegate/internal/clock"
@@ -181,47 +182,56 @@ func (b *Breaker) State() (State, int64) {
 	return b.state, b.gen
 }
 
-// Set is the breakers of a fixed set of routes. It is safe for concurrent
+// Set is the breakers of a set of routes (a reload may add some). It is safe for concurrent
 // use; a route it does not know is always admitted.
 type Set struct {
+	cur atomic.Pointer[setRoutes]
+	cfg Config
+	clk clock.Clock
+}
+
+// setRoutes is a Set's breakers: replaced whole when routes are added, so
+// readers never lock.
+type setRoutes struct {
 	m     map[string]*Breaker
 	order []string
-	cfg   Config
-	clk   clock.Clock
 }
 
 // NewSet returns closed breakers for routes.
 func NewSet(cfg Config, clk clock.Clock, routes []string) *Set {
-	s := &Set{m: make(map[string]*Breaker, len(routes)), cfg: cfg, clk: clk}
-	for _, r := range routes {
-		if _, dup := s.m[r]; !dup {
-			s.m[r] = New(cfg, clk)
-			s.order = append(s.order, r)
-		}
-	}
+	s := &Set{cfg: cfg, clk: clk}
+	s.cur.Store(&setRoutes{m: map[string]*Breaker{}})
+	s.AddRoutes(routes)
 	return s
 }
 
-// AddRoutes gives routes a set does not know yet a closed breaker (a
-// reload added them). It must not run concurrently with other calls.
+// AddRoutes gives routes the set does not know yet a closed breaker (a
+// reload added them); the others keep theirs. Safe beside every other
+// call; concurrent AddRoutes calls must not overlap.
 func (s *Set) AddRoutes(routes []string) {
+	old := s.cur.Load()
+	next := &setRoutes{m: make(map[string]*Breaker, len(old.m)+len(routes)), order: append([]string(nil), old.order...)}
+	for r, b := range old.m {
+		next.m[r] = b
+	}
 	for _, r := range routes {
-		if _, ok := s.m[r]; !ok {
-			s.m[r] = New(s.cfg, s.clk)
-			s.order = append(s.order, r)
+		if _, ok := next.m[r]; !ok {
+			next.m[r] = New(s.cfg, s.clk)
+			next.order = append(next.order, r)
 		}
 	}
+	s.cur.Store(next)
 }
 
 // Allows reports whether route would admit an attempt now.
 func (s *Set) Allows(route string) bool {
-	b := s.m[route]
+	b := s.cur.Load().m[route]
 	return b == nil || b.Allows()
 }
 
 // Acquire admits an attempt on route (see Breaker.Acquire).
 func (s *Set) Acquire(route string) (Ticket, bool) {
-	b := s.m[route]
+	b := s.cur.Load().m[route]
 	if b == nil {
 		return Ticket{State: Closed}, true
 	}
@@ -230,15 +240,16 @@ func (s *Set) Acquire(route string) (Ticket, bool) {
 
 // Done reports the outcome of an attempt admitted on route.
 func (s *Set) Done(route string, t Ticket, o Outcome) {
-	if b := s.m[route]; b != nil {
+	if b := s.cur.Load().m[route]; b != nil {
 		b.Done(t, o)
 	}
 }
 
 // States calls f with every route's state, in the order routes were given.
 func (s *Set) States(f func(route string, st State, gen int64)) {
-	for _, r := range s.order {
-		st, gen := s.m[r].State()
+	cur := s.cur.Load()
+	for _, r := range cur.order {
+		st, gen := cur.m[r].State()
 		f(r, st, gen)
 	}
 }

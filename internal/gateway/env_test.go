@@ -155,6 +155,7 @@ type env struct {
 	secrets                      *config.Secrets
 	opts                         Options
 	wrap                         func(ledger.Store) ledger.Store
+	yaml                         string // the configuration the gateway was started with
 	stop                         func() // stops the gateway and closes its store
 	// client reaches the gateway (and, in a bubble, only it can).
 	client *http.Client
@@ -242,10 +243,8 @@ func newEnvOpts(t *testing.T, o envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.secrets, err = e.pol.Config.ResolveSecrets(func(k string) (string, bool) {
-		return map[string]string{"KEY_ACME": keyAcme, "KEY_GLOBEX": keyGlobex, "KEY_INITECH": keyInitech, "KEY_UMBRELLA": keyUmbrella,
-			"KEY_SPENDER": keySpender, "KEY_UPSTREAM_ONE": primaryProviderKey, "KEY_ADMIN": keyAdmin}[k], true
-	})
+	e.yaml = yaml
+	e.secrets, err = e.pol.Config.ResolveSecrets(func(k string) (string, bool) { return e.envKeys()[k], true })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -410,6 +409,12 @@ func quote(s string) string { b, _ := json.Marshal(s); return string(b) }
 func optTimeout(d time.Duration) oopt2.RequestOption { return oopt2.WithRequestTimeout(d) }
 
 func (e *env) storePath() string { return e.dbPath }
+
+// envKeys are the environment the test configuration's secrets come from.
+func (e *env) envKeys() map[string]string {
+	return map[string]string{"KEY_ACME": keyAcme, "KEY_GLOBEX": keyGlobex, "KEY_INITECH": keyInitech, "KEY_UMBRELLA": keyUmbrella,
+		"KEY_SPENDER": keySpender, "KEY_UPSTREAM_ONE": primaryProviderKey, "KEY_ADMIN": keyAdmin}
+}
 
 func oaParams(model, text string) openai.ChatCompletionNewParams {
 	return openai.ChatCompletionNewParams{Model: model, Messages: userMsg(text)}

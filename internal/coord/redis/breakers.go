@@ -148,6 +148,19 @@ func (c *Coordinator) NewBreakers(cfg breaker.Config, routes []string) *Breakers
 	return b
 }
 
+// AddRoutes gives routes this gateway does not know yet a copy of their
+// breaker (a reload added them); it is filled at the next sync.
+func (b *Breakers) AddRoutes(routes []string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, r := range routes {
+		if _, dup := b.routes[r]; !dup {
+			b.routes[r] = &routeState{gen: 1}
+			b.order = append(b.order, r)
+		}
+	}
+}
+
 func (b *Breakers) key(route string) string { return b.c.prefix + "breaker:" + route }
 
 // Allows reports whether route would admit an attempt now, by this

@@ -28,7 +28,7 @@ import (
 // fresh budget. Safe for concurrent use.
 type Tenants struct {
 	c      *Coordinator
-	limits map[string]quota.Tenant
+	limits atomic.Pointer[map[string]quota.Tenant]
 	spend  func(ctx context.Context, day int64) (map[string]int64, error)
 	seq    atomic.Int64
 	mu     sync.Mutex
@@ -148,7 +148,19 @@ return {tonumber(redis.call('HGET', KEYS[1], 'charged') or '0'), tonumber(redis.
 // NewTenants returns the shared limits of tenants; spend reads a day's
 // charges from the store, to seed a day Redis does not have.
 func (c *Coordinator) NewTenants(limits map[string]quota.Tenant, spend func(ctx context.Context, day int64) (map[string]int64, error)) *Tenants {
-	return &Tenants{c: c, limits: limits, spend: spend, known: map[string]gw.NanoUSD{}}
+	t := &Tenants{c: c, spend: spend, known: map[string]gw.NanoUSD{}}
+	t.SetLimits(limits)
+	return t
+}
+
+// SetLimits replaces the tenants' limits (a reload). What Redis holds —
+// buckets, the day's charges and reservations — is kept.
+func (t *Tenants) SetLimits(limits map[string]quota.Tenant) {
+	cp := make(map[string]quota.Tenant, len(limits))
+	for id, l := range limits {
+		cp[id] = l
+	}
+	t.limits.Store(&cp)
 }
 
 func (t *Tenants) spendKeys(tenant string, day int64) []string {
@@ -158,7 +170,7 @@ func (t *Tenants) spendKeys(tenant string, day int64) []string {
 
 // Take counts one logical request against the tenant's rate.
 func (t *Tenants) Take(tenant string) (bool, time.Duration, error) {
-	lim := t.limits[tenant]
+	lim := (*t.limits.Load())[tenant]
 	if lim.RequestsPerMinute <= 0 {
 		return true, 0, nil
 	}
@@ -179,7 +191,7 @@ func (t *Tenants) Take(tenant string) (bool, time.Duration, error) {
 // leaves out reservations, which settle for less than they hold, so it
 // errs towards trying: Reserve, atomic in Redis, is what refuses.
 func (t *Tenants) Allowance(tenant string) (gw.NanoUSD, bool) {
-	lim := t.limits[tenant]
+	lim := (*t.limits.Load())[tenant]
 	if lim.CostPerDay <= 0 {
 		return 0, false
 	}
@@ -204,7 +216,7 @@ func (t *Tenants) learn(tenant string, day int64, spent gw.NanoUSD) {
 // `until` (its attempt must have ended then; after, it is charged).
 // Redis unreachable refuses.
 func (t *Tenants) Reserve(tenant string, amount gw.NanoUSD, until time.Time) (quota.Reservation, bool) {
-	lim := t.limits[tenant]
+	lim := (*t.limits.Load())[tenant]
 	now := t.c.clock.Now()
 	day := gw.Day(now)
 	r := quota.Reservation{Tenant: tenant, Amount: amount, Day: day}
