@@ -28,28 +28,10 @@ import (
 // port answers it to the admin key only.
 func TestMetricsListen(t *testing.T) {
 	w := newWorld(t, mock.Config{})
-	cfg, err := os.ReadFile(w.config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := "metrics_listen: 127.0.0.1:0\nadmin_key_env: ONCEGATE_E2E_ADMIN\n" + string(cfg)
-	if err := os.WriteFile(w.config, []byte(s), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	w.prependConfig(t, "metrics_listen: 127.0.0.1:0\nadmin_key_env: ONCEGATE_E2E_ADMIN\n")
 	g := w.start("ONCEGATE_E2E_ADMIN=" + adminKey)
 	addr := g.stdout.wait(t, regexp.MustCompile(`oncegate metrics on (http://\S+)`), 10*time.Second)[1]
-	get := func(url, key string) int {
-		req, _ := http.NewRequest("GET", url, nil)
-		if key != "" {
-			req.Header.Set("Authorization", "Bearer "+key)
-		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Body.Close()
-		return res.StatusCode
-	}
+	get := func(url, key string) int { return getStatus(t, url, key) }
 	if st := get(addr, ""); st != 200 {
 		t.Fatalf("metrics_listen: %d", st)
 	}
@@ -91,13 +73,7 @@ func TestTracesReachTheCollector(t *testing.T) {
 	}))
 	defer collector.Close()
 	w := newWorld(t, mock.Config{})
-	cfg, err := os.ReadFile(w.config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(w.config, []byte("telemetry: {otlp_endpoint: \""+collector.URL+"\"}\n"+string(cfg)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	w.prependConfig(t, "telemetry: {otlp_endpoint: \""+collector.URL+"\"}\n")
 	w.mock.SetScript(mock.Script{Rules: []mock.Rule{{Calls: []int{1}, Fault: mock.Fault{Type: mock.FaultStatus, Status: 503}}}})
 	g := w.start()
 	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -157,26 +133,10 @@ func TestTracesReachTheCollector(t *testing.T) {
 // old configuration stays.
 func TestReloadWithoutARestart(t *testing.T) {
 	w := newWorld(t, mock.Config{Tokens: 40, TokenInterval: 50 * time.Millisecond})
-	orig, err := os.ReadFile(w.config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := "admin_key_env: ONCEGATE_E2E_ADMIN\n" + string(orig)
-	if err := os.WriteFile(w.config, []byte(base), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	base := w.prependConfig(t, "admin_key_env: ONCEGATE_E2E_ADMIN\n")
 	env := []string{"ONCEGATE_E2E_ADMIN=" + adminKey, "ONCEGATE_E2E_SECOND=sk-second-key", "ONCEGATE_E2E_NEW=sk-new-tenant"}
 	g := w.start(env...)
-	status := func(key string) int {
-		req, _ := http.NewRequest("GET", g.url+"/v1/models", nil)
-		req.Header.Set("Authorization", "Bearer "+key)
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Body.Close()
-		return res.StatusCode
-	}
+	status := func(key string) int { return getStatus(t, g.url+"/v1/models", key) }
 	if status("sk-second-key") != 401 || status("sk-new-tenant") != 401 || status(apiKey) != 200 {
 		t.Fatal("the keys before the reload")
 	}
@@ -263,4 +223,34 @@ func TestReloadWithoutARestart(t *testing.T) {
 	if status("sk-new-tenant") != 401 || status(apiKey) != 401 || status("sk-second-key") != 200 {
 		t.Fatal("the keys after the second reload")
 	}
+}
+
+// prependConfig puts text before the world's configuration and returns
+// the whole file.
+func (w *world) prependConfig(t *testing.T, text string) string {
+	t.Helper()
+	cfg, err := os.ReadFile(w.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := text + string(cfg)
+	if err := os.WriteFile(w.config, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// getStatus GETs url with a key ("" for none) and returns the status.
+func getStatus(t *testing.T, url, key string) int {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	return res.StatusCode
 }
