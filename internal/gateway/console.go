@@ -87,13 +87,14 @@ func (g *Gateway) serveConsoleRequests(w http.ResponseWriter, r *http.Request, s
 		since = t
 	}
 	rows := []requestRow{}
-	for _, tenant := range s.tenants(g.policy()) {
+	tenants := s.tenants(g.policy())
+	for _, tenant := range tenants {
 		if f := q.Get("tenant"); f != "" && f != tenant {
 			continue
 		}
 		// Scan a few pages per tenant: filters apply after reading.
 		after := ""
-		for page := 0; page < 10 && len(rows) < limit*len(s.tenants(g.policy())); page++ {
+		for page := 0; page < 10 && len(rows) < limit*len(tenants); page++ {
 			list, err := g.listReceipts(r.Context(), tenant, 200, after)
 			if err != nil {
 				storeAPIError(err).write(w, protocolOf(r), meta{})

@@ -145,7 +145,10 @@ type Gateway struct {
 	metricsElsewhere bool
 	// tracer makes the spans of requests and attempts (a no-op one when
 	// no telemetry is configured).
-	tracer trace.Tracer
+	tracer  trace.Tracer
+	tracing bool // a tracer was configured: spans are worth making
+	// metricsHTTP serves the Prometheus text, made once.
+	metricsHTTP http.Handler
 	// draining is set when the drain begins: /readyz says not ready.
 	draining   atomic.Bool
 	mux        *http.ServeMux
@@ -238,12 +241,13 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 		g.drain = 30 * time.Second
 	}
 	g.guards(pol, opts)
+	g.metricsHTTP = g.metrics.Handler()
 	if err := g.seedSpend(context.Background()); err != nil {
 		return nil, err
 	}
 	g.restoreRates(context.Background())
 	g.metricsElsewhere, g.reload = pol.Config.MetricsListen != "", opts.Reload
-	g.tracer = tracerOr(opts.Tracer)
+	g.tracer, g.tracing = tracerOr(opts.Tracer), opts.Tracer != nil
 	l, err := g.newLive(pol, secrets, nil)
 	if err != nil {
 		return nil, err
@@ -505,7 +509,7 @@ func (g *Gateway) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	case !g.isAdmin(r):
 		errorf(CodeUnauthorized, "/metrics needs the admin key (admin_key_env)").write(w, p, meta{})
 	default:
-		g.metrics.Handler().ServeHTTP(w, r)
+		g.metricsHTTP.ServeHTTP(w, r)
 	}
 }
 
@@ -522,7 +526,7 @@ func (g *Gateway) isAdmin(r *http.Request) bool {
 // address, which the operator keeps private.
 func (g *Gateway) MetricsHandler() http.Handler {
 	m := http.NewServeMux()
-	m.Handle("GET /metrics", g.metrics.Handler())
+	m.Handle("GET /metrics", g.metricsHTTP)
 	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	return m
 }

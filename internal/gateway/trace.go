@@ -46,6 +46,9 @@ func genAIOperation(p provider.Protocol) string {
 // startRequestSpan starts a logical request's span, a child of the
 // caller's trace context when the request carried one.
 func (c *call) startRequestSpan(h http.Header) {
+	if !c.g.tracing {
+		return // no spans, no work on the request path
+	}
 	ctx := propagator.Extract(context.Background(), propagation.HeaderCarrier(h))
 	op := genAIOperation(c.proto)
 	ctx, span := c.g.tracer.Start(ctx, op+" "+c.alias.Name, trace.WithSpanKind(trace.SpanKindServer),
@@ -73,6 +76,9 @@ func (c *call) endRequestSpan() {
 // startAttemptSpan starts attempt n's span under the request's, and
 // writes its context into the upstream request's headers.
 func (c *call) startAttemptSpan(route *policy.Route, n int, purpose string, hdr http.Header) trace.Span {
+	if !c.g.tracing {
+		return nil
+	}
 	parent := c.spanCtx
 	if parent == nil {
 		parent = context.Background()
@@ -87,6 +93,9 @@ func (c *call) startAttemptSpan(route *policy.Route, n int, purpose string, hdr 
 
 // endAttemptSpan ends an attempt's span with what it came to.
 func endAttemptSpan(span trace.Span, res *attemptResult) {
+	if span == nil {
+		return
+	}
 	o := res.obs
 	span.SetAttributes(attribute.String("oncegate.outcome_class", string(o.Kind.Class())), attribute.String("oncegate.kind", string(o.Kind)),
 		attribute.Int("http.response.status_code", o.HTTPStatus), attribute.Bool("oncegate.visible_output", o.VisibleOutput),
