@@ -2,4 +2,4 @@ package main
 
 import "runtime"
 
-func runtimeGOMAXPROCS() int { return runtime.GOMAXPROCS(0) }
+func gomaxprocs() int { return runtime.GOMAXPROCS(0) }

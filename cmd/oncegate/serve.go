@@ -29,9 +29,17 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	listen := fs.String("listen", "", "address to listen on (default: the config's listen)")
 	storeFlag := fs.String("store", "", "ledger to use (default: the config's store), e.g. sqlite:///var/lib/oncegate/ledger.db")
 	coordFlag := fs.String("coordination", "", "coordination to use (default: the config's coordination), e.g. redis://127.0.0.1:6379/0")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file when the gateway stops (go tool pprof)")
+	traceFile := fs.String("trace", "", "write an execution trace of the whole run to this file when the gateway stops (go tool trace)")
 	if err := fs.Parse(args); err != nil {
 		return parseFailed(err)
 	}
+	stopProfiles, err := startProfiles(*cpuProfile, *traceFile)
+	if err != nil {
+		fmt.Fprintf(stderr, "oncegate serve: %v\n", err)
+		return 1
+	}
+	defer stopProfiles()
 	if *path == "" {
 		fmt.Fprintln(stderr, "oncegate serve: --config FILE is required")
 		return 2
@@ -60,7 +68,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	store, err := openStore(openCtx, storeURL, false)
+	store, err := openStore(openCtx, storeURL, pol.Config.Ledger.Sync, false)
 	if err != nil {
 		fmt.Fprintf(stderr, "oncegate serve: %v\n", err)
 		return 1

@@ -13,9 +13,10 @@ import (
 )
 
 // openStore opens the ledger a configuration's `store` names, to write
-// (serve) or, with readOnly, to read beside gateways that write it
-// (receipts).
-func openStore(ctx context.Context, store string, readOnly bool) (ledger.Store, error) {
+// (serve) at the durability sync names (ledger.sync) or, with readOnly,
+// to read beside gateways that write it (receipts).
+func openStore(ctx context.Context, store, sync string, readOnly bool) (ledger.Store, error) {
+	normal := sync == "normal"
 	switch {
 	case store == "memory://":
 		if readOnly {
@@ -30,12 +31,12 @@ func openStore(ctx context.Context, store string, readOnly bool) (ledger.Store, 
 		if readOnly {
 			return sqlite.OpenReadOnly(path)
 		}
-		return sqlite.Open(path)
+		return sqlite.OpenWith(path, sqlite.Options{SyncNormal: normal})
 	case policy.IsPostgres(store):
 		if readOnly {
 			return postgres.OpenReadOnly(ctx, store)
 		}
-		return postgres.Open(ctx, store)
+		return postgres.OpenWith(ctx, store, postgres.Options{SyncNormal: normal})
 	}
 	return nil, fmt.Errorf("store %q: want sqlite://PATH, postgres://… or memory://", store)
 }

@@ -61,6 +61,8 @@ type Config struct {
 
 	// Idempotency configures the ledger's key handling (docs/identity.md).
 	Idempotency Idempotency `yaml:"idempotency"`
+	// Ledger configures how durably the store commits (docs/durability.md).
+	Ledger Ledger `yaml:"ledger"`
 	// Conversations configures the turns of /v1/responses
 	// (docs/conversations.md).
 	Conversations Conversations `yaml:"conversations"`
@@ -85,6 +87,17 @@ type Config struct {
 
 	file    string
 	present map[string]Pos
+}
+
+// Ledger configures the store's commits.
+type Ledger struct {
+	// Sync is how durable an acknowledged write is: "full" — it survives
+	// power loss (SQLite synchronous=FULL, PostgreSQL's synchronous_commit
+	// as the server sets it) — or "normal" — it survives any crash of the
+	// gateway's process, but the last commits before a power loss or an
+	// operating-system crash may be lost (SQLite synchronous=NORMAL,
+	// PostgreSQL synchronous_commit=off). Default "full".
+	Sync string `yaml:"sync" default:"full"`
 }
 
 // Tenant is one authenticated caller.

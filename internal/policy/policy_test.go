@@ -144,6 +144,8 @@ func TestValidationRules(t *testing.T) {
 		{"coordination redis unparseable", "models:", "store: postgres://h/db\ncoordination: redis://h:6379/notadb\nmodels:", "invalid database number"},
 		{"coordination redis needs a shared store", "models:", "store: sqlite://x.db\ncoordination: \"redis://:hunter2@h:6379/0\"\nmodels:", "can be opened by one process only"},
 		{"lease renew past half the ttl", "models:", "lease: {ttl: 10s, renew: 6s}\nmodels:", "at most half of lease.ttl"},
+		{"ledger sync", "models:", "ledger: {sync: lazy}\nmodels:", `unknown value "lazy"`},
+		{"ledger sync on memory", "models:", "store: memory://\nledger: {sync: normal}\nmodels:", "keeps nothing on disk"},
 		{"on_expired", "models:", "idempotency: {on_expired: maybe}\nmodels:", `unknown value "maybe"`},
 		{"duplicate alias", "models:\n  - name: chat\n    routes: [a, b]", "models:\n  - name: chat\n    routes: [a, b]\n  - name: chat\n    routes: [a]", "duplicate model alias"},
 	}

@@ -61,6 +61,10 @@ func (v *validator) globals() {
 	v.store(c.Store)
 	v.coordination(c.Coordination, c.Store)
 	v.oneOf("idempotency.on_expired", c.Idempotency.OnExpired, "new", "reject")
+	v.oneOf("ledger.sync", c.Ledger.Sync, "full", "normal")
+	if c.Store == "memory://" && c.Has("ledger.sync") {
+		v.fail("ledger.sync", "store memory:// keeps nothing on disk: there is no durability to choose (remove ledger.sync, or use sqlite:// or postgres://)")
+	}
 	v.positive("idempotency.retention", float64(c.Idempotency.Retention))
 	v.positive("conversations.max_ambiguous", float64(c.Conversations.MaxAmbiguous))
 	v.positive("drain_timeout", float64(c.DrainTimeout))

@@ -36,10 +36,27 @@ const defaultMaxConns = 32
 // Open connects to the database a postgres:// URL names (pgx's syntax:
 // any libpq parameter, and pool_max_conns) and applies the migrations it
 // lacks.
-func Open(ctx context.Context, url string) (*Store, error) {
+func Open(ctx context.Context, url string) (*Store, error) { return OpenWith(ctx, url, Options{}) }
+
+// Options choose how the store commits.
+type Options struct {
+	// SyncNormal commits with synchronous_commit=off: the server
+	// acknowledges a commit before its WAL is flushed. It survives any
+	// crash of the gateway, and of the server's processes; an operating
+	// system crash or power loss of the database host may lose the last
+	// commits (up to three times wal_writer_delay), never consistency.
+	// The zero value leaves synchronous_commit as the server sets it.
+	SyncNormal bool
+}
+
+// OpenWith is Open with the commits o chooses.
+func OpenWith(ctx context.Context, url string, o Options) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
+	}
+	if o.SyncNormal {
+		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
 	}
 	if !hasParam(url, "pool_max_conns") {
 		cfg.MaxConns = defaultMaxConns

@@ -1,5 +1,6 @@
 // Package sqlite is the embedded ledger backend: a pure-Go SQLite database
-// in WAL mode with full durability (synchronous=FULL). One writer
+// in WAL mode with full durability (synchronous=FULL) unless opened with
+// Options.SyncNormal (docs/durability.md). One writer
 // goroutine group-commits every queued write in one transaction, so many
 // requests share one fsync; reads go to a separate pool of WAL readers.
 package sqlite
@@ -47,15 +48,34 @@ var _ ledger.Store = (*Store)(nil)
 // ErrLocked: another process has the database open to write.
 var ErrLocked = errors.New("the ledger is in use by another oncegate process")
 
-func dsn(path string) (string, error) {
+// Options choose how the store commits.
+type Options struct {
+	// SyncNormal commits with synchronous=NORMAL: a commit is in the
+	// operating system's hands, not yet on the disk, when it counts. It
+	// survives any crash of the process; the last commits before a power
+	// loss or a kernel crash may be lost (never the database's integrity).
+	// The zero value is synchronous=FULL: a commit is on the disk.
+	SyncNormal bool
+}
+
+func dsn(path string, o Options) (string, error) {
 	q := url.Values{}
-	for _, p := range []string{"journal_mode(WAL)", "synchronous(FULL)", "busy_timeout(10000)", "foreign_keys(OFF)", "cache_size(-8192)"} {
+	sync := "synchronous(FULL)"
+	if o.SyncNormal {
+		sync = "synchronous(NORMAL)"
+	}
+	for _, p := range []string{"journal_mode(WAL)", sync, "busy_timeout(10000)", "foreign_keys(OFF)", "cache_size(-8192)"} {
 		q.Add("_pragma", p)
 	}
-	if err := registerWALVFS(); err != nil {
-		return "", err
+	if !o.SyncNormal {
+		// The gathering VFS hands the WAL's writes down when SQLite
+		// syncs; at synchronous=NORMAL a commit does not sync, so its
+		// frames must reach the operating system as SQLite writes them.
+		if err := registerWALVFS(); err != nil {
+			return "", err
+		}
+		q.Set("vfs", walVFSName)
 	}
-	q.Set("vfs", walVFSName)
 	return "file:" + path + "?" + q.Encode(), nil
 }
 
@@ -67,12 +87,15 @@ func dsn(path string) (string, error) {
 // anything — and every request still in progress in the database belongs
 // to a process that is gone: Open ends their leases, for recovery to
 // settle at once (docs/identity.md).
-func Open(path string) (*Store, error) {
+func Open(path string) (*Store, error) { return OpenWith(path, Options{}) }
+
+// OpenWith is Open with the commits o chooses.
+func OpenWith(path string, o Options) (*Store, error) {
 	lock, err := lockFile(path + ".lock")
 	if err != nil {
 		return nil, fmt.Errorf("open ledger %s: %w", path, err)
 	}
-	s, err := open(path)
+	s, err := open(path, o)
 	if err != nil {
 		lock.release()
 		return nil, err
@@ -85,8 +108,8 @@ func Open(path string) (*Store, error) {
 	return s, nil
 }
 
-func open(path string) (*Store, error) {
-	dsn, err := dsn(path)
+func open(path string, o Options) (*Store, error) {
+	dsn, err := dsn(path, o)
 	if err != nil {
 		return nil, fmt.Errorf("open ledger %s: %w", path, err)
 	}
@@ -139,7 +162,7 @@ func OpenReadOnly(path string) (*Store, error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("open ledger %s: %w", path, err)
 	}
-	dsn, err := dsn(path)
+	dsn, err := dsn(path, Options{})
 	if err != nil {
 		return nil, fmt.Errorf("open ledger %s: %w", path, err)
 	}

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The gateway and the bare reverse proxy each run in a process of their
+// own, as they would in production, so that neither shares a heap or a
+// collector with the load generator and the mock (which share this one),
+// and so that the RSS and file descriptors of each can be read from
+// /proc.
+
+// proxyEnv, when set in this program's environment, makes it the bare
+// reverse proxy in front of the URL it holds instead of the benchmark.
+const proxyEnv = "ONCEGATE_BENCH_PROXY"
+
+// serveBareProxy is the yardstick: net/http/httputil's ReverseProxy with
+// a transport that keeps as many idle connections as the load needs
+// (the default of two per host would make it pay for new connections
+// and flatter everything measured against it). It prints where it
+// listens and serves until killed.
+func serveBareProxy(target string) error {
+	u, err := url.Parse(target)
+	if err != nil {
+		return err
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.Transport = &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		MaxIdleConns:        4096,
+		MaxIdleConnsPerHost: 4096,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	fmt.Printf("proxy listening on http://%s\n", ln.Addr())
+	return http.Serve(ln, rp)
+}
+
+// child is a server process the benchmark started.
+type child struct {
+	name string
+	url  string
+	cmd  *exec.Cmd
+}
+
+// startChild starts cmd and waits until it prints the address it
+// listens on ("listening on http://ADDR").
+func startChild(name string, cmd *exec.Cmd) (*child, error) {
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if _, addr, ok := strings.Cut(sc.Text(), "listening on "); ok {
+				found <- strings.Fields(addr)[0]
+				break
+			}
+		}
+		close(found)
+		_, _ = io.Copy(io.Discard, out)
+	}()
+	select {
+	case u, ok := <-found:
+		if ok {
+			return &child{name: name, url: u, cmd: cmd}, nil
+		}
+	case <-time.After(60 * time.Second):
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	return nil, fmt.Errorf("%s did not start (its log is beside the benchmark's files)", name)
+}
+
+// stop ends the child: SIGTERM, so that a gateway writes its profiles,
+// then SIGKILL if it has not stopped within a minute.
+func (c *child) stop() {
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = c.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		_ = c.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// rss is the child's resident set and its peak so far, in bytes.
+func (c *child) rss() (now, peak int64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid))
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(v)
+		if len(f) == 0 {
+			continue
+		}
+		n, _ := strconv.ParseInt(f[0], 10, 64)
+		switch k {
+		case "VmRSS":
+			now = n << 10
+		case "VmHWM":
+			peak = n << 10
+		}
+	}
+	return now, peak
+}
+
+// fds is how many file descriptors the child holds open.
+func (c *child) fds() int {
+	es, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", c.cmd.Process.Pid))
+	return len(es)
+}
+
+// resetPeak makes the child's peak RSS start again from its current RSS
+// (Linux: writing 5 to clear_refs), so that a run's peak is its own.
+func (c *child) resetPeak() {
+	_ = os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", c.cmd.Process.Pid), []byte("5"), 0)
+}
+
+// startProxy starts the bare reverse proxy in front of target.
+func startProxy(target, logDir string) (*child, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), proxyEnv+"="+target)
+	if cmd.Stderr, err = os.Create(filepath.Join(logDir, "proxy.log")); err != nil {
+		return nil, err
+	}
+	return startChild("bare proxy", cmd)
+}
+
+// buildGateway builds the oncegate binary into dir: the benchmark runs
+// what users run.
+func buildGateway(ctx context.Context, dir string) (string, error) {
+	bin := filepath.Join(dir, "oncegate")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/oncegate/oncegate/cmd/oncegate")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/oncegate: %w", err)
+	}
+	return bin, nil
+}
+
+// startServe runs `oncegate serve` with config (benchConfig and extra)
+// in front of mockURL, its access log written to a file in dir; with
+// profiles set, it writes its CPU profile there as <name>.cpu.
+func startServe(bin, dir, profiles, name, mockURL, extra string) (*child, error) {
+	slug := strings.NewReplacer(" ", "-", ":", "").Replace(name)
+	cfg := filepath.Join(dir, slug+".yaml")
+	if err := os.WriteFile(cfg, []byte(strings.ReplaceAll(benchConfig, "MOCK", mockURL)+extra), 0o600); err != nil {
+		return nil, err
+	}
+	args := []string{"serve", "--config", cfg}
+	if profiles != "" {
+		args = append(args, "--cpuprofile", filepath.Join(profiles, slug+".cpu"))
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "BENCH_KEY="+benchKey)
+	var err error
+	if cmd.Stderr, err = os.Create(filepath.Join(dir, slug+".log")); err != nil {
+		return nil, err
+	}
+	return startChild(name, cmd)
+}

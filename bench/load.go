@@ -1,0 +1,290 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+)
+
+// path is one way to the mock: directly, or through a server in front of
+// it.
+type path struct {
+	name, url, model string
+	auth             bool
+	proc             *child // the server's process (nil: direct or in process)
+}
+
+// run is the throughput table: every path in turn, -rounds times, each
+// round -requests distinct requests at -concurrency; then each path from
+// a lone client.
+func run(ctx context.Context, o options, out io.Writer) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if o.tokens == 0 {
+		o.tokens = 32
+	}
+	_, mockURL, err := startMock(ctx, o.ttft, o.interval, o.tokens)
+	if err != nil {
+		return err
+	}
+	paths, cleanup, err := startPaths(ctx, o, mockURL)
+	defer cleanup()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "oncegate load benchmark: %d distinct requests per path and round, %d rounds, concurrency %d, mock ttft %v, %d tokens, GOMAXPROCS %d\n",
+		o.requests, o.rounds, o.concurrency, o.ttft, o.tokens, gomaxprocs())
+	fmt.Fprintln(out, "(load generator and mock in this process; the bare proxy and each gateway in a process of its own)")
+	fmt.Fprintln(out)
+	var seq atomic.Int64
+	rounds := map[string][]*result{}
+	for _, p := range paths {
+		// Warm up: connections, caches, the ledger's first pages.
+		load(ctx, o.concurrency, min(o.requests, 2000), p, false, &seq)
+	}
+	for round := range o.rounds {
+		for _, p := range paths {
+			fmt.Fprintf(out, "round %d: %-22s ...", round+1, p.name)
+			r := load(ctx, o.concurrency, o.requests, p, false, &seq)
+			fmt.Fprintf(out, " %6.0f requests/s, %d errors\n", r.rps(), r.errors)
+			rounds[p.name] = append(rounds[p.name], r)
+		}
+	}
+	lone := map[string]*result{}
+	if o.lone > 0 {
+		for _, p := range paths {
+			fmt.Fprintf(out, "lone client: %-19s ...", p.name)
+			r := load(ctx, 1, o.lone, p, false, &seq)
+			fmt.Fprintf(out, " p50 %v\n", round(pct(r.latencies, 0.5)))
+			lone[p.name] = r
+		}
+	}
+	fmt.Fprintln(out)
+	report(out, paths, rounds, lone)
+	return nil
+}
+
+// startPaths starts what the paths need: the bare proxy, the gateway
+// binary with the in-memory ledger and with the SQLite ledger at each
+// durability, and (-replicated) an in-process replica.
+func startPaths(ctx context.Context, o options, mockURL string) ([]path, func(), error) {
+	var stops []func()
+	cleanup := func() {
+		for _, s := range slices.Backward(stops) {
+			s()
+		}
+	}
+	dir, err := os.MkdirTemp("", "oncegate-bench")
+	if err != nil {
+		return nil, cleanup, err
+	}
+	stops = append(stops, func() { _ = os.RemoveAll(dir) })
+	want := func(name string) bool {
+		for _, w := range strings.Split(o.only, ",") {
+			if strings.Contains(name, w) {
+				return true
+			}
+		}
+		return false
+	}
+	paths := []path{}
+	if want("direct") {
+		paths = append(paths, path{name: "direct", url: mockURL, model: "bench-model"})
+	}
+	if want("bare proxy") {
+		px, err := startProxy(mockURL, dir)
+		if err != nil {
+			return nil, cleanup, err
+		}
+		stops = append(stops, px.stop)
+		paths = append(paths, path{name: "bare proxy", url: px.url, model: "bench-model", proc: px})
+	}
+	gateways := []struct{ name, extra string }{
+		{"oncegate memory", "store: memory://\n"},
+		{"oncegate full", "store: sqlite://ledger-full.db\nledger: {sync: full}\n"},
+		{"oncegate normal", "store: sqlite://ledger-normal.db\nledger: {sync: normal}\n"},
+	}
+	var bin string
+	for _, gw := range gateways {
+		if !want(gw.name) {
+			continue
+		}
+		if bin == "" {
+			if bin, err = buildGateway(ctx, dir); err != nil {
+				return nil, cleanup, err
+			}
+		}
+		c, err := startServe(bin, dir, o.profiles, gw.name, mockURL, gw.extra)
+		if err != nil {
+			return nil, cleanup, err
+		}
+		stops = append(stops, c.stop)
+		paths = append(paths, path{name: gw.name, url: c.url, model: "bench", auth: true, proc: c})
+	}
+	if o.replicated && want("replicated") {
+		pol, secrets, err := benchPolicy(mockURL)
+		if err != nil {
+			return nil, cleanup, err
+		}
+		sh, err := newShared(ctx, o.postgres, o.redis)
+		if err != nil {
+			return nil, cleanup, err
+		}
+		stops = append(stops, sh.drop)
+		rep, err := startReplica(ctx, pol, secrets, sh)
+		if err != nil {
+			return nil, cleanup, err
+		}
+		paths = append(paths, path{name: "oncegate replica (in process)", url: rep.url, model: "bench", auth: true})
+	}
+	return paths, cleanup, nil
+}
+
+// load sends n distinct requests on p from c clients, each sending its
+// next request as soon as its last one finished.
+func load(ctx context.Context, c, n int, p path, stream bool, seq *atomic.Int64) *result {
+	tr := &http.Transport{MaxIdleConns: c * 2, MaxIdleConnsPerHost: c * 2, DisableCompression: true}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	r := &result{name: p.name}
+	url := p.url + "/v1/chat/completions"
+	var mu sync.Mutex
+	var left atomic.Int64
+	left.Store(int64(n))
+	var requests, errs atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range c {
+		wg.Go(func() {
+			var lat, ttft []time.Duration
+			for left.Add(-1) >= 0 && ctx.Err() == nil {
+				// A distinct body per request: identical ones would join
+				// in flight and flatter the gateway.
+				body := []byte(`{"model":"` + p.model + `","stream":` + strconv.FormatBool(stream) +
+					`,"messages":[{"role":"user","content":"Benchmark the relay, request ` + strconv.FormatInt(seq.Add(1), 10) + `."}]}`)
+				t0 := time.Now()
+				first, err := once(client, url, body, p.auth, stream)
+				if err != nil {
+					if errs.Add(1) <= 3 {
+						fmt.Fprintf(os.Stderr, "\n%s: %v", p.name, err)
+					}
+					continue
+				}
+				lat = append(lat, time.Since(t0))
+				if stream {
+					ttft = append(ttft, first.Sub(t0))
+				}
+				requests.Add(1)
+			}
+			mu.Lock()
+			r.latencies = append(r.latencies, lat...)
+			r.ttfts = append(r.ttfts, ttft...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	r.elapsed, r.requests, r.errors = time.Since(start), requests.Load(), errs.Load()
+	return r
+}
+
+// median is the round with the median throughput.
+func median(rs []*result) *result {
+	s := slices.Clone(rs)
+	slices.SortFunc(s, func(a, b *result) int {
+		switch {
+		case a.rps() < b.rps():
+			return -1
+		case a.rps() > b.rps():
+			return 1
+		}
+		return 0
+	})
+	return s[len(s)/2]
+}
+
+// report prints the throughput table: each path's median round, its
+// throughput as a share of the bare proxy's, and the latency it adds for
+// a lone client over the direct path.
+func report(out io.Writer, paths []path, rounds map[string][]*result, lone map[string]*result) {
+	var proxy, direct *result
+	if rs := rounds["bare proxy"]; len(rs) > 0 {
+		proxy = median(rs)
+	}
+	direct = lone["direct"]
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "path\trequests/s (median round)\t÷ bare proxy\tp50\tp99\terrors\tlone p50\tadded lone p50\t")
+	for _, p := range paths {
+		r := median(rounds[p.name])
+		ratio := "–"
+		if proxy != nil {
+			ratio = fmt.Sprintf("%.2f", r.rps()/proxy.rps())
+		}
+		var errs int64
+		for _, x := range rounds[p.name] {
+			errs += x.errors
+		}
+		lp50, added := "–", "–"
+		if l := lone[p.name]; l != nil {
+			lp50 = round(pct(l.latencies, 0.5)).String()
+			if direct != nil {
+				added = fmt.Sprintf("%+.2f ms", float64(pct(l.latencies, 0.5)-pct(direct.latencies, 0.5))/1e6)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%v\t%v\t%d\t%s\t%s\t\n", p.name, r.rps(), ratio,
+			round(pct(r.latencies, 0.5)), round(pct(r.latencies, 0.99)), errs, lp50, added)
+	}
+	_ = tw.Flush()
+}
+
+var contentMark = []byte(`"content":"`)
+
+// once sends one request and reads the whole answer; for a stream it
+// returns when the first content token arrived.
+func once(client *http.Client, url string, body []byte, auth, stream bool) (time.Time, error) {
+	req, _ := http.NewRequest("POST", url, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if auth {
+		req.Header.Set("Authorization", "Bearer "+benchKey)
+	}
+	res, err := client.Do(req)
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != 200 {
+		b, _ := io.ReadAll(io.LimitReader(res.Body, 300))
+		return time.Time{}, fmt.Errorf("status %d: %s", res.StatusCode, b)
+	}
+	if !stream {
+		_, err := io.Copy(io.Discard, res.Body)
+		return time.Now(), err
+	}
+	var first time.Time
+	rd := bufio.NewReader(res.Body)
+	for {
+		line, err := rd.ReadSlice('\n')
+		if first.IsZero() && bytes.Contains(line, contentMark) && !bytes.Contains(line, []byte(`"content":""`)) {
+			first = time.Now()
+		}
+		if err == io.EOF {
+			if first.IsZero() {
+				return first, fmt.Errorf("the stream ended before its first token")
+			}
+			return first, nil
+		}
+		if err != nil && err != bufio.ErrBufferFull {
+			return first, err
+		}
+	}
+}
