@@ -21,6 +21,7 @@ import (
 	"github.com/oncegate/oncegate/internal/gateway"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/memory"
+	"github.com/oncegate/oncegate/internal/memtune"
 	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/policy"
 )
@@ -42,6 +43,8 @@ func main() {
 	flag.DurationVar(&o.ttft, "ttft", 0, "mock time to first token (-streams: 300ms unless set)")
 	flag.DurationVar(&o.interval, "interval", 0, "mock time between tokens (-streams: 50ms unless set)")
 	flag.IntVar(&o.tokens, "tokens", 0, "tokens per answer (default 32; -streams: 20)")
+	flag.IntVar(&o.bodies, "bodies", 0, "instead: send this many requests at once with -body-bytes bodies (three waves) and report each server's peak RSS")
+	flag.IntVar(&o.bodyBytes, "body-bytes", 3_700_000, "body size for -bodies")
 	flag.StringVar(&o.only, "only", "", "run only the paths whose name contains one of these (comma-separated)")
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "duration of each -replicated run and each -amplification phase")
 	flag.BoolVar(&o.amplify, "amplification", false, "instead: the retry amplification table (naive retry stack versus oncegate at 0, 50 and 100 % upstream failure)")
@@ -78,7 +81,7 @@ func main() {
 	// The gateway runs here as `oncegate serve` runs it: with its
 	// collector target (unless GOGC is set), which the direct path in the
 	// same process shares.
-	o.gcPercent = gateway.TuneGC(os.LookupEnv)
+	memtune.Start(os.LookupEnv, 0, "/sys/fs/cgroup")
 	do := run
 	switch {
 	case o.amplify:
@@ -87,6 +90,8 @@ func main() {
 		do = joinLatency
 	case o.streams > 0:
 		do = streamsRun
+	case o.bodies > 0:
+		do = bodiesRun
 	}
 	if err := do(context.Background(), o, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -106,13 +111,14 @@ type options struct {
 	lone        int
 	streams     int
 	profiles    string
+	bodies      int
+	bodyBytes   int
 	amplify     bool
 	actions     int
 	replicated  bool
 	join        bool
 	postgres    string
 	redis       string
-	gcPercent   int // the collector target in force
 }
 
 // result is one run's measurements.
@@ -147,7 +153,7 @@ providers: [{id: mock, type: openai, base_url: "MOCK/v1", timeouts: {connect: 2s
 const benchConfig = benchPreamble + `
 routes:
   - {id: mock, provider: mock, model: bench-model, behavior_class: c, data_boundary: local, max_attempts: 1,
-     capabilities: {streaming: true, max_context_tokens: 100000, max_output_tokens: 4096}, price: {input_usd_per_mtok: 1, output_usd_per_mtok: 2}}
+     capabilities: {streaming: true, max_context_tokens: 10000000, max_output_tokens: 4096}, price: {input_usd_per_mtok: 1, output_usd_per_mtok: 2}}
 models:
   - {name: bench, routes: [mock], retry: {max_attempts: 1, deadline: 60s}}
 `

@@ -16,6 +16,8 @@ import (
 
 	"github.com/oncegate/oncegate/internal/coord/redis"
 	"github.com/oncegate/oncegate/internal/gateway"
+	"github.com/oncegate/oncegate/internal/logsink"
+	"github.com/oncegate/oncegate/internal/memtune"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/replica"
 )
@@ -24,7 +26,7 @@ import (
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("serve", "--config FILE [--listen ADDR] [--store URL] [--coordination URL]",
 		"Run the gateway until SIGINT or SIGTERM, then drain the requests in flight.",
-		configEnv+"\n  GOGC: the garbage collector's target (default 400 here, not Go's 100); GOMEMLIMIT: a soft memory limit", stderr)
+		configEnv+"\n  GOGC: the garbage collector's target (default here: 400 while little is alive, lowered as the live heap grows)\n  GOMEMLIMIT: a soft memory limit (default: limits.memory_bytes, else 90 % of the cgroup's limit)", stderr)
 	path := fs.String("config", "", "configuration file (required)")
 	listen := fs.String("listen", "", "address to listen on (default: the config's listen)")
 	storeFlag := fs.String("store", "", "ledger to use (default: the config's store), e.g. sqlite:///var/lib/oncegate/ledger.db")
@@ -48,8 +50,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if pol == nil {
 		return code
 	}
-	log := newLogger(stderr, pol.Config.Log)
-	gateway.TuneGC(os.LookupEnv)
+	// Log lines are gathered into few writes (docs/operations.md); the
+	// last are written when serve returns.
+	logOut := logsink.New(stderr)
+	defer logOut.Close()
+	log := newLogger(logOut, pol.Config.Log)
+	mem := memtune.Start(os.LookupEnv, pol.Config.Limits.MemoryBytes, "/sys/fs/cgroup")
 	storeURL, coordURL := pol.Config.Store, pol.Config.Coordination
 	if *storeFlag != "" {
 		storeURL = *storeFlag
@@ -139,11 +145,30 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "oncegate listening on http://%s (policy %s, gateway %s)\n", ln.Addr(), pol.Digest[:12], opts.Owner)
 	log.Info("listening", "addr", ln.Addr().String(), "policy", pol.Digest[:12], "gateway", opts.Owner,
 		"store", redactURL(storeURL), "coordination", redactURL(coordURL), "version", strings.SplitN(versionText(), "\n", 2)[0],
-		"models", len(pol.Aliases), "tenants", len(pol.Tenants))
+		"models", len(pol.Aliases), "tenants", len(pol.Tenants), "gogc", gcText(mem), "memory_limit", limitText(mem))
 	if err := g.Serve(ctx, ln); err != nil {
 		fmt.Fprintf(stderr, "oncegate serve: %v\n", err)
 		return 1
 	}
 	fmt.Fprintln(stdout, "oncegate stopped")
 	return 0
+}
+
+// gcText describes the collector's target for the start-up line.
+func gcText(m memtune.Settings) string {
+	switch {
+	case m.Adaptive:
+		return fmt.Sprintf("adaptive (%d while the live heap is small)", m.GCPercent)
+	case m.GCPercent < 0:
+		return "off (GOGC)"
+	}
+	return fmt.Sprintf("%d (GOGC)", m.GCPercent)
+}
+
+// limitText describes the soft memory limit for the start-up line.
+func limitText(m memtune.Settings) string {
+	if m.LimitFrom == "" {
+		return "none"
+	}
+	return fmt.Sprintf("%d MiB (%s)", m.Limit>>20, m.LimitFrom)
 }

@@ -370,6 +370,11 @@ type Limits struct {
 	// MaxStreamBufferBytes caps the chunks kept for joiners of one stream.
 	// Default 8388608 (8 MiB).
 	MaxStreamBufferBytes int64 `yaml:"max_stream_buffer_bytes" default:"8388608"`
+	// MemoryBytes is the process's soft memory limit (the runtime's
+	// GOMEMLIMIT, which overrides it): past it the collector works harder
+	// to stay under. 0 (default): nine tenths of the cgroup's memory
+	// limit when there is one, else none (docs/performance.md).
+	MemoryBytes int64 `yaml:"memory_bytes"`
 }
 
 // Lease configures the owner's lease on each request in flight.

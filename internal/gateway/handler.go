@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"io"
 	"math"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/oncegate/oncegate/internal/coord"
 	"github.com/oncegate/oncegate/internal/identity"
+	"github.com/oncegate/oncegate/internal/memtune"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/provider"
 	"github.com/oncegate/oncegate/internal/receipt"
@@ -131,7 +133,13 @@ func (g *Gateway) readRequest(w http.ResponseWriter, r *http.Request) (string, [
 			return "", nil, &apiError{code: CodeInvalidKey, param: "Idempotency-Key", message: err.Error()}
 		}
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.policy().Limits.MaxBodyBytes))
+	if n := r.ContentLength; n >= memtune.LargeBytes && n <= g.policy().Limits.MaxBodyBytes {
+		// The body, its parsed text and the upstream request are alive
+		// together, and parsing makes transient copies: tell the
+		// collector before they exist (docs/performance.md).
+		context.AfterFunc(r.Context(), memtune.Hold(4*n))
+	}
+	body, err := readBody(http.MaxBytesReader(w, r.Body, g.policy().Limits.MaxBodyBytes), r.ContentLength, g.policy().Limits.MaxBodyBytes)
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
@@ -143,6 +151,32 @@ func (g *Gateway) readRequest(w http.ResponseWriter, r *http.Request) (string, [
 		accessOf(r.Context()).set(func(a *accessLog) { a.body = string(body) })
 	}
 	return key, body, nil
+}
+
+// readBody reads a request body into one buffer of the size its
+// Content-Length announces (io.ReadAll would grow one by doubling,
+// allocating about twice the body on the way), or by doubling when it
+// announces none.
+func readBody(r io.Reader, contentLength, limit int64) ([]byte, error) {
+	if contentLength <= 0 || contentLength > limit {
+		return io.ReadAll(r)
+	}
+	// One byte more than announced, so that a body longer than its
+	// Content-Length is still read to its end (and refused at the limit).
+	buf := make([]byte, 0, contentLength+1)
+	for {
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)] // grow: the body is longer than announced
+		}
+	}
 }
 
 // invalidRequest is the 400 for a request body the parser refused.

@@ -88,6 +88,10 @@ func (v *validator) globals() {
 	v.positive("limits.max_body_bytes", float64(c.Limits.MaxBodyBytes))
 	v.positive("limits.max_response_bytes", float64(c.Limits.MaxResponseBytes))
 	v.positive("limits.max_stream_buffer_bytes", float64(c.Limits.MaxStreamBufferBytes))
+	v.nonNegative("limits.memory_bytes", float64(c.Limits.MemoryBytes))
+	if m := c.Limits.MemoryBytes; m > 0 && m < 64<<20 {
+		v.fail("limits.memory_bytes", "%d bytes is too little for a gateway to run in: give it at least 67108864 (64 MiB), or 0 for the default", m)
+	}
 	v.positive("lease.ttl", float64(c.Lease.TTL))
 	v.positive("lease.renew", float64(c.Lease.Renew))
 	if c.Lease.Renew > 0 && c.Lease.TTL > 0 && c.Lease.Renew*2 > c.Lease.TTL {

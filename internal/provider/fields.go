@@ -182,8 +182,8 @@ func FateOf(p Protocol, name string, value json.RawMessage) Fate {
 // nativeOnly lists, sorted, the top-level fields of a request body that
 // only a route of its own protocol can serve.
 func nativeOnly(p Protocol, body []byte) []string {
-	var top map[string]json.RawMessage
-	if json.Unmarshal(body, &top) != nil {
+	top, err := topLevelMembers(body)
+	if err != nil {
 		return nil
 	}
 	var out []string

@@ -1,8 +1,10 @@
 package provider
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -123,8 +125,8 @@ func patchOpenAI(body []byte, t Target, ir *Request, cont bool, clientMax int64)
 			return b, nil // the common case: only the model changes
 		}
 	}
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(body, &top); err != nil {
+	top, err := topLevelMembers(body)
+	if err != nil {
 		return nil, err
 	}
 	top["model"] = json.RawMessage(jsonString(t.Model))
@@ -146,13 +148,82 @@ func patchOpenAI(body []byte, t Target, ir *Request, cont bool, clientMax int64)
 			return nil, err
 		}
 		top["messages"] = msgs
-		b, err := json.Marshal(top)
-		if err != nil {
-			return nil, err
-		}
-		return markContinuation(b, t.Continuation)
+		return markContinuation(encodeMembers(top), t.Continuation)
 	}
-	return json.Marshal(top)
+	return encodeMembers(top), nil
+}
+
+// topLevelMembers splits a JSON object into its members, each value a
+// slice of body (nothing is copied: a 4 MB prompt stays one 4 MB
+// buffer). A body it cannot walk plainly — a key spelled with escapes, a
+// key twice — is decoded by encoding/json instead.
+func topLevelMembers(body []byte) (map[string]json.RawMessage, error) {
+	top := map[string]json.RawMessage{}
+	i := skipSpace(body, 0)
+	if i < len(body) && body[i] == '{' {
+		for i = skipSpace(body, i+1); i < len(body) && body[i] == '"'; {
+			kEnd := stringEnd(body, i)
+			if kEnd < 0 {
+				break
+			}
+			k := body[i+1 : kEnd-1]
+			if bytes.IndexByte(k, '\\') >= 0 {
+				break
+			}
+			if _, twice := top[string(k)]; twice {
+				break
+			}
+			j := skipSpace(body, kEnd)
+			if j >= len(body) || body[j] != ':' {
+				break
+			}
+			j = skipSpace(body, j+1)
+			vEnd := valueEnd(body, j)
+			if vEnd < 0 {
+				break
+			}
+			top[string(k)] = json.RawMessage(body[j:vEnd:vEnd])
+			i = skipSpace(body, vEnd)
+			if i < len(body) && body[i] == '}' {
+				if skipSpace(body, i+1) == len(body) {
+					return top, nil
+				}
+				break
+			}
+			if i >= len(body) || body[i] != ',' {
+				break
+			}
+			i = skipSpace(body, i+1)
+		}
+	}
+	top = nil
+	if err := json.Unmarshal(body, &top); err != nil {
+		return nil, err
+	}
+	return top, nil
+}
+
+// encodeMembers writes an object of raw members, keys sorted as
+// encoding/json sorts a map's, in one buffer of the size it needs.
+func encodeMembers(top map[string]json.RawMessage) []byte {
+	keys := make([]string, 0, len(top))
+	n := 2
+	for k, v := range top {
+		keys = append(keys, k)
+		n += len(k) + len(v) + 4
+	}
+	slices.Sort(keys)
+	out := make([]byte, 0, n)
+	out = append(out, '{')
+	for i, k := range keys {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = appendJSONString(out, k)
+		out = append(out, ':')
+		out = append(out, top[k]...)
+	}
+	return append(out, '}')
 }
 
 // replaceModel rewrites the value of a body's top-level "model" member
@@ -273,8 +344,8 @@ func valueEnd(b []byte, i int) int {
 
 // patchAnthropic rewrites a client's Messages body for a route.
 func patchAnthropic(body []byte, t Target, ir *Request, cont bool) ([]byte, error) {
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(body, &top); err != nil {
+	top, err := topLevelMembers(body)
+	if err != nil {
 		return nil, err
 	}
 	top["model"] = json.RawMessage(jsonString(t.Model))

@@ -83,9 +83,9 @@ func outputText(m map[string]any) string {
 // the provider's conversation on the next request, and its committed
 // answer is adopted — no second generation, no duplicate turn.
 func TestCrashDuringAStatefulTurn(t *testing.T) {
-	backends(t, func(t *testing.T, store string) {
-		w := newWorldOn(t, mock.Config{Tokens: 8}, store)
-		if err := os.WriteFile(w.config, []byte(strings.ReplaceAll(statefulConfig, "MOCK", mockURL(t, w))), 0o644); err != nil {
+	backends(t, func(t *testing.T, b backend) {
+		w := newWorldOn(t, mock.Config{Tokens: 8}, b)
+		if err := os.WriteFile(w.config, []byte(strings.ReplaceAll(statefulConfig, "MOCK", mockURL(t, w))+b.ledgerLine()), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		g := w.start()
@@ -147,8 +147,8 @@ func mockURL(t *testing.T, w *world) string {
 // and the same turn sent again runs it once more on the same parent — the
 // conversation holds it once, and the next turn reads it once.
 func TestCrashDuringAGatewayHeldTurn(t *testing.T) {
-	backends(t, func(t *testing.T, store string) {
-		w := newWorldOn(t, mock.Config{Tokens: 8}, store)
+	backends(t, func(t *testing.T, b backend) {
+		w := newWorldOn(t, mock.Config{Tokens: 8}, b)
 		g := w.start()
 		ctx := context.Background()
 		st, first, err := g.postTurn(ctx, "", `{"model":"chat","input":"hello"}`)

@@ -84,17 +84,35 @@ type world struct {
 	store  string
 }
 
-// backends runs a crash test on each store: SQLite, and PostgreSQL when
-// ONCEGATE_TEST_POSTGRES names one (pgtest skips the subtest otherwise).
-func backends(t *testing.T, test func(t *testing.T, store string)) {
-	t.Run("sqlite", func(t *testing.T) { test(t, "") })
-	t.Run("postgres", func(t *testing.T) { test(t, pgtest.URL(t)) })
+// backend is where a test's gateways keep their ledger ("": a SQLite
+// file of the test's own) and how durably (ledger.sync; "": the default).
+type backend struct{ store, sync string }
+
+// backends runs a crash test on each store — SQLite, and PostgreSQL when
+// ONCEGATE_TEST_POSTGRES names one (pgtest skips the subtest otherwise) —
+// at each durability: what a crash of the process may not lose is the
+// same at both.
+func backends(t *testing.T, test func(t *testing.T, b backend)) {
+	for _, sync := range []string{"full", "normal"} {
+		t.Run("sqlite/"+sync, func(t *testing.T) { test(t, backend{sync: sync}) })
+		t.Run("postgres/"+sync, func(t *testing.T) { test(t, backend{store: pgtest.URL(t), sync: sync}) })
+	}
 }
 
-func newWorld(t *testing.T, mcfg mock.Config) *world { return newWorldOn(t, mcfg, "") }
+// ledgerLine is the configuration's ledger section for b ("" for the
+// default).
+func (b backend) ledgerLine() string {
+	if b.sync == "" {
+		return ""
+	}
+	return "\nledger: {sync: " + b.sync + "}\n"
+}
 
-// newWorldOn is newWorld on store ("": a SQLite file of its own).
-func newWorldOn(t *testing.T, mcfg mock.Config, store string) *world {
+func newWorld(t *testing.T, mcfg mock.Config) *world { return newWorldOn(t, mcfg, backend{}) }
+
+// newWorldOn is newWorld on backend b.
+func newWorldOn(t *testing.T, mcfg mock.Config, b backend) *world {
+	store := b.store
 	readSources("../..")
 	m := mock.New(mcfg)
 	srv := httptest.NewServer(m)
@@ -105,7 +123,7 @@ func newWorldOn(t *testing.T, mcfg mock.Config, store string) *world {
 	if store == "" {
 		w.store = "sqlite://" + w.db
 	}
-	if err := os.WriteFile(w.config, []byte(strings.ReplaceAll(configTemplate, "MOCK", srv.URL)), 0o644); err != nil {
+	if err := os.WriteFile(w.config, []byte(strings.ReplaceAll(configTemplate, "MOCK", srv.URL)+b.ledgerLine()), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return w
@@ -311,8 +329,8 @@ func (w *world) verify(t *testing.T, g *gateway, id string) {
 
 // (a) The gateway dies while an attempt hangs upstream.
 func TestCrashWhileAnAttemptHangs(t *testing.T) {
-	backends(t, func(t *testing.T, store string) {
-		w := newWorldOn(t, mock.Config{}, store)
+	backends(t, func(t *testing.T, b backend) {
+		w := newWorldOn(t, mock.Config{}, b)
 		w.mock.SetScript(mock.Script{Rules: []mock.Rule{{Fault: mock.Fault{Type: mock.FaultHang}}}})
 		g := w.start()
 		go func() { _, _, _ = g.post(context.Background(), "crash-a", "hello") }()
@@ -333,8 +351,8 @@ func TestCrashWhileAnAttemptHangs(t *testing.T) {
 // has the failed attempt and the one in flight, with the jitter the
 // decision that scheduled it drew, and verifies.
 func TestCrashWhileARetryHangs(t *testing.T) {
-	backends(t, func(t *testing.T, store string) {
-		w := newWorldOn(t, mock.Config{}, store)
+	backends(t, func(t *testing.T, b backend) {
+		w := newWorldOn(t, mock.Config{}, b)
 		w.mock.SetScript(mock.Script{Rules: []mock.Rule{
 			{Calls: []int{1}, Fault: mock.Fault{Type: mock.FaultStatus, Status: 503}},
 			{Calls: []int{2}, Fault: mock.Fault{Type: mock.FaultHang}},
@@ -357,8 +375,8 @@ func TestCrashWhileARetryHangs(t *testing.T) {
 // (b) The gateway dies after attempt_dispatched is committed but before the
 // request's bytes are sent.
 func TestCrashAfterDispatchCommitBeforeSend(t *testing.T) {
-	backends(t, func(t *testing.T, store string) {
-		w := newWorldOn(t, mock.Config{}, store)
+	backends(t, func(t *testing.T, b backend) {
+		w := newWorldOn(t, mock.Config{}, b)
 		g := w.start("ONCEGATE_FAILPOINT=after_dispatch_commit")
 		go func() { _, _, _ = g.post(context.Background(), "crash-b", "hello") }()
 		g.stderr.wait(t, regexp.MustCompile(`ONCEGATE_FAILPOINT after_dispatch_commit reached`), 10*time.Second)
@@ -373,8 +391,8 @@ func TestCrashAfterDispatchCommitBeforeSend(t *testing.T) {
 // (c) The gateway dies during group commit under load: every request
 // acknowledged to a client before the kill still has its receipt.
 func TestCrashDuringGroupCommitKeepsAcknowledgedReceipts(t *testing.T) {
-	backends(t, func(t *testing.T, store string) {
-		w := newWorldOn(t, mock.Config{Tokens: 4}, store)
+	backends(t, func(t *testing.T, b backend) {
+		w := newWorldOn(t, mock.Config{Tokens: 4}, b)
 		g := w.start()
 		var mu sync.Mutex
 		acked := map[string]string{} // key → request id

@@ -75,3 +75,23 @@ func TestBatchesOfTwoGatewaysNeverDeadlock(t *testing.T) {
 		t.Fatalf("spend %v %v, want %d", spend, err, 48*20*10)
 	}
 }
+
+func TestSyncNormalTurnsSynchronousCommitOff(t *testing.T) {
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		o    Options
+		want string
+	}{{Options{}, "on"}, {Options{SyncNormal: true}, "off"}} {
+		st, err := OpenWith(ctx, url, tc.o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got string
+		err = st.pool.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&got)
+		st.Close()
+		if err != nil || got != tc.want {
+			t.Errorf("%+v: synchronous_commit %q (%v); want %q", tc.o, got, err, tc.want)
+		}
+	}
+}

@@ -67,15 +67,10 @@ func dsn(path string, o Options) (string, error) {
 	for _, p := range []string{"journal_mode(WAL)", sync, "busy_timeout(10000)", "foreign_keys(OFF)", "cache_size(-8192)"} {
 		q.Add("_pragma", p)
 	}
-	if !o.SyncNormal {
-		// The gathering VFS hands the WAL's writes down when SQLite
-		// syncs; at synchronous=NORMAL a commit does not sync, so its
-		// frames must reach the operating system as SQLite writes them.
-		if err := registerWALVFS(); err != nil {
-			return "", err
-		}
-		q.Set("vfs", walVFSName)
+	if err := registerWALVFS(); err != nil {
+		return "", err
 	}
+	q.Set("vfs", walVFSName)
 	return "file:" + path + "?" + q.Encode(), nil
 }
 

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -19,12 +20,15 @@ import (
 // SQLite writes a commit's frames to the WAL two writes each — a 24-byte
 // header, then the page — so a commit of 40 pages costs 80 write system
 // calls, on the one goroutine every commit waits for. Gathered, it costs
-// one. What reaches the disk, and when, is unchanged: SQLite syncs the WAL
-// before a commit counts (synchronous=FULL), and the sync first writes
-// everything gathered; no other connection reads a frame before the
-// commit that holds it counts, and this connection's own reads of the WAL
-// write what is gathered first. A failed write fails the sync that needed
-// it, so the commit fails as it would have.
+// one. What reaches the operating system and the disk, and when, is
+// unchanged: a commit's frames are handed down as soon as its last frame
+// (the one whose header carries the database size: the commit frame) is
+// written — before SQLite syncs at synchronous=FULL, before it publishes
+// the commit in the WAL index at either setting — so no other connection
+// can read a frame that is not in the file, and a crash of the process
+// after a commit counts finds it in the file. This connection's own reads
+// of the WAL write what is gathered first. A failed write fails the
+// commit, or the sync or read that needed it, as it would have.
 const walVFSName = "oncegate-wal"
 
 // walBufMax bounds what one WAL file gathers before writing it down.
@@ -59,7 +63,18 @@ type walFile struct {
 	methods *lib.Tsqlite3_io_methods
 	buf     []byte
 	off     int64
+	// commitPage: the last write was a commit frame's header, so the next
+	// (its page) ends a commit.
+	commitPage bool
 }
+
+// The WAL file's layout: a 32-byte header, then frames, each a 24-byte
+// header — the page number, then, in a commit frame only, the database's
+// size in pages — and the page.
+const (
+	walHeaderSize      = 32
+	walFrameHeaderSize = 24
+)
 
 // walWritesIn and walWritesOut count the WAL writes SQLite made and those
 // handed down (tests compare them).
@@ -176,6 +191,21 @@ func flushed(tls *libc.TLS, pFile uintptr) (*walFile, int32) {
 func walWrite(tls *libc.TLS, pFile, zBuf uintptr, n int32, off int64) int32 {
 	f := walFileOf(pFile)
 	walWritesIn.Add(1)
+	if rc := f.gather(tls, zBuf, n, off); rc != lib.SQLITE_OK {
+		return rc
+	}
+	if f.commitPage {
+		f.commitPage = false
+		return f.flush(tls)
+	}
+	if n == walFrameHeaderSize && off >= walHeaderSize && binary.BigEndian.Uint32(bytesAt(zBuf, n)[4:8]) != 0 {
+		f.commitPage = true
+	}
+	return lib.SQLITE_OK
+}
+
+// gather adds a write to what is gathered, or hands it down.
+func (f *walFile) gather(tls *libc.TLS, zBuf uintptr, n int32, off int64) int32 {
 	if len(f.buf) > 0 && off == f.off+int64(len(f.buf)) && len(f.buf)+int(n) <= walBufMax {
 		f.buf = append(f.buf, bytesAt(zBuf, n)...)
 		return lib.SQLITE_OK

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -31,9 +32,18 @@ func copyFile(t *testing.T, src, dst string) {
 // checkpointed — opened with SQLite's plain VFS, holds the write, large
 // rows included (a commit larger than one write can hand down).
 func TestTheWALGetsACommitInFewWritesAndAllOfItBeforeTheAck(t *testing.T) {
+	for _, o := range []Options{{}, {SyncNormal: true}} {
+		t.Run(fmt.Sprintf("SyncNormal=%v", o.SyncNormal), func(t *testing.T) { walCommitInFewWrites(t, o) })
+	}
+}
+
+// walCommitInFewWrites: at either durability, a commit reaches the WAL
+// file in a handful of writes, all before it is acknowledged (at
+// synchronous=NORMAL, when nothing syncs the file).
+func walCommitInFewWrites(t *testing.T, o Options) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "ledger.db")
-	st, err := Open(path)
+	st, err := OpenWith(path, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,5 +95,24 @@ func TestTheWALGetsACommitInFewWritesAndAllOfItBeforeTheAck(t *testing.T) {
 	var n int
 	if err := db.QueryRow(`SELECT count(*) FROM events WHERE request_id = 'req-big'`).Scan(&n); err != nil || n != 3 {
 		t.Errorf("copy holds %d event rows (%v); want 3 (created, terminal, receipt)", n, err)
+	}
+}
+
+func TestSyncNormalIsTheSettingInForce(t *testing.T) {
+	for _, tc := range []struct {
+		o    Options
+		want int // PRAGMA synchronous: 1 NORMAL, 2 FULL
+	}{{Options{}, 2}, {Options{SyncNormal: true}, 1}} {
+		st, err := OpenWith(filepath.Join(t.TempDir(), "ledger.db"), tc.o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, db := range map[string]*sql.DB{"writer": st.w, "readers": st.r} {
+			var got int
+			if err := db.QueryRow(`PRAGMA synchronous`).Scan(&got); err != nil || got != tc.want {
+				t.Errorf("%+v, %s: synchronous = %d (%v); want %d", tc.o, name, got, err, tc.want)
+			}
+		}
+		_ = st.Close()
 	}
 }

@@ -1,0 +1,168 @@
+package memtune
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"testing"
+)
+
+func TestGCPercentKeepsTheHeapWithinHeadroomOfWhatIsLive(t *testing.T) {
+	for _, tc := range []struct {
+		live uint64
+		want int
+	}{
+		{0, MaxGCPercent},
+		{1 << 20, MaxGCPercent},
+		{Headroom / 4, MaxGCPercent},
+		{Headroom / 2, 200},
+		{Headroom, 100},
+		{2 * Headroom, 50},
+		{4 * Headroom, MinGCPercent},
+		{40 * Headroom, MinGCPercent},
+	} {
+		if got := GCPercent(tc.live); got != tc.want {
+			t.Errorf("GCPercent(%d MiB) = %d; want %d", tc.live>>20, got, tc.want)
+		}
+	}
+}
+
+func TestCgroupLimitReadsV2ThenV1AndKnowsNoLimit(t *testing.T) {
+	write := func(dir, name, v string) {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v2 := t.TempDir()
+	write(v2, "memory.max", "536870912\n")
+	if n, ok := CgroupLimit(v2); !ok || n != 512<<20 {
+		t.Errorf("v2 limit = %d, %v", n, ok)
+	}
+	unlimited := t.TempDir()
+	write(unlimited, "memory.max", "max\n")
+	if _, ok := CgroupLimit(unlimited); ok {
+		t.Error(`"max" read as a limit`)
+	}
+	v1 := t.TempDir()
+	write(v1, "memory/memory.limit_in_bytes", "1073741824\n")
+	if n, ok := CgroupLimit(v1); !ok || n != 1<<30 {
+		t.Errorf("v1 limit = %d, %v", n, ok)
+	}
+	v1none := t.TempDir()
+	write(v1none, "memory/memory.limit_in_bytes", "9223372036854771712\n")
+	if _, ok := CgroupLimit(v1none); ok {
+		t.Error("v1's no-limit value read as a limit")
+	}
+	if _, ok := CgroupLimit(t.TempDir()); ok {
+		t.Error("a limit where there is no cgroup file")
+	}
+}
+
+// restore puts the runtime's collector settings back after a test.
+func restore(t *testing.T) {
+	pct, limit := debug.SetGCPercent(100), debug.SetMemoryLimit(-1)
+	debug.SetGCPercent(pct)
+	t.Cleanup(func() { debug.SetGCPercent(pct); debug.SetMemoryLimit(limit) })
+}
+
+func env(kv ...string) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		for i := 0; i+1 < len(kv); i += 2 {
+			if kv[i] == k {
+				return kv[i+1], true
+			}
+		}
+		return "", false
+	}
+}
+
+func TestStartLeavesWhatTheEnvironmentSets(t *testing.T) {
+	restore(t)
+	cg := t.TempDir()
+	if err := os.WriteFile(filepath.Join(cg, "memory.max"), []byte("1000000000"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	debug.SetMemoryLimit(3 << 30) // as the runtime would from GOMEMLIMIT=3GiB
+	s := Start(env("GOGC", "150", "GOMEMLIMIT", "3GiB"), 1<<30, cg)
+	if s.GCPercent != 150 || s.Adaptive || s.LimitFrom != "GOMEMLIMIT" || s.Limit != 3<<30 {
+		t.Errorf("with GOGC and GOMEMLIMIT set: %+v", s)
+	}
+	if got := debug.SetMemoryLimit(-1); got != 3<<30 {
+		t.Errorf("the limit from GOMEMLIMIT was changed to %d", got)
+	}
+	if s := Start(env("GOGC", "off"), 0, cg); s.GCPercent != -1 || s.LimitFrom != "cgroup" || s.Limit != 900000000 {
+		t.Errorf("with GOGC=off and a cgroup: %+v", s)
+	}
+	if s := Start(env(), 512<<20, cg); !s.Adaptive || s.GCPercent != MaxGCPercent || s.LimitFrom != "limits.memory_bytes" || s.Limit != 512<<20 {
+		t.Errorf("with a configured limit: %+v", s)
+	}
+	if got := debug.SetMemoryLimit(-1); got != 512<<20 {
+		t.Errorf("memory limit in force %d; want the configured 512 MiB", got)
+	}
+	if s := Start(env(), 0, t.TempDir()); s.LimitFrom != "" || s.Limit != math.MaxInt64 {
+		t.Errorf("with nothing to go by: %+v", s)
+	}
+}
+
+var ballast [][]byte
+
+func TestTheTargetFallsAsTheLiveHeapGrowsAndRisesAgain(t *testing.T) {
+	restore(t)
+	Start(env(), 0, t.TempDir())
+	target := func() int { p := debug.SetGCPercent(-1); debug.SetGCPercent(p); return p }
+	// Collect until the tuner has seen the heap as it is now (its
+	// cleanup runs after a collection, on another goroutine).
+	settle := func(want func(int) bool) int {
+		for range 200 {
+			runtime.GC()
+			runtime.Gosched()
+			if p := target(); want(p) {
+				return p
+			}
+		}
+		return target()
+	}
+	for range 64 {
+		ballast = append(ballast, make([]byte, 8<<20)) // 512 MiB live: 4 × Headroom
+	}
+	if p := settle(func(p int) bool { return p == MinGCPercent }); p != MinGCPercent {
+		t.Fatalf("with 512 MiB live the target is %d; want %d", p, MinGCPercent)
+	}
+	ballast = nil
+	if p := settle(func(p int) bool { return p == MaxGCPercent }); p != MaxGCPercent {
+		t.Fatalf("with the heap freed the target is %d; want %d", p, MaxGCPercent)
+	}
+}
+
+func TestHoldLowersTheTargetBeforeTheBytesExist(t *testing.T) {
+	restore(t)
+	Start(env(), 0, t.TempDir())
+	target := func() int { p := debug.SetGCPercent(-1); debug.SetGCPercent(p); return p }
+	for range 200 { // until the tuner has seen the small heap of this test
+		runtime.GC()
+		runtime.Gosched()
+		if target() == MaxGCPercent {
+			break
+		}
+	}
+	release := Hold(4 * Headroom)
+	if p := target(); p != MinGCPercent {
+		t.Fatalf("after holding 512 MiB the target is %d; want %d at once", p, MinGCPercent)
+	}
+	release()
+	for range 200 {
+		runtime.GC()
+		runtime.Gosched()
+		if target() == MaxGCPercent {
+			return
+		}
+	}
+	t.Fatalf("after the release and a collection the target is %d; want %d", target(), MaxGCPercent)
+}
