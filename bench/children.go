@@ -175,8 +175,9 @@ func buildGateway(ctx context.Context, dir string) (string, error) {
 
 // startServe runs `oncegate serve` with config (benchConfig and extra)
 // in front of mockURL, its access log written to a file in dir; with
-// profiles set, it writes its CPU profile there as <name>.cpu.
-func startServe(bin, dir, profiles, name, mockURL, extra string) (*child, error) {
+// profiles set, it writes its CPU profile there as <name>.cpu, and with
+// traces its execution trace as <name>.trace.
+func startServe(bin, dir, profiles, traces, name, mockURL, extra string) (*child, error) {
 	slug := strings.NewReplacer(" ", "-", ":", "").Replace(name)
 	cfg := filepath.Join(dir, slug+".yaml")
 	if err := os.WriteFile(cfg, []byte(strings.ReplaceAll(benchConfig, "MOCK", mockURL)+extra), 0o600); err != nil {
@@ -185,6 +186,9 @@ func startServe(bin, dir, profiles, name, mockURL, extra string) (*child, error)
 	args := []string{"serve", "--config", cfg}
 	if profiles != "" {
 		args = append(args, "--cpuprofile", filepath.Join(profiles, slug+".cpu"))
+	}
+	if traces != "" {
+		args = append(args, "--trace", filepath.Join(traces, slug+".trace"))
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "BENCH_KEY="+benchKey)

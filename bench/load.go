@@ -125,7 +125,7 @@ func startPaths(ctx context.Context, o options, mockURL string) ([]path, func(),
 				return nil, cleanup, err
 			}
 		}
-		c, err := startServe(bin, dir, o.profiles, gw.name, mockURL, gw.extra)
+		c, err := startServe(bin, dir, o.profiles, o.traces, gw.name, mockURL, gw.extra)
 		if err != nil {
 			return nil, cleanup, err
 		}
@@ -200,6 +200,9 @@ func load(ctx context.Context, c, n int, p path, stream bool, seq *atomic.Int64)
 
 // median is the round with the median throughput.
 func median(rs []*result) *result {
+	if len(rs) == 0 {
+		return &result{elapsed: 1}
+	}
 	s := slices.Clone(rs)
 	slices.SortFunc(s, func(a, b *result) int {
 		switch {

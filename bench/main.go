@@ -54,6 +54,7 @@ func main() {
 	flag.StringVar(&o.postgres, "postgres", envOr("ONCEGATE_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL for -replicated and -join (a schema of the benchmark's own is created and dropped)")
 	flag.StringVar(&o.redis, "redis", envOr("ONCEGATE_TEST_REDIS", "redis://127.0.0.1:6379/0"), "Redis for -replicated and -join (a key prefix of the benchmark's own)")
 	flag.StringVar(&o.profiles, "profiles", "", "have each gateway write its CPU profile into this directory (<path>.cpu, for go tool pprof)")
+	flag.StringVar(&o.traces, "traces", "", "have each gateway write its execution trace into this directory (<path>.trace, for go tool trace)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the benchmark's own process (load generator, mock, in-process paths) to this file")
 	traceFile := flag.String("trace", "", "write an execution trace of the whole benchmark to this file (go tool trace)")
 	memprofile := flag.String("memprofile", "", "write an allocation profile of the whole benchmark to this file")
@@ -111,6 +112,7 @@ type options struct {
 	lone        int
 	streams     int
 	profiles    string
+	traces      string
 	bodies      int
 	bodyBytes   int
 	amplify     bool
