@@ -135,6 +135,28 @@ func (c *child) rss() (now, peak int64) {
 	return now, peak
 }
 
+// cpu is the CPU time the child has used so far, in user and in kernel
+// mode (from /proc: a resolution of the kernel's clock tick, 10 ms).
+func (c *child) cpu() (user, sys time.Duration) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.cmd.Process.Pid))
+	if err != nil {
+		return 0, 0
+	}
+	// The fields after the command name, which is in parentheses.
+	_, rest, ok := strings.Cut(string(b), ") ")
+	if !ok {
+		return 0, 0
+	}
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0, 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64) // utime, field 14
+	st, _ := strconv.ParseInt(f[12], 10, 64) // stime, field 15
+	const tick = 10 * time.Millisecond       // USER_HZ is 100 on Linux
+	return time.Duration(ut) * tick, time.Duration(st) * tick
+}
+
 // fds is how many file descriptors the child holds open.
 func (c *child) fds() int {
 	es, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", c.cmd.Process.Pid))

@@ -56,7 +56,15 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	for round := range o.rounds {
 		for _, p := range paths {
 			fmt.Fprintf(out, "round %d: %-22s ...", round+1, p.name)
+			var u0, s0 time.Duration
+			if p.proc != nil {
+				u0, s0 = p.proc.cpu()
+			}
 			r := load(ctx, o.concurrency, o.requests, p, false, &seq)
+			if p.proc != nil {
+				u1, s1 := p.proc.cpu()
+				r.user, r.sys = u1-u0, s1-s0
+			}
 			fmt.Fprintf(out, " %6.0f requests/s, %d errors\n", r.rps(), r.errors)
 			rounds[p.name] = append(rounds[p.name], r)
 		}
@@ -226,7 +234,7 @@ func report(out io.Writer, paths []path, rounds map[string][]*result, lone map[s
 	}
 	direct = lone["direct"]
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "path\trequests/s (median round)\t÷ bare proxy\tp50\tp99\terrors\tlone p50\tadded lone p50\t")
+	fmt.Fprintln(tw, "path\trequests/s (median round)\t÷ bare proxy\tp50\tp99\terrors\tserver CPU/request (user + kernel)\tlone p50\tadded lone p50\t")
 	for _, p := range paths {
 		r := median(rounds[p.name])
 		ratio := "–"
@@ -244,8 +252,13 @@ func report(out io.Writer, paths []path, rounds map[string][]*result, lone map[s
 				added = fmt.Sprintf("%+.2f ms", float64(pct(l.latencies, 0.5)-pct(direct.latencies, 0.5))/1e6)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%v\t%v\t%d\t%s\t%s\t\n", p.name, r.rps(), ratio,
-			round(pct(r.latencies, 0.5)), round(pct(r.latencies, 0.99)), errs, lp50, added)
+		cpu := "–"
+		if p.proc != nil && r.requests > 0 {
+			us := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(r.requests) }
+			cpu = fmt.Sprintf("%.0f µs (%.0f + %.0f)", us(r.user+r.sys), us(r.user), us(r.sys))
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%v\t%v\t%d\t%s\t%s\t%s\t\n", p.name, r.rps(), ratio,
+			round(pct(r.latencies, 0.5)), round(pct(r.latencies, 0.99)), errs, cpu, lp50, added)
 	}
 	_ = tw.Flush()
 }

@@ -54,6 +54,8 @@ func main() {
 	flag.StringVar(&o.postgres, "postgres", envOr("ONCEGATE_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL for -replicated and -join (a schema of the benchmark's own is created and dropped)")
 	flag.StringVar(&o.redis, "redis", envOr("ONCEGATE_TEST_REDIS", "redis://127.0.0.1:6379/0"), "Redis for -replicated and -join (a key prefix of the benchmark's own)")
 	flag.StringVar(&o.profiles, "profiles", "", "have each gateway write its CPU profile into this directory (<path>.cpu, for go tool pprof)")
+	stagesOf := flag.String("stages", "", "instead: print the per-stage CPU budget from this gateway CPU profile (one -profiles wrote) of -stage-requests requests")
+	stageRequests := flag.Int("stage-requests", 0, "how many requests the -stages profile covers (a run's warm-up included: min(requests, 2000) + rounds × requests + lone)")
 	flag.StringVar(&o.traces, "traces", "", "have each gateway write its execution trace into this directory (<path>.trace, for go tool trace)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the benchmark's own process (load generator, mock, in-process paths) to this file")
 	traceFile := flag.String("trace", "", "write an execution trace of the whole benchmark to this file (go tool trace)")
@@ -83,6 +85,17 @@ func main() {
 	// collector target (unless GOGC is set), which the direct path in the
 	// same process shares.
 	memtune.Start(os.LookupEnv, 0, "/sys/fs/cgroup")
+	if *stagesOf != "" {
+		if *stageRequests <= 0 {
+			fmt.Fprintln(os.Stderr, "bench: -stages needs -stage-requests N, the number of requests the profile covers")
+			os.Exit(2)
+		}
+		if err := stageBudget(*stagesOf, *stageRequests, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	do := run
 	switch {
 	case o.amplify:
@@ -132,6 +145,7 @@ type result struct {
 	elapsed   time.Duration
 	latencies []time.Duration
 	ttfts     []time.Duration
+	user, sys time.Duration // the server process's CPU during the run
 }
 
 func (r *result) rps() float64 { return float64(r.requests) / r.elapsed.Seconds() }

@@ -125,6 +125,10 @@ type TenantBudget struct {
 	// CostUSDPerDay caps the reserved plus charged cost per UTC day.
 	// 0 (default): no cap.
 	CostUSDPerDay float64 `yaml:"cost_usd_per_day"`
+	// MaxConcurrent caps the tenant's requests in progress at once on
+	// each gateway process, refused with 429 before their bodies are
+	// read. 0 (default): no cap.
+	MaxConcurrent int `yaml:"max_concurrent"`
 }
 
 // Provider is one upstream API endpoint.

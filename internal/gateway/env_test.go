@@ -43,6 +43,7 @@ tenants:
   - {id: initech, api_key_env: KEY_INITECH, budget: {requests_per_minute: 3}}
   - {id: umbrella, api_key_env: KEY_UMBRELLA, budget: {cost_usd_per_day: 0.001}}
   - {id: spender, api_key_env: KEY_SPENDER, budget: {cost_usd_per_day: 0.05}}
+  - {id: hooli, api_key_env: KEY_HOOLI, budget: {max_concurrent: 2}}
 providers:
   - {id: mock-primary, type: openai, base_url: "PRIMARY/v1", api_key_env: KEY_UPSTREAM_ONE, timeouts: {connect: 1s, first_byte: 400ms, idle: 1s}}
   - {id: mock-fallback, type: openai, base_url: "FALLBACK/v1", timeouts: {connect: 1s, first_byte: 400ms, idle: 1s}}
@@ -139,6 +140,7 @@ const (
 	keyInitech  = "sk-og-initech-test"
 	keyUmbrella = "sk-og-umbrella-test"
 	keySpender  = "sk-og-spender-test"
+	keyHooli    = "sk-og-hooli-test"
 	keyAdmin    = "sk-og-admin-test"
 	// primaryProviderKey is the gateway's own credential at the primary.
 	primaryProviderKey = "sk-provider-primary-7f3a9c"
@@ -412,7 +414,7 @@ func (e *env) storePath() string { return e.dbPath }
 
 // envKeys are the environment the test configuration's secrets come from.
 func (e *env) envKeys() map[string]string {
-	return map[string]string{"KEY_ACME": keyAcme, "KEY_GLOBEX": keyGlobex, "KEY_INITECH": keyInitech, "KEY_UMBRELLA": keyUmbrella,
+	return map[string]string{"KEY_ACME": keyAcme, "KEY_GLOBEX": keyGlobex, "KEY_INITECH": keyInitech, "KEY_HOOLI": keyHooli, "KEY_UMBRELLA": keyUmbrella,
 		"KEY_SPENDER": keySpender, "KEY_UPSTREAM_ONE": primaryProviderKey, "KEY_ADMIN": keyAdmin}
 }
 

@@ -32,6 +32,7 @@ const (
 	CodeKeyReused           = "idempotency_key_reused"
 	CodeTenantRateLimited   = "tenant_rate_limited"
 	CodeTenantBudget        = "tenant_budget_exceeded"
+	CodeTenantConcurrency   = "tenant_concurrency_limited"
 	CodeOutcomeUnknown      = "outcome_unknown"
 	CodeUpstreamUnavailable = "upstream_unavailable"
 	CodeCircuitOpen         = "circuit_open"
@@ -73,6 +74,7 @@ var codeStatus = map[string]struct {
 	CodeKeyReused:               {422, false, "invalid_request_error", "invalid_request_error"},
 	CodeTenantRateLimited:       {429, true, "rate_limit_error", "rate_limit_error"},
 	CodeTenantBudget:            {429, false, "rate_limit_error", "rate_limit_error"},
+	CodeTenantConcurrency:       {429, true, "rate_limit_error", "rate_limit_error"},
 	CodeOutcomeUnknown:          {502, false, "api_error", "api_error"},
 	CodeProtocolViolation:       {502, false, "api_error", "api_error"},
 	CodeUpstreamUnavailable:     {503, false, "api_error", "overloaded_error"},

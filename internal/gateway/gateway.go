@@ -121,7 +121,10 @@ type Health interface {
 // Gateway serves the API. It is safe for concurrent use.
 type Gateway struct {
 	// cur is what the configuration decides, swapped whole by Reload.
-	cur         atomic.Pointer[live]
+	cur atomic.Pointer[live]
+	// running counts each tenant's requests in progress (tenant id →
+	// *atomic.Int64), for budget.max_concurrent.
+	running     sync.Map
 	dial        func(ctx context.Context, network, addr string) (net.Conn, error)
 	ledger      ledger.Store
 	flights     Flights

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -32,6 +33,12 @@ func (g *Gateway) serveChat(p provider.Protocol) http.HandlerFunc {
 			errorf(CodeUnauthorized, "missing or unknown API key").write(w, p, meta{})
 			return
 		}
+		release, apiErr := g.enter(t)
+		if apiErr != nil {
+			apiErr.write(w, p, meta{})
+			return
+		}
+		defer release()
 		c, apiErr := g.admit(w, r, p, t)
 		if apiErr != nil {
 			apiErr.write(w, p, meta{})
@@ -39,6 +46,26 @@ func (g *Gateway) serveChat(p provider.Protocol) http.HandlerFunc {
 		}
 		g.place(w, r, c)
 	}
+}
+
+// enter counts a request of tenant t in progress until release is
+// called, or refuses it when the tenant already has budget.max_concurrent
+// in progress on this gateway — before its body is read, so a burst of
+// large requests costs no memory.
+func (g *Gateway) enter(t *policy.Tenant) (release func(), _ *apiError) {
+	v, ok := g.running.Load(t.ID)
+	if !ok {
+		v, _ = g.running.LoadOrStore(t.ID, new(atomic.Int64))
+	}
+	n := v.(*atomic.Int64)
+	if running := n.Add(1); t.MaxConcurrent > 0 && running > int64(t.MaxConcurrent) {
+		n.Add(-1)
+		g.metrics.ObserveTenantRejection(t.ID, CodeTenantConcurrency)
+		e := errorf(CodeTenantConcurrency, "tenant %s has %d requests in progress, its limit on this gateway", t.ID, t.MaxConcurrent)
+		e.retryAfter = 1
+		return nil, e
+	}
+	return func() { n.Add(-1) }, nil
 }
 
 // place puts a new logical request where it belongs: it owns its identity

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/oncegate/oncegate/internal/breaker"
@@ -275,6 +276,50 @@ func TestTenantRateLimit(t *testing.T) {
 		// Other tenants are not affected.
 		if res, _ := e.post("/v1/chat/completions", distinctBody("chat", 3, ""), nil); res.StatusCode != 200 {
 			t.Fatalf("acme was limited by initech's rate: %d", res.StatusCode)
+		}
+	})
+}
+
+// A tenant with max_concurrent 2 and two requests in progress: a third
+// (chat or responses) is refused with 429 tenant_concurrency_limited
+// before anything reaches a provider; other tenants are not held back;
+// once the two end, the tenant is served again.
+func TestTenantConcurrencyLimit(t *testing.T) {
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 4, TTFT: 300 * time.Millisecond}}, func(t *testing.T, e *env) {
+		var wg sync.WaitGroup
+		for i := range 2 {
+			wg.Go(func() {
+				if res, body := e.postKey(keyHooli, "/v1/chat/completions", distinctBody("chat", i, ""), nil); res.StatusCode != 200 {
+					t.Errorf("request %d within the limit: %d %s", i, res.StatusCode, body)
+				}
+			})
+		}
+		synctest.Wait() // both are waiting for their first token
+		before := e.primary.Stats().Requests
+		for _, path := range []string{"/v1/chat/completions", "/v1/responses"} {
+			body := distinctBody("chat", 2, "")
+			if path == "/v1/responses" {
+				body = `{"model":"chat","input":"a third"}`
+			}
+			res, b := e.postKey(keyHooli, path, body, nil)
+			var eb errorBody
+			_ = json.Unmarshal(b, &eb)
+			if res.StatusCode != 429 || eb.Error.Code == nil || *eb.Error.Code != CodeTenantConcurrency || res.Header.Get("Retry-After") != "1" ||
+				res.Header.Get("x-should-retry") != "true" || !strings.Contains(eb.Error.Message, "2 requests in progress") {
+				t.Fatalf("a third on %s: %d Retry-After %q x-should-retry %q %s", path, res.StatusCode, res.Header.Get("Retry-After"), res.Header.Get("x-should-retry"), b)
+			}
+		}
+		if got := e.primary.Stats().Requests; got != before {
+			t.Fatalf("a refused request reached a provider (%d calls, %d before)", got, before)
+		}
+		// Another tenant is not held back.
+		if res, b := e.post("/v1/chat/completions", distinctBody("chat", 3, ""), nil); res.StatusCode != 200 {
+			t.Fatalf("acme while hooli is at its limit: %d %s", res.StatusCode, b)
+		}
+		wg.Wait()
+		if res, b := e.postKey(keyHooli, "/v1/chat/completions", distinctBody("chat", 4, ""), nil); res.StatusCode != 200 {
+			t.Fatalf("hooli after its requests ended: %d %s", res.StatusCode, b)
 		}
 	})
 }

@@ -70,6 +70,12 @@ func (g *Gateway) serveResponses(w http.ResponseWriter, r *http.Request) {
 		g.turnError(w, errorf(CodeUnauthorized, "missing or unknown API key"))
 		return
 	}
+	release, apiErr := g.enter(t)
+	if apiErr != nil {
+		g.turnError(w, apiErr)
+		return
+	}
+	defer release()
 	key, body, apiErr := g.readRequest(w, r)
 	if apiErr != nil {
 		g.turnError(w, apiErr)

@@ -72,6 +72,8 @@ type tenantDoc struct {
 	MaxDataBoundary   string `json:"max_data_boundary"`
 	RequestsPerMinute int    `json:"requests_per_minute"`
 	CostNanoUSDPerDay int64  `json:"cost_nano_usd_per_day"`
+	// Omitted at 0, so that policies without it keep their digests.
+	MaxConcurrent int `json:"max_concurrent,omitempty"`
 }
 
 type policyDoc struct {
@@ -90,7 +92,7 @@ func policyDigest(p *Policy) (string, error) {
 		doc.Aliases[a.Name] = a.Digest
 	}
 	for _, t := range p.Tenants {
-		doc.Tenants = append(doc.Tenants, tenantDoc{t.ID, t.MaxBoundary.String(), t.RequestsPerMinute, int64(t.CostPerDay)})
+		doc.Tenants = append(doc.Tenants, tenantDoc{t.ID, t.MaxBoundary.String(), t.RequestsPerMinute, int64(t.CostPerDay), t.MaxConcurrent})
 	}
 	return identity.CanonicalSHA256(doc)
 }

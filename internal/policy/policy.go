@@ -59,6 +59,7 @@ type Tenant struct {
 	MaxBoundary       gw.DataBoundary
 	RequestsPerMinute int
 	CostPerDay        gw.NanoUSD // 0: no ceiling
+	MaxConcurrent     int        // per gateway process; 0: no cap
 }
 
 // Provider is an upstream endpoint.

@@ -110,9 +110,11 @@ func (v *validator) tenants() []*Tenant {
 		seen[t.ID] = path
 		v.nonNegative(path+".budget.requests_per_minute", float64(t.Budget.RequestsPerMinute))
 		v.nonNegative(path+".budget.cost_usd_per_day", t.Budget.CostUSDPerDay)
+		v.nonNegative(path+".budget.max_concurrent", float64(t.Budget.MaxConcurrent))
 		out = append(out, &Tenant{ID: t.ID, APIKeyEnv: t.APIKeyEnv,
 			MaxBoundary:       v.boundary(path+".max_data_boundary", t.MaxDataBoundary),
-			RequestsPerMinute: t.Budget.RequestsPerMinute, CostPerDay: gw.NanoFromUSD(t.Budget.CostUSDPerDay)})
+			RequestsPerMinute: t.Budget.RequestsPerMinute, CostPerDay: gw.NanoFromUSD(t.Budget.CostUSDPerDay),
+			MaxConcurrent: t.Budget.MaxConcurrent})
 	}
 	return out
 }
