@@ -22,7 +22,8 @@ import (
 type path struct {
 	name, url, model string
 	auth             bool
-	proc             *child // the server's process (nil: direct or in process)
+	proc             *child       // the server's process (nil: direct or in process)
+	roundTrips       func() int64 // the Redis round trips of an in-process replica so far
 }
 
 // run is the throughput table: every path in turn, -rounds times, each
@@ -60,10 +61,17 @@ func run(ctx context.Context, o options, out io.Writer) error {
 			if p.proc != nil {
 				u0, s0 = p.proc.cpu()
 			}
+			var rt0 int64
+			if p.roundTrips != nil {
+				rt0 = p.roundTrips()
+			}
 			r := load(ctx, o.concurrency, o.requests, p, false, &seq)
 			if p.proc != nil {
 				u1, s1 := p.proc.cpu()
 				r.user, r.sys = u1-u0, s1-s0
+			}
+			if p.roundTrips != nil {
+				r.redisRTs = roundTrips(p.roundTrips()-rt0, r.requests)
 			}
 			fmt.Fprintf(out, " %6.0f requests/s, %d errors\n", r.rps(), r.errors)
 			rounds[p.name] = append(rounds[p.name], r)
@@ -154,7 +162,7 @@ func startPaths(ctx context.Context, o options, mockURL string) ([]path, func(),
 		if err != nil {
 			return nil, cleanup, err
 		}
-		paths = append(paths, path{name: "oncegate replica (in process)", url: rep.url, model: "bench", auth: true})
+		paths = append(paths, path{name: "oncegate replica (in process)", url: rep.url, model: "bench", auth: true, roundTrips: rep.co.RoundTrips})
 	}
 	return paths, cleanup, nil
 }
@@ -261,6 +269,11 @@ func report(out io.Writer, paths []path, rounds map[string][]*result, lone map[s
 			round(pct(r.latencies, 0.5)), round(pct(r.latencies, 0.99)), errs, cpu, lp50, added)
 	}
 	_ = tw.Flush()
+	for _, p := range paths {
+		if r := median(rounds[p.name]); r.redisRTs != "" {
+			fmt.Fprintf(out, "%s: %s Redis round trips per request\n", p.name, r.redisRTs)
+		}
+	}
 }
 
 var contentMark = []byte(`"content":"`)

@@ -1,8 +1,13 @@
-// Command bench is oncegate's load benchmark: it runs the mock provider
-// directly and through the gateway in the same process and the same run —
-// non-streaming and streaming, at a fixed concurrency — and prints p50/p99
-// latency, requests per second and time to first token for both paths and
-// their ratios. Run it with `go run ./bench` (`-h` for the knobs).
+// Command bench is oncegate's load benchmark. From the repository's root,
+// `go run ./bench` builds cmd/oncegate and measures, in one run, the mock
+// provider reached directly, through a bare httputil.ReverseProxy and
+// through the gateway (in-memory, and SQLite at ledger.sync full and
+// normal), each server in a process of its own: requests per second as a
+// share of the bare proxy's, each server's CPU per request, and the
+// latency a lone client sees added. -streams C opens C streams at once,
+// -bodies N sends N large bodies at once, -stages prints the per-stage CPU
+// budget from a gateway's profile; docs/performance.md explains each, and
+// `go run ./bench -h` lists the knobs.
 package main
 
 import (

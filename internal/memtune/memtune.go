@@ -105,7 +105,7 @@ var (
 // re-tunes the target and arms the next one. (A pointer field keeps it
 // out of the tiny allocator, whose blocks may outlive their objects.)
 type sentinel struct {
-	p *int
+	_ *int
 	_ [16]byte
 }
 
