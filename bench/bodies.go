@@ -21,11 +21,7 @@ func bodiesRun(ctx context.Context, o options, out io.Writer) error {
 	if o.tokens == 0 {
 		o.tokens = 32
 	}
-	_, mockURL, err := startMock(ctx, o.ttft, o.interval, o.tokens)
-	if err != nil {
-		return err
-	}
-	paths, cleanup, err := startPaths(ctx, o, mockURL)
+	paths, cleanup, err := startPaths(ctx, o)
 	defer cleanup()
 	if err != nil {
 		return err

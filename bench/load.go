@@ -35,11 +35,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if o.tokens == 0 {
 		o.tokens = 32
 	}
-	_, mockURL, err := startMock(ctx, o.ttft, o.interval, o.tokens)
-	if err != nil {
-		return err
-	}
-	paths, cleanup, err := startPaths(ctx, o, mockURL)
+	paths, cleanup, err := startPaths(ctx, o)
 	defer cleanup()
 	if err != nil {
 		return err
@@ -91,15 +87,21 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	return nil
 }
 
-// startPaths starts what the paths need: the bare proxy, the gateway
-// binary with the in-memory ledger and with the SQLite ledger at each
-// durability, and (-replicated) an in-process replica.
-func startPaths(ctx context.Context, o options, mockURL string) ([]path, func(), error) {
+// startPaths starts the mock (its latency from o) and what the paths in
+// front of it need: the bare proxy, the gateway binary with the in-memory
+// ledger and with the SQLite ledger at each durability, and
+// (-replicated) an in-process replica. The mock stops with ctx, the rest
+// with cleanup.
+func startPaths(ctx context.Context, o options) ([]path, func(), error) {
 	var stops []func()
 	cleanup := func() {
 		for _, s := range slices.Backward(stops) {
 			s()
 		}
+	}
+	_, mockURL, err := startMock(ctx, o.ttft, o.interval, o.tokens)
+	if err != nil {
+		return nil, cleanup, err
 	}
 	dir, err := os.MkdirTemp("", "oncegate-bench")
 	if err != nil {

@@ -29,11 +29,7 @@ func streamsRun(ctx context.Context, o options, out io.Writer) error {
 	if o.tokens == 0 {
 		o.tokens = 20
 	}
-	_, mockURL, err := startMock(ctx, o.ttft, o.interval, o.tokens)
-	if err != nil {
-		return err
-	}
-	paths, cleanup, err := startPaths(ctx, o, mockURL)
+	paths, cleanup, err := startPaths(ctx, o)
 	defer cleanup()
 	if err != nil {
 		return err
