@@ -8,6 +8,7 @@ package breaker
 
 import (
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -90,9 +91,41 @@ type Breaker struct {
 	openedAt time.Time
 	probes   int     // admitted half-open probes still in flight
 	counts   rolling // successes, failures while closed
+	// probeOK and probeFailed count the half-open probes' outcomes.
+	probeOK, probeFailed int
+	// inflight counts the attempts admitted while closed, in this
+	// generation, whose outcome is not in yet (see Opens).
+	inflight int
 }
 
 // New returns a closed breaker at generation 1.
+// Opens reports whether a closed breaker opens with ok and failed
+// outcomes in its window and inflight admitted attempts whose outcome is
+// not in: at least min_requests outcomes, and failures at least
+// failure_ratio of every attempt admitted — those in flight counted as
+// not failed. A failure usually comes back faster than an answer (a 503
+// at once, a generation in seconds), so right after a breaker closes
+// the first outcomes in are mostly failures even when most attempts will
+// succeed; judged on them alone, a provider browned out at 30 % would be
+// shut out again within a second of every recovery.
+func Opens(cfg Config, ok, failed, inflight int64) bool {
+	total := ok + failed
+	return total >= int64(cfg.MinRequests) && float64(failed) >= cfg.FailureRatio*float64(total+max(0, inflight))
+}
+
+// ProbeVerdicts is how many of a half-open breaker's probes decide it:
+// failAt failures re-open it, closeAt successes close it. They follow
+// failure_ratio over the half_open_probes (failAt = ⌈ratio × probes⌉, at
+// least one), so that probes judge a route as the closed breaker does: a
+// provider failing 30 % of calls is closed again by two successes of
+// three probes at ratio 0.5, not re-opened by its first failure (which,
+// failing faster than an answer arrives, would usually come first).
+func ProbeVerdicts(cfg Config) (failAt, closeAt int) {
+	probes := max(1, cfg.HalfOpenProbes)
+	failAt = min(probes, max(1, int(math.Ceil(cfg.FailureRatio*float64(probes)-1e-9))))
+	return failAt, probes - failAt + 1
+}
+
 func New(cfg Config, clk clock.Clock) *Breaker {
 	return &Breaker{cfg: cfg, clock: clk, gen: 1, counts: newRolling(cfg.Window)}
 }
@@ -100,7 +133,7 @@ func New(cfg Config, clk clock.Clock) *Breaker {
 // refresh half-opens an open breaker whose open_for has passed.
 func (b *Breaker) refresh(now time.Time) {
 	if b.state == Open && !now.Before(b.openedAt.Add(b.cfg.OpenFor)) {
-		b.state, b.probes = HalfOpen, 0
+		b.state, b.probes, b.probeOK, b.probeFailed = HalfOpen, 0, 0, 0
 		b.gen++
 	}
 }
@@ -108,7 +141,7 @@ func (b *Breaker) refresh(now time.Time) {
 func (b *Breaker) transition(s State, now time.Time) {
 	b.state = s
 	b.gen++
-	b.probes = 0
+	b.probes, b.probeOK, b.probeFailed, b.inflight = 0, 0, 0, 0
 	b.counts.reset()
 	if s == Open {
 		b.openedAt = now
@@ -133,6 +166,7 @@ func (b *Breaker) Acquire() (t Ticket, ok bool) {
 	b.refresh(b.clock.Now())
 	switch {
 	case b.state == Closed:
+		b.inflight++
 		return Ticket{State: Closed, Generation: b.gen}, true
 	case b.state == HalfOpen && b.probes < b.cfg.HalfOpenProbes:
 		b.probes++
@@ -155,20 +189,29 @@ func (b *Breaker) Done(t Ticket, o Outcome) {
 	switch {
 	case t.probe && b.state == HalfOpen:
 		b.probes--
+		failAt, closeAt := ProbeVerdicts(b.cfg)
 		switch o {
 		case Success:
-			b.transition(Closed, now)
+			if b.probeOK++; b.probeOK >= closeAt {
+				b.transition(Closed, now)
+			}
 		case Failure:
-			b.transition(Open, now)
+			if b.probeFailed++; b.probeFailed >= failAt {
+				b.transition(Open, now)
+			}
 		}
-	case b.state == Closed && o != Ignore:
+	case b.state == Closed:
+		b.inflight--
+		if o == Ignore {
+			return
+		}
 		i := 0
 		if o == Failure {
 			i = 1
 		}
 		b.counts.add(now, i, 1)
 		ok, failed := b.counts.sum(now)
-		if total := ok + failed; total >= int64(b.cfg.MinRequests) && float64(failed) >= b.cfg.FailureRatio*float64(total) {
+		if Opens(b.cfg, ok, failed, int64(b.inflight)) {
 			b.transition(Open, now)
 		}
 	}

@@ -104,10 +104,69 @@ func TestBreakerHalfOpenAdmitsAtMostItsProbes(t *testing.T) {
 	if !ok {
 		t.Fatal("a released probe slot was not reusable")
 	}
-	b.Done(p3, Success)
+	b.Done(p3, Success) // one of the two successes it takes (ratio 0.5 of 2 probes)
+	wantState(t, b, HalfOpen, 3)
+	p4, ok := b.Acquire()
+	if !ok {
+		t.Fatal("the slot of a decided probe was not reusable")
+	}
+	b.Done(p2, Success)
 	wantState(t, b, Closed, 4)
-	b.Done(p2, Failure) // of the half-open generation: stale now
+	b.Done(p4, Failure) // of the half-open generation: stale now
 	wantState(t, b, Closed, 4)
+}
+
+func TestProbeVerdictsFollowTheFailureRatio(t *testing.T) {
+	for _, tc := range []struct {
+		ratio           float64
+		probes          int
+		failAt, closeAt int
+	}{
+		{0.5, 1, 1, 1}, {0.5, 2, 1, 2}, {0.5, 3, 2, 2}, {0.5, 4, 2, 3},
+		{0.1, 3, 1, 3}, {1, 3, 3, 1}, {0.34, 3, 2, 2}, {0.5, 0, 1, 1},
+	} {
+		failAt, closeAt := ProbeVerdicts(Config{FailureRatio: tc.ratio, HalfOpenProbes: tc.probes})
+		if failAt != tc.failAt || closeAt != tc.closeAt {
+			t.Errorf("ratio %v, %d probes: fail at %d, close at %d; want %d, %d", tc.ratio, tc.probes, failAt, closeAt, tc.failAt, tc.closeAt)
+		}
+	}
+}
+
+// With three probes at ratio 0.5 a half-open breaker is decided by two
+// of them: one failure among them does not re-open it.
+func TestThreeProbesDecideByTwo(t *testing.T) {
+	cfg := testConfig()
+	cfg.HalfOpenProbes = 3
+	for _, tc := range []struct {
+		outcomes []Outcome
+		want     State
+	}{
+		{[]Outcome{Failure, Success, Success}, Closed},
+		{[]Outcome{Success, Failure, Failure}, Open},
+		{[]Outcome{Failure, Failure}, Open},
+		{[]Outcome{Success, Ignore, Success}, Closed},
+	} {
+		clk := clock.NewFake(t0)
+		b := New(cfg, clk)
+		for range 4 {
+			record(t, b, Failure)
+		}
+		clk.Advance(30 * time.Second)
+		var tickets []Ticket
+		for range tc.outcomes {
+			p, ok := b.Acquire()
+			if !ok {
+				t.Fatalf("%v: probe refused", tc.outcomes)
+			}
+			tickets = append(tickets, p)
+		}
+		for i, o := range tc.outcomes {
+			b.Done(tickets[i], o)
+		}
+		if st, _ := b.State(); st != tc.want {
+			t.Errorf("probes %v: %v, want %v", tc.outcomes, st, tc.want)
+		}
+	}
 }
 
 func TestBreakerFailedProbeReopens(t *testing.T) {
@@ -231,4 +290,48 @@ func BenchmarkBreakerAttempt(b *testing.B) {
 			s.Done("primary", t, Success)
 		}
 	})
+}
+
+// Failures that come back before the answers of the attempts admitted
+// with them do not open a breaker on their own: the attempts in flight
+// count as not failed until they are in.
+func TestFastFailuresDoNotOpenABreakerAheadOfTheAnswers(t *testing.T) {
+	clk := clock.NewFake(t0)
+	b := New(testConfig(), clk) // min_requests 4, failure_ratio 0.5
+	var tickets []Ticket
+	for range 10 {
+		tk, ok := b.Acquire()
+		if !ok {
+			t.Fatal("a closed breaker refused")
+		}
+		tickets = append(tickets, tk)
+	}
+	for _, tk := range tickets[:4] {
+		b.Done(tk, Failure) // 4 failures in, 6 attempts still out
+	}
+	wantState(t, b, Closed, 1)
+	for _, tk := range tickets[4:] {
+		b.Done(tk, Success)
+	}
+	wantState(t, b, Closed, 1)
+	// When nothing else is out, failures open it as soon as they are
+	// half of the window (4 + 2 of 12).
+	for range 2 {
+		record(t, b, Failure)
+	}
+	wantState(t, b, Open, 2)
+}
+
+func TestOpensCountsTheAttemptsInFlight(t *testing.T) {
+	cfg := Config{FailureRatio: 0.5, MinRequests: 20}
+	for _, tc := range []struct {
+		ok, failed, inflight int64
+		want                 bool
+	}{
+		{0, 20, 0, true}, {0, 19, 0, false}, {0, 20, 280, false}, {10, 20, 10, true}, {10, 20, 11, false}, {0, 20, -3, true},
+	} {
+		if got := Opens(cfg, tc.ok, tc.failed, tc.inflight); got != tc.want {
+			t.Errorf("Opens(ok %d, failed %d, in flight %d) = %v", tc.ok, tc.failed, tc.inflight, got)
+		}
+	}
 }

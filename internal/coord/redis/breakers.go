@@ -2,6 +2,8 @@ package redis
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"strconv"
 	"sync"
 	"time"
@@ -24,6 +26,7 @@ import (
 type Breakers struct {
 	c      *Coordinator
 	cfg    breaker.Config
+	id     string // this gateway's, among the replicas reporting attempts in flight
 	mu     sync.Mutex
 	routes map[string]*routeState
 	order  []string
@@ -36,6 +39,9 @@ type routeState struct {
 	gen      int64
 	openedAt time.Time
 	ok, fail int64
+	// inflight counts attempts admitted here while closed, in generation
+	// gen, whose outcome is not in (breaker.Opens).
+	inflight int64
 }
 
 var _ interface {
@@ -59,13 +65,14 @@ local function refresh(key, now, openFor)
   local opened = tonumber(redis.call('HGET', key, 'opened') or '0')
   if st == 2 and now >= opened + openFor then
     st, gen = 1, gen + 1
-    redis.call('HSET', key, 'state', st, 'gen', gen, 'probes', 0)
+    redis.call('HSET', key, 'state', st, 'gen', gen, 'probes', 0, 'pok', 0, 'pfail', 0)
   end
   return st, gen, opened
 end
 local function transition(key, st, gen, now)
   gen = gen + 1
-  redis.call('HSET', key, 'state', st, 'gen', gen, 'probes', 0)
+  redis.call('DEL', key .. ':inf')
+  redis.call('HSET', key, 'state', st, 'gen', gen, 'probes', 0, 'pok', 0, 'pfail', 0)
   if st == 2 then redis.call('HSET', key, 'opened', now) end
   redis.call('HINCRBY', key, 'epoch', 1) -- window counts of an older epoch are ignored
   return gen
@@ -73,13 +80,21 @@ end
 `
 
 // scriptBreakerSync adds a replica's outcomes (of generation ARGV[4]) to
-// the window and opens the breaker when the window's failure ratio says
-// so. ARGV: now ms, ok, fail, gen, window ms, min requests, failure
-// ratio, open_for ms. Returns state, gen, opened.
+// the window, notes how many of its attempts are in flight, and opens the
+// breaker when the window's failures are failure_ratio of every attempt
+// admitted — the fleet's in flight counted as not failed
+// (breaker.Opens). ARGV: now ms, ok, fail, gen, window ms, min requests,
+// failure ratio, open_for ms, in flight, replica id. Returns state, gen,
+// opened. A replica's in-flight count lasts until its next sync, or a
+// second if it stops syncing.
 var scriptBreakerSync = goredis.NewScript(breakerLib + `
 local key, now = KEYS[1], tonumber(ARGV[1])
 local st, gen, opened = refresh(key, now, tonumber(ARGV[8]))
 local ok, fail, window = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[5])
+if st == 0 and tonumber(ARGV[4]) == gen then
+  redis.call('HSET', key .. ':inf', ARGV[10], ARGV[9] .. ':' .. now)
+  redis.call('PEXPIRE', key .. ':inf', 10000)
+end
 if st == 0 and tonumber(ARGV[4]) == gen and ok + fail > 0 then
   local width = math.floor(window / 10)
   local slot = math.floor(now / width)
@@ -95,7 +110,13 @@ if st == 0 and tonumber(ARGV[4]) == gen and ok + fail > 0 then
     tfail = tfail + tonumber(v[2] or '0')
   end
   local total = tok + tfail
-  if total >= tonumber(ARGV[6]) and tfail >= tonumber(ARGV[7]) * total then
+  local inflight = 0
+  local inf = redis.call('HGETALL', key .. ':inf')
+  for i = 2, #inf, 2 do
+    local n, at = string.match(inf[i], '^(%d+):(%d+)$')
+    if n and now - tonumber(at) <= 1000 then inflight = inflight + tonumber(n) end
+  end
+  if total >= tonumber(ARGV[6]) and tfail >= tonumber(ARGV[7]) * (total + inflight) then
     gen = transition(key, 2, gen, now)
     st, opened = 2, now
   end
@@ -116,19 +137,20 @@ if st == 1 and tonumber(redis.call('HGET', key, 'probes') or '0') < tonumber(ARG
 end
 return {0, 0, st, gen, opened}`)
 
-// scriptBreakerProbe reports a probe's outcome: the first success closes
-// the breaker, the first failure re-opens it. ARGV: now ms, gen, outcome
-// (0 success, 1 failure, 2 ignore), open_for ms. Returns state, gen,
+// scriptBreakerProbe reports a probe's outcome, counted fleet-wide:
+// closeAt successes close the breaker, failAt failures re-open it
+// (breaker.ProbeVerdicts). ARGV: now ms, gen, outcome (0 success, 1
+// failure, 2 ignore), open_for ms, failAt, closeAt. Returns state, gen,
 // opened.
 var scriptBreakerProbe = goredis.NewScript(breakerLib + `
 local key, now = KEYS[1], tonumber(ARGV[1])
 local st, gen, opened = refresh(key, now, tonumber(ARGV[4]))
 if st == 1 and gen == tonumber(ARGV[2]) then
   redis.call('HINCRBY', key, 'probes', -1)
-  if ARGV[3] == '0' then
+  if ARGV[3] == '0' and redis.call('HINCRBY', key, 'pok', 1) >= tonumber(ARGV[6]) then
     gen = transition(key, 0, gen, now)
     st = 0
-  elseif ARGV[3] == '1' then
+  elseif ARGV[3] == '1' and redis.call('HINCRBY', key, 'pfail', 1) >= tonumber(ARGV[5]) then
     gen = transition(key, 2, gen, now)
     st, opened = 2, now
   end
@@ -137,7 +159,9 @@ return {st, gen, opened}`)
 
 // NewBreakers returns the shared breakers of routes.
 func (c *Coordinator) NewBreakers(cfg breaker.Config, routes []string) *Breakers {
-	b := &Breakers{c: c, cfg: cfg, routes: map[string]*routeState{}}
+	id := make([]byte, 8)
+	_, _ = rand.Read(id)
+	b := &Breakers{c: c, cfg: cfg, id: hex.EncodeToString(id), routes: map[string]*routeState{}}
 	for _, r := range routes {
 		if _, dup := b.routes[r]; !dup {
 			b.routes[r] = &routeState{gen: 1}
@@ -192,6 +216,7 @@ func (b *Breakers) Acquire(route string) (breaker.Ticket, bool) {
 	}
 	if s.state == breaker.Closed {
 		t := breaker.Ticket{State: breaker.Closed, Generation: s.gen}
+		s.inflight++
 		b.mu.Unlock()
 		return t, true
 	}
@@ -214,14 +239,12 @@ func (b *Breakers) Done(route string, t breaker.Ticket, o breaker.Outcome) {
 	if t.Probe() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
+		failAt, closeAt := breaker.ProbeVerdicts(b.cfg)
 		v, err := scriptBreakerProbe.Run(ctx, b.c.rdb, []string{b.key(route)}, b.c.clock.Now().UnixMilli(),
-			t.Generation, int(o), b.cfg.OpenFor.Milliseconds()).Int64Slice()
+			t.Generation, int(o), b.cfg.OpenFor.Milliseconds(), failAt, closeAt).Int64Slice()
 		if b.c.check(err) == nil && len(v) == 3 {
 			b.update(route, v)
 		}
-		return
-	}
-	if o == breaker.Ignore {
 		return
 	}
 	b.mu.Lock()
@@ -230,9 +253,11 @@ func (b *Breakers) Done(route string, t breaker.Ticket, o breaker.Outcome) {
 	if s == nil || t.Generation != s.gen || s.state != breaker.Closed {
 		return // an outcome of an older generation changes nothing
 	}
-	if o == breaker.Success {
+	s.inflight = max(0, s.inflight-1)
+	switch o {
+	case breaker.Success:
 		s.ok++
-	} else {
+	case breaker.Failure:
 		s.fail++
 	}
 }
@@ -247,7 +272,7 @@ func (b *Breakers) update(route string, v []int64) {
 		return
 	}
 	if v[1] > s.gen {
-		s.ok, s.fail = 0, 0 // outcomes of the old generation are stale
+		s.ok, s.fail, s.inflight = 0, 0, 0 // outcomes of the old generation are stale
 	}
 	s.state, s.gen, s.openedAt = breaker.State(v[0]), v[1], time.UnixMilli(v[2])
 }
@@ -264,7 +289,8 @@ func (b *Breakers) sync(ctx context.Context, pipe goredis.Pipeliner) func() {
 	for _, r := range b.order {
 		s := b.routes[r]
 		cmd := scriptBreakerSync.Eval(ctx, pipe, []string{b.key(r)}, now, s.ok, s.fail, s.gen,
-			b.cfg.Window.Milliseconds(), b.cfg.MinRequests, strconv.FormatFloat(b.cfg.FailureRatio, 'f', -1, 64), b.cfg.OpenFor.Milliseconds())
+			b.cfg.Window.Milliseconds(), b.cfg.MinRequests, strconv.FormatFloat(b.cfg.FailureRatio, 'f', -1, 64), b.cfg.OpenFor.Milliseconds(),
+			s.inflight, b.id)
 		s.ok, s.fail = 0, 0
 		all = append(all, pending{r, cmd})
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -218,6 +219,91 @@ func TestHalfOpenProbesAreFleetWide(t *testing.T) {
 	if tk, ok := bb.Acquire("r"); !ok || tk.State != breaker.Closed {
 		t.Fatalf("after the probe succeeded: %+v %v", tk, ok)
 	}
+}
+
+// The probes' verdict is the fleet's: with three probes at ratio 0.5, one
+// gateway's failed probe leaves the breaker half-open, and two successes
+// — one on each gateway — close it for both.
+func TestProbeVerdictsAreCountedFleetWide(t *testing.T) {
+	cfg := breakerCfg
+	cfg.OpenFor, cfg.HalfOpenProbes = 300*time.Millisecond, 3
+	a, b := pair(t, redistest.URL(t), 5*time.Second)
+	ba, bb := a.NewBreakers(cfg, []string{"r"}), b.NewBreakers(cfg, []string{"r"})
+	for range 4 {
+		tk, _ := ba.Acquire("r")
+		ba.Done("r", tk, breaker.Failure)
+	}
+	waitFor(t, "open everywhere", func() bool {
+		open := false
+		bb.States(func(_ string, st breaker.State, gen int64) { open = st != breaker.Closed && gen > 1 })
+		return open
+	})
+	waitFor(t, "half-open", func() bool { return bb.Allows("r") })
+	p1, ok1 := ba.Acquire("r")
+	p2, ok2 := bb.Acquire("r")
+	p3, ok3 := ba.Acquire("r")
+	if !ok1 || !ok2 || !ok3 || !p1.Probe() || !p2.Probe() || !p3.Probe() {
+		t.Fatalf("three probes: %v %v %v", ok1, ok2, ok3)
+	}
+	ba.Done("r", p1, breaker.Failure)
+	if st, _ := probeState(ba); st != breaker.HalfOpen { // ba's copy is what the probe script returned
+		t.Fatalf("after one failed probe of three: %v; want half-open", st)
+	}
+	bb.Done("r", p2, breaker.Success)
+	ba.Done("r", p3, breaker.Success)
+	if tk, ok := bb.Acquire("r"); !ok || tk.State != breaker.Closed {
+		t.Fatalf("after two probes succeeded: %+v %v", tk, ok)
+	}
+}
+
+// Another gateway's attempts in flight keep fast failures from opening a
+// breaker on their own: the fleet's in-flight count is part of the ratio.
+func TestAttemptsInFlightAcrossTheFleetHoldABreakerClosed(t *testing.T) {
+	a, b := pair(t, redistest.URL(t), 5*time.Second)
+	ba, bb := a.NewBreakers(breakerCfg, []string{"r"}), b.NewBreakers(breakerCfg, []string{"r"}) // min 4, ratio 0.5
+	ctx := context.Background()
+	key := ba.key("r")
+	var out []breaker.Ticket
+	for range 10 {
+		tk, ok := ba.Acquire("r")
+		if !ok {
+			t.Fatal("a closed breaker refused")
+		}
+		out = append(out, tk)
+	}
+	waitFor(t, "gateway a's attempts in flight reported", func() bool {
+		v, _ := a.rdb.HGet(ctx, key+":inf", ba.id).Result()
+		return strings.HasPrefix(v, "10:")
+	})
+	for range 4 {
+		tk, _ := bb.Acquire("r")
+		bb.Done("r", tk, breaker.Failure)
+	}
+	waitFor(t, "gateway b's failures counted", func() bool {
+		keys, _ := a.rdb.Keys(ctx, key+":w:*").Result()
+		failed := 0
+		for _, k := range keys {
+			n, _ := a.rdb.HGet(ctx, k, "fail").Int()
+			failed += n
+		}
+		return failed >= 4
+	})
+	if st, _ := a.rdb.HGet(ctx, key, "state").Int(); st != int(breaker.Closed) {
+		t.Fatalf("4 failures with 10 attempts out elsewhere opened the breaker (state %d)", st)
+	}
+	for _, tk := range out {
+		ba.Done("r", tk, breaker.Failure)
+	}
+	waitFor(t, "open once the attempts in flight failed too", func() bool { return !bb.Allows("r") })
+}
+
+// probeState is a gateway's copy of its one route's state, as the last
+// script it ran or the last sync left it.
+func probeState(b *Breakers) (breaker.State, int64) {
+	var st breaker.State
+	var gen int64
+	b.States(func(_ string, s breaker.State, g int64) { st, gen = s, g })
+	return st, gen
 }
 
 // Two gateways together take no more retries than ratio × first attempts
