@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/sse"
@@ -155,8 +156,8 @@ func patchOpenAI(body []byte, t Target, ir *Request, cont bool, clientMax int64)
 
 // topLevelMembers splits a JSON object into its members, each value a
 // slice of body (nothing is copied: a 4 MB prompt stays one 4 MB
-// buffer). A body it cannot walk plainly — a key spelled with escapes, a
-// key twice — is decoded by encoding/json instead.
+// buffer). A body it cannot walk plainly — a key spelled with escapes or
+// not valid UTF-8, a key twice — is decoded by encoding/json instead.
 func topLevelMembers(body []byte) (map[string]json.RawMessage, error) {
 	top := map[string]json.RawMessage{}
 	i := skipSpace(body, 0)
@@ -167,8 +168,8 @@ func topLevelMembers(body []byte) (map[string]json.RawMessage, error) {
 				break
 			}
 			k := body[i+1 : kEnd-1]
-			if bytes.IndexByte(k, '\\') >= 0 {
-				break
+			if bytes.IndexByte(k, '\\') >= 0 || !utf8.Valid(k) {
+				break // encoding/json unescapes or repairs such a key
 			}
 			if _, twice := top[string(k)]; twice {
 				break

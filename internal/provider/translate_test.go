@@ -314,3 +314,44 @@ func TestTheUpstreamLimitIsTheTargets(t *testing.T) {
 		t.Fatalf("%s %v", built.Body, err)
 	}
 }
+
+// topLevelMembers agrees with encoding/json on every valid object —
+// same members, equivalent values — and encodeMembers writes them back as
+// an object encoding/json reads the same; on anything else it never
+// panics.
+func FuzzTopLevelMembers(f *testing.F) {
+	for _, s := range []string{`{"model":"m","messages":[{"role":"user","content":"hi"}]}`, `{}`, ` { "a" : 1 , "b":[1,{"c":"}"}]} `,
+		`{"a":"x\"y","b":null,"c":true,"d":-1.5e3}`, `{"a":1,"a":2}`, `{"\u0061":1}`, `[1]`, `{"a":}`, `{"a":1}x`, `{"a":tru}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got, err := topLevelMembers(body)
+		var want map[string]json.RawMessage
+		if json.Unmarshal(body, &want) != nil || want == nil {
+			return // not an object: only "no panic" is promised (callers validate first)
+		}
+		if err != nil {
+			t.Fatalf("encoding/json reads %q, topLevelMembers fails: %v", body, err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%q: %d members, encoding/json %d", body, len(got), len(want))
+		}
+		for k, w := range want {
+			if !jsonEqual(t, got[k], w) {
+				t.Fatalf("%q: member %q is %s, encoding/json %s", body, k, got[k], w)
+			}
+		}
+		var back map[string]json.RawMessage
+		if err := json.Unmarshal(encodeMembers(got), &back); err != nil || len(back) != len(want) {
+			t.Fatalf("encodeMembers wrote %s: %v", encodeMembers(got), err)
+		}
+	})
+}
+
+func jsonEqual(t *testing.T, a, b []byte) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	return reflect.DeepEqual(x, y)
+}

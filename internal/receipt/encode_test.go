@@ -35,3 +35,42 @@ func BenchmarkMarshalReceiptEncodingJSON(b *testing.B) {
 		}
 	}
 }
+
+// Receipts are read from files and the ledger: Parse never panics, and
+// what it accepts seals, encodes canonically and parses back to the same
+// digests.
+func FuzzParseReceipt(f *testing.F) {
+	r := typical()
+	if err := r.Seal(); err != nil {
+		f.Fatal(err)
+	}
+	b, err := r.Canonical()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b)
+	f.Add([]byte(`{"request_id":"x","attempts":[{"ordinal":1,"first_byte_at":null}],"decisions":[],"totals":{"providers":null}}`))
+	f.Add([]byte(`{"request_id":"x","extra":1}`))
+	f.Add([]byte(`{"created_at":"not a time"}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := Parse(data)
+		if err != nil {
+			return
+		}
+		if err := r.Seal(); err != nil {
+			return // e.g. a float the canonical form cannot hold
+		}
+		c, err := r.Canonical()
+		if err != nil {
+			t.Fatalf("a sealed receipt does not encode: %v", err)
+		}
+		back, err := Parse(c)
+		if err != nil {
+			t.Fatalf("its canonical form does not parse: %v\n%s", err, c)
+		}
+		if err := back.Seal(); err != nil || back.ReceiptSHA256 != r.ReceiptSHA256 || back.AttemptsSHA256 != r.AttemptsSHA256 {
+			t.Fatalf("digests changed through the canonical form: %s / %s (%v)", r.ReceiptSHA256, back.ReceiptSHA256, err)
+		}
+	})
+}
