@@ -2,7 +2,7 @@
 .DEFAULT_GOAL := help
 GO ?= go
 
-.PHONY: help build test race lint fuzz bench ci
+.PHONY: help build test race lint fuzz bench soak sim ci
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -25,6 +25,12 @@ fuzz: ## run every fuzz target for FUZZTIME executions (default 1000000x; a coun
 
 bench: ## Go benchmarks for the hot paths
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+soak: ## a long chaos soak: 50,000 logical requests, 20 kills (docs/chaos.md)
+	$(GO) run ./bench/chaos -requests $${REQUESTS:-50000} -kills $${KILLS:-20}
+
+sim: ## the fleet simulation at scale, redrawing docs/sim.png (docs/simulation.md)
+	$(GO) run ./bench/sim -out docs/sim.png
 
 ci: ## what CI runs on a clean clone
 	bash .ci/run

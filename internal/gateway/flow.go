@@ -102,6 +102,18 @@ func (c *call) resolve(rec *ledger.Record) (replace bool, follow *coord.Remote) 
 		if rec.LeaseUntil.Before(now) {
 			// Its owner died: never re-dispatch blind (docs/replicas.md).
 			c.g.settleOne(c.ctx, rec)
+			if c.turn != nil {
+				// A try of a turn: the turn, not this try, decides what
+				// follows — it is now unknown, and the next arrival
+				// reconciles it or tries it again (docs/conversations.md).
+				// The lease lapsed between the turn's look at the try
+				// and this claim.
+				e := errorf(CodeConversationBusy, "response %s: its try ended when its gateway stopped; retry to reconcile it or try it again",
+					c.turn.turn.ResponseID)
+				e.retryAfter = 1
+				c.publishError(e, m)
+				return false, nil
+			}
 			e := errorf(CodeOutcomeUnknown, "the request's owner stopped mid-request; its outcome is unknown (state indeterminate)")
 			c.publishError(e, m)
 			return false, nil

@@ -1,0 +1,400 @@
+// Package chaos is the soak with an invariant checker (docs/chaos.md):
+// logical requests from the official SDKs at their default retries and
+// from raw clients that re-POST, streaming and not, OpenAI and Anthropic,
+// through a gateway that is SIGKILLed and restarted while they run, in
+// front of a mock provider that fails a fifth of its calls in every way
+// it can. At the end it reads the mock's own counts, the ledger and every
+// receipt, and reports each invariant with its count of violations.
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/oncegate/oncegate/internal/gw"
+	"github.com/oncegate/oncegate/internal/ledger/sqlite"
+	"github.com/oncegate/oncegate/internal/mock"
+	"github.com/oncegate/oncegate/internal/policy"
+	"github.com/oncegate/oncegate/internal/receipt"
+)
+
+// Config is one soak.
+type Config struct {
+	// Binary is the oncegate binary to run; Dir holds the run's files.
+	Binary, Dir string
+	// Requests logical requests from Workers clients at once; the
+	// gateway is SIGKILLed Kills times, spread over the run.
+	Requests, Workers, Kills int
+	Seed                     uint64
+	// Progress, when set, gets a line per kill.
+	Progress io.Writer
+}
+
+// Row is one invariant: how many cases were checked, how many broke it.
+type Row struct {
+	Invariant           string
+	Checked, Violations int
+	Note                string
+}
+
+// Report is a soak's outcome.
+type Report struct {
+	Requests, Kills int
+	Answered        int   // logical requests a client got a whole answer for
+	Calls           int64 // upstream calls the mock received
+	Receipts        int
+	Rows            []Row
+	// Examples are the first violations, to start from.
+	Examples []string
+}
+
+// Violations is the sum over the rows.
+func (r *Report) Violations() int {
+	n := 0
+	for _, row := range r.Rows {
+		n += row.Violations
+	}
+	return n
+}
+
+// Print writes the report as a table.
+func (r *Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "%d logical requests (%d answered), %d kills, %d upstream calls, %d receipts\n\n", r.Requests, r.Answered, r.Kills, r.Calls, r.Receipts)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "invariant\tchecked\tviolations\tnote")
+	for _, row := range r.Rows {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", row.Invariant, row.Checked, row.Violations, row.Note)
+	}
+	_ = tw.Flush()
+	for _, e := range r.Examples {
+		fmt.Fprintln(w, "  violation:", e)
+	}
+}
+
+const (
+	apiKey = "sk-chaos-tenant"
+	tokens = 24
+	tenant = "chaos"
+)
+
+// configTemplate is the gateway under test: two routes on two protocols
+// (so resume and fallback translate), three attempts, short timeouts so
+// that hangs end, and a short lease so that recovery is quick.
+const configTemplate = `
+listen: 127.0.0.1:0
+store: sqlite://LEDGER
+tenants: [{id: chaos, api_key_env: CHAOS_KEY}]
+providers:
+  - {id: oa, type: openai, base_url: "MOCK/v1", timeouts: {connect: 1s, first_byte: 2s, idle: 2s}}
+  - {id: an, type: anthropic, base_url: "MOCK", timeouts: {connect: 1s, first_byte: 2s, idle: 2s}}
+routes:
+  - {id: primary, provider: oa, model: m-primary, behavior_class: c, data_boundary: external, max_attempts: 2,
+     capabilities: {streaming: true, max_context_tokens: 100000, max_output_tokens: 4096}, price: {input_usd_per_mtok: 1, output_usd_per_mtok: 2}}
+  - {id: fallback, provider: an, model: m-fallback, behavior_class: c, data_boundary: external, max_attempts: 2,
+     capabilities: {streaming: true, max_context_tokens: 100000, max_output_tokens: 4096}, price: {input_usd_per_mtok: 1, output_usd_per_mtok: 2}}
+models:
+  - name: chat
+    routes: [primary, fallback]
+    retry: {max_attempts: 3, base_delay: 50ms, max_delay: 200ms, deadline: 20s}
+    stream: {after_output: resume}
+lease: {ttl: 3s, renew: 1s}
+log: {level: warn}
+`
+
+// faults is the mock's script: a fifth of the calls fail, each way the
+// mock can fail a chat call.
+var faults = mock.Script{Rules: []mock.Rule{
+	{Percent: 5, Fault: mock.Fault{Type: mock.FaultStatus, Status: 500}},
+	{Percent: 4, Fault: mock.Fault{Type: mock.FaultStatus, Status: 429, RetryAfter: "0"}},
+	{Percent: 3, Fault: mock.Fault{Type: mock.FaultReset}},
+	{Percent: 3, Fault: mock.Fault{Type: mock.FaultDropAfter, After: 3}},
+	{Percent: 2, Fault: mock.Fault{Type: mock.FaultStallAfter, After: 2}},
+	{Percent: 1, Fault: mock.Fault{Type: mock.FaultHang}},
+	{Percent: 2, Fault: mock.Fault{Type: mock.FaultSlowFirstToken, DelayMS: 300}},
+	{Percent: 1, Fault: mock.Fault{Type: mock.FaultStatus, Status: 503}},
+}}
+
+// Run soaks the gateway and checks the invariants.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	m := mock.New(mock.Config{Tokens: tokens, Script: faults})
+	defer m.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	go func() { _ = m.Serve(ctx, ln) }()
+	ledgerPath := filepath.Join(cfg.Dir, "ledger.db")
+	yaml := strings.NewReplacer("MOCK", "http://"+ln.Addr().String(), "LEDGER", ledgerPath).Replace(configTemplate)
+	cfgPath := filepath.Join(cfg.Dir, "oncegate.yaml")
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
+		return nil, err
+	}
+	pol, err := policy.Parse(cfgPath, []byte(yaml))
+	if err != nil {
+		return nil, fmt.Errorf("the soak's configuration: %w", err)
+	}
+	logf, err := os.Create(filepath.Join(cfg.Dir, "gateway.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	g := &gateway{bin: cfg.Binary, config: cfgPath, env: []string{"CHAOS_KEY=" + apiKey}, log: logf}
+	if err := g.start(ctx); err != nil {
+		return nil, err
+	}
+	defer g.stop()
+
+	rep := &Report{Requests: cfg.Requests}
+	outcomes := make([]outcome, cfg.Requests)
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0xc4a05))
+	kindOf := make([]string, cfg.Requests)
+	for i := range kindOf {
+		kindOf[i] = kinds[rng.IntN(len(kinds))]
+	}
+	var next, done atomic.Int64
+	progressed := make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	for range max(1, cfg.Workers) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= cfg.Requests || ctx.Err() != nil {
+					return
+				}
+				base := g.url()
+				for base == "" && ctx.Err() == nil { // the gateway is restarting
+					time.Sleep(10 * time.Millisecond)
+					base = g.url()
+				}
+				rctx, rcancel := context.WithTimeout(ctx, 60*time.Second)
+				outcomes[i] = do(rctx, base, apiKey, kindOf[i], i)
+				rcancel()
+				done.Add(1)
+				select {
+				case progressed <- struct{}{}:
+				default:
+				}
+			}
+		})
+	}
+	// The driver: a kill (and a restart) each time another share of the
+	// requests has finished.
+	for k := 1; k <= cfg.Kills; k++ {
+		at := int64(k * cfg.Requests / (cfg.Kills + 1))
+		for done.Load() < at && ctx.Err() == nil {
+			<-progressed
+		}
+		g.kill()
+		rep.Kills++
+		if cfg.Progress != nil {
+			fmt.Fprintf(cfg.Progress, "kill %d after %d requests\n", k, done.Load())
+		}
+		if err := g.start(ctx); err != nil {
+			cancel()
+			wg.Wait()
+			return nil, fmt.Errorf("restart after kill %d: %w", k, err)
+		}
+	}
+	wg.Wait()
+	// A last restart settles what the last kill left in progress.
+	g.kill()
+	if err := g.start(ctx); err != nil {
+		return nil, err
+	}
+	if err := settled(ctx, ledgerPath); err != nil {
+		return nil, err
+	}
+	return check(ctx, rep, outcomes, m, pol, g, ledgerPath)
+}
+
+// settled waits until the ledger holds no request in progress.
+func settled(ctx context.Context, path string) error {
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var n int
+		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM requests WHERE state = 'in_progress'`).Scan(&n); err != nil {
+			return fmt.Errorf("read the ledger: %w", err)
+		}
+		if n == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d requests still in progress two minutes after the last restart", n)
+		}
+		time.Sleep(50 * time.Millisecond) // recovery runs in the gateway; no event reaches this process
+	}
+}
+
+// check reads the mock's counts, the ledger's receipts and the clients'
+// outcomes, and fills the report's rows.
+func check(ctx context.Context, rep *Report, outcomes []outcome, m *mock.Mock, pol *policy.Policy, g *gateway, ledgerPath string) (*Report, error) {
+	st, err := sqlite.OpenReadOnly(ledgerPath)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	receipts := map[string]*receipt.Receipt{}
+	for after := ""; ; {
+		page, err := st.Receipts(ctx, tenant, 500, after)
+		if err != nil {
+			return nil, fmt.Errorf("list receipts: %w", err)
+		}
+		for _, b := range page {
+			r, err := receipt.Parse(b)
+			if err != nil {
+				return nil, err
+			}
+			// Stored receipts are sealed when they are read, as the
+			// gateway and `oncegate receipts` do.
+			if err := r.Seal(); err != nil {
+				return nil, fmt.Errorf("seal receipt %s: %w", r.RequestID, err)
+			}
+			receipts[r.RequestID] = r
+			after = r.RequestID
+		}
+		if len(page) < 500 {
+			break
+		}
+	}
+	rep.Receipts = len(receipts)
+	stats := m.Stats()
+	rep.Calls = stats.Requests
+	example := func(format string, args ...any) {
+		if len(rep.Examples) < 10 {
+			rep.Examples = append(rep.Examples, fmt.Sprintf(format, args...))
+		}
+	}
+
+	// 1. Every upstream call is an attempt of a receipt, and every
+	// attempt a call — but for attempts a kill cut between their durable
+	// dispatch and their send.
+	calls := Row{Invariant: "upstream calls = Σ receipt attempts"}
+	var attempts, cut int64
+	for id, r := range receipts {
+		calls.Checked++
+		sent, n := stats.ByRequestID[id].Requests, int64(len(r.Attempts))
+		attempts += n
+		switch {
+		case sent == n:
+		case sent < n && r.Terminal == string(gw.TerminalIndeterminate):
+			cut += n - sent
+		default:
+			calls.Violations++
+			example("%s: the provider saw %d calls, the receipt has %d attempts (terminal %s)", id, sent, n, r.Terminal)
+		}
+	}
+	for id, c := range stats.ByRequestID {
+		if receipts[id] == nil {
+			calls.Violations++
+			example("%s: %d upstream calls and no receipt", id, c.Requests)
+		}
+	}
+	calls.Note = fmt.Sprintf("%d calls, %d attempts; %d dispatched attempts cut by a kill before they were sent", rep.Calls, attempts, cut)
+	rep.Rows = append(rep.Rows, calls)
+
+	// 2. At most one committed answer per logical request.
+	one := Row{Invariant: "at most one committed answer per logical request"}
+	for id, r := range receipts {
+		one.Checked++
+		ok := 0
+		for _, a := range r.Attempts {
+			if a.Kind == string(gw.KindOK) {
+				ok++
+			}
+		}
+		if ok > 1 {
+			one.Violations++
+			example("%s: %d successful attempts", id, ok)
+		}
+	}
+	rep.Rows = append(rep.Rows, one)
+
+	// 3. Every receipt passes verify: no attempt after a terminal, a
+	// deadline, a budget; routes in order; digests whole.
+	ver := Row{Invariant: "every receipt passes oncegate verify"}
+	for id, r := range receipts {
+		ver.Checked++
+		if drifts := receipt.Verify(pol, r); len(drifts) > 0 {
+			ver.Violations++
+			example("%s: %s", id, drifts[0])
+		}
+	}
+	rep.Rows = append(rep.Rows, ver)
+
+	// 4 and 5 need the gateway: every answered request has its receipt,
+	// and every answer read is one clean generation.
+	has := Row{Invariant: "every answered logical request has its receipt"}
+	clean := Row{Invariant: "every answer a client read is one clean generation"}
+	for i, o := range outcomes {
+		if !o.ok {
+			continue
+		}
+		rep.Answered++
+		has.Checked++
+		if o.requestID == "" || receipts[o.requestID] == nil {
+			has.Violations++
+			example("request %d (%s): answered, request id %q, no receipt", i, o.kind, o.requestID)
+		}
+		clean.Checked++
+		if want := mock.AnswerFor(0, o.prompt, tokens); o.text != want {
+			clean.Violations++
+			example("request %d (%s): read %q, one generation is %q", i, o.kind, o.text, want)
+		}
+	}
+	rep.Rows = append(rep.Rows, has, clean)
+
+	// 6. Every key, POSTed again after the run: an answer comes back
+	// byte for byte, anything else as it ended — and no provider is
+	// called again (no indeterminate request is re-sent blind).
+	replay := Row{Invariant: "acknowledged answers replay byte for byte"}
+	blind := Row{Invariant: "re-POSTs after the run reach no provider"}
+	before := m.Stats().Requests
+	for i, o := range outcomes {
+		if o.key == "" || o.requestID == "" || receipts[o.requestID] == nil {
+			continue // the gateway never took this key (a kill refused the connection)
+		}
+		blind.Checked++
+		status, b, h, err := post(ctx, g.url(), apiKey, o.key, chatBody(o.prompt, o.stream))
+		if err != nil {
+			return nil, fmt.Errorf("re-POST %s: %w", o.key, err)
+		}
+		if r := receipts[o.requestID]; r.Terminal == string(gw.TerminalIndeterminate) && status != 502 {
+			blind.Violations++
+			example("request %d: indeterminate, re-POST answered %d", i, status)
+		}
+		if !o.ok {
+			continue
+		}
+		replay.Checked++
+		text, _ := answerText(b, o.stream)
+		if status != 200 || h.Get("X-Oncegate-Dedup") != "replayed" || (!o.stream && !bytes.Equal(b, o.body)) || text != o.text {
+			replay.Violations++
+			example("request %d (%s): replay %d %s, %d bytes vs %d", i, o.kind, status, h.Get("X-Oncegate-Dedup"), len(b), len(o.body))
+		}
+	}
+	if after := m.Stats().Requests; after != before {
+		blind.Violations += int(after - before)
+		example("re-POSTs after the run made %d upstream calls", after-before)
+	}
+	rep.Rows = append(rep.Rows, replay, blind)
+	return rep, nil
+}

@@ -1,0 +1,111 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// gateway is the oncegate process under test: started, killed and
+// started again on the same configuration and store. Each start listens
+// on a fresh port; clients ask url() for the current one.
+type gateway struct {
+	bin, config string
+	env         []string
+	log         io.Writer
+	mu          sync.Mutex
+	cmd         *exec.Cmd
+	addr        string
+}
+
+// url is where the gateway listens now ("" while it is down).
+func (g *gateway) url() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.addr
+}
+
+// start runs `oncegate serve` and returns once it answers /readyz.
+func (g *gateway) start(ctx context.Context) error {
+	cmd := exec.Command(g.bin, "serve", "--config", g.config)
+	cmd.Env = append(os.Environ(), g.env...)
+	cmd.Stderr = g.log
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start the gateway: %w", err)
+	}
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if _, addr, ok := strings.Cut(sc.Text(), "listening on "); ok {
+				found <- strings.Fields(addr)[0]
+			}
+		}
+		close(found)
+	}()
+	var addr string
+	select {
+	case a, ok := <-found:
+		if !ok {
+			_ = cmd.Wait()
+			return fmt.Errorf("the gateway exited before it listened (its log is in the run's directory)")
+		}
+		addr = a
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return fmt.Errorf("the gateway did not listen within a minute")
+	}
+	for {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		res, err := http.Get(addr + "/readyz")
+		if err == nil {
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			if res.StatusCode == 200 {
+				break
+			}
+		}
+		time.Sleep(20 * time.Millisecond) // polls a process coming up; no event to wait on
+	}
+	g.mu.Lock()
+	g.cmd, g.addr = cmd, addr
+	g.mu.Unlock()
+	return nil
+}
+
+// kill ends the gateway with SIGKILL: no drain, no flush.
+func (g *gateway) kill() {
+	g.end(syscall.SIGKILL)
+}
+
+// stop ends the gateway gracefully.
+func (g *gateway) stop() {
+	g.end(syscall.SIGTERM)
+}
+
+func (g *gateway) end(sig syscall.Signal) {
+	g.mu.Lock()
+	cmd := g.cmd
+	g.cmd, g.addr = nil, ""
+	g.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(sig)
+	_ = cmd.Wait()
+}
