@@ -6,6 +6,7 @@
 // repository's root:
 //
 //	go run ./bench/chaos -requests 50000 -kills 20
+//	go run ./bench/chaos -requests 50000 -kills 20 -replicas 3
 package main
 
 import (
@@ -24,6 +25,8 @@ func main() {
 	workers := flag.Int("workers", 16, "clients at once")
 	kills := flag.Int("kills", 3, "SIGKILLs of the gateway, spread over the run (each followed by a restart)")
 	seed := flag.Uint64("seed", 1, "the seed that picks each request's client")
+	replicas := flag.Int("replicas", 1, "1: one gateway on SQLite; more: gateways on PostgreSQL (-postgres) and a Redis of the soak's own, restarted at every third kill")
+	pg := flag.String("postgres", envOr("ONCEGATE_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL for -replicas > 1 (a schema of the soak's own is created and dropped)")
 	keep := flag.Bool("keep", false, "keep the run's directory (configuration, ledger, gateway log) and print where it is")
 	flag.Parse()
 	dir, err := os.MkdirTemp("", "oncegate-chaos")
@@ -42,7 +45,7 @@ func main() {
 		fail(fmt.Errorf("go build ./cmd/oncegate: %w", err))
 	}
 	rep, err := chaos.Run(context.Background(), chaos.Config{Binary: bin, Dir: dir, Requests: *requests, Workers: *workers, Kills: *kills,
-		Seed: *seed, Progress: os.Stdout})
+		Seed: *seed, Progress: os.Stdout, Replicas: *replicas, Postgres: *pg})
 	if err != nil {
 		fail(err)
 	}
@@ -56,4 +59,11 @@ func main() {
 func fail(err error) {
 	fmt.Fprintln(os.Stderr, "chaos:", err)
 	os.Exit(1)
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
 }

@@ -15,6 +15,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,7 +24,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/oncegate/oncegate/internal/gw"
+	"github.com/oncegate/oncegate/internal/ledger/postgres"
 	"github.com/oncegate/oncegate/internal/ledger/sqlite"
 	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/policy"
@@ -34,10 +37,16 @@ import (
 type Config struct {
 	// Binary is the oncegate binary to run; Dir holds the run's files.
 	Binary, Dir string
-	// Requests logical requests from Workers clients at once; the
-	// gateway is SIGKILLed Kills times, spread over the run.
+	// Requests logical requests from Workers clients at once; a gateway
+	// is SIGKILLed Kills times, spread over the run.
 	Requests, Workers, Kills int
 	Seed                     uint64
+	// Replicas is 1 (one gateway on SQLite) or more: gateways on the
+	// PostgreSQL database Postgres names (in a schema of the soak's own)
+	// coordinating through a Redis of the soak's own, which the driver
+	// restarts at every third kill.
+	Replicas int
+	Postgres string
 	// Progress, when set, gets a line per kill.
 	Progress io.Writer
 }
@@ -52,6 +61,8 @@ type Row struct {
 // Report is a soak's outcome.
 type Report struct {
 	Requests, Kills int
+	Replicas        int
+	RedisRestarts   int
 	Answered        int   // logical requests a client got a whole answer for
 	Calls           int64 // upstream calls the mock received
 	Receipts        int
@@ -71,7 +82,11 @@ func (r *Report) Violations() int {
 
 // Print writes the report as a table.
 func (r *Report) Print(w io.Writer) {
-	fmt.Fprintf(w, "%d logical requests (%d answered), %d kills, %d upstream calls, %d receipts\n\n", r.Requests, r.Answered, r.Kills, r.Calls, r.Receipts)
+	topology := "1 gateway on SQLite"
+	if r.Replicas > 1 {
+		topology = fmt.Sprintf("%d gateways on PostgreSQL and Redis, Redis restarted %d times", r.Replicas, r.RedisRestarts)
+	}
+	fmt.Fprintf(w, "%s: %d logical requests (%d answered), %d kills, %d upstream calls, %d receipts\n\n", topology, r.Requests, r.Answered, r.Kills, r.Calls, r.Receipts)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "invariant\tchecked\tviolations\tnote")
 	for _, row := range r.Rows {
@@ -94,7 +109,8 @@ const (
 // that hangs end, and a short lease so that recovery is quick.
 const configTemplate = `
 listen: 127.0.0.1:0
-store: sqlite://LEDGER
+store: STORE
+coordination: COORD
 tenants: [{id: chaos, api_key_env: CHAOS_KEY}]
 providers:
   - {id: oa, type: openai, base_url: "MOCK/v1", timeouts: {connect: 1s, first_byte: 2s, idle: 2s}}
@@ -137,8 +153,25 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	go func() { _ = m.Serve(ctx, ln) }()
-	ledgerPath := filepath.Join(cfg.Dir, "ledger.db")
-	yaml := strings.NewReplacer("MOCK", "http://"+ln.Addr().String(), "LEDGER", ledgerPath).Replace(configTemplate)
+	n := max(1, cfg.Replicas)
+	store, coordination := "sqlite://"+filepath.Join(cfg.Dir, "ledger.db"), "local"
+	var rds *redisServer
+	if n > 1 {
+		if cfg.Postgres == "" {
+			return nil, fmt.Errorf("%d replicas need a PostgreSQL database (Config.Postgres)", n)
+		}
+		sc, err := newSchema(ctx, cfg.Postgres)
+		if err != nil {
+			return nil, err
+		}
+		defer sc.drop()
+		if rds, err = newRedis(cfg.Dir); err != nil {
+			return nil, err
+		}
+		defer rds.stop()
+		store, coordination = sc.url, rds.url()
+	}
+	yaml := strings.NewReplacer("MOCK", "http://"+ln.Addr().String(), "STORE", `"`+store+`"`, "COORD", `"`+coordination+`"`).Replace(configTemplate)
 	cfgPath := filepath.Join(cfg.Dir, "oncegate.yaml")
 	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
 		return nil, err
@@ -152,13 +185,29 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	defer logf.Close()
-	g := &gateway{bin: cfg.Binary, config: cfgPath, env: []string{"CHAOS_KEY=" + apiKey}, log: logf}
-	if err := g.start(ctx); err != nil {
-		return nil, err
+	gws := make([]*gateway, n)
+	for i := range gws {
+		gws[i] = &gateway{bin: cfg.Binary, config: cfgPath, env: []string{"CHAOS_KEY=" + apiKey}, log: logf}
+		if err := gws[i].start(ctx); err != nil {
+			return nil, err
+		}
+		defer gws[i].stop()
 	}
-	defer g.stop()
+	var pickMu sync.Mutex
+	pickRng := rand.New(rand.NewPCG(cfg.Seed, 0x91c4))
+	// pick is a gateway that is up, at random; "" while none is.
+	pick := func() string {
+		pickMu.Lock()
+		defer pickMu.Unlock()
+		for _, i := range pickRng.Perm(n) {
+			if u := gws[i].url(); u != "" {
+				return u
+			}
+		}
+		return ""
+	}
 
-	rep := &Report{Requests: cfg.Requests}
+	rep := &Report{Requests: cfg.Requests, Replicas: n}
 	outcomes := make([]outcome, cfg.Requests)
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0xc4a05))
 	kindOf := make([]string, cfg.Requests)
@@ -175,10 +224,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 				if i >= cfg.Requests || ctx.Err() != nil {
 					return
 				}
-				base := g.url()
-				for base == "" && ctx.Err() == nil { // the gateway is restarting
+				base := pick()
+				for base == "" && ctx.Err() == nil { // every gateway is restarting
 					time.Sleep(10 * time.Millisecond)
-					base = g.url()
+					base = pick()
 				}
 				rctx, rcancel := context.WithTimeout(ctx, 60*time.Second)
 				outcomes[i] = do(rctx, base, apiKey, kindOf[i], i)
@@ -198,10 +247,23 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		for done.Load() < at && ctx.Err() == nil {
 			<-progressed
 		}
+		g := gws[rng.IntN(n)]
 		g.kill()
 		rep.Kills++
 		if cfg.Progress != nil {
 			fmt.Fprintf(cfg.Progress, "kill %d after %d requests\n", k, done.Load())
+		}
+		if rds != nil && k%3 == 0 {
+			rds.stop()
+			rep.RedisRestarts++
+			if cfg.Progress != nil {
+				fmt.Fprintf(cfg.Progress, "Redis restarted\n")
+			}
+			if err := rds.start(); err != nil {
+				cancel()
+				wg.Wait()
+				return nil, err
+			}
 		}
 		if err := g.start(ctx); err != nil {
 			cancel()
@@ -210,28 +272,92 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	wg.Wait()
-	// A last restart settles what the last kill left in progress.
-	g.kill()
-	if err := g.start(ctx); err != nil {
+	// A last restart of every gateway settles what the kills left in
+	// progress.
+	for _, g := range gws {
+		g.kill()
+		if err := g.start(ctx); err != nil {
+			return nil, err
+		}
+	}
+	st, err := openStore(ctx, store)
+	if err != nil {
 		return nil, err
 	}
-	if err := settled(ctx, ledgerPath); err != nil {
+	defer st.Close()
+	if err := settled(ctx, st); err != nil {
 		return nil, err
 	}
-	return check(ctx, rep, outcomes, m, pol, g, ledgerPath)
+	return check(ctx, rep, outcomes, m, pol, gws[0], st)
+}
+
+// readStore is what the checker reads of the ledger.
+type readStore interface {
+	Receipts(ctx context.Context, tenant string, limit int, after string) ([][]byte, error)
+	Close() error
+	inProgress(ctx context.Context) (int, error)
+}
+
+// openStore opens the soak's ledger to read.
+func openStore(ctx context.Context, store string) (readStore, error) {
+	if path, ok := strings.CutPrefix(store, "sqlite://"); ok {
+		st, err := sqlite.OpenReadOnly(path)
+		if err != nil {
+			return nil, err
+		}
+		db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+		if err != nil {
+			_ = st.Close()
+			return nil, err
+		}
+		return &sqliteRead{Store: st, db: db}, nil
+	}
+	st, err := postgres.OpenReadOnly(ctx, store)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := pgx.Connect(ctx, store)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return &postgresRead{Store: st, conn: conn}, nil
+}
+
+type sqliteRead struct {
+	*sqlite.Store
+	db *sql.DB
+}
+
+func (s *sqliteRead) inProgress(ctx context.Context) (n int, err error) {
+	err = s.db.QueryRowContext(ctx, `SELECT count(*) FROM requests WHERE state = 'in_progress'`).Scan(&n)
+	return n, err
+}
+
+func (s *sqliteRead) Close() error { _ = s.db.Close(); return s.Store.Close() }
+
+type postgresRead struct {
+	*postgres.Store
+	conn *pgx.Conn
+}
+
+func (s *postgresRead) inProgress(ctx context.Context) (n int, err error) {
+	err = s.conn.QueryRow(ctx, `SELECT count(*) FROM requests WHERE state = 'in_progress'`).Scan(&n)
+	return n, err
+}
+
+func (s *postgresRead) Close() error {
+	_ = s.conn.Close(context.Background())
+	s.Store.Close()
+	return nil
 }
 
 // settled waits until the ledger holds no request in progress.
-func settled(ctx context.Context, path string) error {
-	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
-	if err != nil {
-		return err
-	}
-	defer db.Close()
+func settled(ctx context.Context, st readStore) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		var n int
-		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM requests WHERE state = 'in_progress'`).Scan(&n); err != nil {
+		n, err := st.inProgress(ctx)
+		if err != nil {
 			return fmt.Errorf("read the ledger: %w", err)
 		}
 		if n == 0 {
@@ -240,18 +366,13 @@ func settled(ctx context.Context, path string) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%d requests still in progress two minutes after the last restart", n)
 		}
-		time.Sleep(50 * time.Millisecond) // recovery runs in the gateway; no event reaches this process
+		time.Sleep(50 * time.Millisecond) // recovery runs in the gateways; no event reaches this process
 	}
 }
 
 // check reads the mock's counts, the ledger's receipts and the clients'
 // outcomes, and fills the report's rows.
-func check(ctx context.Context, rep *Report, outcomes []outcome, m *mock.Mock, pol *policy.Policy, g *gateway, ledgerPath string) (*Report, error) {
-	st, err := sqlite.OpenReadOnly(ledgerPath)
-	if err != nil {
-		return nil, err
-	}
-	defer st.Close()
+func check(ctx context.Context, rep *Report, outcomes []outcome, m *mock.Mock, pol *policy.Policy, g *gateway, st readStore) (*Report, error) {
 	receipts := map[string]*receipt.Receipt{}
 	for after := ""; ; {
 		page, err := st.Receipts(ctx, tenant, 500, after)
@@ -275,8 +396,21 @@ func check(ctx context.Context, rep *Report, outcomes []outcome, m *mock.Mock, p
 			break
 		}
 	}
-	rep.Receipts = len(receipts)
 	stats := m.Stats()
+	// A request settled by a gateway that died before it rebuilt the
+	// receipt has none stored yet: the API rebuilds it on demand, as it
+	// does for any client that asks (docs/identity.md).
+	onDemand := 0
+	for id := range stats.ByRequestID {
+		if receipts[id] != nil {
+			continue
+		}
+		if r, err := fetchReceipt(ctx, g.url(), id); err == nil {
+			receipts[id] = r
+			onDemand++
+		}
+	}
+	rep.Receipts = len(receipts)
 	rep.Calls = stats.Requests
 	example := func(format string, args ...any) {
 		if len(rep.Examples) < 10 {
@@ -308,7 +442,8 @@ func check(ctx context.Context, rep *Report, outcomes []outcome, m *mock.Mock, p
 			example("%s: %d upstream calls and no receipt", id, c.Requests)
 		}
 	}
-	calls.Note = fmt.Sprintf("%d calls, %d attempts; %d dispatched attempts cut by a kill before they were sent", rep.Calls, attempts, cut)
+	calls.Note = fmt.Sprintf("%d calls, %d attempts; %d dispatched attempts cut by a kill before they were sent; %d receipts rebuilt on demand",
+		rep.Calls, attempts, cut, onDemand)
 	rep.Rows = append(rep.Rows, calls)
 
 	// 2. At most one committed answer per logical request.
@@ -397,4 +532,30 @@ func check(ctx context.Context, rep *Report, outcomes []outcome, m *mock.Mock, p
 	}
 	rep.Rows = append(rep.Rows, replay, blind)
 	return rep, nil
+}
+
+// fetchReceipt asks the gateway for a receipt, as a client would.
+func fetchReceipt(ctx context.Context, base, id string) (*receipt.Receipt, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", base+"/v1/receipts/"+id, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		return nil, err
+	}
+	if res.StatusCode != 200 {
+		return nil, fmt.Errorf("GET receipt %s: %d %s", id, res.StatusCode, firstLine(b))
+	}
+	r, err := receipt.Parse(b)
+	if err != nil {
+		return nil, err
+	}
+	return r, r.Seal()
 }

@@ -17,6 +17,27 @@ func TestShortSoak(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds cmd/oncegate and runs a soak")
 	}
+	soak(t, 1, "")
+}
+
+// TestShortSoakThreeReplicas is the same through three gateways on
+// PostgreSQL and a Redis of the soak's own: three kills of random
+// replicas, and Redis restarted at the third.
+func TestShortSoakThreeReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds cmd/oncegate and runs a soak")
+	}
+	pg := os.Getenv("ONCEGATE_TEST_POSTGRES")
+	if pg == "" {
+		t.Skip("ONCEGATE_TEST_POSTGRES is not set: no PostgreSQL for the replicas (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable)")
+	}
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("redis-server is not installed: the soak restarts a Redis of its own")
+	}
+	soak(t, 3, pg)
+}
+
+func soak(t *testing.T, replicas int, pg string) {
 	n := 2000
 	if v, err := strconv.Atoi(os.Getenv("CHAOS_REQUESTS")); err == nil && v > 0 {
 		n = v
@@ -27,14 +48,15 @@ func TestShortSoak(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	var progress bytes.Buffer
-	rep, err := Run(context.Background(), Config{Binary: bin, Dir: dir, Requests: n, Workers: 16, Kills: 3, Seed: 1, Progress: &progress})
+	rep, err := Run(context.Background(), Config{Binary: bin, Dir: dir, Requests: n, Workers: 16, Kills: 3, Seed: 1, Progress: &progress,
+		Replicas: replicas, Postgres: pg})
 	if err != nil {
 		t.Fatalf("soak: %v\n%s", err, progress.String())
 	}
 	var out bytes.Buffer
 	rep.Print(&out)
 	t.Log("\n" + out.String())
-	if rep.Kills < 3 || rep.Requests < n {
+	if rep.Kills < 3 || rep.Requests < n || (replicas > 1 && rep.RedisRestarts < 1) {
 		t.Fatalf("the soak ran %d requests with %d kills", rep.Requests, rep.Kills)
 	}
 	for _, row := range rep.Rows {

@@ -46,8 +46,10 @@ type outcome struct {
 func do(ctx context.Context, base, apiKey, kind string, i int) outcome {
 	o := outcome{kind: kind, prompt: fmt.Sprintf("Chaos request %d: tell me something.", i)}
 	var hdr http.Header
+	// The headers of the last response the client got: an SDK that
+	// retried a 503 reads its answer from the last.
 	keep := func(r *http.Response) {
-		if r != nil && hdr == nil {
+		if r != nil && r.Header != nil {
 			hdr = r.Header.Clone()
 		}
 	}
@@ -126,7 +128,9 @@ func do(ctx context.Context, base, apiKey, kind string, i int) outcome {
 		// reloaded would: the second must be the first's answer.
 		for range 2 {
 			st, b, h, err := post(ctx, base, apiKey, o.key, chatBody(o.prompt, o.stream))
-			keep(&http.Response{Header: h})
+			if h.Get("X-Oncegate-Request-Id") != "" {
+				keep(&http.Response{Header: h})
+			}
 			if err != nil {
 				o.err = err.Error()
 				continue

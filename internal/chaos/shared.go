@@ -1,0 +1,103 @@
+package chaos
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/url"
+	"os/exec"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// schema is a PostgreSQL schema of the soak's own; drop removes it.
+type schema struct {
+	url  string // the store URL, with the schema as its search_path
+	drop func()
+}
+
+func newSchema(ctx context.Context, base string) (*schema, error) {
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	name := "chaos_" + hex.EncodeToString(b)
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+name); err != nil {
+		return nil, err
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		return nil, err
+	}
+	q := u.Query()
+	q.Set("search_path", name)
+	u.RawQuery = q.Encode()
+	return &schema{url: u.String(), drop: func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if c, err := pgx.Connect(ctx, base); err == nil {
+			_, _ = c.Exec(ctx, "DROP SCHEMA "+name+" CASCADE")
+			_ = c.Close(ctx)
+		}
+	}}, nil
+}
+
+// redisServer is a redis-server of the soak's own, which the driver
+// restarts (empty: it keeps nothing) to take the fleet's coordination
+// away and give it back.
+type redisServer struct {
+	port int
+	dir  string
+	cmd  *exec.Cmd
+}
+
+func newRedis(dir string) (*redisServer, error) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		return nil, fmt.Errorf("the three-replica soak restarts a Redis of its own: %w", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	r := &redisServer{port: ln.Addr().(*net.TCPAddr).Port, dir: dir}
+	_ = ln.Close()
+	return r, r.start()
+}
+
+func (r *redisServer) url() string { return fmt.Sprintf("redis://127.0.0.1:%d/0", r.port) }
+
+// start starts the server and waits until it answers.
+func (r *redisServer) start() error {
+	r.cmd = exec.Command("redis-server", "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", r.dir, "--logfile", "")
+	if err := r.cmd.Start(); err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	rdb := goredis.NewClient(&goredis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", r.port)})
+	defer rdb.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for rdb.Ping(context.Background()).Err() != nil {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("redis-server did not answer within 10s")
+		}
+		time.Sleep(20 * time.Millisecond) // a process coming up: no event to wait on
+	}
+	return nil
+}
+
+// stop kills the server: nothing is saved.
+func (r *redisServer) stop() {
+	if r.cmd != nil && r.cmd.Process != nil {
+		_ = r.cmd.Process.Kill()
+		_ = r.cmd.Wait()
+		r.cmd = nil
+	}
+}
