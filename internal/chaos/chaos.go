@@ -129,8 +129,10 @@ lease: {ttl: 3s, renew: 1s}
 log: {level: warn}
 `
 
-// faults is the mock's script: a fifth of the calls fail, each way the
-// mock can fail a chat call.
+// faults is the mock's script: about a quarter of the calls fail, each
+// way the mock can fail a chat call but those that refuse the request
+// itself (context length, content policy: a client's error, never
+// retried, which would only make answers rarer).
 var faults = mock.Script{Rules: []mock.Rule{
 	{Percent: 5, Fault: mock.Fault{Type: mock.FaultStatus, Status: 500}},
 	{Percent: 4, Fault: mock.Fault{Type: mock.FaultStatus, Status: 429, RetryAfter: "0"}},
@@ -140,6 +142,12 @@ var faults = mock.Script{Rules: []mock.Rule{
 	{Percent: 1, Fault: mock.Fault{Type: mock.FaultHang}},
 	{Percent: 2, Fault: mock.Fault{Type: mock.FaultSlowFirstToken, DelayMS: 300}},
 	{Percent: 1, Fault: mock.Fault{Type: mock.FaultStatus, Status: 503}},
+	{Percent: 1, Fault: mock.Fault{Type: mock.FaultSilentClose, DelayMS: 100}},
+	{Percent: 1, Fault: mock.Fault{Type: mock.FaultMalformedAfter, After: 2}},
+	{Percent: 1, Fault: mock.Fault{Type: mock.FaultNoDone}},
+	{Percent: 1, Fault: mock.Fault{Type: mock.FaultStreamError, After: 2}},
+	{Percent: 1, Fault: mock.Fault{Type: mock.FaultGarbage}},
+	{Percent: 1, Fault: mock.Fault{Type: mock.FaultQuota}},
 }}
 
 // Run soaks the gateway and checks the invariants.
