@@ -287,3 +287,22 @@ func TestSealIsStableAndCoversEverything(t *testing.T) {
 		t.Fatal("a replay count change must change receipt_sha256")
 	}
 }
+
+// An attempt whose clock readings came back out of order — the wall
+// clock stepped while it ran — is recorded with its times in order, and
+// its receipt verifies.
+func TestAttemptTimesStayInOrderWhenTheClockSteps(t *testing.T) {
+	p := loadExample(t)
+	r := record(t, p.Alias("chat"), header(3100), []step{
+		{start: 1000, firstByte: 900, observed: 800, kind: gw.KindOK, status: 200, usage: gw.Usage{InputTokens: 3100, OutputTokens: 600}},
+	})
+	a := r.Attempts[0]
+	if a.FirstByteAt == nil || a.FirstByteAt.Before(a.StartedAt) || a.ObservedAt.Before(*a.FirstByteAt) {
+		t.Fatalf("started %v, first byte %v, observed %v", a.StartedAt, a.FirstByteAt, a.ObservedAt)
+	}
+	for _, d := range Verify(p, r) {
+		if d.Code == DriftTimeOrder {
+			t.Fatalf("verify: %s", d)
+		}
+	}
+}

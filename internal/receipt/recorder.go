@@ -137,6 +137,12 @@ func (rc *Recorder) ObservePair(primary, hedge Observation, hedgeDecision retry.
 	return d, nil
 }
 
+// attempt records an observed attempt. Its first byte and observation
+// are placed after its start by how long they came after it, measured on
+// the monotonic clock when the observation's times carry its reading: the
+// wall clock may step back or forward while an attempt runs (NTP), and a
+// receipt's times keep their order whatever it does (the chaos soak saw
+// one attempt in 57,000 with a first byte "before" its start).
 func (rc *Recorder) attempt(prev retry.Decision, route *policy.Route, o Observation) Attempt {
 	n := len(rc.R.Attempts) + 1
 	routeN := 1
@@ -148,14 +154,14 @@ func (rc *Recorder) attempt(prev retry.Decision, route *policy.Route, o Observat
 	a := Attempt{Ordinal: n, Route: route.ID, RouteOrdinal: routeN, Provider: route.Provider.ID,
 		UpstreamModel: route.Model, Release: route.Release, DataBoundary: route.Boundary.String(),
 		Purpose: string(prev.Purpose()), RequestSHA256: rc.R.RequestSHA256,
-		NotBefore: prev.NotBefore.UTC(), StartedAt: o.StartedAt.UTC(), ObservedAt: o.ObservedAt.UTC(),
+		NotBefore: prev.NotBefore.UTC(), StartedAt: o.StartedAt.UTC(), ObservedAt: o.StartedAt.UTC().Add(max(0, o.ObservedAt.Sub(o.StartedAt))),
 		JitterMS: prev.JitterMS, OutcomeClass: string(o.Kind.Class()), Kind: string(o.Kind), Cause: string(o.Cause),
 		HTTPStatus: o.HTTPStatus, VisibleOutput: o.VisibleOutput, EmittedTokens: o.EmittedTokens,
 		InToolCall: o.InToolCall, ProtocolWarnings: o.ProtocolWarnings, Usage: o.Usage,
 		UsageEstimated: o.UsageEstimated, CostUSD: route.Price.Cost(o.Usage).USD(),
 		ReservedUSD: prev.Reserve.USD(), Breaker: o.Breaker, Error: o.Error, Reconciled: o.Reconciled, Orphans: o.Orphans}
 	if o.FirstByteAt != nil {
-		fb := o.FirstByteAt.UTC()
+		fb := o.StartedAt.UTC().Add(min(max(0, o.FirstByteAt.Sub(o.StartedAt)), a.ObservedAt.Sub(a.StartedAt)))
 		a.FirstByteAt = &fb
 	}
 	if o.RetryAfter != nil {
