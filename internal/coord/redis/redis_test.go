@@ -196,18 +196,7 @@ func TestABreakerOpenedOnOneGatewayIsOpenOnAll(t *testing.T) {
 func TestHalfOpenProbesAreFleetWide(t *testing.T) {
 	cfg := breakerCfg
 	cfg.OpenFor = 300 * time.Millisecond
-	a, b := pair(t, redistest.URL(t), 5*time.Second)
-	ba, bb := a.NewBreakers(cfg, []string{"r"}), b.NewBreakers(cfg, []string{"r"})
-	for range 4 {
-		tk, _ := ba.Acquire("r")
-		ba.Done("r", tk, breaker.Failure)
-	}
-	waitFor(t, "open everywhere", func() bool {
-		open := false
-		bb.States(func(_ string, st breaker.State, gen int64) { open = st != breaker.Closed && gen > 1 })
-		return open
-	})
-	waitFor(t, "half-open", func() bool { return bb.Allows("r") })
+	ba, bb := halfOpenPair(t, cfg)
 	tk, ok := ba.Acquire("r")
 	if !ok || !tk.Probe() {
 		t.Fatalf("the first probe: %+v %v", tk, ok)
@@ -227,18 +216,7 @@ func TestHalfOpenProbesAreFleetWide(t *testing.T) {
 func TestProbeVerdictsAreCountedFleetWide(t *testing.T) {
 	cfg := breakerCfg
 	cfg.OpenFor, cfg.HalfOpenProbes = 300*time.Millisecond, 3
-	a, b := pair(t, redistest.URL(t), 5*time.Second)
-	ba, bb := a.NewBreakers(cfg, []string{"r"}), b.NewBreakers(cfg, []string{"r"})
-	for range 4 {
-		tk, _ := ba.Acquire("r")
-		ba.Done("r", tk, breaker.Failure)
-	}
-	waitFor(t, "open everywhere", func() bool {
-		open := false
-		bb.States(func(_ string, st breaker.State, gen int64) { open = st != breaker.Closed && gen > 1 })
-		return open
-	})
-	waitFor(t, "half-open", func() bool { return bb.Allows("r") })
+	ba, bb := halfOpenPair(t, cfg)
 	p1, ok1 := ba.Acquire("r")
 	p2, ok2 := bb.Acquire("r")
 	p3, ok3 := ba.Acquire("r")
@@ -304,6 +282,25 @@ func probeState(b *Breakers) (breaker.State, int64) {
 	var gen int64
 	b.States(func(_ string, s breaker.State, g int64) { st, gen = s, g })
 	return st, gen
+}
+
+// halfOpenPair is two gateways sharing breaker "r" under cfg, opened by
+// failures one of them saw and half-open again for both.
+func halfOpenPair(t *testing.T, cfg breaker.Config) (ba, bb *Breakers) {
+	t.Helper()
+	a, b := pair(t, redistest.URL(t), 5*time.Second)
+	ba, bb = a.NewBreakers(cfg, []string{"r"}), b.NewBreakers(cfg, []string{"r"})
+	for range cfg.MinRequests {
+		tk, _ := ba.Acquire("r")
+		ba.Done("r", tk, breaker.Failure)
+	}
+	waitFor(t, "open everywhere", func() bool {
+		open := false
+		bb.States(func(_ string, st breaker.State, gen int64) { open = st != breaker.Closed && gen > 1 })
+		return open
+	})
+	waitFor(t, "half-open", func() bool { return bb.Allows("r") })
+	return ba, bb
 }
 
 // Two gateways together take no more retries than ratio × first attempts
