@@ -30,6 +30,7 @@ import (
 	"github.com/oncegate/oncegate/internal/ledger/sqlite"
 	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/policy"
+	"github.com/oncegate/oncegate/internal/provider"
 	"github.com/oncegate/oncegate/internal/receipt"
 )
 
@@ -488,10 +489,32 @@ func check(ctx context.Context, rep *Report, outcomes []outcome, m *mock.Mock, p
 	has := Row{Invariant: "every answered logical request has its receipt"}
 	clean := Row{Invariant: "every answer a client read is one clean generation"}
 	for i, o := range outcomes {
+		if o.ok {
+			rep.Answered++
+		}
+		if o.kind == kindConversation {
+			// Every answered turn: its receipt, and the answer to the
+			// conversation as it stood, generated once.
+			var history []provider.Message
+			for k, tn := range o.turns {
+				history = append(history, provider.Message{Role: provider.RoleUser, Parts: []provider.Part{{Type: provider.PartText, Text: tn.input}}})
+				has.Checked++
+				if tn.requestID == "" || receipts[tn.requestID] == nil {
+					has.Violations++
+					example("conversation %d turn %d: answered, request id %q, no receipt", i, k+1, tn.requestID)
+				}
+				clean.Checked++
+				if want := mock.Answer(0, &provider.Request{Messages: history}, tokens); tn.text != want {
+					clean.Violations++
+					example("conversation %d turn %d: read %q, one generation is %q", i, k+1, tn.text, want)
+				}
+				history = append(history, provider.Message{Role: provider.RoleAssistant, Parts: []provider.Part{{Type: provider.PartText, Text: tn.text}}})
+			}
+			continue
+		}
 		if !o.ok {
 			continue
 		}
-		rep.Answered++
 		has.Checked++
 		if o.requestID == "" || receipts[o.requestID] == nil {
 			has.Violations++
@@ -505,7 +528,30 @@ func check(ctx context.Context, rep *Report, outcomes []outcome, m *mock.Mock, p
 	}
 	rep.Rows = append(rep.Rows, has, clean)
 
-	// 6. Every key, POSTed again after the run: an answer comes back
+	// 6. Conversations: every committed turn has as many assistant turns
+	// as user turns before it, and no response has two committed
+	// continuations.
+	turns := Row{Invariant: "conversations: assistant ÷ user turns = 1, no branches"}
+	children := map[string]string{}
+	for id, r := range receipts {
+		c := r.Conversation
+		if c == nil || r.Terminal != string(gw.TerminalSucceeded) {
+			continue
+		}
+		turns.Checked++
+		if c.UserTurns != c.AssistantTurns || c.UserTurns != c.Turn {
+			turns.Violations++
+			example("%s: turn %d with %d user and %d assistant turns", id, c.Turn, c.UserTurns, c.AssistantTurns)
+		}
+		if other, ok := children[c.PreviousResponseID]; ok && c.PreviousResponseID != "" && other != c.ResponseID {
+			turns.Violations++
+			example("%s: response %s has two committed continuations, %s and %s", id, c.PreviousResponseID, other, c.ResponseID)
+		}
+		children[c.PreviousResponseID] = c.ResponseID
+	}
+	rep.Rows = append(rep.Rows, turns)
+
+	// 7. Every key, POSTed again after the run: an answer comes back
 	// byte for byte, anything else as it ended — and no provider is
 	// called again (no indeterminate request is re-sent blind).
 	replay := Row{Invariant: "acknowledged answers replay byte for byte"}

@@ -14,6 +14,7 @@ import (
 	anopt "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/openai/openai-go/v3"
 	oaopt "github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
 )
 
 // The kinds of client a logical request comes from.
@@ -24,9 +25,18 @@ const (
 	kindAnthropicSSE = "anthropic-sdk stream"
 	kindKeyedRePOST  = "raw keyed json, re-POSTed"
 	kindKeyedStream  = "raw keyed stream"
+	kindConversation = "openai-sdk conversation"
 )
 
-var kinds = []string{kindOpenAIJSON, kindOpenAIStream, kindAnthropic, kindAnthropicSSE, kindKeyedRePOST, kindKeyedStream}
+var kinds = []string{kindOpenAIJSON, kindOpenAIStream, kindAnthropic, kindAnthropicSSE, kindKeyedRePOST, kindKeyedStream, kindConversation}
+
+// conversationTurns is how many turns a conversation client takes.
+const conversationTurns = 3
+
+// turn is one answered turn of a conversation.
+type turn struct {
+	input, text, responseID, requestID string
+}
 
 // outcome is what one user action's client saw.
 type outcome struct {
@@ -39,6 +49,8 @@ type outcome struct {
 	body      []byte
 	requestID string
 	err       string
+	// turns are a conversation's answered turns, in order.
+	turns []turn
 }
 
 // do sends logical request i as its kind's client would, to the gateway
@@ -121,6 +133,36 @@ func do(ctx context.Context, base, apiKey, kind string, i int) outcome {
 		if o.err == "" && len(msg.Content) == 1 && msg.StopReason == "end_turn" {
 			o.ok, o.text = true, msg.Content[0].Text
 		}
+	case kindConversation:
+		// A conversation on /v1/responses: the first turn under a key,
+		// the next ones continuing it (the SDK's own retries of those are
+		// found by their body on their parent).
+		prev := ""
+		for k := 1; k <= conversationTurns; k++ {
+			input := fmt.Sprintf("Chaos conversation %d, turn %d.", i, k)
+			opts := []oaopt.RequestOption{oaopt.WithBaseURL(base + "/v1"), oaopt.WithAPIKey(apiKey), oaMiddleware}
+			if prev == "" {
+				opts = append(opts, oaopt.WithHeader("Idempotency-Key", fmt.Sprintf("chaos-conversation-%d", i)))
+			}
+			c := openai.NewClient(opts...)
+			p := responses.ResponseNewParams{Model: "chat", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String(input)}}
+			if prev != "" {
+				p.PreviousResponseID = openai.String(prev)
+			}
+			hdr = nil
+			res, err := c.Responses.New(ctx, p)
+			if err != nil {
+				o.err = err.Error()
+				break
+			}
+			t := turn{input: input, text: res.OutputText(), responseID: res.ID}
+			if hdr != nil {
+				t.requestID = hdr.Get("X-Oncegate-Request-Id")
+			}
+			o.turns = append(o.turns, t)
+			prev = res.ID
+		}
+		o.ok = len(o.turns) == conversationTurns
 	case kindKeyedRePOST, kindKeyedStream:
 		o.key = fmt.Sprintf("chaos-%d", i)
 		o.stream = kind == kindKeyedStream
