@@ -114,16 +114,16 @@ func Opens(cfg Config, ok, failed, inflight int64) bool {
 }
 
 // ProbeVerdicts is how many of a half-open breaker's probes decide it:
-// failAt failures re-open it, closeAt successes close it. They follow
-// failure_ratio over the half_open_probes (failAt = ⌈ratio × probes⌉, at
-// least one), so that probes judge a route as the closed breaker does: a
-// provider failing 30 % of calls is closed again by two successes of
-// three probes at ratio 0.5, not re-opened by its first failure (which,
-// failing faster than an answer arrives, would usually come first).
+// failAt failures re-open it, closeAt successes (one) close it. failAt
+// follows failure_ratio over the half_open_probes (⌈ratio × probes⌉, at
+// least one), so that a provider failing 30 % of calls is not shut out
+// again by its first failed probe — which, a failure coming back faster
+// than an answer, would usually be the first outcome in — while the
+// first answer still gives the route back at once.
 func ProbeVerdicts(cfg Config) (failAt, closeAt int) {
 	probes := max(1, cfg.HalfOpenProbes)
 	failAt = min(probes, max(1, int(math.Ceil(cfg.FailureRatio*float64(probes)-1e-9))))
-	return failAt, probes - failAt + 1
+	return failAt, 1
 }
 
 func New(cfg Config, clk clock.Clock) *Breaker {

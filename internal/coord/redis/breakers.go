@@ -138,7 +138,7 @@ end
 return {0, 0, st, gen, opened}`)
 
 // scriptBreakerProbe reports a probe's outcome, counted fleet-wide:
-// closeAt successes close the breaker, failAt failures re-open it
+// closeAt successes (one) close the breaker, failAt failures re-open it
 // (breaker.ProbeVerdicts). ARGV: now ms, gen, outcome (0 success, 1
 // failure, 2 ignore), open_for ms, failAt, closeAt. Returns state, gen,
 // opened.
