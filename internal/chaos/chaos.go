@@ -174,7 +174,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, err
 		}
 		defer sc.drop()
-		if rds, err = newRedis(cfg.Dir); err != nil {
+		if rds, err = newRedis(ctx, cfg.Dir); err != nil {
 			return nil, err
 		}
 		defer rds.stop()
@@ -234,8 +234,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 					return
 				}
 				base := pick()
-				for base == "" && ctx.Err() == nil { // every gateway is restarting
-					time.Sleep(10 * time.Millisecond)
+				for base == "" && pause(ctx, 10*time.Millisecond) { // every gateway is restarting
 					base = pick()
 				}
 				rctx, rcancel := context.WithTimeout(ctx, 60*time.Second)
@@ -254,7 +253,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for k := 1; k <= cfg.Kills; k++ {
 		at := int64(k * cfg.Requests / (cfg.Kills + 1))
 		for done.Load() < at && ctx.Err() == nil {
-			<-progressed
+			select {
+			case <-progressed:
+			case <-ctx.Done():
+			}
 		}
 		g := gws[rng.IntN(n)]
 		g.kill()
@@ -268,7 +270,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			if cfg.Progress != nil {
 				fmt.Fprintf(cfg.Progress, "Redis restarted\n")
 			}
-			if err := rds.start(); err != nil {
+			if err := rds.start(ctx); err != nil {
 				cancel()
 				wg.Wait()
 				return nil, err
@@ -375,7 +377,10 @@ func settled(ctx context.Context, st readStore) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%d requests still in progress two minutes after the last restart", n)
 		}
-		time.Sleep(50 * time.Millisecond) // recovery runs in the gateways; no event reaches this process
+		// Recovery runs in the gateways; no event reaches this process.
+		if !pause(ctx, 50*time.Millisecond) {
+			return ctx.Err()
+		}
 	}
 }
 

@@ -69,9 +69,6 @@ func (g *gateway) start(ctx context.Context) error {
 		return fmt.Errorf("the gateway did not listen within a minute")
 	}
 	for {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
 		res, err := http.Get(addr + "/readyz")
 		if err == nil {
 			_, _ = io.Copy(io.Discard, res.Body)
@@ -80,7 +77,12 @@ func (g *gateway) start(ctx context.Context) error {
 				break
 			}
 		}
-		time.Sleep(20 * time.Millisecond) // polls a process coming up; no event to wait on
+		// A process coming up: no event to wait on, so it is polled.
+		if !pause(ctx, 20*time.Millisecond) {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return ctx.Err()
+		}
 	}
 	g.mu.Lock()
 	g.cmd, g.addr = cmd, addr
@@ -108,4 +110,17 @@ func (g *gateway) end(sig syscall.Signal) {
 	}
 	_ = cmd.Process.Signal(sig)
 	_ = cmd.Wait()
+}
+
+// pause waits d, or less if ctx ends first; it reports whether ctx is
+// still live.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

@@ -59,7 +59,7 @@ type redisServer struct {
 	cmd  *exec.Cmd
 }
 
-func newRedis(dir string) (*redisServer, error) {
+func newRedis(ctx context.Context, dir string) (*redisServer, error) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		return nil, fmt.Errorf("the three-replica soak restarts a Redis of its own: %w", err)
 	}
@@ -69,13 +69,13 @@ func newRedis(dir string) (*redisServer, error) {
 	}
 	r := &redisServer{port: ln.Addr().(*net.TCPAddr).Port, dir: dir}
 	_ = ln.Close()
-	return r, r.start()
+	return r, r.start(ctx)
 }
 
 func (r *redisServer) url() string { return fmt.Sprintf("redis://127.0.0.1:%d/0", r.port) }
 
-// start starts the server and waits until it answers.
-func (r *redisServer) start() error {
+// start starts the server and waits until it answers (at most 10 s).
+func (r *redisServer) start(ctx context.Context) error {
 	r.cmd = exec.Command("redis-server", "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--dir", r.dir, "--logfile", "")
 	if err := r.cmd.Start(); err != nil {
@@ -83,12 +83,13 @@ func (r *redisServer) start() error {
 	}
 	rdb := goredis.NewClient(&goredis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", r.port)})
 	defer rdb.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for rdb.Ping(context.Background()).Err() != nil {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("redis-server did not answer within 10s")
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for rdb.Ping(ctx).Err() != nil {
+		// A process coming up: no event to wait on, so it is polled.
+		if !pause(ctx, 20*time.Millisecond) {
+			return fmt.Errorf("redis-server did not answer within 10s: %w", ctx.Err())
 		}
-		time.Sleep(20 * time.Millisecond) // a process coming up: no event to wait on
 	}
 	return nil
 }
