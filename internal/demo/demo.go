@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/oncegate/oncegate/internal/gateway"
@@ -115,7 +116,12 @@ func requestBody() string {
 func Run(ctx context.Context, out io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	say := func(format string, args ...any) { fmt.Fprintf(out, "  "+format+"\n", args...) }
+	var sayMu sync.Mutex // the naive stack's two POSTs narrate at once
+	say := func(format string, args ...any) {
+		sayMu.Lock()
+		defer sayMu.Unlock()
+		fmt.Fprintf(out, "  "+format+"\n", args...)
+	}
 	fmt.Fprintln(out, "oncegate demo — docs/architecture.md's incident, compressed into a few seconds")
 	fmt.Fprintf(out, "  a %s-token prompt streams from the primary; the primary first answers 429 (Retry-After %sms),\n", "3,100", retryAfterMS)
 	fmt.Fprintf(out, "  then drops its stream after %d visible tokens; the mobile client gives up after %v and re-POSTs.\n\n", dropAfter, clientTimeout)
