@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/oncegate/oncegate/internal/gw"
+	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/postgres"
 	"github.com/oncegate/oncegate/internal/ledger/sqlite"
 	"github.com/oncegate/oncegate/internal/mock"
@@ -99,33 +101,55 @@ func (r *Report) Print(w io.Writer) {
 	}
 }
 
+// The soak's tenants: one plain, one that may use private routes only,
+// one with a daily cost ceiling the run exhausts.
 const (
-	apiKey = "sk-chaos-tenant"
-	tokens = 24
-	tenant = "chaos"
+	apiKey     = "sk-chaos-tenant"
+	privateKey = "sk-chaos-private"
+	cappedKey  = "sk-chaos-capped"
+	tokens     = 24
 )
 
 // configTemplate is the gateway under test: two routes on two protocols
-// (so resume and fallback translate), three attempts, short timeouts so
-// that hangs end, and a short lease so that recovery is quick.
+// (so resume and fallback translate) and a private one, three attempts,
+// short timeouts so that hangs end, and a short lease so that recovery is
+// quick; chat-metered caps each request's cost, and chat-stateful keeps
+// its conversations at the provider.
 const configTemplate = `
 listen: 127.0.0.1:0
 store: STORE
 coordination: COORD
-tenants: [{id: chaos, api_key_env: CHAOS_KEY}]
+tenants:
+  - {id: chaos, api_key_env: CHAOS_KEY}
+  - {id: chaos-private, api_key_env: CHAOS_PRIVATE_KEY, max_data_boundary: private}
+  - {id: chaos-capped, api_key_env: CHAOS_CAPPED_KEY, budget: {cost_usd_per_day: DAY_CEILING}}
 providers:
   - {id: oa, type: openai, base_url: "MOCK/v1", timeouts: {connect: 1s, first_byte: 2s, idle: 2s}}
   - {id: an, type: anthropic, base_url: "MOCK", timeouts: {connect: 1s, first_byte: 2s, idle: 2s}}
+  - {id: rs, type: openai-responses, base_url: "MOCK/v1", timeouts: {connect: 1s, first_byte: 2s, idle: 2s}}
 routes:
   - {id: primary, provider: oa, model: m-primary, behavior_class: c, data_boundary: external, max_attempts: 2,
      capabilities: {streaming: true, max_context_tokens: 100000, max_output_tokens: 4096}, price: {input_usd_per_mtok: 1, output_usd_per_mtok: 2}}
   - {id: fallback, provider: an, model: m-fallback, behavior_class: c, data_boundary: external, max_attempts: 2,
      capabilities: {streaming: true, max_context_tokens: 100000, max_output_tokens: 4096}, price: {input_usd_per_mtok: 1, output_usd_per_mtok: 2}}
+  - {id: inhouse, provider: oa, model: m-inhouse, behavior_class: c, data_boundary: private, max_attempts: 2,
+     capabilities: {streaming: true, max_context_tokens: 100000, max_output_tokens: 4096}, price: {input_usd_per_mtok: 1, output_usd_per_mtok: 2}}
+  - {id: rs-a, provider: rs, model: m-rs-a, behavior_class: s, data_boundary: external, max_attempts: 2,
+     capabilities: {streaming: true, max_context_tokens: 100000, max_output_tokens: 4096}, price: {input_usd_per_mtok: 1, output_usd_per_mtok: 2}}
+  - {id: rs-b, provider: rs, model: m-rs-b, behavior_class: s, data_boundary: external, max_attempts: 2,
+     capabilities: {streaming: true, max_context_tokens: 100000, max_output_tokens: 4096}, price: {input_usd_per_mtok: 1, output_usd_per_mtok: 2}}
 models:
   - name: chat
-    routes: [primary, fallback]
+    routes: [primary, fallback, inhouse]
     retry: {max_attempts: 3, base_delay: 50ms, max_delay: 200ms, deadline: 20s}
     stream: {after_output: resume}
+  - name: chat-metered
+    routes: [primary, fallback, inhouse]
+    retry: {max_attempts: 3, base_delay: 50ms, max_delay: 200ms, deadline: 20s, max_cost_usd: 0.00009}
+    stream: {after_output: resume}
+  - name: chat-stateful
+    routes: [rs-a, rs-b]
+    retry: {max_attempts: 3, base_delay: 50ms, max_delay: 200ms, deadline: 20s}
 lease: {ttl: 3s, renew: 1s}
 log: {level: warn}
 `
@@ -133,8 +157,9 @@ log: {level: warn}
 // faults is the mock's script: about a quarter of the calls fail, each
 // way the mock can fail a chat call but those that refuse the request
 // itself (context length, content policy: a client's error, never
-// retried, which would only make answers rarer).
-var faults = mock.Script{Rules: []mock.Rule{
+// retried, which would only make answers rarer). The stateful routes'
+// calls also fail in the ways that commit a turn and then lose the reply.
+var faults = mock.Script{Rules: append(statefulFaults("m-rs-a", "m-rs-b"), []mock.Rule{
 	{Percent: 5, Fault: mock.Fault{Type: mock.FaultStatus, Status: 500}},
 	{Percent: 4, Fault: mock.Fault{Type: mock.FaultStatus, Status: 429, RetryAfter: "0"}},
 	{Percent: 3, Fault: mock.Fault{Type: mock.FaultReset}},
@@ -149,7 +174,23 @@ var faults = mock.Script{Rules: []mock.Rule{
 	{Percent: 1, Fault: mock.Fault{Type: mock.FaultStreamError, After: 2}},
 	{Percent: 1, Fault: mock.Fault{Type: mock.FaultGarbage}},
 	{Percent: 1, Fault: mock.Fault{Type: mock.FaultQuota}},
-}}
+}...)}
+
+// statefulFaults are the faults of a Responses API that stores
+// conversations: the turn is committed, then its reply is lost (a hang,
+// a reset, a 502 from the infrastructure in front, or committed twice by
+// the provider's own retry).
+func statefulFaults(models ...string) []mock.Rule {
+	var rules []mock.Rule
+	for _, m := range models {
+		rules = append(rules,
+			mock.Rule{Model: m, Percent: 2, Fault: mock.Fault{Type: mock.FaultCommitThenHang}},
+			mock.Rule{Model: m, Percent: 3, Fault: mock.Fault{Type: mock.FaultCommitThenReset, After: 2}},
+			mock.Rule{Model: m, Percent: 3, Fault: mock.Fault{Type: mock.FaultCommitThen502}},
+			mock.Rule{Model: m, Percent: 2, Fault: mock.Fault{Type: mock.FaultCommitTwiceThen502}})
+	}
+	return rules
+}
 
 // Run soaks the gateway and checks the invariants.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
@@ -180,7 +221,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		defer rds.stop()
 		store, coordination = sc.url, rds.url()
 	}
-	yaml := strings.NewReplacer("MOCK", "http://"+ln.Addr().String(), "STORE", `"`+store+`"`, "COORD", `"`+coordination+`"`).Replace(configTemplate)
+	// The capped tenant's ceiling: about half of what its requests
+	// would spend unbounded.
+	ceiling := fmt.Sprintf("%.6f", float64(cfg.Requests)*2e-6)
+	yaml := strings.NewReplacer("MOCK", "http://"+ln.Addr().String(), "STORE", `"`+store+`"`, "COORD", `"`+coordination+`"`,
+		"DAY_CEILING", ceiling).Replace(configTemplate)
 	cfgPath := filepath.Join(cfg.Dir, "oncegate.yaml")
 	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
 		return nil, err
@@ -196,7 +241,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer logf.Close()
 	gws := make([]*gateway, n)
 	for i := range gws {
-		gws[i] = &gateway{bin: cfg.Binary, config: cfgPath, env: []string{"CHAOS_KEY=" + apiKey}, log: logf}
+		gws[i] = &gateway{bin: cfg.Binary, config: cfgPath, env: []string{"CHAOS_KEY=" + apiKey, "CHAOS_PRIVATE_KEY=" + privateKey, "CHAOS_CAPPED_KEY=" + cappedKey}, log: logf}
 		if err := gws[i].start(ctx); err != nil {
 			return nil, err
 		}
@@ -220,8 +265,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	outcomes := make([]outcome, cfg.Requests)
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0xc4a05))
 	kindOf := make([]string, cfg.Requests)
+	profOf := make([]profile, cfg.Requests)
 	for i := range kindOf {
 		kindOf[i] = kinds[rng.IntN(len(kinds))]
+		profOf[i] = drawProfile(rng.IntN(100), rng.Float64())
+		if kindOf[i] == kindConversation || kindOf[i] == kindStateful {
+			profOf[i] = plain
+		}
 	}
 	var next, done atomic.Int64
 	progressed := make(chan struct{}, 1)
@@ -238,7 +288,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 					base = pick()
 				}
 				rctx, rcancel := context.WithTimeout(ctx, 60*time.Second)
-				outcomes[i] = do(rctx, base, apiKey, kindOf[i], i)
+				outcomes[i] = do(rctx, base, pick, kindOf[i], profOf[i], i)
 				rcancel()
 				done.Add(1)
 				select {
@@ -299,12 +349,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := settled(ctx, st); err != nil {
 		return nil, err
 	}
+	if err := finishConversations(ctx, gws[0].url(), outcomes); err != nil {
+		return nil, err
+	}
 	return check(ctx, rep, outcomes, m, pol, gws[0], st)
 }
 
 // readStore is what the checker reads of the ledger.
 type readStore interface {
 	Receipts(ctx context.Context, tenant string, limit int, after string) ([][]byte, error)
+	ConversationTurns(ctx context.Context, tenant, conversation string) ([]*ledger.Turn, error)
+	Orphans(ctx context.Context, tenant, conversation string) ([]*ledger.Orphan, error)
 	Close() error
 	inProgress(ctx context.Context) (int, error)
 }
@@ -388,26 +443,28 @@ func settled(ctx context.Context, st readStore) error {
 // outcomes, and fills the report's rows.
 func check(ctx context.Context, rep *Report, outcomes []outcome, m *mock.Mock, pol *policy.Policy, g *gateway, st readStore) (*Report, error) {
 	receipts := map[string]*receipt.Receipt{}
-	for after := ""; ; {
-		page, err := st.Receipts(ctx, tenant, 500, after)
-		if err != nil {
-			return nil, fmt.Errorf("list receipts: %w", err)
-		}
-		for _, b := range page {
-			r, err := receipt.Parse(b)
+	for _, tn := range pol.Tenants {
+		for after := ""; ; {
+			page, err := st.Receipts(ctx, tn.ID, 500, after)
 			if err != nil {
-				return nil, err
+				return nil, fmt.Errorf("list receipts: %w", err)
 			}
-			// Stored receipts are sealed when they are read, as the
-			// gateway and `oncegate receipts` do.
-			if err := r.Seal(); err != nil {
-				return nil, fmt.Errorf("seal receipt %s: %w", r.RequestID, err)
+			for _, b := range page {
+				r, err := receipt.Parse(b)
+				if err != nil {
+					return nil, err
+				}
+				// Stored receipts are sealed when they are read, as the
+				// gateway and `oncegate receipts` do.
+				if err := r.Seal(); err != nil {
+					return nil, fmt.Errorf("seal receipt %s: %w", r.RequestID, err)
+				}
+				receipts[r.RequestID] = r
+				after = r.RequestID
 			}
-			receipts[r.RequestID] = r
-			after = r.RequestID
-		}
-		if len(page) < 500 {
-			break
+			if len(page) < 500 {
+				break
+			}
 		}
 	}
 	stats := m.Stats()
@@ -436,15 +493,25 @@ func check(ctx context.Context, rep *Report, outcomes []outcome, m *mock.Mock, p
 	// attempt a call — but for attempts a kill cut between their durable
 	// dispatch and their send.
 	calls := Row{Invariant: "upstream calls = Σ receipt attempts"}
-	var attempts, cut int64
+	var attempts, cut, unsent int64
 	for id, r := range receipts {
 		calls.Checked++
 		sent, n := stats.ByRequestID[id].Requests, int64(len(r.Attempts))
 		attempts += n
+		// An attempt that failed before its request could leave (the
+		// upstream conversation it needed could not be created) is no
+		// call.
+		never := int64(0)
+		for _, a := range r.Attempts {
+			if a.Error != nil && strings.HasPrefix(a.Error.Message, "create the upstream conversation") {
+				never++
+			}
+		}
+		unsent += never
 		switch {
-		case sent == n:
-		case sent < n && r.Terminal == string(gw.TerminalIndeterminate):
-			cut += n - sent
+		case sent == n-never:
+		case sent < n-never && r.Terminal == string(gw.TerminalIndeterminate):
+			cut += n - never - sent
 		default:
 			calls.Violations++
 			example("%s: the provider saw %d calls, the receipt has %d attempts (terminal %s)", id, sent, n, r.Terminal)
@@ -456,8 +523,8 @@ func check(ctx context.Context, rep *Report, outcomes []outcome, m *mock.Mock, p
 			example("%s: %d upstream calls and no receipt", id, c.Requests)
 		}
 	}
-	calls.Note = fmt.Sprintf("%d calls, %d attempts; %d dispatched attempts cut by a kill before they were sent; %d receipts rebuilt on demand",
-		rep.Calls, attempts, cut, onDemand)
+	calls.Note = fmt.Sprintf("%d calls, %d attempts; %d dispatched attempts cut by a kill before they were sent, %d that could not leave; %d receipts rebuilt on demand",
+		rep.Calls, attempts, cut, unsent, onDemand)
 	rep.Rows = append(rep.Rows, calls)
 
 	// 2. At most one committed answer per logical request.
@@ -488,6 +555,7 @@ func check(ctx context.Context, rep *Report, outcomes []outcome, m *mock.Mock, p
 		}
 	}
 	rep.Rows = append(rep.Rows, ver)
+	rep.Rows = append(rep.Rows, bounds(receipts, outcomes, pol, example)...)
 
 	// 4 and 5 need the gateway: every answered request has its receipt,
 	// and every answer read is one clean generation.
@@ -497,7 +565,7 @@ func check(ctx context.Context, rep *Report, outcomes []outcome, m *mock.Mock, p
 		if o.ok {
 			rep.Answered++
 		}
-		if o.kind == kindConversation {
+		if o.kind == kindConversation || o.kind == kindStateful {
 			// Every answered turn: its receipt, and the answer to the
 			// conversation as it stood, generated once.
 			var history []provider.Message
@@ -555,6 +623,11 @@ func check(ctx context.Context, rep *Report, outcomes []outcome, m *mock.Mock, p
 		children[c.PreviousResponseID] = c.ResponseID
 	}
 	rep.Rows = append(rep.Rows, turns)
+	prov, err := providerConversations(ctx, receipts, outcomes, m, st, example)
+	if err != nil {
+		return nil, err
+	}
+	rep.Rows = append(rep.Rows, prov)
 
 	// 7. Every key, POSTed again after the run: an answer comes back
 	// byte for byte, anything else as it ended — and no provider is
@@ -567,7 +640,7 @@ func check(ctx context.Context, rep *Report, outcomes []outcome, m *mock.Mock, p
 			continue // the gateway never took this key (a kill refused the connection)
 		}
 		blind.Checked++
-		status, b, h, err := post(ctx, g.url(), apiKey, o.key, chatBody(o.prompt, o.stream))
+		status, b, h, err := post(ctx, g.url(), o.prof, o.key, "/v1/chat/completions", chatBody(o.prompt, o.stream, o.prof))
 		if err != nil {
 			return nil, fmt.Errorf("re-POST %s: %w", o.key, err)
 		}
@@ -585,6 +658,29 @@ func check(ctx context.Context, rep *Report, outcomes []outcome, m *mock.Mock, p
 			example("request %d (%s): replay %d %s, %d bytes vs %d", i, o.kind, status, h.Get("X-Oncegate-Dedup"), len(b), len(o.body))
 		}
 	}
+	// A stateful conversation's keyed first turn, sent again, is its
+	// first answer.
+	for i, o := range outcomes {
+		if o.kind != kindStateful || len(o.turns) == 0 {
+			continue
+		}
+		blind.Checked++
+		replay.Checked++
+		first := map[string]any{"model": statefulModel, "input": o.turns[0].input}
+		if o.stream {
+			first["stream"] = true
+		}
+		body, _ := json.Marshal(first)
+		status, b, h, err := post(ctx, g.url(), o.prof, statefulKey(i), "/v1/responses", body)
+		if err != nil {
+			return nil, fmt.Errorf("re-POST %s: %w", statefulKey(i), err)
+		}
+		if id := responseID(b, o.stream); status != 200 || h.Get("X-Oncegate-Dedup") != "replayed" || id != o.turns[0].responseID {
+			replay.Violations++
+			example("stateful conversation %d: its first turn sent again answered %d %s, response %q, not %q",
+				i, status, h.Get("X-Oncegate-Dedup"), id, o.turns[0].responseID)
+		}
+	}
 	if after := m.Stats().Requests; after != before {
 		blind.Violations += int(after - before)
 		example("re-POSTs after the run made %d upstream calls", after-before)
@@ -593,13 +689,23 @@ func check(ctx context.Context, rep *Report, outcomes []outcome, m *mock.Mock, p
 	return rep, nil
 }
 
-// fetchReceipt asks the gateway for a receipt, as a client would.
-func fetchReceipt(ctx context.Context, base, id string) (*receipt.Receipt, error) {
+// fetchReceipt asks the gateway for a receipt, as a client would: under
+// each tenant's key until one owns it.
+func fetchReceipt(ctx context.Context, base, id string) (r *receipt.Receipt, err error) {
+	for _, key := range []string{apiKey, privateKey, cappedKey} {
+		if r, err = fetchReceiptAs(ctx, base, id, key); err == nil {
+			return r, nil
+		}
+	}
+	return nil, err
+}
+
+func fetchReceiptAs(ctx context.Context, base, id, key string) (*receipt.Receipt, error) {
 	req, err := http.NewRequestWithContext(ctx, "GET", base+"/v1/receipts/"+id, nil)
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+apiKey)
+	req.Header.Set("Authorization", "Bearer "+key)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
@@ -26,9 +27,66 @@ const (
 	kindKeyedRePOST  = "raw keyed json, re-POSTed"
 	kindKeyedStream  = "raw keyed stream"
 	kindConversation = "openai-sdk conversation"
+	kindStateful     = "openai-sdk stateful conversation"
 )
 
-var kinds = []string{kindOpenAIJSON, kindOpenAIStream, kindAnthropic, kindAnthropicSSE, kindKeyedRePOST, kindKeyedStream, kindConversation}
+var kinds = []string{kindOpenAIJSON, kindOpenAIStream, kindAnthropic, kindAnthropicSSE, kindKeyedRePOST, kindKeyedStream, kindConversation, kindStateful}
+
+// profile is who sends a logical request and what bounds it: a tenant
+// (by its key), a model, the client's own deadline and output cap.
+type profile struct {
+	name      string
+	apiKey    string
+	model     string
+	timeoutMS int // X-Oncegate-Timeout-Ms; 0: none
+	maxTokens int // the client's output cap; 0: none
+}
+
+// The profiles a chat request is sent under, and how often (in
+// hundredths). Conversations are always plain.
+var (
+	plain    = profile{name: "plain", apiKey: apiKey, model: "chat"}
+	profiles = []struct {
+		p      profile
+		weight int
+	}{
+		{plain, 64},
+		// A client deadline of 50 ms to 1.05 s (drawn per request).
+		{profile{name: "deadline", apiKey: apiKey, model: "chat", timeoutMS: -1}, 12},
+		// A per-request cost cap that binds once an attempt has cost
+		// something (chat-metered's max_cost_usd).
+		{profile{name: "metered", apiKey: apiKey, model: "chat-metered", maxTokens: 30}, 12},
+		// A tenant that may use private routes only.
+		{profile{name: "private", apiKey: privateKey, model: "chat"}, 6},
+		// A tenant whose daily cost ceiling runs out during the run.
+		{profile{name: "capped", apiKey: cappedKey, model: "chat-metered", maxTokens: 30}, 6},
+	}
+)
+
+// drawProfile picks a chat request's profile from u in [0, 100) and v
+// (the deadline's draw) in [0, 1).
+func drawProfile(u int, v float64) profile {
+	for _, w := range profiles {
+		if u < w.weight {
+			p := w.p
+			if p.timeoutMS < 0 {
+				p.timeoutMS = 50 + int(v*1000)
+			}
+			return p
+		}
+		u -= w.weight
+	}
+	return plain
+}
+
+// headers are the profile's request headers besides auth.
+func (p profile) headers() map[string]string {
+	h := map[string]string{}
+	if p.timeoutMS > 0 {
+		h["X-Oncegate-Timeout-Ms"] = strconv.Itoa(p.timeoutMS)
+	}
+	return h
+}
 
 // conversationTurns is how many turns a conversation client takes.
 const conversationTurns = 3
@@ -41,6 +99,7 @@ type turn struct {
 // outcome is what one user action's client saw.
 type outcome struct {
 	kind, prompt, key string
+	prof              profile
 	stream            bool
 	// ok: the client got a whole successful answer, whose text is text;
 	// body is the raw JSON of a keyed JSON answer.
@@ -49,14 +108,20 @@ type outcome struct {
 	body      []byte
 	requestID string
 	err       string
-	// turns are a conversation's answered turns, in order.
-	turns []turn
+	// turns are a conversation's answered turns, in order; pending is the
+	// input of the turn it was still trying when it stopped.
+	turns   []turn
+	pending string
+	// finishedLate: the pending turn was answered when tried again after
+	// the run.
+	finishedLate bool
 }
 
-// do sends logical request i as its kind's client would, to the gateway
-// at base.
-func do(ctx context.Context, base, apiKey, kind string, i int) outcome {
-	o := outcome{kind: kind, prompt: fmt.Sprintf("Chaos request %d: tell me something.", i)}
+// do sends logical request i as its kind's client would, under prof, to
+// the gateway at base; a stateful conversation asks pick for a gateway
+// at each try of a turn.
+func do(ctx context.Context, base string, pick func() string, kind string, prof profile, i int) outcome {
+	o := outcome{kind: kind, prof: prof, prompt: fmt.Sprintf("Chaos request %d: tell me something.", i)}
 	var hdr http.Header
 	// The headers of the last response the client got: an SDK that
 	// retried a 503 reads its answer from the last.
@@ -75,10 +140,19 @@ func do(ctx context.Context, base, apiKey, kind string, i int) outcome {
 		keep(res)
 		return res, err
 	})
+	oaOpts := []oaopt.RequestOption{oaopt.WithBaseURL(base + "/v1"), oaopt.WithAPIKey(prof.apiKey), oaMiddleware}
+	anOpts := []anopt.RequestOption{anopt.WithBaseURL(base), anopt.WithAPIKey(prof.apiKey), anMiddleware}
+	for k, v := range prof.headers() {
+		oaOpts = append(oaOpts, oaopt.WithHeader(k, v))
+		anOpts = append(anOpts, anopt.WithHeader(k, v))
+	}
 	switch kind {
 	case kindOpenAIJSON, kindOpenAIStream:
-		c := openai.NewClient(oaopt.WithBaseURL(base+"/v1"), oaopt.WithAPIKey(apiKey), oaMiddleware)
-		p := openai.ChatCompletionNewParams{Model: "chat", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(o.prompt)}}
+		c := openai.NewClient(oaOpts...)
+		p := openai.ChatCompletionNewParams{Model: prof.model, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(o.prompt)}}
+		if prof.maxTokens > 0 {
+			p.MaxCompletionTokens = openai.Int(int64(prof.maxTokens))
+		}
 		if kind == kindOpenAIJSON {
 			res, err := c.Chat.Completions.New(ctx, p)
 			if err != nil {
@@ -104,8 +178,12 @@ func do(ctx context.Context, base, apiKey, kind string, i int) outcome {
 			o.ok, o.text = true, acc.Choices[0].Message.Content
 		}
 	case kindAnthropic, kindAnthropicSSE:
-		c := anthropic.NewClient(anopt.WithBaseURL(base), anopt.WithAPIKey(apiKey), anMiddleware)
-		p := anthropic.MessageNewParams{Model: "chat", MaxTokens: 1024,
+		c := anthropic.NewClient(anOpts...)
+		maxTokens := int64(1024)
+		if prof.maxTokens > 0 {
+			maxTokens = int64(prof.maxTokens)
+		}
+		p := anthropic.MessageNewParams{Model: anthropic.Model(prof.model), MaxTokens: maxTokens,
 			Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock(o.prompt))}}
 		if kind == kindAnthropic {
 			res, err := c.Messages.New(ctx, p)
@@ -140,7 +218,7 @@ func do(ctx context.Context, base, apiKey, kind string, i int) outcome {
 		prev := ""
 		for k := 1; k <= conversationTurns; k++ {
 			input := fmt.Sprintf("Chaos conversation %d, turn %d.", i, k)
-			opts := []oaopt.RequestOption{oaopt.WithBaseURL(base + "/v1"), oaopt.WithAPIKey(apiKey), oaMiddleware}
+			opts := []oaopt.RequestOption{oaopt.WithBaseURL(base + "/v1"), oaopt.WithAPIKey(prof.apiKey), oaMiddleware}
 			if prev == "" {
 				opts = append(opts, oaopt.WithHeader("Idempotency-Key", fmt.Sprintf("chaos-conversation-%d", i)))
 			}
@@ -163,13 +241,16 @@ func do(ctx context.Context, base, apiKey, kind string, i int) outcome {
 			prev = res.ID
 		}
 		o.ok = len(o.turns) == conversationTurns
+	case kindStateful:
+		o.stream = i%2 == 1
+		statefulConversation(ctx, pick, prof, i, &o)
 	case kindKeyedRePOST, kindKeyedStream:
 		o.key = fmt.Sprintf("chaos-%d", i)
 		o.stream = kind == kindKeyedStream
 		// The client POSTs, and POSTs again as a user whose page
 		// reloaded would: the second must be the first's answer.
 		for range 2 {
-			st, b, h, err := post(ctx, base, apiKey, o.key, chatBody(o.prompt, o.stream))
+			st, b, h, err := post(ctx, base, prof, o.key, "/v1/chat/completions", chatBody(o.prompt, o.stream, prof))
 			if h.Get("X-Oncegate-Request-Id") != "" {
 				keep(&http.Response{Header: h})
 			}
@@ -193,22 +274,32 @@ func do(ctx context.Context, base, apiKey, kind string, i int) outcome {
 	return o
 }
 
-// chatBody is a Chat Completions request for prompt.
-func chatBody(prompt string, stream bool) []byte {
-	b, _ := json.Marshal(map[string]any{"model": "chat", "stream": stream,
-		"messages": []map[string]string{{"role": "user", "content": prompt}}})
+// chatBody is a Chat Completions request for prompt under prof.
+func chatBody(prompt string, stream bool, prof profile) []byte {
+	m := map[string]any{"model": prof.model, "stream": stream,
+		"messages": []map[string]string{{"role": "user", "content": prompt}}}
+	if prof.maxTokens > 0 {
+		m["max_tokens"] = prof.maxTokens
+	}
+	b, _ := json.Marshal(m)
 	return b
 }
 
-// post sends body with an Idempotency-Key and reads the whole answer.
-func post(ctx context.Context, base, apiKey, key string, body []byte) (int, []byte, http.Header, error) {
-	req, err := http.NewRequestWithContext(ctx, "POST", base+"/v1/chat/completions", bytes.NewReader(body))
+// post sends body to path under prof, with an Idempotency-Key unless key
+// is "", and reads the whole answer.
+func post(ctx context.Context, base string, prof profile, key, path string, body []byte) (int, []byte, http.Header, error) {
+	req, err := http.NewRequestWithContext(ctx, "POST", base+path, bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+apiKey)
+	req.Header.Set("Authorization", "Bearer "+prof.apiKey)
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", key)
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	for k, v := range prof.headers() {
+		req.Header.Set(k, v)
+	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, nil, nil, err

@@ -605,7 +605,7 @@ func (g *Gateway) refreshPending(ctx context.Context, turn *ledger.Turn) (*ledge
 // If the upstream cannot tell, the turn stays unknown.
 func (g *Gateway) reconcileTurn(ctx context.Context, turn *ledger.Turn) (*ledger.Turn, error) {
 	u := readUpstream(turn.Upstream)
-	route := g.policy().RouteByID(u.Route)
+	route := g.policy().Route(u.Route)
 	if route == nil {
 		return turn, nil
 	}
@@ -761,7 +761,7 @@ func (g *Gateway) serveResponse(w http.ResponseWriter, r *http.Request, t *polic
 // conversation's latest (so everything after it upstream is extra).
 func (g *Gateway) sweepTip(ctx context.Context, turn *ledger.Turn) error {
 	u := readUpstream(turn.Upstream)
-	route := g.policy().RouteByID(u.Route)
+	route := g.policy().Route(u.Route)
 	if route == nil || u.Conversation == "" || !u.suspect(g.clock.Now()) {
 		return nil
 	}

@@ -150,16 +150,6 @@ func (p *Policy) Route(id string) *Route {
 	return nil
 }
 
-// RouteByID returns the route with id, or nil.
-func (p *Policy) RouteByID(id string) *Route {
-	for _, r := range p.Routes {
-		if r.ID == id {
-			return r
-		}
-	}
-	return nil
-}
-
 // Route returns the alias's route with id, or nil.
 func (a *Alias) Route(id string) *Route {
 	for _, r := range a.Routes {

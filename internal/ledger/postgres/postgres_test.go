@@ -95,3 +95,45 @@ func TestSyncNormalTurnsSynchronousCommitOff(t *testing.T) {
 		}
 	}
 }
+
+// What attempts of requests in progress reserved is what Redis's day,
+// seeded from the store, must count on top of the charges: a finished
+// request's reservations are charges already, another day's count on
+// that day.
+func TestInFlightReservedCountsRequestsInProgress(t *testing.T) {
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	s, err := Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now := time.Now()
+	reserved := func(id string, seq int64, at time.Time, usd string) ledger.Event {
+		return ledger.Event{RequestID: id, Seq: seq, Generation: 1, Type: ledger.EvReserved, At: at, Data: []byte(`{"ordinal":1,"reserve_usd":` + usd + `}`)}
+	}
+	claim := func(id, tenant string, events ...ledger.Event) {
+		t.Helper()
+		rec := &ledger.Record{Identity: "k:" + id, RequestID: id, Tenant: tenant, State: ledger.InProgress, Generation: 1,
+			Owner: "o", LeaseUntil: now.Add(time.Minute), CreatedAt: now}
+		evs := append([]ledger.Event{{RequestID: id, Seq: 1, Generation: 1, Type: ledger.EvCreated, At: now}}, events...)
+		if _, _, err := s.Claim(ctx, rec, evs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claim("a", "acme", reserved("a", 2, now, "0.000072"), reserved("a", 3, now, "0.000050"))
+	claim("b", "beta", reserved("b", 2, now, "0.25"))
+	claim("c", "acme", reserved("c", 2, now.Add(-48*time.Hour), "7"))
+	claim("d", "acme", reserved("d", 2, now, "1"))
+	if err := s.Finish(ctx, &ledger.Finish{RequestID: "d", Generation: 1, State: ledger.Succeeded, At: now, Tenant: "acme", Charge: 5,
+		Events: []ledger.Event{{RequestID: "d", Seq: 3, Generation: 1, Type: ledger.EvTerminal, At: now}}, Receipt: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.InFlightReserved(ctx, ledger.Day(now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["acme"] != 122_000 || got["beta"] != 250_000_000 || len(got) != 2 {
+		t.Fatalf("in flight %v, want acme 122000 and beta 250000000 nano-USD", got)
+	}
+}
