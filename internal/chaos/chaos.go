@@ -498,12 +498,16 @@ func check(ctx context.Context, rep *Report, outcomes []outcome, m *mock.Mock, p
 		calls.Checked++
 		sent, n := stats.ByRequestID[id].Requests, int64(len(r.Attempts))
 		attempts += n
-		// An attempt that failed before its request could leave (the
-		// upstream conversation it needed could not be created) is no
-		// call.
+		// An attempt that failed before its request left is no call:
+		// it never got a connection to send on (the gateway says
+		// "upstream connect …": refused, or its deadline came first), or
+		// the upstream conversation it needed could not be created. The
+		// mock's count checks that claim: it must then see exactly the
+		// other attempts.
 		never := int64(0)
 		for _, a := range r.Attempts {
-			if a.Error != nil && strings.HasPrefix(a.Error.Message, "create the upstream conversation") {
+			if a.Error != nil && (strings.HasPrefix(a.Error.Message, "upstream connect ") ||
+				strings.HasPrefix(a.Error.Message, "create the upstream conversation")) {
 				never++
 			}
 		}

@@ -245,7 +245,7 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 	}
 	g.guards(pol, opts)
 	g.metricsHTTP = g.metrics.Handler()
-	if err := g.seedSpend(context.Background()); err != nil {
+	if err := g.seedSpend(context.Background(), true); err != nil {
 		return nil, err
 	}
 	g.restoreRates(context.Background())
@@ -320,8 +320,10 @@ func (g *Gateway) guards(pol *policy.Policy, opts Options) {
 }
 
 // seedSpend gives the tenant limits today's spend from the store, so that
-// a restart does not hand a tenant a fresh budget (docs/overload.md).
-func (g *Gateway) seedSpend(ctx context.Context) error {
+// a restart does not hand a tenant a fresh budget (docs/overload.md). At
+// a start (inFlight) that includes what requests the last process left in
+// progress reserved; after recovery has charged them, the charges alone.
+func (g *Gateway) seedSpend(ctx context.Context, inFlight bool) error {
 	s, ok := g.tenants.(interface {
 		Seed(day int64, charged map[string]gw.NanoUSD)
 	})
@@ -330,6 +332,9 @@ func (g *Gateway) seedSpend(ctx context.Context) error {
 	}
 	day := gw.Day(g.clock.Now())
 	spend, err := g.ledger.Spend(ctx, day)
+	if inFlight {
+		spend, err = DaySpend(ctx, g.ledger, day)
+	}
 	if err != nil {
 		return fmt.Errorf("read today's spend from the store: %w", err)
 	}
@@ -339,6 +344,35 @@ func (g *Gateway) seedSpend(ctx context.Context) error {
 	}
 	s.Seed(day, charged)
 	return nil
+}
+
+// DaySpend is what each tenant's day starts from when it is read from
+// the store (at a gateway's start, or by Redis that lost the day): the
+// day's charges, plus the worst case reserved by every attempt of a
+// request still in progress. Those reservations were held by a process,
+// or a Redis, that is gone; leaving them out would hand the budget they
+// hold out a second time. They are charged again when their requests
+// settle, so the day errs by them towards refusing until it is next read
+// (docs/overload.md).
+func DaySpend(ctx context.Context, store ledger.Store, day int64) (map[string]int64, error) {
+	spend, err := store.Spend(ctx, day)
+	if err != nil {
+		return nil, err
+	}
+	unfinished, err := store.Unfinished(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read the requests in progress: %w", err)
+	}
+	for _, u := range unfinished {
+		for _, ev := range u.Events {
+			var d dispatchEvent
+			if ev.Type != ledger.EvReserved || gw.Day(ev.At) != day || json.Unmarshal(ev.Data, &d) != nil {
+				continue
+			}
+			spend[u.Record.Tenant] += int64(gw.NanoFromUSD(d.ReserveUSD))
+		}
+	}
+	return spend, nil
 }
 
 // rateKeeper is tenant limits whose rate buckets live in this process and

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,6 +17,8 @@ import (
 	"github.com/oncegate/oncegate/internal/breaker"
 	"github.com/oncegate/oncegate/internal/clock"
 	"github.com/oncegate/oncegate/internal/gw"
+	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/ledger/sqlite"
 	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/quota"
 )
@@ -618,4 +621,40 @@ func TestTenantRateSurvivesARestart(t *testing.T) {
 			t.Fatalf("after a restart, the minute spent: %d %s", res.StatusCode, body)
 		}
 	})
+}
+
+// A request in flight when its process died still holds its reservation
+// in the next process: the day starts from what was charged and what
+// requests left in progress reserved. (The chaos soak found a tenant over
+// its ceiling after a SIGKILL without it: the next process handed that
+// reservation out again.)
+func TestAReservationInFlightSurvivesACrash(t *testing.T) {
+	t.Parallel()
+	e := newEnvOpts(t, envOptions{mock: mock.Config{Tokens: 24}})
+	e.stop()
+	// What the dead process left: a request of umbrella (ceiling
+	// $0.001) whose attempt reserved $0.00098 and was out when it died.
+	st, err := sqlite.Open(e.dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	rec := &ledger.Record{Identity: "k:dead", RequestID: "dead", Tenant: "umbrella", Operation: "chat.completions", RequestSHA256: "x",
+		State: ledger.InProgress, Generation: 1, Owner: "a-dead-process", LeaseUntil: now.Add(time.Hour), CreatedAt: now}
+	if _, _, err := st.Claim(context.Background(), rec, []ledger.Event{
+		{RequestID: "dead", Seq: 1, Generation: 1, Type: ledger.EvCreated, At: now, Data: []byte(`{}`)},
+		{RequestID: "dead", Seq: 2, Generation: 1, Type: ledger.EvReserved, At: now, Data: []byte(`{"ordinal":1,"route":"primary","reserve_usd":0.00098}`)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_ = st.Close()
+	e.start()
+	calls := e.primary.Stats().Requests
+	res, body := e.postKey(keyUmbrella, "/v1/chat/completions", distinctBody("chat", 1, `,"max_tokens":24`), nil)
+	if res.StatusCode != 429 || !strings.Contains(string(body), CodeTenantBudget) {
+		t.Fatalf("with $0.00098 of $0.001 reserved by a request in flight: %d %s", res.StatusCode, body)
+	}
+	if n := e.primary.Stats().Requests; n != calls {
+		t.Fatalf("the provider saw %d calls", n-calls)
+	}
 }

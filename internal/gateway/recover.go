@@ -47,7 +47,7 @@ func (g *Gateway) materialize(ids []string) {
 			g.log.Error("rebuild a recovered receipt", "request_id", id, "err", err)
 		}
 	}
-	if err := g.seedSpend(context.Background()); err != nil {
+	if err := g.seedSpend(context.Background(), false); err != nil {
 		g.log.Error("read the day's spend after recovery", "err", err)
 	}
 }

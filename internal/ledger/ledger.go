@@ -237,16 +237,6 @@ type Store interface {
 }
 
 // Day is t's UTC day: days since the Unix epoch, rounded down.
-// InFlightReserver is a store shared by replicas that can also say what
-// the attempts of requests still in progress have reserved: what a day's
-// charges do not hold yet. Redis's day, when seeded from the store after
-// Redis lost it, counts these too (docs/replicas.md).
-type InFlightReserver interface {
-	// InFlightReserved returns, per tenant, the worst cases reserved on
-	// a UTC day by attempts of requests still in progress, in nano-USD.
-	InFlightReserved(ctx context.Context, day int64) (map[string]int64, error)
-}
-
 func Day(t time.Time) int64 { return gw.Day(t) }
 
 // Unfinished is a record recovery must settle, with its events.

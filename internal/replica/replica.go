@@ -33,30 +33,11 @@ func Share(ctx context.Context, pol *policy.Policy, url string, store ledger.Sto
 	return co, nil
 }
 
-// seedSpend is what Redis's day starts from when Redis lacks it: the
-// day's charges in the store and, where the store can say, the worst
-// cases still reserved by requests in progress. Those were reserved in
-// the Redis that was lost; leaving them out would hand a tenant back
-// what its requests in flight are about to spend. When they settle they
-// are charged again, so the day errs by them towards refusing, until
-// Redis is seeded next.
+// seedSpend is what Redis's day starts from when Redis lacks it (a new
+// deployment, or Redis restarted empty): gateway.DaySpend, which counts
+// what requests in flight reserved in the Redis that was lost.
 func seedSpend(store ledger.Store) func(ctx context.Context, day int64) (map[string]int64, error) {
-	r, ok := store.(ledger.InFlightReserver)
-	if !ok {
-		return store.Spend
-	}
 	return func(ctx context.Context, day int64) (map[string]int64, error) {
-		spend, err := store.Spend(ctx, day)
-		if err != nil {
-			return nil, err
-		}
-		inFlight, err := r.InFlightReserved(ctx, day)
-		if err != nil {
-			return nil, err
-		}
-		for t, v := range inFlight {
-			spend[t] += v
-		}
-		return spend, nil
+		return gateway.DaySpend(ctx, store, day)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/oncegate/oncegate/internal/ledger"
-	"github.com/oncegate/oncegate/internal/ledger/memory"
 	"github.com/oncegate/oncegate/internal/ledger/postgres"
 	"github.com/oncegate/oncegate/internal/ledger/postgres/pgtest"
 )
@@ -43,10 +42,5 @@ func TestSeedSpendCountsRequestsInFlight(t *testing.T) {
 	}
 	if spend["acme"] != 63_000+80_000 {
 		t.Fatalf("seeded %d nano-USD, want the charge 63000 and the reservation in flight 80000", spend["acme"])
-	}
-	// A store that cannot say what is in flight seeds from its charges.
-	mem := memory.New(0)
-	if got, err := seedSpend(mem)(ctx, ledger.Day(now)); err != nil || len(got) != 0 {
-		t.Fatalf("memory store: %v %v", got, err)
 	}
 }

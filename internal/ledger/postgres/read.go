@@ -2,11 +2,8 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -118,37 +115,6 @@ func (s *Store) Spend(ctx context.Context, day int64) (map[string]int64, error) 
 			return nil, err
 		}
 		out[t] = v
-	}
-	return out, rows.Err()
-}
-
-// InFlightReserved returns, per tenant, the worst cases reserved on a UTC
-// day by the attempts of requests still in progress (their
-// attempt_reserved events): charges their requests will add when they
-// finish. Few requests are in progress at once, so the events are read
-// and summed here.
-func (s *Store) InFlightReserved(ctx context.Context, day int64) (map[string]int64, error) {
-	rows, err := s.pool.Query(ctx, `SELECT r.tenant, e.at, e.data FROM requests r JOIN events e ON e.request_id = r.request_id
-		WHERE r.state = 'in_progress' AND e.type = $1`, string(ledger.EvReserved))
-	if err != nil {
-		return nil, fmt.Errorf("read in-flight reservations: %w", err)
-	}
-	defer rows.Close()
-	out := map[string]int64{}
-	for rows.Next() {
-		var tenant string
-		var at int64
-		var data []byte
-		if err := rows.Scan(&tenant, &at, &data); err != nil {
-			return nil, err
-		}
-		var r struct {
-			ReserveUSD float64 `json:"reserve_usd"`
-		}
-		if ledger.Day(time.Unix(0, at)) != day || json.Unmarshal(data, &r) != nil {
-			continue
-		}
-		out[tenant] += int64(math.Round(r.ReserveUSD * 1e9))
 	}
 	return out, rows.Err()
 }
