@@ -518,7 +518,13 @@ func check(ctx context.Context, rep *Report, outcomes []outcome, m *mock.Mock, p
 			cut += n - never - sent
 		default:
 			calls.Violations++
-			example("%s: the provider saw %d calls, the receipt has %d attempts (terminal %s)", id, sent, n, r.Terminal)
+			var errs []string
+			for _, a := range r.Attempts {
+				if a.Error != nil {
+					errs = append(errs, fmt.Sprintf("attempt %d: %s", a.Ordinal, a.Error.Message))
+				}
+			}
+			example("%s: the provider saw %d calls, the receipt has %d attempts (terminal %s; %s)", id, sent, n, r.Terminal, strings.Join(errs, "; "))
 		}
 	}
 	for id, c := range stats.ByRequestID {
