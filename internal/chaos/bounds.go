@@ -8,6 +8,7 @@ import (
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/receipt"
+	"github.com/oncegate/oncegate/internal/retry"
 )
 
 // usdSlack absorbs float rounding in sums of costs.
@@ -29,6 +30,7 @@ func bounds(receipts map[string]*receipt.Receipt, outcomes []outcome, pol *polic
 			refused++
 		}
 	}
+	term := Row{Invariant: "zero attempts after a terminal"}
 	dl := Row{Invariant: "zero attempts after a deadline"}
 	budget := Row{Invariant: "zero attempts beyond a budget"}
 	boundary := Row{Invariant: "zero attempts outside a data boundary"}
@@ -46,6 +48,26 @@ func bounds(receipts map[string]*receipt.Receipt, outcomes []outcome, pol *polic
 			boundary.Violations++
 			example("%s: model %q or tenant %q is not in the policy", id, r.Model, r.Tenant)
 			continue
+		}
+
+		// A terminal: nothing after the engine's stop, nor after the
+		// attempt that answered.
+		term.Checked++
+		last := 0
+		for _, d := range r.Decisions {
+			if d.Action == string(retry.ActionStop) || d.Action == string(retry.ActionComplete) {
+				last = d.AfterAttempt
+				break
+			}
+		}
+		for _, at := range r.Attempts {
+			if at.Kind == string(gw.KindOK) && (last == 0 || at.Ordinal < last) {
+				last = at.Ordinal
+			}
+		}
+		if n := len(r.Attempts); last > 0 && n > 0 && r.Attempts[n-1].Ordinal > last {
+			term.Violations++
+			example("%s: attempt %d after the terminal at attempt %d", id, r.Attempts[n-1].Ordinal, last)
 		}
 
 		// A deadline: the policy's, or the client's when it is sooner.
@@ -163,5 +185,5 @@ func bounds(receipts map[string]*receipt.Receipt, outcomes []outcome, pol *polic
 	budget.Note = fmt.Sprintf("%d stopped by the cost cap, %d refused tenant_budget_exceeded%s", byCost, refused, capped)
 	boundary.Note = fmt.Sprintf("%d requests of a private-only tenant, with %d attempts on private routes", restricted, restrictedAttempts)
 	blind.Note = fmt.Sprintf("%d requests ended indeterminate", indeterminate)
-	return []Row{dl, budget, boundary, blind}
+	return []Row{term, dl, budget, boundary, blind}
 }

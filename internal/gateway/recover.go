@@ -10,6 +10,7 @@ import (
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/receipt"
+	"github.com/oncegate/oncegate/internal/retry"
 )
 
 // recover settles every request a previous process left unfinished (
@@ -151,6 +152,14 @@ func (g *Gateway) rebuild(evs []ledger.Event) (*receipt.Receipt, bool) {
 			Terminal: string(gw.TerminalIndeterminate), Reason: string(gw.ReasonIndeterminate)})
 	}
 	r.Terminal, r.Reason = term.Terminal, term.Reason
+	if n := len(r.Decisions); !unobserved && n > 0 && r.Decisions[n-1].AfterAttempt == len(r.Attempts) &&
+		r.Decisions[n-1].Action == string(retry.ActionStop) && r.Decisions[n-1].Terminal != "" {
+		// The engine had already stopped (a request refused before any
+		// attempt, its start decision durable with its claim) when its
+		// owner died: that stop is how the request ended, not a
+		// cancellation.
+		r.Terminal, r.Reason = r.Decisions[n-1].Terminal, r.Decisions[n-1].Reason
+	}
 	r.Totals = r.ComputeTotals()
 	return r, true
 }

@@ -130,3 +130,37 @@ func BenchmarkRecovery100k(b *testing.B) {
 		b.StartTimer()
 	}
 }
+
+// A request the engine had already stopped before any attempt (refused
+// by a budget; its start decision is durable with its claim) and whose
+// owner died before its terminal ends as that stop, not as a
+// cancellation: its receipt verifies. (The chaos soak with three replicas
+// found one receipt of 75,000 recovered as cancelled.)
+func TestRecoveryKeepsAStopTakenBeforeAnyAttempt(t *testing.T) {
+	t.Parallel()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	t0 := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	id := "01dead00-0000-7000-8000-00000000c057"
+	hdr, _ := json.Marshal(receipt.Receipt{RequestID: id, Tenant: "acme", Operation: "chat.completions", Model: "chat",
+		CreatedAt: t0, Deadline: t0.Add(time.Minute), Request: receipt.Facts{EstimatedInputTokens: 100, MaxDataBoundary: "external"},
+		Decisions: []receipt.Decision{{AfterAttempt: 0, Action: "stop", Terminal: "exhausted", Reason: "cost_budget"}}})
+	rec := &ledger.Record{Identity: "k:" + id, RequestID: id, Tenant: "acme", Operation: "chat.completions", RequestSHA256: "x",
+		State: ledger.InProgress, Owner: "dead-process", Generation: 1, LeaseUntil: t0, CreatedAt: t0}
+	if _, _, err := st.Claim(context.Background(), rec, []ledger.Event{{RequestID: id, Seq: 1, Generation: 1, Type: ledger.EvCreated, At: t0, Data: hdr}}); err != nil {
+		t.Fatal(err)
+	}
+	pol, secrets := recoveryPolicy(t)
+	g, err := New(pol, secrets, Options{Ledger: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	r, err := g.receipt(context.Background(), "acme", id)
+	if err != nil || r.Terminal != "exhausted" || r.Reason != "cost_budget" || len(r.Attempts) != 0 {
+		t.Fatalf("receipt %+v %v", r, err)
+	}
+}
