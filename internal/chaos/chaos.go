@@ -645,7 +645,7 @@ func check(ctx context.Context, rep *Report, outcomes []outcome, m *mock.Mock, p
 	// called again (no indeterminate request is re-sent blind).
 	replay := Row{Invariant: "acknowledged answers replay byte for byte"}
 	blind := Row{Invariant: "re-POSTs after the run reach no provider"}
-	before := m.Stats().Requests
+	before := m.Requests()
 	ranAgain, ranAgainCalls := 0, int64(0)
 	for i, o := range outcomes {
 		if o.key == "" || o.requestID == "" || receipts[o.requestID] == nil {
@@ -653,7 +653,7 @@ func check(ctx context.Context, rep *Report, outcomes []outcome, m *mock.Mock, p
 		}
 		blind.Checked++
 		r := receipts[o.requestID]
-		calls := m.Stats().Requests
+		calls := m.Requests()
 		status, b, h, err := post(ctx, g.url(), o.prof, o.key, "/v1/chat/completions", chatBody(o.prompt, o.stream, o.prof))
 		if err != nil {
 			return nil, fmt.Errorf("re-POST %s: %w", o.key, err)
@@ -666,7 +666,7 @@ func check(ctx context.Context, rep *Report, outcomes []outcome, m *mock.Mock, p
 		// output was shown, released its key (docs/identity.md): the
 		// re-POST is a new request, and may be sent. Any other must
 		// replay what it ended with.
-		if sent := m.Stats().Requests - calls; sent > 0 {
+		if sent := m.Requests() - calls; sent > 0 {
 			if len(r.Attempts) == 0 || r.Terminal == string(gw.TerminalCancelled) {
 				ranAgain++
 				ranAgainCalls += sent
@@ -699,12 +699,12 @@ func check(ctx context.Context, rep *Report, outcomes []outcome, m *mock.Mock, p
 			first["stream"] = true
 		}
 		body, _ := json.Marshal(first)
-		calls := m.Stats().Requests
+		calls := m.Requests()
 		status, b, h, err := post(ctx, g.url(), o.prof, statefulKey(i), "/v1/responses", body)
 		if err != nil {
 			return nil, fmt.Errorf("re-POST %s: %w", statefulKey(i), err)
 		}
-		if sent := m.Stats().Requests - calls; sent > 0 {
+		if sent := m.Requests() - calls; sent > 0 {
 			blind.Violations++
 			example("stateful conversation %d: its answered first turn, sent again, made %d upstream calls", i, sent)
 		}
@@ -715,7 +715,7 @@ func check(ctx context.Context, rep *Report, outcomes []outcome, m *mock.Mock, p
 		}
 	}
 	blind.Note = fmt.Sprintf("%d upstream calls in all; %d of them from %d keys sent again after their request released them (it sent nothing, or was cancelled before any output)",
-		m.Stats().Requests-before, ranAgainCalls, ranAgain)
+		m.Requests()-before, ranAgainCalls, ranAgain)
 	rep.Rows = append(rep.Rows, replay, blind)
 	return rep, nil
 }

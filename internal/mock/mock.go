@@ -103,6 +103,17 @@ func (m *Mock) Stats() Stats {
 	return s.snapshot()
 }
 
+// Requests counts the requests received so far: Stats().Requests without
+// copying the per-key counts, for callers that read it often.
+func (m *Mock) Requests() int64 {
+	m.mu.Lock()
+	s := m.stats
+	m.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.total.Requests
+}
+
 // Close releases requests that hang or stall, so a server can shut down.
 func (m *Mock) Close() { m.once.Do(func() { close(m.closing) }) }
 
