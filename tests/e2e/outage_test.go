@@ -181,7 +181,14 @@ func (l *load) check(t *testing.T, down, up time.Time) (codes map[string]int, se
 			continue
 		}
 		again := send(context.Background(), l.f.gws[n%len(l.f.gws)], apiKey, key, false, l.bodies[key])
-		if again.status != 200 || again.header.Get("X-Oncegate-Dedup") != "replayed" || !bytes.Equal(again.body, a.body) {
+		// Replayed from the store — or, right after an outage, "joined":
+		// the owner committed the answer before it was acknowledged, but
+		// the release of its claim in Redis goes with a later pipeline, so
+		// an arrival may still find the claim and get the same committed
+		// answer through it. Either way the same bytes, and no new call
+		// (checked above).
+		dedup := again.header.Get("X-Oncegate-Dedup")
+		if again.status != 200 || (dedup != "replayed" && dedup != "joined") || !bytes.Equal(again.body, a.body) {
 			t.Fatalf("acknowledged %s asked again: %v", key, again)
 		}
 	}
