@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -16,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/oncegate/oncegate/internal/procstart"
 )
 
 // The gateway and the bare reverse proxy each run in a process of their
@@ -64,35 +64,11 @@ type child struct {
 // startChild starts cmd and waits until it prints the address it
 // listens on ("listening on http://ADDR").
 func startChild(name string, cmd *exec.Cmd) (*child, error) {
-	out, err := cmd.StdoutPipe()
+	u, err := procstart.Listening(cmd, time.Minute)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s did not start (its log is beside the benchmark's files): %w", name, err)
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if _, addr, ok := strings.Cut(sc.Text(), "listening on "); ok {
-				found <- strings.Fields(addr)[0]
-				break
-			}
-		}
-		close(found)
-		_, _ = io.Copy(io.Discard, out)
-	}()
-	select {
-	case u, ok := <-found:
-		if ok {
-			return &child{name: name, url: u, cmd: cmd}, nil
-		}
-	case <-time.After(60 * time.Second):
-	}
-	_ = cmd.Process.Kill()
-	_ = cmd.Wait()
-	return nil, fmt.Errorf("%s did not start (its log is beside the benchmark's files)", name)
+	return &child{name: name, url: u, cmd: cmd}, nil
 }
 
 // stop ends the child: SIGTERM, so that a gateway writes its profiles,

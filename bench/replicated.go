@@ -17,13 +17,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/coord/redis"
 	"github.com/oncegate/oncegate/internal/gateway"
 	"github.com/oncegate/oncegate/internal/ledger/postgres"
+	"github.com/oncegate/oncegate/internal/ledger/postgres/pgtest"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/replica"
 )
@@ -39,39 +39,24 @@ func newShared(ctx context.Context, pgBase, redisBase string) (*shared, error) {
 	b := make([]byte, 5)
 	_, _ = rand.Read(b)
 	tag := hex.EncodeToString(b)
-	conn, err := pgx.Connect(ctx, pgBase)
+	pgURL, dropSchema, err := pgtest.Scratch(ctx, pgBase, "bench_")
 	if err != nil {
 		return nil, fmt.Errorf("postgres %s: %w", postgres.Redact(pgBase), err)
 	}
-	schema := "bench_" + tag
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		_ = conn.Close(ctx)
-		return nil, err
-	}
-	_ = conn.Close(ctx)
-	pu, err := url.Parse(pgBase)
-	if err != nil {
-		return nil, err
-	}
-	q := pu.Query()
-	q.Set("search_path", schema)
-	pu.RawQuery = q.Encode()
 	ru, err := url.Parse(redisBase)
 	if err != nil {
+		dropSchema()
 		return nil, err
 	}
 	prefix := "bench-" + tag + ":"
 	rq := ru.Query()
 	rq.Set("key_prefix", prefix)
 	ru.RawQuery = rq.Encode()
-	s := &shared{pgURL: pu.String(), redisURL: ru.String()}
+	s := &shared{pgURL: pgURL, redisURL: ru.String()}
 	s.drop = func() {
+		dropSchema()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if c, err := pgx.Connect(ctx, pgBase); err == nil {
-			_, _ = c.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
-			_ = c.Close(ctx)
-		}
 		if opts, err := goredis.ParseURL(redisBase); err == nil {
 			rdb := goredis.NewClient(opts)
 			iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()

@@ -1,17 +1,17 @@
 package chaos
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/oncegate/oncegate/internal/procstart"
 )
 
 // gateway is the oncegate process under test: started, killed and
@@ -38,35 +38,9 @@ func (g *gateway) start(ctx context.Context) error {
 	cmd := exec.Command(g.bin, "serve", "--config", g.config)
 	cmd.Env = append(os.Environ(), g.env...)
 	cmd.Stderr = g.log
-	out, err := cmd.StdoutPipe()
+	addr, err := procstart.Listening(cmd, time.Minute)
 	if err != nil {
-		return err
-	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start the gateway: %w", err)
-	}
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if _, addr, ok := strings.Cut(sc.Text(), "listening on "); ok {
-				found <- strings.Fields(addr)[0]
-			}
-		}
-		close(found)
-	}()
-	var addr string
-	select {
-	case a, ok := <-found:
-		if !ok {
-			_ = cmd.Wait()
-			return fmt.Errorf("the gateway exited before it listened (its log is in the run's directory)")
-		}
-		addr = a
-	case <-time.After(60 * time.Second):
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		return fmt.Errorf("the gateway did not listen within a minute")
+		return fmt.Errorf("start the gateway (its log is in the run's directory): %w", err)
 	}
 	for {
 		res, err := http.Get(addr + "/readyz")

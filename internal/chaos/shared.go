@@ -2,16 +2,13 @@ package chaos
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net"
-	"net/url"
 	"os/exec"
 	"strconv"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/oncegate/oncegate/internal/ledger/postgres/pgtest"
 	goredis "github.com/redis/go-redis/v9"
 )
 
@@ -22,32 +19,11 @@ type schema struct {
 }
 
 func newSchema(ctx context.Context, base string) (*schema, error) {
-	b := make([]byte, 5)
-	_, _ = rand.Read(b)
-	name := "chaos_" + hex.EncodeToString(b)
-	conn, err := pgx.Connect(ctx, base)
+	u, drop, err := pgtest.Scratch(ctx, base, "chaos_")
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+name); err != nil {
-		return nil, err
-	}
-	u, err := url.Parse(base)
-	if err != nil {
-		return nil, err
-	}
-	q := u.Query()
-	q.Set("search_path", name)
-	u.RawQuery = q.Encode()
-	return &schema{url: u.String(), drop: func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if c, err := pgx.Connect(ctx, base); err == nil {
-			_, _ = c.Exec(ctx, "DROP SCHEMA "+name+" CASCADE")
-			_ = c.Close(ctx)
-		}
-	}}, nil
+	return &schema{url: u, drop: drop}, nil
 }
 
 // redisServer is a redis-server of the soak's own, which the driver

@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net/url"
 	"os"
 	"strings"
@@ -30,33 +31,46 @@ func URL(tb testing.TB) string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	u, drop, err := Scratch(ctx, base, "og_test_")
+	if err != nil {
+		tb.Fatalf("%s=%s: %v", Env, base, err)
+	}
+	tb.Cleanup(drop)
+	return u
+}
+
+// Scratch creates a new, empty schema named prefix and a random tag on
+// the server of base, and returns base with that schema as its
+// search_path, and what drops it. Tests, the soak and the benchmark each
+// work in one, so that they share a server without meeting.
+func Scratch(ctx context.Context, base, prefix string) (string, func(), error) {
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", nil, err
+	}
 	conn, err := pgx.Connect(ctx, withoutPoolParams(base))
 	if err != nil {
-		tb.Fatalf("%s=%s is unreachable: %v", Env, base, err)
+		return "", nil, fmt.Errorf("unreachable: %w", err)
 	}
 	defer conn.Close(ctx)
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
-	schema := "og_test_" + hex.EncodeToString(b)
+	schema := prefix + hex.EncodeToString(b)
 	if _, err := conn.Exec(ctx, `CREATE SCHEMA `+schema); err != nil {
-		tb.Fatalf("create schema %s: %v", schema, err)
+		return "", nil, fmt.Errorf("create schema %s: %w", schema, err)
 	}
-	tb.Cleanup(func() {
+	drop := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if c, err := pgx.Connect(ctx, withoutPoolParams(base)); err == nil {
 			_, _ = c.Exec(ctx, `DROP SCHEMA `+schema+` CASCADE`)
 			_ = c.Close(ctx)
 		}
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		tb.Fatalf("%s: %v", Env, err)
 	}
 	q := u.Query()
 	q.Set("search_path", schema)
 	u.RawQuery = q.Encode()
-	return u.String()
+	return u.String(), drop, nil
 }
 
 // withoutPoolParams drops pgxpool's own parameters (pool_max_conns …),
