@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -245,7 +246,10 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 	}
 	g.guards(pol, opts)
 	g.metricsHTTP = g.metrics.Handler()
-	if err := g.seedSpend(context.Background(), true); err != nil {
+	// What requests left in progress reserved matters only under a
+	// daily ceiling; without one, start-up does not read them.
+	ceiling := slices.ContainsFunc(pol.Tenants, func(t *policy.Tenant) bool { return t.CostPerDay > 0 })
+	if err := g.seedSpend(context.Background(), ceiling); err != nil {
 		return nil, err
 	}
 	g.restoreRates(context.Background())
