@@ -181,7 +181,11 @@ func (c *call) reconcileAttempt(ctx context.Context, res *attemptResult) *attemp
 	u := readUpstream(tc.turn.Upstream)
 	r, err := c.g.reconcile(ctx, res.route, u.Conversation, tc.history, tc.input, tc.upstreamID)
 	if err == nil && len(r.orphans) > 0 {
-		res.obs.Orphans = c.g.recordOrphans(ctx, tc.turn, res.route, u.Conversation, r.orphans, c.in.PromptTokens)
+		var clean bool
+		res.obs.Orphans, clean = c.g.recordOrphans(ctx, tc.turn, res.route, u.Conversation, r.orphans, c.in.PromptTokens)
+		if !clean {
+			c.markSuspect() // the next turn reads the conversation first
+		}
 	}
 	switch {
 	case err != nil:
@@ -230,7 +234,9 @@ func (g *Gateway) sweep(ctx context.Context, route *policy.Route, conv string, e
 		return fmt.Errorf("read the upstream conversation: %w", err)
 	}
 	if len(r.orphans) > 0 {
-		g.recordOrphans(ctx, turn, route, conv, r.orphans, 0)
+		if _, clean := g.recordOrphans(ctx, turn, route, conv, r.orphans, 0); !clean {
+			return errors.New("could not remove what the upstream conversation holds beyond the turn")
+		}
 	}
 	return nil
 }
@@ -412,19 +418,24 @@ func sameItem(a, b provider.Item) bool {
 		str(a.Arguments) == str(b.Arguments) && str(a.Output) == str(b.Output) && text(a) == text(b)
 }
 
-// recordOrphans removes orphaned copies from the upstream conversation and
-// records each with what it cost (estimated from its text: the upstream's
-// item listing carries no usage). It returns how many it recorded.
-func (g *Gateway) recordOrphans(ctx context.Context, turn *ledger.Turn, route *policy.Route, conv string, orphans [][]provider.Item, prompt int64) int {
+// recordOrphans records orphaned copies, each with what it cost
+// (estimated from its text: the upstream's item listing carries no usage),
+// and removes them from the upstream conversation. It returns how many it
+// recorded now and whether every copy is gone upstream.
+//
+// A record comes before its removal, and a copy's items are removed last
+// first, its input last: a removal that a crash, a cancelled client or a
+// failed call interrupts leaves the copy's input at its head, so the next
+// reading of the conversation still sees a copy of the turn — never an
+// answer run on from the kept one — and records it again under the same
+// upstream id, which the ledger keeps once.
+func (g *Gateway) recordOrphans(ctx context.Context, turn *ledger.Turn, route *policy.Route, conv string, orphans [][]provider.Item, prompt int64) (int, bool) {
+	// The clients may be gone; what was found must still be recorded and
+	// removed, or it is found again as part of the kept answer.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), orphanCleanup)
+	defer cancel()
+	recorded, clean := 0, true
 	for _, group := range orphans {
-		for _, it := range group {
-			if it.ID == "" {
-				continue
-			}
-			if _, _, err := g.stateCall(ctx, route, http.MethodDelete, "/conversations/"+url.PathEscape(conv)+"/items/"+url.PathEscape(it.ID), nil); err != nil {
-				g.log.Warn("could not remove an orphaned item upstream", "conversation", conv, "item", it.ID, "err", err)
-			}
-		}
 		out := provider.ResponseOf(slices.DeleteFunc(slices.Clone(group), startsTurn))
 		usage := gw.Usage{InputTokens: prompt, OutputTokens: tokens.Text(out.Text)}
 		for _, tc := range out.ToolCalls {
@@ -432,10 +443,34 @@ func (g *Gateway) recordOrphans(ctx context.Context, turn *ledger.Turn, route *p
 		}
 		o := &ledger.Orphan{Tenant: turn.Tenant, Conversation: turn.Conversation, ResponseID: turn.ResponseID, UpstreamID: group[0].ID,
 			Route: route.ID, InputTokens: usage.InputTokens, OutputTokens: usage.OutputTokens, Cost: int64(route.Price.Cost(usage)), At: g.clock.Now()}
-		if err := g.ledger.AddOrphan(ctx, o); err != nil {
+		added, err := g.ledger.AddOrphan(ctx, o)
+		if err != nil {
+			// Left upstream unrecorded: the next reading finds it again.
 			g.log.Warn("could not record an orphan", "response_id", turn.ResponseID, "err", err)
+			clean = false
+			continue
 		}
-		g.metrics.ObserveOrphan()
+		if added {
+			recorded++
+			g.metrics.ObserveOrphan()
+		}
+		for i := len(group) - 1; i >= 0; i-- {
+			it := group[i]
+			if it.ID == "" {
+				continue
+			}
+			if _, _, err := g.stateCall(ctx, route, http.MethodDelete, "/conversations/"+url.PathEscape(conv)+"/items/"+url.PathEscape(it.ID), nil); err != nil {
+				g.log.Warn("could not remove an orphaned item upstream", "conversation", conv, "item", it.ID, "err", err)
+				clean = false
+				break // the rest stays, input first, for the next reading
+			}
+			if i == len(group)-1 && i > 0 {
+				failpoint("between_orphan_item_removals")
+			}
+		}
 	}
-	return len(orphans)
+	return recorded, clean
 }
+
+// orphanCleanup bounds recording and removing one reading's orphans.
+const orphanCleanup = 30 * time.Second

@@ -103,8 +103,10 @@ type TurnStore interface {
 	// ConversationTurns returns every turn of a conversation (failed
 	// ones too), by depth then creation.
 	ConversationTurns(ctx context.Context, tenant, conversation string) ([]*Turn, error)
-	// AddOrphan records an orphaned generation.
-	AddOrphan(ctx context.Context, o *Orphan) error
+	// AddOrphan records an orphaned generation once: a record of the same
+	// tenant, conversation and upstream id exists already, it writes
+	// nothing and returns false.
+	AddOrphan(ctx context.Context, o *Orphan) (bool, error)
 	// Orphans lists a conversation's orphans, oldest first.
 	Orphans(ctx context.Context, tenant, conversation string) ([]*Orphan, error)
 }

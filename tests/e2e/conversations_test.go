@@ -3,13 +3,18 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/ledger/postgres"
+	"github.com/oncegate/oncegate/internal/ledger/sqlite"
 	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/provider"
 )
@@ -186,4 +191,93 @@ func TestCrashDuringAGatewayHeldTurn(t *testing.T) {
 			t.Fatalf("%d upstream calls: turn 1, turn 2's lost try and its retry, turn 3", n)
 		}
 	})
+}
+
+// A gateway killed while it removes an orphaned copy of a stateful turn
+// (the provider's own infrastructure committed the turn twice, then
+// answered 502): the removal stops between the copy's two items. After a
+// restart the turn reads one generation, not the kept answer run on into
+// the copy's; the provider's conversation holds the turn once, so the
+// next turn is generated from what the client read; and the copy is
+// recorded once, with its cost.
+func TestCrashWhileRemovingAnOrphan(t *testing.T) {
+	backends(t, func(t *testing.T, b backend) {
+		w := newWorldOn(t, mock.Config{Tokens: 8}, b)
+		if err := os.WriteFile(w.config, []byte(strings.ReplaceAll(statefulConfig, "MOCK", mockURL(t, w))+b.ledgerLine()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		w.mock.SetScript(mock.Script{Rules: []mock.Rule{{Calls: []int{1}, Fault: mock.Fault{Type: mock.FaultCommitTwiceThen502}}}})
+		g := w.start("ONCEGATE_FAILPOINT=between_orphan_item_removals")
+		ctx := context.Background()
+		body := `{"model":"convo","input":"hello"}`
+		go func() { _, _, _ = g.postTurn(ctx, "t1", body) }()
+		g.stderr.wait(t, regexp.MustCompile(`ONCEGATE_FAILPOINT between_orphan_item_removals reached`), 10*time.Second)
+		g.kill(t)
+		generated := w.mock.Stats().Requests
+		g2 := w.start()
+		first := g2.turnAfterCrash(t, "t1", body)
+		if n := w.mock.Stats().Requests; n != generated {
+			t.Fatalf("the provider generated %d times after the crash", n-generated)
+		}
+		hello := provider.Message{Role: "user", Parts: []provider.Part{{Type: "text", Text: "hello"}}}
+		if got, want := outputText(first), mock.Answer(0, &provider.Request{Messages: []provider.Message{hello}}, 8); got != want {
+			t.Fatalf("turn 1 read %q, the provider generated %q", got, want)
+		}
+		st, second, err := g2.postTurn(ctx, "", `{"model":"convo","input":"and then?","previous_response_id":"`+first["id"].(string)+`"}`)
+		if err != nil || st != 200 {
+			t.Fatalf("turn 2: %d %v %v", st, second, err)
+		}
+		want := mock.Answer(0, &provider.Request{Messages: []provider.Message{hello,
+			{Role: "assistant", Parts: []provider.Part{{Type: "text", Text: outputText(first)}}},
+			{Role: "user", Parts: []provider.Part{{Type: "text", Text: "and then?"}}}}}, 8)
+		if got := outputText(second); got != want {
+			t.Fatalf("turn 2 was generated from another conversation than the client read: got %q want %q", got, want)
+		}
+		if n := w.mock.StoredResponses(); n != 3 {
+			t.Fatalf("the provider stored %d responses: two copies of turn 1 and turn 2", n)
+		}
+		g2.kill(t)
+		orphans := w.orphans(t, "e2e", first["id"].(string))
+		if len(orphans) != 1 || orphans[0].OutputTokens == 0 || orphans[0].Cost <= 0 {
+			t.Fatalf("the copy should be recorded once, with its tokens and their cost: %s", orphanList(orphans))
+		}
+	})
+}
+
+// orphans reads a conversation's recorded orphans from the world's store
+// (no gateway may be writing it).
+func (w *world) orphans(t *testing.T, tenant, conversation string) []*ledger.Orphan {
+	t.Helper()
+	ctx := context.Background()
+	var ts interface {
+		Orphans(ctx context.Context, tenant, conversation string) ([]*ledger.Orphan, error)
+		Close() error
+	}
+	if strings.HasPrefix(w.store, "postgres") {
+		s, err := postgres.OpenReadOnly(ctx, w.store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts = s
+	} else {
+		s, err := sqlite.OpenReadOnly(w.db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts = s
+	}
+	defer ts.Close()
+	out, err := ts.Orphans(ctx, tenant, conversation)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func orphanList(os []*ledger.Orphan) string {
+	var b strings.Builder
+	for _, o := range os {
+		fmt.Fprintf(&b, "%+v; ", *o)
+	}
+	return b.String()
 }

@@ -110,8 +110,15 @@ func runTurns(t *testing.T, open Opener) {
 		s := open(t, false)
 		o := &ledger.Orphan{Tenant: "acme", Conversation: "resp_root", ResponseID: "resp_a", UpstreamID: "up_1", Route: "r",
 			InputTokens: 10, OutputTokens: 20, Cost: 1234, At: t0}
-		if err := s.AddOrphan(ctx, o); err != nil {
-			t.Fatal(err)
+		if added, err := s.AddOrphan(ctx, o); err != nil || !added {
+			t.Fatalf("add orphan: %v, %v", added, err)
+		}
+		// Found again (a removal a crash interrupted): recorded once,
+		// with what the first record said.
+		again := *o
+		again.OutputTokens, again.Cost = 3, 99
+		if added, err := s.AddOrphan(ctx, &again); err != nil || added {
+			t.Fatalf("the same upstream copy recorded twice: %v, %v", added, err)
 		}
 		got, err := s.Orphans(ctx, "acme", "resp_root")
 		if err != nil || len(got) != 1 || *got[0] != *o {

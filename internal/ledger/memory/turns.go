@@ -102,15 +102,20 @@ func (s *Store) ConversationTurns(_ context.Context, tenant, conversation string
 	return out, nil
 }
 
-// AddOrphan records an orphaned generation.
-func (s *Store) AddOrphan(_ context.Context, o *ledger.Orphan) error {
+// AddOrphan records an orphaned generation once.
+func (s *Store) AddOrphan(_ context.Context, o *ledger.Orphan) (bool, error) {
 	if err := s.lock(); err != nil {
-		return err
+		return false, err
 	}
 	defer s.mu.Unlock()
+	for _, e := range s.orphans {
+		if e.Tenant == o.Tenant && e.Conversation == o.Conversation && e.UpstreamID == o.UpstreamID {
+			return false, nil
+		}
+	}
 	c := *o
 	s.orphans = append(s.orphans, &c)
-	return nil
+	return true, nil
 }
 
 // Orphans lists a conversation's orphans.

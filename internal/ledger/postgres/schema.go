@@ -73,6 +73,9 @@ var migrations = []string{
 
 	// 3: the turn ledger of stored conversations (docs/conversations.md).
 	turnsql.Schema("bytea", "bigint"),
+
+	// 4: an orphan is recorded once per upstream copy.
+	turnsql.UniqueOrphans(`DELETE FROM orphans a USING orphans b WHERE a.ctid > b.ctid AND a.tenant = b.tenant AND a.conversation = b.conversation AND a.upstream_id = b.upstream_id`),
 }
 
 // spendShards is how many rows a tenant's day is spread over.

@@ -82,12 +82,13 @@ func (s *Store) ConversationTurns(ctx context.Context, tenant, conversation stri
 	return turnsql.ScanAll(rows, func(r turnsql.Scanner) (*ledger.Turn, error) { return turnsql.Scan(r, pgx.ErrNoRows) })
 }
 
-// AddOrphan records an orphaned generation.
-func (s *Store) AddOrphan(ctx context.Context, o *ledger.Orphan) error {
-	if _, err := s.pool.Exec(ctx, qInsertOrphan, turnsql.OrphanArgs(o)...); err != nil {
-		return fmt.Errorf("add orphan: %w", err)
+// AddOrphan records an orphaned generation once.
+func (s *Store) AddOrphan(ctx context.Context, o *ledger.Orphan) (bool, error) {
+	tag, err := s.pool.Exec(ctx, qInsertOrphan, turnsql.OrphanArgs(o)...)
+	if err != nil {
+		return false, fmt.Errorf("add orphan: %w", err)
 	}
-	return nil
+	return tag.RowsAffected() == 1, nil
 }
 
 // Orphans lists a conversation's orphans.

@@ -128,6 +128,9 @@ var migrations = []string{
 
 	// 5: the turn ledger of stored conversations (docs/conversations.md).
 	turnsql.Schema("BLOB", "INTEGER"),
+
+	// 6: an orphan is recorded once per upstream copy.
+	turnsql.UniqueOrphans(`DELETE FROM orphans WHERE rowid NOT IN (SELECT MIN(rowid) FROM orphans GROUP BY tenant, conversation, upstream_id)`),
 }
 
 func migrate(db *sql.DB) error {

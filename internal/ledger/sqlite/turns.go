@@ -82,12 +82,19 @@ func (s *Store) ConversationTurns(ctx context.Context, tenant, conversation stri
 	return turnsql.ScanAll(rows, func(r turnsql.Scanner) (*ledger.Turn, error) { return turnsql.Scan(r, sql.ErrNoRows) })
 }
 
-// AddOrphan records an orphaned generation.
-func (s *Store) AddOrphan(ctx context.Context, o *ledger.Orphan) error {
-	return s.write(ctx, true, func(tx wtx) error {
-		_, err := tx.Exec(turnsql.InsertOrphan, turnsql.OrphanArgs(o)...)
+// AddOrphan records an orphaned generation once.
+func (s *Store) AddOrphan(ctx context.Context, o *ledger.Orphan) (bool, error) {
+	added := false
+	err := s.write(ctx, true, func(tx wtx) error {
+		res, err := tx.Exec(turnsql.InsertOrphan, turnsql.OrphanArgs(o)...)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		added = n == 1
 		return err
 	})
+	return added, err
 }
 
 // Orphans lists a conversation's orphans.

@@ -57,6 +57,15 @@ func Schema(blob, integer string) string {
 	CREATE INDEX orphans_by_conversation ON orphans (tenant, conversation, at);`)
 }
 
+// UniqueOrphans is the migration that makes an orphan's record unique by
+// its upstream id within its conversation (a removal interrupted by a
+// crash is found, and recorded, again); dedupe first deletes the copies
+// an older binary may have recorded twice.
+func UniqueOrphans(dedupe string) string {
+	return dedupe + `;
+	CREATE UNIQUE INDEX orphans_by_upstream ON orphans (tenant, conversation, upstream_id);`
+}
+
 // Cols are a turn row's columns, in Args and Scan order.
 const Cols = `response_id, tenant, conversation, parent, depth, key_digest, fingerprint, request_sha256, state, try, request_id, ambiguous, input, request, response, status, upstream, deleted, created_at, updated_at`
 
@@ -69,7 +78,7 @@ const (
 	ByFingerprint = `SELECT ` + Cols + ` FROM turns WHERE tenant = ? AND fingerprint = ? AND parent = ? ORDER BY created_at DESC, response_id DESC LIMIT 1`
 	ByConv        = `SELECT ` + Cols + ` FROM turns WHERE tenant = ? AND conversation = ? ORDER BY depth, created_at, response_id`
 	Update        = `UPDATE turns SET state = ?, try = ?, request_id = ?, ambiguous = ?, response = ?, status = ?, upstream = ?, deleted = ?, updated_at = ? WHERE response_id = ? AND state = ? AND try = ?`
-	InsertOrphan  = `INSERT INTO orphans (tenant, conversation, response_id, upstream_id, route, input_tokens, output_tokens, cost, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	InsertOrphan  = `INSERT INTO orphans (tenant, conversation, response_id, upstream_id, route, input_tokens, output_tokens, cost, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`
 	OrphansOf     = `SELECT tenant, conversation, response_id, upstream_id, route, input_tokens, output_tokens, cost, at FROM orphans WHERE tenant = ? AND conversation = ? ORDER BY at`
 )
 
