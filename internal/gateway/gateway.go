@@ -358,14 +358,19 @@ func (g *Gateway) seedSpend(ctx context.Context, inFlight bool) error {
 // hold out a second time. They are charged again when their requests
 // settle, so the day errs by them towards refusing until it is next read
 // (docs/overload.md).
+//
+// The requests in progress are read before the charges. A request's
+// terminal moves it from one to the other in one commit, so a request
+// that finishes between the two reads is counted twice (towards refusing)
+// — read the other way round, it would be missed by both.
 func DaySpend(ctx context.Context, store ledger.Store, day int64) (map[string]int64, error) {
-	spend, err := store.Spend(ctx, day)
-	if err != nil {
-		return nil, err
-	}
 	unfinished, err := store.Unfinished(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read the requests in progress: %w", err)
+	}
+	spend, err := store.Spend(ctx, day)
+	if err != nil {
+		return nil, err
 	}
 	for _, u := range unfinished {
 		for _, ev := range u.Events {

@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -13,48 +12,42 @@ import (
 	"github.com/oncegate/oncegate/internal/retry"
 )
 
-// recover settles every request a previous process left unfinished (
-// docs/identity.md), in one set-based commit before the gateway serves: a dispatched
+// recover settles every request whose owner's lease lapsed — a previous
+// process's, another replica's that died, or a call of this one whose
+// store was unreachable (docs/identity.md, "Recovery"). A dispatched
 // attempt without an observation is not safe to retry, so its request
-// becomes indeterminate and the attempt is charged its worst-case
-// reservation; a request with nothing in flight had no effect and releases
-// its identity. Nothing is ever re-dispatched. The receipts, pure
-// functions of the event log, are rebuilt in the background (or on
-// demand, if a client asks first).
+// becomes indeterminate and the attempt is charged its worst case; a
+// request with nothing in flight had no effect and releases its identity.
+// Nothing is ever re-dispatched. Each request's receipt, a pure function
+// of its event log, and its charge are written in the same commit as its
+// settlement: the day's spend never misses a settled request, whoever
+// reads it (a restarted Redis seeding its day reads it at any moment).
 func (g *Gateway) recover(ctx context.Context) (int, error) {
-	ids, err := g.ledger.SettleLapsed(ctx, g.clock.Now())
+	now := g.clock.Now()
+	lapsed, err := g.ledger.Lapsed(ctx, now)
+	if err != nil || len(lapsed) == 0 {
+		return 0, err
+	}
+	fs := make([]*ledger.Finish, len(lapsed))
+	for i, u := range lapsed {
+		fs[i] = g.settlement(u.Record, u.Events, now)
+	}
+	settled, err := g.ledger.Settle(ctx, fs)
 	if err != nil {
 		return 0, err
 	}
-	if len(ids) > 0 {
-		g.background.Add(1)
-		go g.materialize(ids)
-	}
-	return len(ids), nil
-}
-
-// materialize rebuilds and stores recovered requests' receipts, which
-// charge their tenants (an attempt in flight at its worst case), and then
-// gives the tenant limits the day's spend again, with those charges.
-func (g *Gateway) materialize(ids []string) {
-	defer g.background.Done()
-	for _, id := range ids {
-		select {
-		case <-g.stop:
-			return
-		default:
-		}
-		if _, err := g.recoveredReceipt(context.Background(), "", id); err != nil {
-			g.log.Error("rebuild a recovered receipt", "request_id", id, "err", err)
+	if len(settled) > 0 {
+		// The tenant limits learn the charges recovery just made.
+		if err := g.seedSpend(ctx, false); err != nil {
+			g.log.Error("read the day's spend after recovery", "err", err)
 		}
 	}
-	if err := g.seedSpend(context.Background(), false); err != nil {
-		g.log.Error("read the day's spend after recovery", "err", err)
-	}
+	return len(settled), nil
 }
 
 // recoveredReceipt rebuilds a recovered request's receipt from its events
-// and stores it. tenant, when set, must own it.
+// and stores it — for a request an older version settled without its
+// receipt. tenant, when set, must own it.
 func (g *Gateway) recoveredReceipt(ctx context.Context, tenant, id string) (*receipt.Receipt, error) {
 	evs, err := g.ledger.Events(ctx, id)
 	if err != nil {
@@ -76,18 +69,30 @@ func (g *Gateway) recoveredReceipt(ctx context.Context, tenant, id string) (*rec
 // gateway runs (another replica died): the same outcome as recovery.
 func (g *Gateway) settleOne(ctx context.Context, rec *ledger.Record) {
 	evs, err := g.ledger.Events(ctx, rec.RequestID)
+	if err == nil {
+		_, err = g.ledger.Settle(ctx, []*ledger.Finish{g.settlement(rec, evs, g.clock.Now())})
+	}
 	if err != nil {
 		g.log.Error("settle a lapsed request", "request_id", rec.RequestID, "err", err)
-		return
 	}
-	now := g.clock.Now()
+}
+
+// settlement is how recovery finishes a request whose owner is gone, from
+// its record and events: indeterminate if an attempt was in flight (its
+// generation bumped, so the old owner's late writes are fenced off),
+// released otherwise; with its rebuilt receipt and what it charges.
+func (g *Gateway) settlement(rec *ledger.Record, evs []ledger.Event, now time.Time) *ledger.Finish {
 	pending := ledger.InFlight(evs)
 	terminal, reason, state := gw.TerminalCancelled, gw.ReasonCancelled, ledger.FailedNoEffect
 	if pending {
 		terminal, reason, state = gw.TerminalIndeterminate, gw.ReasonIndeterminate, ledger.Indeterminate
 	}
 	data, _ := json.Marshal(map[string]string{"terminal": string(terminal), "reason": string(reason), "by": "recovery"})
-	term := ledger.Event{RequestID: rec.RequestID, Seq: int64(len(evs)) + 1, Generation: rec.Generation, Type: ledger.EvTerminal, At: now, Data: data}
+	seq := int64(len(evs))
+	if n := len(evs); n > 0 {
+		seq = max(seq, evs[n-1].Seq)
+	}
+	term := ledger.Event{RequestID: rec.RequestID, Seq: seq + 1, Generation: rec.Generation, Type: ledger.EvTerminal, At: now, Data: data}
 	r, _ := g.rebuild(append(evs, term))
 	var body []byte
 	var charge int64
@@ -95,11 +100,8 @@ func (g *Gateway) settleOne(ctx context.Context, rec *ledger.Record) {
 		body, _ = json.Marshal(r)
 		charge = int64(gw.NanoFromUSD(r.Totals.CostUSD))
 	}
-	f := &ledger.Finish{Identity: rec.Identity, RequestID: rec.RequestID, Generation: rec.Generation, State: state, At: now,
+	return &ledger.Finish{Identity: rec.Identity, RequestID: rec.RequestID, Generation: rec.Generation, State: state, At: now,
 		Events: []ledger.Event{term}, Receipt: body, Tenant: rec.Tenant, Charge: charge, Takeover: true, Release: !pending}
-	if err := g.ledger.Settle(ctx, []*ledger.Finish{f}); err != nil && !errors.Is(err, ledger.ErrStaleGeneration) {
-		g.log.Error("settle a lapsed request", "request_id", rec.RequestID, "err", err)
-	}
 }
 
 // rebuild reconstructs the receipt of a request recovery settled, from its

@@ -178,19 +178,18 @@ type Store interface {
 	// owner's late writes are fenced off. It returns the new generation,
 	// or ErrStaleGeneration / ErrFinished if the record moved on.
 	Takeover(ctx context.Context, requestID, owner string, gen int64, leaseUntil time.Time) (int64, error)
-	// Settle finishes many requests in one commit (recovery); fenced-off
-	// ones are skipped.
-	Settle(ctx context.Context, fs []*Finish) error
-	// SettleLapsed settles, in one commit, every in-progress request whose
-	// owner's lease lapsed before at (docs/identity.md, "Recovery"; docs/replicas.md): one with
-	// a dispatched, unobserved attempt becomes indeterminate (generation
-	// bumped); one with nothing in flight releases its identity. Each
-	// gets a terminal_committed event {"terminal","reason","by":"recovery"}.
-	// A request whose lease is live is never touched: its owner may be
-	// another gateway that is running. It returns the settled request
-	// ids; their receipts are the caller's to build from the events and
-	// store with PutReceipt.
-	SettleLapsed(ctx context.Context, at time.Time) ([]string, error)
+	// Settle finishes many requests in one commit (recovery settling
+	// requests whose owners are gone). A request is settled only while it
+	// is in progress at its Finish's Generation and its lease lapsed
+	// before the Finish's At: one another owner moved on, or whose owner
+	// renewed its lease meanwhile, is skipped with its events, receipt
+	// and charge. It returns the request ids it settled.
+	Settle(ctx context.Context, fs []*Finish) ([]string, error)
+	// Lapsed lists every in-progress record whose owner's lease lapsed
+	// before at, with its events: what recovery settles (docs/identity.md,
+	// "Recovery"; docs/replicas.md). A request whose lease is live is
+	// never listed: its owner may be another gateway that is running.
+	Lapsed(ctx context.Context, at time.Time) ([]Unfinished, error)
 	// PutReceipt stores a receipt, and adds its charge to the tenant's
 	// spend, unless a receipt for that request exists.
 	PutReceipt(ctx context.Context, r *StoredReceipt) error

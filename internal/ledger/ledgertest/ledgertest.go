@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -313,7 +314,7 @@ func Run(t *testing.T, open Opener) {
 			t.Fatal("expiry removed an in-progress record")
 		}
 	})
-	t.Run("settle lapsed: indeterminate or released, never a live lease", func(t *testing.T) {
+	t.Run("recovery: lapsed leases listed and settled with their charges, never a live one", func(t *testing.T) {
 		s := open(t, false)
 		dead := rec("k:pend", "pend")
 		dead.Owner = "dead"
@@ -336,11 +337,32 @@ func Run(t *testing.T, open Opener) {
 				t.Fatal(err)
 			}
 		}
-		ids, err := s.SettleLapsed(ctx, t0.Add(time.Minute))
-		if err != nil || len(ids) != 2 || ids[0] != "idle" || ids[1] != "pend" {
-			t.Fatalf("settled %v %v", ids, err)
+		at := t0.Add(time.Minute)
+		lapsed, err := s.Lapsed(ctx, at)
+		if err != nil || len(lapsed) != 2 {
+			t.Fatalf("lapsed %d %v", len(lapsed), err)
 		}
-		if r, err := s.Get(ctx, "k:pend"); err != nil || r.State != ledger.Indeterminate || r.Generation != 2 || !r.FinishedAt.Equal(t0.Add(time.Minute)) {
+		slices.SortFunc(lapsed, func(a, b ledger.Unfinished) int { return strings.Compare(a.Record.RequestID, b.Record.RequestID) })
+		if lapsed[0].Record.RequestID != "idle" || lapsed[1].Record.RequestID != "pend" || len(lapsed[1].Events) != 3 ||
+			!ledger.InFlight(lapsed[1].Events) || ledger.InFlight(lapsed[0].Events) {
+			t.Fatalf("lapsed %+v", lapsed)
+		}
+		term := func(id, terminal string) ledger.Event {
+			return ledger.Event{RequestID: id, Seq: 4, Generation: 1, Type: ledger.EvTerminal, At: at,
+				Data: []byte(`{"by":"recovery","terminal":"` + terminal + `"}`)}
+		}
+		pend := &ledger.Finish{Identity: "k:pend", RequestID: "pend", Generation: 1, State: ledger.Indeterminate, At: at, Takeover: true,
+			Events: []ledger.Event{term("pend", "indeterminate")}, Receipt: []byte(`{"request_id":"pend"}`), Tenant: "acme", Charge: 1000}
+		idleF := &ledger.Finish{Identity: "k:idle", RequestID: "idle", Generation: 1, State: ledger.FailedNoEffect, At: at, Release: true,
+			Events: []ledger.Event{term("idle", "cancelled")}, Receipt: []byte(`{"request_id":"idle"}`), Tenant: "acme", Charge: 20}
+		liveF := &ledger.Finish{Identity: "k:live", RequestID: "live", Generation: 1, State: ledger.Indeterminate, At: at, Takeover: true,
+			Events: []ledger.Event{term("live", "indeterminate")}, Tenant: "acme", Charge: 1e6}
+		settled, err := s.Settle(ctx, []*ledger.Finish{pend, idleF, liveF})
+		slices.Sort(settled)
+		if err != nil || !slices.Equal(settled, []string{"idle", "pend"}) {
+			t.Fatalf("settled %v %v", settled, err)
+		}
+		if r, err := s.Get(ctx, "k:pend"); err != nil || r.State != ledger.Indeterminate || r.Generation != 2 || !r.FinishedAt.Equal(at) {
 			t.Fatalf("pending dispatch: %+v %v", r, err)
 		}
 		if _, err := s.Get(ctx, "k:idle"); !errors.Is(err, ledger.ErrNotFound) {
@@ -351,22 +373,29 @@ func Run(t *testing.T, open Opener) {
 				t.Fatalf("recovery settled %s, whose lease is live", k)
 			}
 		}
+		// The settlement's charges are durable with it: the day's spend
+		// never misses a settled request while its receipt is built.
+		if spend, err := s.Spend(ctx, ledger.Day(at)); err != nil || spend["acme"] != 1020 {
+			t.Fatalf("spend after settling %v (%v), want 1020", spend, err)
+		}
 		// The lapsed owner's late terminal is refused.
-		if err := s.Finish(ctx, finish("pend", 1, 4)); !errors.Is(err, ledger.ErrStaleGeneration) {
+		if err := s.Finish(ctx, finish("pend", 1, 5)); !errors.Is(err, ledger.ErrStaleGeneration) {
 			t.Fatalf("a lapsed owner's late finish: %v", err)
 		}
 		evs, _ := s.Events(ctx, "pend")
 		if last := evs[len(evs)-1]; last.Type != ledger.EvTerminal || last.Seq != 4 || !bytes.Contains(last.Data, []byte(`"terminal":"indeterminate"`)) {
 			t.Fatalf("terminal event %+v", last)
 		}
-		for i, body := range []string{`{"a":1}`, `{"a":2}`} {
-			if err := s.PutReceipt(ctx, &ledger.StoredReceipt{Tenant: "acme", RequestID: "pend", Body: []byte(body), Charge: 1000, At: t0}); err != nil {
-				t.Fatalf("put receipt %d: %v", i, err)
-			}
+		waitFor(t, func() bool { b, _ := s.Receipt(ctx, "acme", "pend"); return string(b) == `{"request_id":"pend"}` })
+		// A receipt put again (rebuilt on demand) is not charged again.
+		if err := s.PutReceipt(ctx, &ledger.StoredReceipt{Tenant: "acme", RequestID: "pend", Body: []byte(`{"a":2}`), Charge: 1000, At: at}); err != nil {
+			t.Fatal(err)
 		}
-		waitFor(t, func() bool { b, _ := s.Receipt(ctx, "acme", "pend"); return string(b) == `{"a":1}` })
-		if spend, err := s.Spend(ctx, ledger.Day(t0)); err != nil || spend["acme"] != 1000 {
-			t.Fatalf("a receipt put twice charged %v (%v), want 1000 once", spend, err)
+		if spend, err := s.Spend(ctx, ledger.Day(at)); err != nil || spend["acme"] != 1020 {
+			t.Fatalf("a receipt put twice charged %v (%v), want 1020", spend, err)
+		}
+		if left, err := s.Lapsed(ctx, at); err != nil || len(left) != 0 {
+			t.Fatalf("still lapsed after settling: %d %v", len(left), err)
 		}
 	})
 	t.Run("the day's spend is kept per tenant and day", func(t *testing.T) {
@@ -388,6 +417,7 @@ func Run(t *testing.T, open Opener) {
 			}
 		}
 		settled := rec("k:settled", "settled")
+		settled.LeaseUntil = t0 // its owner is gone: recovery may settle it
 		if _, _, err := s.Claim(ctx, settled, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -395,8 +425,8 @@ func Run(t *testing.T, open Opener) {
 		f.Charge, f.Takeover = 3000, true
 		fenced := finish("spend-0", 1, 9) // finished already: skipped, not charged
 		fenced.Charge = 1e6
-		if err := s.Settle(ctx, []*ledger.Finish{f, fenced}); err != nil {
-			t.Fatal(err)
+		if ids, err := s.Settle(ctx, []*ledger.Finish{f, fenced}); err != nil || len(ids) != 1 {
+			t.Fatal(ids, err)
 		}
 		got, err := s.Spend(ctx, day)
 		if err != nil || got["acme"] != 4000 || got["globex"] != 5 || len(got) != 2 {

@@ -320,56 +320,30 @@ func (s *Store) Takeover(_ context.Context, requestID, owner string, gen int64, 
 	return r.Generation, nil
 }
 
-// Settle finishes many requests at once; fenced-off ones are skipped.
-func (s *Store) Settle(_ context.Context, fs []*ledger.Finish) error {
-	if err := s.lock(); err != nil {
-		return err
-	}
-	defer s.mu.Unlock()
-	for _, f := range fs {
-		if r, err := s.live(f.RequestID, f.Generation); err != nil || r == nil {
-			continue
-		}
-		if err := s.finish(f); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// SettleLapsed settles every in-progress request whose lease lapsed.
-func (s *Store) SettleLapsed(_ context.Context, at time.Time) ([]string, error) {
+// Settle finishes many requests at once; fenced-off ones, and those whose
+// lease is live, are skipped.
+func (s *Store) Settle(_ context.Context, fs []*ledger.Finish) ([]string, error) {
 	if err := s.lock(); err != nil {
 		return nil, err
 	}
 	defer s.mu.Unlock()
-	var ids []string
-	for _, r := range s.records {
-		if r.State != ledger.InProgress || !r.LeaseUntil.Before(at) {
+	var settled []string
+	for _, f := range fs {
+		if r, err := s.live(f.RequestID, f.Generation); err != nil || r == nil || !r.LeaseUntil.Before(f.At) {
 			continue
 		}
-		evs := s.events[r.RequestID]
-		seq := int64(0)
-		if len(evs) > 0 {
-			seq = evs[len(evs)-1].Seq
+		if err := s.finish(f); err != nil {
+			return nil, err
 		}
-		pending := ledger.InFlight(evs)
-		data := `{"by":"recovery","reason":"cancelled","terminal":"cancelled"}`
-		if pending {
-			data = `{"by":"recovery","reason":"indeterminate","terminal":"indeterminate"}`
-		}
-		s.addEvents([]ledger.Event{{RequestID: r.RequestID, Seq: seq + 1, Generation: r.Generation, Type: ledger.EvTerminal, At: at.UTC(), Data: []byte(data)}})
-		if pending {
-			r.State, r.FinishedAt = ledger.Indeterminate, at.UTC()
-			r.Generation++
-		} else {
-			delete(s.records, r.Identity)
-			delete(s.byID, r.RequestID)
-		}
-		ids = append(ids, r.RequestID)
+		settled = append(settled, f.RequestID)
 	}
-	slices.Sort(ids)
-	return ids, nil
+	return settled, nil
+}
+
+// Lapsed lists in-progress records whose lease lapsed before at.
+func (s *Store) Lapsed(ctx context.Context, at time.Time) ([]ledger.Unfinished, error) {
+	all, err := s.Unfinished(ctx)
+	return slices.DeleteFunc(all, func(u ledger.Unfinished) bool { return !u.Record.LeaseUntil.Before(at) }), err
 }
 
 // PutReceipt stores a receipt unless one exists.

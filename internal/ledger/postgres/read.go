@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -39,7 +40,19 @@ func (s *Store) Get(ctx context.Context, identity string) (*ledger.Record, error
 
 // Unfinished lists in-progress records with their events.
 func (s *Store) Unfinished(ctx context.Context) ([]ledger.Unfinished, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+recordCols+` FROM requests WHERE state = 'in_progress' ORDER BY request_id`)
+	return s.unfinished(ctx, "", nil)
+}
+
+// Lapsed lists in-progress records whose lease lapsed before at, with
+// their events.
+func (s *Store) Lapsed(ctx context.Context, at time.Time) ([]ledger.Unfinished, error) {
+	return s.unfinished(ctx, ` AND lease_until < $1`, []any{ns(at)})
+}
+
+// unfinished lists in-progress records that also meet cond (on the
+// requests table, with args), with their events.
+func (s *Store) unfinished(ctx context.Context, cond string, args []any) ([]ledger.Unfinished, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+recordCols+` FROM requests WHERE state = 'in_progress'`+cond+` ORDER BY request_id`, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -47,8 +60,11 @@ func (s *Store) Unfinished(ctx context.Context) ([]ledger.Unfinished, error) {
 	if err != nil || len(recs) == 0 {
 		return nil, err
 	}
-	evs, err := s.events(ctx, `SELECT e.request_id, e.seq, e.generation, e.type, e.at, e.data FROM events e
-		JOIN requests r ON r.request_id = e.request_id WHERE r.state = 'in_progress' ORDER BY e.request_id, e.seq`)
+	ids := make([]string, len(recs))
+	for i, r := range recs {
+		ids[i] = r.RequestID
+	}
+	evs, err := s.events(ctx, `SELECT request_id, seq, generation, type, at, data FROM events WHERE request_id = ANY($1) ORDER BY request_id, seq`, ids)
 	if err != nil {
 		return nil, err
 	}

@@ -164,16 +164,21 @@ func (s *Store) Append(ctx context.Context, _ bool, events ...ledger.Event) erro
 
 // finishStmt finishes (or releases) a request at its generation with its
 // events, receipt and charge in one statement; it returns 1 if it did.
-func finishStmt(f *ledger.Finish, resp []byte) (string, []any) {
+// lapsed (recovery) finishes it only if its lease lapsed before f.At.
+func finishStmt(f *ledger.Finish, resp []byte, lapsed bool) (string, []any) {
 	gen := f.Generation
 	if f.Takeover {
 		gen++
 	}
+	fence := `request_id = $7 AND generation = $8 AND state = 'in_progress'`
+	if lapsed {
+		fence += ` AND lease_until < $10`
+	}
 	change := `UPDATE requests SET state = $9, finished_at = $10, response = $11, generation = $12
-		WHERE request_id = $7 AND generation = $8 AND state = 'in_progress' RETURNING 1`
+		WHERE ` + fence + ` RETURNING 1`
 	if f.Release {
 		// $9…$12 are unused here, but typed so the statement parses.
-		change = `DELETE FROM requests WHERE request_id = $7 AND generation = $8 AND state = 'in_progress'
+		change = `DELETE FROM requests WHERE ` + fence + `
 			AND (SELECT true FROM (SELECT $9::text, $10::bigint, $11::bytea, $12::bigint) unused) RETURNING 1`
 	}
 	var receipt []byte
@@ -212,7 +217,7 @@ func (s *Store) Finish(ctx context.Context, f *ledger.Finish) error {
 			return fmt.Errorf("encode the stored response of %s: %w", f.RequestID, err)
 		}
 	}
-	q, args := finishStmt(f, resp)
+	q, args := finishStmt(f, resp, false)
 	n, err := s.count(ctx, fmt.Sprintf("2%02d%s", shardOf(f.RequestID), f.RequestID), q, args...)
 	if err != nil {
 		return fmt.Errorf("finish: %w", err)
@@ -224,9 +229,12 @@ func (s *Store) Finish(ctx context.Context, f *ledger.Finish) error {
 }
 
 // Settle finishes many requests in one transaction; a request another
-// owner moved on is skipped, its events and receipt with it.
-func (s *Store) Settle(ctx context.Context, fs []*ledger.Finish) error {
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+// owner moved on, or whose owner renewed its lease, is skipped, its
+// events and receipt with it.
+func (s *Store) Settle(ctx context.Context, fs []*ledger.Finish) ([]string, error) {
+	var settled []string
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		settled = settled[:0]
 		for _, f := range fs {
 			var resp []byte
 			if f.Response != nil {
@@ -235,55 +243,21 @@ func (s *Store) Settle(ctx context.Context, fs []*ledger.Finish) error {
 					return err
 				}
 			}
-			q, args := finishStmt(f, resp)
+			q, args := finishStmt(f, resp, true)
 			var n int
 			if err := tx.QueryRow(ctx, q, args...).Scan(&n); err != nil {
 				return fmt.Errorf("settle %s: %w", f.RequestID, err)
 			}
+			if n == 1 {
+				settled = append(settled, f.RequestID)
+			}
 		}
 		return nil
 	})
-}
-
-// qSettleLapsed settles every in-progress request whose lease lapsed
-// before $1, in one statement: each is classified by its events (an
-// attempt dispatched and never observed: indeterminate, generation
-// bumped; else released), gets its terminal event, and is returned. Rows
-// another transaction holds (a live owner writing) are skipped, to be
-// seen at the next sweep.
-const qSettleLapsed = `WITH lapsed AS (
-		SELECT request_id, generation FROM requests
-		WHERE state = 'in_progress' AND lease_until < $1 FOR UPDATE SKIP LOCKED
-	), cls AS (
-		SELECT l.request_id, l.generation,
-			count(*) FILTER (WHERE e.type = 'attempt_dispatched') > count(*) FILTER (WHERE e.type = 'attempt_observed') AS pending,
-			COALESCE(max(e.seq), 0) AS seq
-		FROM lapsed l LEFT JOIN events e ON e.request_id = l.request_id
-		GROUP BY l.request_id, l.generation
-	), ev AS (
-		INSERT INTO events (request_id, seq, generation, type, at, data)
-		SELECT request_id, seq + 1, generation, 'terminal_committed', $1,
-			CASE WHEN pending THEN convert_to('{"by":"recovery","reason":"indeterminate","terminal":"indeterminate"}', 'UTF8')
-			ELSE convert_to('{"by":"recovery","reason":"cancelled","terminal":"cancelled"}', 'UTF8') END
-		FROM cls
-	), upd AS (
-		UPDATE requests r SET state = 'indeterminate', finished_at = $1, generation = r.generation + 1
-		FROM cls WHERE r.request_id = cls.request_id AND cls.pending
-	), del AS (
-		DELETE FROM requests r USING cls WHERE r.request_id = cls.request_id AND NOT cls.pending
-	) SELECT request_id FROM cls ORDER BY request_id`
-
-// SettleLapsed settles every in-progress request whose lease lapsed.
-func (s *Store) SettleLapsed(ctx context.Context, at time.Time) ([]string, error) {
-	rows, err := s.pool.Query(ctx, qSettleLapsed, ns(at))
 	if err != nil {
-		return nil, fmt.Errorf("settle lapsed: %w", err)
+		return nil, err
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("settle lapsed: %w", err)
-	}
-	return ids, nil
+	return settled, nil
 }
 
 // PutReceipt stores a receipt, and charges it, unless one exists.

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
 
@@ -44,7 +46,29 @@ func (s *Store) Get(ctx context.Context, identity string) (*ledger.Record, error
 
 // Unfinished lists in-progress records with their events.
 func (s *Store) Unfinished(ctx context.Context) ([]ledger.Unfinished, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT `+recordCols+` FROM requests WHERE finished_at = 0 AND state = 'in_progress'`)
+	return s.unfinished(ctx, "", nil)
+}
+
+// Lapsed lists in-progress records whose lease lapsed before at, with
+// their events.
+func (s *Store) Lapsed(ctx context.Context, at time.Time) ([]ledger.Unfinished, error) {
+	// Gateways sweep for lapsed leases every few seconds and almost never
+	// find one: one cheap probe first.
+	var one int
+	err := s.r.QueryRowContext(ctx, `SELECT 1 FROM requests WHERE finished_at = 0 AND state = 'in_progress' AND lease_until < ? LIMIT 1`, ns(at)).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lapsed: %w", err)
+	}
+	return s.unfinished(ctx, ` AND lease_until < ?`, []any{ns(at)})
+}
+
+// unfinished lists in-progress records that also meet cond (on the
+// requests table, with args), with their events.
+func (s *Store) unfinished(ctx context.Context, cond string, args []any) ([]ledger.Unfinished, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+recordCols+` FROM requests WHERE finished_at = 0 AND state = 'in_progress'`+cond, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -62,8 +86,9 @@ func (s *Store) Unfinished(ctx context.Context) ([]ledger.Unfinished, error) {
 		return nil, err
 	}
 	evs, err := s.events(ctx, `SELECT e.request_id, e.seq, e.generation, e.type, e.at, e.data FROM events e
-		JOIN requests r ON r.request_id = e.request_id WHERE r.finished_at = 0 AND r.state = 'in_progress' AND e.seq > 0
-		ORDER BY e.request_id, e.seq`)
+		JOIN requests r ON r.request_id = e.request_id WHERE r.finished_at = 0 AND r.state = 'in_progress' AND e.seq > 0`+
+		strings.ReplaceAll(cond, "lease_until", "r.lease_until")+`
+		ORDER BY e.request_id, e.seq`, args...)
 	if err != nil {
 		return nil, err
 	}

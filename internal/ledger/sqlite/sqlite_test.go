@@ -79,8 +79,8 @@ func TestReopenEndsTheLeasesOfTheProcessBefore(t *testing.T) {
 	if _, _, err := s.Claim(ctx, rec, []ledger.Event{{RequestID: "x", Seq: 1, Generation: 1, Type: ledger.EvDispatch, At: now}}); err != nil {
 		t.Fatal(err)
 	}
-	if ids, err := s.SettleLapsed(ctx, now); err != nil || len(ids) != 0 {
-		t.Fatalf("a live lease was settled: %v %v", ids, err)
+	if lapsed, err := s.Lapsed(ctx, now); err != nil || len(lapsed) != 0 {
+		t.Fatalf("a live lease lapsed: %v %v", lapsed, err)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -90,7 +90,7 @@ func TestReopenEndsTheLeasesOfTheProcessBefore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if ids, err := s.SettleLapsed(ctx, now); err != nil || len(ids) != 1 {
-		t.Fatalf("after a reopen: settled %v %v", ids, err)
+	if lapsed, err := s.Lapsed(ctx, now); err != nil || len(lapsed) != 1 {
+		t.Fatalf("after a reopen: lapsed %v %v", lapsed, err)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -184,53 +183,66 @@ func finish(tx wtx, f *ledger.Finish, resp []byte, evArgs []any) error {
 
 // Settle finishes many requests in one commit (recovery). Rows are written
 // 500 at a time with multi-row statements, each still fenced by its own
-// generation: a row another owner moved on is left alone, its events and
+// generation and by its lease having lapsed: a row another owner moved on,
+// or whose owner renewed it meanwhile, is left alone, its events and
 // receipt with it.
-func (s *Store) Settle(ctx context.Context, fs []*ledger.Finish) error {
-	return s.write(ctx, true, func(tx wtx) error {
+func (s *Store) Settle(ctx context.Context, fs []*ledger.Finish) ([]string, error) {
+	var settled []string
+	err := s.write(ctx, true, func(tx wtx) error {
+		settled = settled[:0]
 		for start := 0; start < len(fs); start += settleChunk {
-			if err := settleChunkOf(tx, fs[start:min(start+settleChunk, len(fs))]); err != nil {
+			ids, err := settleChunkOf(tx, fs[start:min(start+settleChunk, len(fs))])
+			if err != nil {
 				return err
 			}
+			settled = append(settled, ids...)
 		}
 		return nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	return settled, nil
 }
 
 const settleChunk = 500
 
-func settleChunkOf(tx wtx, fs []*ledger.Finish) error {
-	// Which rows are still at the generation recovery read? Only those
-	// are settled. (Plain IN on the unique request_id: the index is used.)
+func settleChunkOf(tx wtx, fs []*ledger.Finish) ([]string, error) {
+	// Which rows are still at the generation recovery read, with their
+	// lease lapsed? Only those are settled. (Plain IN on the unique
+	// request_id: the index is used.)
 	ids := make([]any, 0, len(fs))
 	for _, f := range fs {
 		ids = append(ids, f.RequestID)
 	}
 	// The state is checked here, not in SQL: with it the planner prefers
 	// the partial index of unfinished rows and scans all of them.
-	rows, err := tx.Query(`SELECT request_id, generation, state FROM requests WHERE request_id IN (`+placeholders(len(fs), 1)+`)`, ids...)
+	rows, err := tx.Query(`SELECT request_id, generation, state, lease_until FROM requests WHERE request_id IN (`+placeholders(len(fs), 1)+`)`, ids...)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	gens := map[string]int64{}
+	type row struct{ gen, lease int64 }
+	live := map[string]row{}
 	for rows.Next() {
 		var id, state string
-		var gen int64
-		if err := rows.Scan(&id, &gen, &state); err != nil {
+		var r row
+		if err := rows.Scan(&id, &r.gen, &state, &r.lease); err != nil {
 			rows.Close()
-			return err
+			return nil, err
 		}
 		if ledger.State(state) == ledger.InProgress {
-			gens[id] = gen
+			live[id] = r
 		}
 	}
 	rows.Close()
 	var del, evs, rcs []any
+	var settled []string
 	nDel, nEv, nRc := 0, 0, 0
 	for _, f := range fs {
-		if gen, ok := gens[f.RequestID]; !ok || gen != f.Generation {
-			continue // another owner moved it on
+		if r, ok := live[f.RequestID]; !ok || r.gen != f.Generation || r.lease >= ns(f.At) {
+			continue // another owner moved it on, or its owner is alive
 		}
+		settled = append(settled, f.RequestID)
 		if f.Release {
 			del = append(del, f.RequestID)
 			nDel++
@@ -240,7 +252,7 @@ func settleChunkOf(tx wtx, fs []*ledger.Finish) error {
 				gen++
 			}
 			if _, err := tx.exec(qSettle, string(f.State), ns(f.At), gen, f.RequestID); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		for i := range f.Events {
@@ -270,71 +282,10 @@ func settleChunkOf(tx wtx, fs []*ledger.Finish) error {
 			continue
 		}
 		if _, err := tx.Exec(st.q, st.args...); err != nil {
-			return fmt.Errorf("settle: %w", err)
+			return nil, fmt.Errorf("settle: %w", err)
 		}
 	}
-	return nil
-}
-
-// SettleLapsed settles every in-progress request whose lease lapsed
-// before at, with set-based statements: classification, terminal events,
-// states and releases in one commit, whatever the number.
-func (s *Store) SettleLapsed(ctx context.Context, at time.Time) ([]string, error) {
-	// Gateways sweep for lapsed leases every few seconds and almost never
-	// find one: ask a reader first, so the writer is not held for nothing.
-	var lapsed int
-	err := s.r.QueryRowContext(ctx, `SELECT 1 FROM requests WHERE finished_at = 0 AND state = 'in_progress' AND lease_until < ? LIMIT 1`, ns(at)).Scan(&lapsed)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("settle lapsed: %w", err)
-	}
-	var ids []string
-	err = s.write(ctx, true, func(tx wtx) error {
-		steps := []struct {
-			q    string
-			args []any
-		}{
-			{`DROP TABLE IF EXISTS temp.settle`, nil},
-			{`CREATE TEMP TABLE settle AS SELECT r.request_id AS id, r.generation AS gen,
-				COALESCE(SUM(e.dispatched), 0) > COALESCE(SUM(e.observed), 0) AS pending,
-				COALESCE(MAX(e.last_seq), 0) AS seq
-				FROM requests r LEFT JOIN events e ON e.request_id = r.request_id AND e.seq > 0
-				WHERE r.finished_at = 0 AND r.state = 'in_progress' AND r.lease_until < ? GROUP BY r.request_id`, []any{ns(at)}},
-			{`INSERT INTO events (request_id, seq, last_seq, generation, type, at, data)
-				SELECT id, seq + 1, seq + 1, gen, 'terminal_committed', ?,
-				CASE WHEN pending THEN '{"by":"recovery","reason":"indeterminate","terminal":"indeterminate"}'
-				ELSE '{"by":"recovery","reason":"cancelled","terminal":"cancelled"}' END FROM temp.settle`, []any{ns(at)}},
-			{`UPDATE requests SET state = 'indeterminate', finished_at = ?, generation = generation + 1
-				WHERE request_id IN (SELECT id FROM temp.settle WHERE pending)`, []any{ns(at)}},
-			{`DELETE FROM requests WHERE request_id IN (SELECT id FROM temp.settle WHERE NOT pending)`, nil},
-		}
-		for _, st := range steps {
-			if _, err := tx.Exec(st.q, st.args...); err != nil {
-				return fmt.Errorf("settle lapsed: %w", err)
-			}
-		}
-		rows, err := tx.Query(`SELECT id FROM temp.settle`)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				return err
-			}
-			ids = append(ids, id)
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		_, err = tx.Exec(`DROP TABLE temp.settle`)
-		return err
-	})
-	slices.Sort(ids)
-	return ids, err
+	return settled, nil
 }
 
 // PutReceipt stores a receipt, and charges it, unless one exists.
