@@ -45,6 +45,20 @@ func (g *Gateway) recover(ctx context.Context) (int, error) {
 	return len(settled), nil
 }
 
+// shownOutput reports whether an observed attempt among evs had visible
+// output.
+func shownOutput(evs []ledger.Event) bool {
+	for _, e := range evs {
+		var a struct {
+			Visible bool `json:"visible_output"`
+		}
+		if e.Type == ledger.EvObserved && json.Unmarshal(e.Data, &a) == nil && a.Visible {
+			return true
+		}
+	}
+	return false
+}
+
 // recoveredReceipt rebuilds a recovered request's receipt from its events
 // and stores it — for a request an older version settled without its
 // receipt. tenant, when set, must own it.
@@ -82,7 +96,9 @@ func (g *Gateway) settleOne(ctx context.Context, rec *ledger.Record) {
 // generation bumped, so the old owner's late writes are fenced off),
 // released otherwise; with its rebuilt receipt and what it charges.
 func (g *Gateway) settlement(rec *ledger.Record, evs []ledger.Event, now time.Time) *ledger.Finish {
-	pending := ledger.InFlight(evs)
+	// Output a client saw keeps the key too: it is never released for a
+	// second generation (docs/identity.md).
+	pending := ledger.InFlight(evs) || shownOutput(evs)
 	terminal, reason, state := gw.TerminalCancelled, gw.ReasonCancelled, ledger.FailedNoEffect
 	if pending {
 		terminal, reason, state = gw.TerminalIndeterminate, gw.ReasonIndeterminate, ledger.Indeterminate
@@ -142,19 +158,19 @@ func (g *Gateway) rebuild(evs []ledger.Event) (*receipt.Receipt, bool) {
 		return nil, false
 	}
 	at := evs[len(evs)-1].At
-	unobserved := false
 	for _, p := range pending {
 		if p.d.Ordinal == len(r.Attempts)+1 {
 			r.Attempts = append(r.Attempts, g.unobserved(r, &p.d, p.at, at))
-			unobserved = true
 		}
 	}
-	if unobserved {
+	if term.Terminal == string(gw.TerminalIndeterminate) {
+		// Recovery's own stop: the engine might have gone on (resumed a
+		// broken stream, retried), but recovery never dispatches.
 		r.Decisions = append(r.Decisions, receipt.Decision{AfterAttempt: len(r.Attempts), Action: "stop",
-			Terminal: string(gw.TerminalIndeterminate), Reason: string(gw.ReasonIndeterminate)})
+			Terminal: string(gw.TerminalIndeterminate), Reason: string(gw.ReasonIndeterminate), By: receipt.ByRecovery})
 	}
 	r.Terminal, r.Reason = term.Terminal, term.Reason
-	if n := len(r.Decisions); !unobserved && n > 0 && r.Decisions[n-1].AfterAttempt == len(r.Attempts) &&
+	if n := len(r.Decisions); term.Terminal != string(gw.TerminalIndeterminate) && n > 0 && r.Decisions[n-1].AfterAttempt == len(r.Attempts) &&
 		r.Decisions[n-1].Action == string(retry.ActionStop) && r.Decisions[n-1].Terminal != "" {
 		// The engine had already stopped (a request refused before any
 		// attempt, its start decision durable with its claim) when its

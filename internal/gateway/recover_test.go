@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/sqlite"
+	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/receipt"
 )
@@ -225,4 +227,62 @@ func TestDaySpendCountsARequestFinishingWhileItIsRead(t *testing.T) {
 	if spend["acme"] < charge {
 		t.Fatalf("the day's spend read %d nano-USD for tenant acme; the request that finished meanwhile cost %d", spend["acme"], charge)
 	}
+}
+
+// A request whose stream broke after visible output, cut by a crash after
+// the engine decided to resume and before the resume was dispatched: no
+// attempt is in flight, yet its key is never released — a client saw
+// output — so recovery ends it indeterminate with a stop of its own, and
+// its rebuilt receipt passes verify.
+func TestRecoveryNeverReleasesAKeyWhoseOutputWasShown(t *testing.T) {
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: streamTokens}}, func(t *testing.T, e *env) {
+		e.primary.SetScript(rules(mock.Rule{Calls: []int{1}, Fault: mock.Fault{Type: mock.FaultDropAfter, After: 5}}))
+		_, _, h, err := e.streamOpenAI("chat", prompt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := h.Get("X-Oncegate-Request-Id")
+		if r := e.receipt(id); len(r.Attempts) != 2 || r.Attempts[1].Purpose != "resume" {
+			t.Fatalf("the stream was not resumed: %+v", r.Attempts)
+		}
+		ctx := context.Background()
+		evs, err := e.gw.ledger.Events(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The log as a crash left it: up to the decision to resume.
+		cut := slices.IndexFunc(evs, func(ev ledger.Event) bool { return ev.Type == ledger.EvReserved && ev.Seq > 2 })
+		if cut < 0 || !shownOutput(evs[:cut]) {
+			t.Fatalf("no resume reservation after visible output in %d events", len(evs))
+		}
+		st, err := sqlite.Open(filepath.Join(t.TempDir(), "ledger.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		rec := &ledger.Record{Identity: "k:" + id, RequestID: id, Tenant: "acme", Operation: "chat.completions", RequestSHA256: "x",
+			State: ledger.InProgress, Owner: "dead-process", Generation: 1, LeaseUntil: evs[0].At.Add(-time.Second), CreatedAt: evs[0].At}
+		if _, _, err := st.Claim(ctx, rec, evs[:cut]); err != nil {
+			t.Fatal(err)
+		}
+		g, err := New(e.pol, e.secrets, Options{Ledger: st})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Close()
+		if got, err := st.Get(ctx, rec.Identity); err != nil || got.State != ledger.Indeterminate {
+			t.Fatalf("the key of a request whose output was shown: %+v %v", got, err)
+		}
+		r, err := g.receipt(ctx, "acme", id)
+		if err != nil || r.Terminal != "indeterminate" || len(r.Attempts) != 1 {
+			t.Fatalf("receipt %+v %v", r, err)
+		}
+		if err := r.Seal(); err != nil {
+			t.Fatal(err)
+		}
+		if drifts := receipt.Verify(e.pol, r); len(drifts) != 0 {
+			t.Fatalf("the recovered receipt does not verify: %v", drifts)
+		}
+	})
 }

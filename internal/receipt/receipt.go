@@ -151,7 +151,14 @@ type Decision struct {
 	// TenantAllowanceUSD is what the tenant could still reserve today when
 	// the decision was taken; absent when the tenant has no ceiling.
 	TenantAllowanceUSD *float64 `json:"tenant_allowance_usd,omitempty"`
+	// By names who took a decision other than the engine: "recovery",
+	// which stops a request whose gateway died (docs/identity.md). Only a
+	// last decision, a stop, may carry it; absent for the engine's own.
+	By string `json:"by,omitempty"`
 }
+
+// ByRecovery marks a decision recovery took (Decision.By).
+const ByRecovery = "recovery"
 
 // Totals sum the attempts.
 type Totals struct {

@@ -240,11 +240,39 @@ var mutations = []mutation{
 		}
 		return r
 	}},
+	// A gateway died with attempt 2 observed: recovery stopped the
+	// request, although the engine would have retried. Valid.
+	{"recovery_stop", "", edit(recoveredAfter(2, "indeterminate"))},
+	{"recovery_stop_then_attempt", DriftDecision, edit(func(r *Receipt) {
+		decisions := r.Decisions
+		recoveredAfter(2, "indeterminate")(r)
+		// An attempt after recovery's stop, and the engine's decisions.
+		stop := r.Decisions[2]
+		stop.AfterAttempt = 1
+		r.Attempts = r.Attempts[:2:2]
+		r.Decisions = append([]Decision{decisions[0], decisions[1]}, stop, decisions[2], decisions[3])
+		r.Totals = r.ComputeTotals()
+	})},
+	{"recovery_stop_wrong_terminal", DriftTerminal, edit(func(r *Receipt) {
+		recoveredAfter(2, "indeterminate")(r)
+		r.Reason = "deadline"
+	})},
 	{"tampered_digest", DriftDigest, func(t *testing.T, p *policy.Policy) *Receipt {
 		_, r := reference(t)
 		r.Attempts[2].Usage.OutputTokens = 60 // billed less, digest not recomputed
 		return r
 	}},
+}
+
+// recoveredAfter cuts a receipt after attempt n and ends it as recovery
+// does when the gateway died there: a stop of its own.
+func recoveredAfter(n int, terminal string) func(r *Receipt) {
+	return func(r *Receipt) {
+		r.Attempts = r.Attempts[:n]
+		r.Decisions = append(r.Decisions[:n:n], Decision{AfterAttempt: n, Action: "stop", Terminal: terminal, Reason: terminal, By: ByRecovery})
+		r.Terminal, r.Reason = terminal, terminal
+		r.Totals = r.ComputeTotals()
+	}
 }
 
 func TestMutationsAreDetected(t *testing.T) {

@@ -198,8 +198,15 @@ func (v *verifier) replay() {
 	var hist []retry.Attempt
 	for i := 0; ; i++ {
 		if i == len(r.Attempts) {
-			v.decision(i, expected)
-			v.terminal(expected)
+			rs := v.recoveryStop()
+			if rs == nil || rs.AfterAttempt != i || len(r.Decisions) > i+1 {
+				// The engine's decision after the last attempt, even if
+				// the gateway died before carrying it out.
+				v.decision(i, expected)
+			}
+			if rs == nil {
+				v.terminal(expected)
+			}
 			return
 		}
 		a := &r.Attempts[i]
@@ -258,6 +265,34 @@ func (v *verifier) hedge(p, h *Attempt, hist []retry.Attempt, d retry.Decision) 
 		v.add(DriftDecision, n, "one winner of the hedge race", "both attempts lost")
 	}
 	return true
+}
+
+// recoveryStop returns the stop recovery recorded when the request's
+// gateway died (docs/receipts.md), which verify accepts in place of the
+// engine's going on: recovery never dispatches, so the engine's next
+// decision was never carried out. It must be the last decision, a stop
+// after the last attempt, ending the request indeterminate or cancelled as
+// the receipt's terminal says. nil if recovery took no decision.
+func (v *verifier) recoveryStop() *Decision {
+	r := v.r
+	var rs *Decision
+	for i := range r.Decisions {
+		d := &r.Decisions[i]
+		if d.By == "" {
+			continue
+		}
+		rs = d
+		switch {
+		case d.By != ByRecovery || i != len(r.Decisions)-1 || d.Action != string(retry.ActionStop) || d.AfterAttempt != len(r.Attempts):
+			v.add(DriftDecision, d.AfterAttempt, "at most one stop by recovery, the last decision, after the last attempt",
+				fmt.Sprintf("%s after attempt %d by %s", d.Action, d.AfterAttempt, d.By))
+		case d.Terminal != string(gw.TerminalIndeterminate) && d.Terminal != string(gw.TerminalCancelled):
+			v.add(DriftDecision, d.AfterAttempt, "recovery ends a request indeterminate or cancelled", "terminal "+d.Terminal)
+		case d.Terminal != r.Terminal || d.Reason != r.Reason:
+			v.add(DriftTerminal, 0, fmt.Sprintf("terminal %s/%s (recovery's stop)", d.Terminal, d.Reason), fmt.Sprintf("%s/%s", r.Terminal, r.Reason))
+		}
+	}
+	return rs
 }
 
 // terminal compares the receipt's terminal with the engine's last decision.

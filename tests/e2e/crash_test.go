@@ -276,13 +276,20 @@ func (g *gateway) receipt(t *testing.T, id string) (*receipt.Receipt, int) {
 // rebuilt from the event log, has every attempt (the last one in flight)
 // and passes oncegate verify.
 func afterCrash(t *testing.T, w *world, key string, upstreamBefore int64, attempts int) {
+	afterCrashOf(t, w, key, upstreamBefore, attempts, func(g *gateway) (*http.Response, []byte, error) {
+		return g.post(context.Background(), key, "hello")
+	})
+}
+
+// afterCrashOf is afterCrash for a request that send sends again.
+func afterCrashOf(t *testing.T, w *world, key string, upstreamBefore int64, attempts int, send func(*gateway) (*http.Response, []byte, error)) {
 	g2 := w.start()
 	var res *http.Response
 	var body []byte
 	var err error
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		res, body, err = g2.post(context.Background(), key, "hello")
+		res, body, err = send(g2)
 		if err != nil {
 			t.Fatal(err)
 		}
