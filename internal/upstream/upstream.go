@@ -29,8 +29,13 @@ type Phase string
 
 // The phases of a failed attempt.
 const (
-	PhaseConnect   Phase = "connect"    // no connection: nothing was sent
-	PhaseSend      Phase = "send"       // failed while or after sending, before response headers
+	PhaseConnect Phase = "connect" // no connection: nothing was sent
+	// PhaseWrite: the request was being written when the attempt failed;
+	// the provider never got all of it, so it cannot have acted on it —
+	// short of the instant between the last byte leaving and the
+	// transport saying so, which is why a stateful call still reconciles.
+	PhaseWrite     Phase = "write"
+	PhaseSend      Phase = "send"       // failed after the whole request was sent, before response headers
 	PhaseFirstByte Phase = "first_byte" // the request was sent and the provider went silent
 	PhaseBody      Phase = "body"       // after response headers
 )
@@ -196,7 +201,10 @@ func (c *Client) Do(ctx context.Context, r *Request) (*Response, error) {
 		// WroteRequest runs on the transport's writer goroutine and may
 		// come after the response began: it must never re-arm the timer
 		// once the first byte is in.
-		WroteRequest: func(httptrace.WroteRequestInfo) {
+		WroteRequest: func(info httptrace.WroteRequestInfo) {
+			if info.Err != nil {
+				return // not all of it: the provider has no request
+			}
 			wroteAt.Store(time.Now().UnixNano())
 			wrote.Store(true)
 			fb.start(c.cfg.FirstByte)
@@ -208,7 +216,7 @@ func (c *Client) Do(ctx context.Context, r *Request) (*Response, error) {
 	if err != nil {
 		cause := context.Cause(ctx)
 		cancel(nil)
-		e := sendError(err, cause, wrote.Load() || b.sent.Load())
+		e := sendError(err, cause, phaseOf(wrote.Load(), b.sent.Load()))
 		if at := wroteAt.Load(); e.Phase == PhaseSend && !e.Cancelled && !e.Deadline && at != 0 &&
 			time.Since(time.Unix(0, at)) >= silence(c.cfg.FirstByte) {
 			// The provider took the request, said nothing for a while and
@@ -255,30 +263,35 @@ func (f *firstByteTimer) disarm() {
 	f.mu.Unlock()
 }
 
-// sendError types a failure before response headers.
-func sendError(err, cause error, sent bool) *Error {
+// sendError types a failure before response headers, in phase.
+func sendError(err, cause error, phase Phase) *Error {
 	switch {
 	case errors.Is(cause, errFirstByte):
 		return &Error{Phase: PhaseFirstByte, Timeout: true, Err: cause}
 	case errors.Is(cause, context.DeadlineExceeded):
-		return &Error{Phase: phaseOf(sent), Deadline: true, Err: cause}
+		return &Error{Phase: phase, Deadline: true, Err: cause}
 	case cause != nil:
-		return &Error{Phase: phaseOf(sent), Cancelled: true, Err: cause}
+		return &Error{Phase: phase, Cancelled: true, Err: cause}
 	}
 	var op *net.OpError
-	if !sent && errors.As(err, &op) && op.Op == "dial" {
+	if phase == PhaseConnect && errors.As(err, &op) && op.Op == "dial" {
 		return &Error{Phase: PhaseConnect, Timeout: op.Timeout(), Err: err}
 	}
 	var dns *net.DNSError
 	if errors.As(err, &dns) {
 		return &Error{Phase: PhaseConnect, Err: err}
 	}
-	return &Error{Phase: phaseOf(sent), Err: err}
+	return &Error{Phase: phase, Err: err}
 }
 
-func phaseOf(sent bool) Phase {
-	if sent {
+// phaseOf is how far a request got: wrote, the transport wrote all of it;
+// started, some of its body was read to be written.
+func phaseOf(wrote, started bool) Phase {
+	switch {
+	case wrote:
 		return PhaseSend
+	case started:
+		return PhaseWrite
 	}
 	return PhaseConnect
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -216,5 +217,59 @@ func TestFirstByteTimerStaysOffOnceDisarmed(t *testing.T) {
 	case <-fired:
 	case <-time.After(time.Second):
 		t.Fatal("an armed timer never fired")
+	}
+}
+
+// A deadline that cuts an attempt while its request is still being
+// written says so (phase write): the provider never got a whole request.
+// One that comes after the request was written is a send-phase deadline.
+func TestADeadlineWhileWritingIsNotASend(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if conn, err := ln.Accept(); err == nil {
+			accepted <- conn // never read: the client's writes fill the socket buffers
+		}
+	}()
+	c := New(Config{BaseURL: "http://" + ln.Addr().String(), Connect: time.Second, FirstByte: time.Minute, Idle: time.Minute})
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	big := make([]byte, 64<<20) // more than any socket buffer holds
+	go func() {
+		conn := <-accepted
+		defer conn.Close()
+		// The writer is blocked on a full buffer: now the deadline.
+		buf := make([]byte, 1)
+		_, _ = conn.Read(buf)
+		cancel(context.DeadlineExceeded)
+		<-ctx.Done()
+	}()
+	_, err = c.Do(ctx, &Request{Path: "/x", Body: big})
+	var ue *Error
+	if !errors.As(err, &ue) || ue.Phase != PhaseWrite || !ue.Deadline {
+		t.Fatalf("want a write-phase deadline, got %#v", err)
+	}
+
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	c = New(Config{BaseURL: srv.URL, Connect: time.Second, FirstByte: time.Minute, Idle: time.Minute})
+	wrote := make(chan struct{})
+	ctx2, cancel2 := context.WithCancelCause(context.Background())
+	defer cancel2(nil)
+	go func() {
+		<-wrote
+		cancel2(context.DeadlineExceeded)
+	}()
+	trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { close(wrote) }}
+	_, err = c.Do(httptrace.WithClientTrace(ctx2, trace), &Request{Path: "/x", Body: []byte(`{"a":1}`)})
+	if !errors.As(err, &ue) || ue.Phase != PhaseSend || !ue.Deadline {
+		t.Fatalf("want a send-phase deadline, got %#v", err)
 	}
 }
