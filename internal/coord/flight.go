@@ -401,6 +401,14 @@ type Remote struct {
 	Deadline  time.Time
 }
 
+// Seen is what clients on other gateways were shown of a logical request
+// whose owner stopped before it could record it: evidence its recovery
+// puts in the receipt (docs/replicas.md).
+type Seen struct {
+	Joined  int   // arrivals that joined it from other gateways
+	Emitted int64 // the most visible events any of them was relayed
+}
+
 // Place puts an arrival in this process's table (Acquire): coord.Local is
 // the coordination of a single gateway.
 func (l *Local) Place(_ context.Context, a Arrival) (Place, error) {

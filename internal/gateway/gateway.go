@@ -109,6 +109,14 @@ type Flights interface {
 // Remotes subscribes to flights other gateways own.
 type Remotes interface {
 	Watch(ctx context.Context, identity string, r coord.Remote, clientRetries int) (coord.Subscription, error)
+	// OwnerAlive reports whether the gateway owner is running; an error
+	// when that cannot be told now.
+	OwnerAlive(ctx context.Context, owner string) (bool, error)
+	// Saw records, best effort, that a client here was relayed emitted
+	// visible events of a request whose owner stopped before its end;
+	// Seen returns that evidence for recovery's receipts.
+	Saw(requestID string, emitted int64)
+	Seen(ctx context.Context, requestIDs []string) (map[string]coord.Seen, error)
 }
 
 // Health is a shared part's availability.

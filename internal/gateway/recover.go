@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/coord"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/receipt"
@@ -28,9 +29,14 @@ func (g *Gateway) recover(ctx context.Context) (int, error) {
 	if err != nil || len(lapsed) == 0 {
 		return 0, err
 	}
+	ids := make([]string, len(lapsed))
+	for i, u := range lapsed {
+		ids[i] = u.Record.RequestID
+	}
+	seen := g.seen(ctx, ids)
 	fs := make([]*ledger.Finish, len(lapsed))
 	for i, u := range lapsed {
-		fs[i] = g.settlement(u.Record, u.Events, now)
+		fs[i] = g.settlement(u.Record, u.Events, now, seen[u.Record.RequestID])
 	}
 	settled, err := g.ledger.Settle(ctx, fs)
 	if err != nil {
@@ -84,18 +90,33 @@ func (g *Gateway) recoveredReceipt(ctx context.Context, tenant, id string) (*rec
 func (g *Gateway) settleOne(ctx context.Context, rec *ledger.Record) {
 	evs, err := g.ledger.Events(ctx, rec.RequestID)
 	if err == nil {
-		_, err = g.ledger.Settle(ctx, []*ledger.Finish{g.settlement(rec, evs, g.clock.Now())})
+		seen := g.seen(ctx, []string{rec.RequestID})[rec.RequestID]
+		_, err = g.ledger.Settle(ctx, []*ledger.Finish{g.settlement(rec, evs, g.clock.Now(), seen)})
 	}
 	if err != nil {
 		g.log.Error("settle a lapsed request", "request_id", rec.RequestID, "err", err)
 	}
 }
 
+// seen is what clients on other gateways were shown of requests whose
+// owners stopped (none without replicas, or while Redis cannot say).
+func (g *Gateway) seen(ctx context.Context, ids []string) map[string]coord.Seen {
+	if g.remotes == nil {
+		return nil
+	}
+	seen, err := g.remotes.Seen(ctx, ids)
+	if err != nil {
+		g.log.Warn("read what joiners were shown of requests recovery settles", "err", err)
+	}
+	return seen
+}
+
 // settlement is how recovery finishes a request whose owner is gone, from
-// its record and events: indeterminate if an attempt was in flight (its
-// generation bumped, so the old owner's late writes are fenced off),
-// released otherwise; with its rebuilt receipt and what it charges.
-func (g *Gateway) settlement(rec *ledger.Record, evs []ledger.Event, now time.Time) *ledger.Finish {
+// its record and events, and what joiners on other gateways were shown of
+// it: indeterminate if an attempt was in flight (its generation bumped,
+// so the old owner's late writes are fenced off), released otherwise;
+// with its rebuilt receipt and what it charges.
+func (g *Gateway) settlement(rec *ledger.Record, evs []ledger.Event, now time.Time, seen coord.Seen) *ledger.Finish {
 	// Output a client saw keeps the key too: it is never released for a
 	// second generation (docs/identity.md).
 	pending := ledger.InFlight(evs) || shownOutput(evs)
@@ -112,6 +133,16 @@ func (g *Gateway) settlement(rec *ledger.Record, evs []ledger.Event, now time.Ti
 	r, _ := g.rebuild(append(evs, term))
 	var body []byte
 	var charge int64
+	if r != nil && pending && seen.Joined > 0 {
+		r.Dedup.Joined += seen.Joined
+		if n := len(r.Attempts); n > 0 {
+			if a := &r.Attempts[n-1]; a.OutcomeClass == string(gw.ClassIndeterminate) && seen.Emitted > a.EmittedTokens {
+				// The attempt in flight when its gateway died had
+				// output: a joiner elsewhere was shown it.
+				a.VisibleOutput, a.EmittedTokens = true, seen.Emitted
+			}
+		}
+	}
 	if r != nil {
 		body, _ = json.Marshal(r)
 		charge = int64(gw.NanoFromUSD(r.Totals.CostUSD))

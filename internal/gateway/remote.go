@@ -6,8 +6,10 @@ import (
 	"time"
 
 	"github.com/oncegate/oncegate/internal/coord"
+	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/provider"
+	"github.com/oncegate/oncegate/internal/sse"
 )
 
 // refuse answers an arrival whose flight cannot run (coord.Place.Err):
@@ -128,32 +130,94 @@ func (c *call) copyRemote(sub coord.Subscription) (started bool, err error) {
 // reaching here (the owner died, or Redis went away): if the request
 // finishes in the store with the answer the client has a prefix of, the
 // rest comes from there; otherwise the stream ends in band — never with
-// another generation's output.
+// another generation's output. An owner that is not running any more
+// (ownerGoneFor without its Redis subscription) cannot finish it: the
+// stream ends then, not when the owner's lease lapses (docs/replicas.md).
 func (c *call) finishFromStore(rem *coord.Remote) {
+	var goneSince time.Time
 	for {
 		rec, err := c.g.ledger.Get(c.ctx, c.identity)
 		now := c.g.clock.Now()
 		switch {
 		case err == nil && rec.RequestID == rem.RequestID && rec.State == ledger.InProgress && !rec.LeaseUntil.Before(now) && now.Before(c.deadline):
-			// Its owner may still finish it.
+			// Its owner may still finish it — if it is running.
+			if c.ownerGone(rem.Owner, &goneSince, now) {
+				c.endRelayed(rem)
+				return
+			}
 		case err == nil && rec.RequestID == rem.RequestID && rec.State == ledger.Succeeded && rec.Response != nil:
 			if out, _ := c.flight.Output(); bytes.HasPrefix(rec.Response.Body, out) {
 				c.g.metrics.ObserveDedup("joined")
 				c.flight.Finish(nil, rec.Response.Body[len(out):])
 				return
 			}
-			c.flight.Finish(nil, interruptFrame(c.proto, rem.RequestID))
+			c.endRelayed(rem)
 			return
 		default:
 			if err == nil && rec.RequestID == rem.RequestID && rec.State == ledger.InProgress {
 				c.g.settleOne(c.ctx, rec) // its owner's lease lapsed
 			}
-			c.flight.Finish(nil, interruptFrame(c.proto, rem.RequestID))
+			c.endRelayed(rem)
 			return
 		}
 		if !c.pause(storePoll) {
-			c.flight.Finish(nil, interruptFrame(c.proto, rem.RequestID))
+			c.endRelayed(rem)
 			return
+		}
+	}
+}
+
+// ownerGoneFor is how long an owner must be seen not running before a
+// stream relayed from it ends: long enough for a gateway that lost Redis
+// for a moment (Redis restarted) to subscribe again.
+const ownerGoneFor = 500 * time.Millisecond
+
+// ownerGone reports whether owner has been seen not running for
+// ownerGoneFor, since *since (zero: seen running, or not asked yet).
+func (c *call) ownerGone(owner string, since *time.Time, now time.Time) bool {
+	if c.g.remotes == nil {
+		return false
+	}
+	alive, err := c.g.remotes.OwnerAlive(c.ctx, owner)
+	if err != nil || alive {
+		*since = time.Time{} // running, or it cannot be told: the store decides
+		return false
+	}
+	if since.IsZero() {
+		*since = now
+	}
+	return now.Sub(*since) >= ownerGoneFor
+}
+
+// endRelayed ends a relayed stream in band, saying how much of it the
+// client saw, and leaves that evidence for the request's recovery.
+func (c *call) endRelayed(rem *coord.Remote) {
+	out, _ := c.flight.Output()
+	emitted := visibleEvents(c.proto, out)
+	if c.g.remotes != nil {
+		c.g.remotes.Saw(rem.RequestID, emitted)
+	}
+	c.flight.Finish(nil, interruptFrame(c.proto, rem.RequestID, emitted))
+}
+
+// visibleEvents counts the visible events (text, tool calls, thinking)
+// in a stream in protocol p — the gateway's count of emitted output.
+func visibleEvents(p provider.Protocol, stream []byte) int64 {
+	rd := sse.NewReader(bytes.NewReader(stream), len(stream)+1)
+	dec := provider.NewDecoder(p)
+	var n int64
+	var evs []provider.Event
+	for {
+		ev, err := rd.Next()
+		if err != nil {
+			return n
+		}
+		evs, _ = dec.Decode(ev, evs[:0])
+		for _, e := range evs {
+			switch e.Kind {
+			case provider.EvText, provider.EvRefusal, provider.EvToolStart, provider.EvToolArgs, provider.EvThinking, provider.EvRedactedThinking:
+				n++
+			}
 		}
 	}
 }
@@ -170,9 +234,11 @@ func (c *call) pause(d time.Duration) bool {
 	}
 }
 
-// interruptFrame ends a relayed stream whose owner stopped mid-output.
-func interruptFrame(p provider.Protocol, requestID string) []byte {
-	ce := &provider.ClientError{Type: "stream_interrupted", Code: "stream_interrupted", RequestID: requestID,
+// interruptFrame ends a relayed stream whose owner stopped mid-output,
+// after emitted visible events.
+func interruptFrame(p provider.Protocol, requestID string, emitted int64) []byte {
+	ce := &provider.ClientError{Type: "stream_interrupted", Code: "stream_interrupted", RequestID: requestID, EmittedTokens: emitted,
+		Terminal: string(gw.TerminalIndeterminate), Reason: string(gw.ReasonIndeterminate),
 		Message: "the gateway serving this stream stopped before it ended; its outcome is unknown (request " + requestID + ")"}
 	return provider.NewEncoder(p, provider.ResponseID(p, requestID), 0, "").Error(nil, ce)
 }
@@ -187,6 +253,7 @@ const storePoll = 100 * time.Millisecond
 // identity released — a new logical request.
 func (c *call) awaitStored(rem *coord.Remote) {
 	c.log = &eventLog{store: c.g.ledger, requestID: c.id, gen: 1, lost: &c.leaseLost}
+	var goneSince time.Time
 	for {
 		rec, err := c.g.ledger.Get(c.ctx, c.identity)
 		switch {
@@ -223,7 +290,14 @@ func (c *call) awaitStored(rem *coord.Remote) {
 			}
 			return
 		}
-		// In progress under a live lease: its owner may still finish it.
+		// In progress under a live lease: its owner may still finish it
+		// — if it is running. One that stopped cannot: the outcome is
+		// unknown, as every gateway will say of it (docs/replicas.md).
+		if c.ownerGone(rec.Owner, &goneSince, c.g.clock.Now()) {
+			m := meta{requestID: rem.RequestID, terminal: gw.TerminalIndeterminate}
+			c.publishError(errorf(CodeOutcomeUnknown, "the gateway running this request stopped mid-request; its outcome is unknown"), m)
+			return
+		}
 		if !c.pause(storePoll) {
 			c.publishError(errorf(CodeInternal, "the client went away"), meta{requestID: rem.RequestID})
 			return

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -39,7 +40,7 @@ routes:
 models:
   - {name: chat, routes: [primary], retry: {max_attempts: 3, base_delay: 10ms, max_delay: 50ms, deadline: 60s}}
   - {name: chat-fb, routes: [primary, fallback], retry: {max_attempts: 5, base_delay: 10ms, max_delay: 50ms, deadline: 60s}}
-lease: {ttl: 3s, renew: 1s}
+lease: LEASE
 `
 
 const (
@@ -57,6 +58,7 @@ type fleet struct {
 	config            string
 	store, coord      string
 	pg                *proxy // between the replicas and PostgreSQL, when a test cuts it
+	lease             string // the configuration's lease ("": fleetLease)
 	gws               []*gateway
 }
 
@@ -87,7 +89,8 @@ func newFleetWith(t *testing.T, n int, mcfg mock.Config, extra string, setup fun
 		t.Cleanup(m.Close)
 		urls[name] = srv.URL
 	}
-	cfg := strings.NewReplacer("PRIMARY", urls["PRIMARY"], "FALLBACK", urls["FALLBACK"]).Replace(fleetConfig) + extra
+	lease := cmp.Or(f.lease, "{ttl: 3s, renew: 1s}")
+	cfg := strings.NewReplacer("PRIMARY", urls["PRIMARY"], "FALLBACK", urls["FALLBACK"], "LEASE", lease).Replace(fleetConfig) + extra
 	f.config = filepath.Join(t.TempDir(), "fleet.yaml")
 	if err := os.WriteFile(f.config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)

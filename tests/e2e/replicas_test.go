@@ -18,6 +18,7 @@ import (
 
 	rediscoord "github.com/oncegate/oncegate/internal/coord/redis"
 	"github.com/oncegate/oncegate/internal/mock"
+	"github.com/oncegate/oncegate/internal/receipt"
 )
 
 // Three replicas behave as one gateway: 300 logical requests, each sent
@@ -125,11 +126,15 @@ func TestThreeReplicasMakeOneGenerationPerLogicalRequest(t *testing.T) {
 }
 
 // SIGKILL the replica that owns a stream while clients on the two others
-// read it: each of them ends with a clear in-band terminal within the
-// lease TTL + 1 s; nobody re-dispatches; the receipt shows the attempt
-// indeterminate, and the key answers 502 outcome_unknown.
+// read it: each of them ends with a clear in-band terminal, saying how
+// much it was shown, about a second and a half after the kill — not when
+// the dead owner's lease lapses (8 s here); nobody re-dispatches; the
+// receipt shows the attempt indeterminate, with the output and the joins
+// the other replicas saw; and the key answers 502 outcome_unknown.
 func TestKillingTheOwnerOfAStreamEndsItsJoinersClearly(t *testing.T) {
-	f := newFleet(t, 3, mock.Config{TTFT: 50 * time.Millisecond, TokenInterval: 50 * time.Millisecond, Tokens: 400}, "")
+	const lease = 8 * time.Second
+	f := newFleetWith(t, 3, mock.Config{TTFT: 50 * time.Millisecond, TokenInterval: 50 * time.Millisecond, Tokens: 400}, "",
+		func(f *fleet) { f.lease = "{ttl: 8s, renew: 2s}" })
 	body := chatJSON("chat", "A long story, please", true, "")
 	type reader struct {
 		got  chan string // the first chunk
@@ -160,6 +165,7 @@ func TestKillingTheOwnerOfAStreamEndsItsJoinersClearly(t *testing.T) {
 	}
 	killed := time.Now()
 	f.gws[0].kill(t)
+	most := int64(0)
 	for i, j := range joiners {
 		c := <-j.done
 		took := time.Since(killed)
@@ -167,9 +173,15 @@ func TestKillingTheOwnerOfAStreamEndsItsJoinersClearly(t *testing.T) {
 			bytes.Contains(c.body, []byte("[DONE]")) {
 			t.Fatalf("joiner %d: want a joined stream ending in band with stream_interrupted and no [DONE]; got %v", i, c)
 		}
-		if took > fleetLease+time.Second {
-			t.Fatalf("joiner %d ended %v after the kill, past the lease TTL + 1 s", i, took)
+		if took > lease/2 {
+			t.Fatalf("joiner %d ended %v after the kill: it waited for the dead owner's lease (%v)", i, took, lease)
 		}
+		shown := int64(bytes.Count(c.body, []byte(`"content":"`)) - bytes.Count(c.body, []byte(`"content":""`)))
+		if !bytes.Contains(c.body, []byte(fmt.Sprintf(`"emitted_tokens":%d`, shown))) || shown == 0 {
+			t.Fatalf("joiner %d was shown %d deltas; its in-band error says otherwise: %s", i, shown, c.body)
+		}
+		most = max(most, shown)
+		t.Logf("joiner %d ended %v after the kill, shown %d deltas", i, took.Round(time.Millisecond), shown)
 	}
 	id := ""
 	for k, c := range f.primary.Stats().ByIdempotencyKey {
@@ -178,11 +190,18 @@ func TestKillingTheOwnerOfAStreamEndsItsJoinersClearly(t *testing.T) {
 			t.Fatalf("the provider saw %d requests for it", c.Requests)
 		}
 	}
-	// The lease lapses; a surviving replica settles the request.
-	within(t, fleetLease+5*time.Second, "the receipt of the killed request", func() bool {
-		r, status := f.gws[1].receipt(t, id)
+	// The lease lapses; a surviving replica settles the request, with
+	// what the joiners were shown.
+	var r *receipt.Receipt
+	within(t, lease+10*time.Second, "the receipt of the killed request", func() bool {
+		var status int
+		r, status = f.gws[1].receipt(t, id)
 		return status == 200 && r.Terminal == "indeterminate" && len(r.Attempts) == 1 && r.Attempts[0].Kind == "unknown_provider_acceptance"
 	})
+	if a := r.Attempts[0]; !a.VisibleOutput || a.EmittedTokens < most || r.Dedup.Joined != 2 {
+		t.Fatalf("the receipt does not say what the joiners saw: visible_output %v, emitted_tokens %d (joiners shown up to %d), dedup.joined %d",
+			a.VisibleOutput, a.EmittedTokens, most, r.Dedup.Joined)
+	}
 	again := send(context.Background(), f.gws[2], apiKey, "killed-stream", false, body)
 	if again.status != 502 || !bytes.Contains(again.body, []byte("outcome_unknown")) {
 		t.Fatalf("the key after the kill: %v", again)
@@ -193,9 +212,11 @@ func TestKillingTheOwnerOfAStreamEndsItsJoinersClearly(t *testing.T) {
 }
 
 // The same for a JSON answer: joiners on other replicas get 502
-// outcome_unknown once the dead owner's lease lapsed.
+// outcome_unknown once the owner is seen gone, not when its lease lapses;
+// so does a new arrival of the key on any replica, at once.
 func TestKillingTheOwnerOfAnAnswerEndsItsJoinersClearly(t *testing.T) {
-	f := newFleet(t, 3, mock.Config{TTFT: time.Minute, Tokens: 4}, "")
+	const lease = 8 * time.Second
+	f := newFleetWith(t, 3, mock.Config{TTFT: time.Minute, Tokens: 4}, "", func(f *fleet) { f.lease = "{ttl: 8s, renew: 2s}" })
 	body := chatJSON("chat", "A slow answer, please", false, "")
 	done := make(chan call, 3)
 	go func() { done <- send(context.Background(), f.gws[0], apiKey, "killed-answer", false, body) }()
@@ -212,8 +233,14 @@ func TestKillingTheOwnerOfAnAnswerEndsItsJoinersClearly(t *testing.T) {
 		if c.status != 502 || !bytes.Contains(c.body, []byte("outcome_unknown")) || c.header.Get("x-should-retry") != "false" {
 			t.Fatalf("a joiner: %v", c)
 		}
-		if took := time.Since(killed); took > fleetLease+time.Second+500*time.Millisecond {
-			t.Fatalf("a joiner answered %v after the kill", took)
+		if took := time.Since(killed); took > lease/2 {
+			t.Fatalf("a joiner answered %v after the kill: it waited for the dead owner's lease (%v)", took, lease)
+		}
+	}
+	for i, g := range f.gws[1:] {
+		c := send(context.Background(), g, apiKey, "killed-answer", false, body)
+		if c.status != 502 || !bytes.Contains(c.body, []byte("outcome_unknown")) || time.Since(killed) > lease/2 {
+			t.Fatalf("the key on replica %d, %v after the kill: %v", i+1, time.Since(killed), c)
 		}
 	}
 	if n := f.primary.Stats().Requests; n != 1 {

@@ -522,3 +522,63 @@ func (c *Coordinator) Len() int { return c.local.Len() }
 func (c *Coordinator) String() string {
 	return "redis " + Redact(c.cfg.URL) + " as " + c.cfg.Owner + " (lease " + strconv.FormatInt(c.cfg.LeaseTTL.Milliseconds(), 10) + " ms)"
 }
+
+// OwnerAlive reports whether a gateway is running: it still listens on its
+// channel. A process that died lost its connection, and Redis its
+// subscription, at once; one that lost Redis for a moment subscribes
+// again as soon as it is back.
+func (c *Coordinator) OwnerAlive(ctx context.Context, owner string) (bool, error) {
+	ch := c.prefix + prefixOwner + owner
+	n, err := c.rdb.PubSubNumSub(ctx, ch).Result()
+	if err = c.check(err); err != nil {
+		return false, err
+	}
+	return n[ch] > 0, nil
+}
+
+// seenTTL is how long joiners' evidence is kept for recovery to find.
+const seenTTL = 48 * time.Hour
+
+// scriptSaw adds one joiner's evidence: KEYS[1] the request's hash, ARGV
+// the visible events it was relayed.
+var scriptSaw = goredis.NewScript(`
+redis.call('HINCRBY', KEYS[1], 'j', 1)
+if tonumber(redis.call('HGET', KEYS[1], 't') or '0') < tonumber(ARGV[1]) then redis.call('HSET', KEYS[1], 't', ARGV[1]) end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1`)
+
+// Saw records, in the background, that a client here was relayed emitted
+// visible events of a request whose owner stopped before its end.
+func (c *Coordinator) Saw(requestID string, emitted int64) {
+	key := c.prefix + prefixSeen + requestID
+	c.batch.add(func(p goredis.Pipeliner) {
+		scriptSaw.Eval(context.Background(), p, []string{key}, emitted, seenTTL.Milliseconds())
+	})
+}
+
+// Seen returns the joiners' evidence on requests (those with none are
+// absent).
+func (c *Coordinator) Seen(ctx context.Context, requestIDs []string) (map[string]coord.Seen, error) {
+	if len(requestIDs) == 0 {
+		return nil, nil
+	}
+	pipe := c.rdb.Pipeline()
+	cmds := make([]*goredis.MapStringStringCmd, len(requestIDs))
+	for i, id := range requestIDs {
+		cmds[i] = pipe.HGetAll(ctx, c.prefix+prefixSeen+id)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, c.check(err)
+	}
+	out := map[string]coord.Seen{}
+	for i, cmd := range cmds {
+		v := cmd.Val()
+		if len(v) == 0 {
+			continue
+		}
+		j, _ := strconv.Atoi(v["j"])
+		t, _ := strconv.ParseInt(v["t"], 10, 64)
+		out[requestIDs[i]] = coord.Seen{Joined: j, Emitted: t}
+	}
+	return out, nil
+}

@@ -88,6 +88,7 @@ const (
 	prefixClaim  = "claim:"
 	prefixOutput = "out:"
 	prefixOwner  = "owner:"
+	prefixSeen   = "seen:"
 )
 
 // New connects to Redis and starts the coordinator's background work:

@@ -144,6 +144,19 @@ func TestARemoteJoinerLearnsTheOwnerIsGone(t *testing.T) {
 	if _, err := b.Watch(ctx, "k:g", *pb.Remote, 0); !errors.Is(err, coord.ErrOwnerGone) {
 		t.Fatalf("a new watch of a stopped owner: %v", err)
 	}
+	if alive, err := b.OwnerAlive(ctx, "gw-a"); err != nil || alive {
+		t.Fatalf("the stopped owner is alive: %v %v", alive, err)
+	}
+	if alive, err := b.OwnerAlive(ctx, "gw-b"); err != nil || !alive {
+		t.Fatalf("a running gateway is not alive: %v %v", alive, err)
+	}
+	// What its joiners were shown is kept for recovery.
+	b.Saw(pb.Remote.RequestID, 7)
+	b.Saw(pb.Remote.RequestID, 3)
+	waitFor(t, "the joiners' evidence", func() bool {
+		seen, err := b.Seen(ctx, []string{pb.Remote.RequestID, "req-none"})
+		return err == nil && len(seen) == 1 && seen[pb.Remote.RequestID] == coord.Seen{Joined: 2, Emitted: 7}
+	})
 }
 
 // A flight that finished before the watch reached its owner says so: the
