@@ -41,6 +41,10 @@ var (
 	ErrOwnerGone = errors.New("coord: the flight's owner is gone")
 	// ErrUnavailable: the shared coordination (Redis) cannot be reached.
 	ErrUnavailable = errors.New("coord: coordination unavailable")
+	// ErrAbandoned: the flight another gateway's client joined ended
+	// without an outcome on record (its owner lost its store): the store,
+	// once it answers, says how the request ended.
+	ErrAbandoned = errors.New("coord: the flight ended without an outcome on record")
 )
 
 // Subscription is one client's view of a logical request's output: from
@@ -73,6 +77,7 @@ type Flight struct {
 	body    []byte
 	trunc   bool
 	done    bool
+	gaveUp  bool // finished without an outcome on record (Abandon)
 	subs    int
 	joined  int
 	retries int
@@ -241,6 +246,24 @@ func (f *Flight) Finish(h *Head, body []byte) {
 	if ended != nil {
 		ended()
 	}
+}
+
+// Abandon finishes the flight, as Finish, without an outcome on record:
+// its owner could not commit one (its store failed). Its subscribers here
+// read body as its end; another gateway's joiner learns it ended so
+// (ErrAbandoned), not as an answer to relay.
+func (f *Flight) Abandon(h *Head, body []byte) {
+	f.mu.Lock()
+	f.gaveUp = true
+	f.mu.Unlock()
+	f.Finish(h, body)
+}
+
+// Abandoned reports whether the flight finished by Abandon.
+func (f *Flight) Abandoned() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.gaveUp
 }
 
 // Done reports whether the flight has finished.

@@ -267,6 +267,14 @@ func (c *call) abort(err error) {
 		e = errorf(CodeStoreUnavailable, "the gateway's store became unreachable while this request ran; its outcome is unknown")
 		e.noRetry = len(c.rec.R.Attempts) > 0 || c.log != nil && c.log.seq > 1
 	}
+	finish := c.flight.Finish
+	if errors.Is(err, errStore) {
+		// No terminal could be recorded: the request is abandoned. Its
+		// lease is given up once the store answers, and every gateway
+		// then says the same of it (docs/replicas.md).
+		finish = c.flight.Abandon
+		c.g.abandoned.Store(c.id, struct{}{})
+	}
 	if c.out != nil && c.out.started {
 		// The client already reads a stream: end it with the protocol's
 		// in-band error, not a JSON body after its last frame. Output was
@@ -274,11 +282,12 @@ func (c *call) abort(err error) {
 		// indeterminate once its lease lapses; the error says so.
 		c.out.flush()
 		cs := codeStatus[e.code]
-		c.flight.Finish(nil, c.out.enc.Error(nil, &provider.ClientError{Type: cs.typ, Code: e.code, Message: e.message, RequestID: c.id,
+		finish(nil, c.out.enc.Error(nil, &provider.ClientError{Type: cs.typ, Code: e.code, Message: e.message, RequestID: c.id,
 			Terminal: string(gw.TerminalIndeterminate), Reason: string(gw.ReasonIndeterminate), EmittedTokens: c.out.emitted}))
 		return
 	}
-	c.publishError(e, c.meta())
+	head, body := e.render(c.proto, c.meta())
+	finish(head, body)
 }
 
 // sleepUntil waits for t, or returns false if the flight was cancelled.

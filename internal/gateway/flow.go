@@ -99,6 +99,15 @@ func (c *call) resolve(rec *ledger.Record) (replace bool, follow *coord.Remote) 
 		m.attempts = rec.Response.Attempts
 	}
 	if rec.State == ledger.InProgress {
+		if rec.Owner == c.g.owner && !rec.LeaseUntil.Before(now) {
+			if _, gaveUp := c.g.abandoned.Load(rec.RequestID); gaveUp {
+				// This gateway's call abandoned it (its store failed):
+				// give its lease up now and settle it, as any gateway
+				// will once it lapses.
+				c.g.giveUpAbandoned(false)
+				rec.LeaseUntil = now.Add(-time.Millisecond)
+			}
+		}
 		if rec.LeaseUntil.Before(now) {
 			// Its owner died: never re-dispatch blind (docs/replicas.md).
 			c.g.settleOne(c.ctx, rec)

@@ -171,6 +171,11 @@ type Gateway struct {
 	// live are the calls this process owns, by request id: their leases
 	// are renewed while they run.
 	live sync.Map
+	// abandoned holds the request ids (keys; values unused) of calls that
+	// ended without a terminal because the store failed: their leases are
+	// given up as soon as the store answers, so that every gateway settles
+	// them and answers alike (docs/replicas.md).
+	abandoned sync.Map
 	// store tracks whether the store answers, to say so once in the log.
 	store storeHealth
 }
@@ -283,6 +288,7 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 		g.every(time.Second, save)
 	}
 	g.every(g.leaseRenew, g.renew)
+	g.every(abandonedRetry, g.giveUpAbandoned)
 	g.every(g.lease/2, g.settleLapsed)
 	g.every(time.Minute, g.expireRecords())
 	return g, nil
@@ -478,6 +484,30 @@ func (g *Gateway) renew(stopping bool) {
 		if v, ok := g.live.Load(id); ok {
 			v.(*call).loseLease()
 		}
+	}
+}
+
+// abandonedRetry is how often the leases of abandoned requests are given
+// up while the store does not answer.
+const abandonedRetry = 250 * time.Millisecond
+
+// giveUpAbandoned ends the leases of the requests this gateway's calls
+// abandoned (their store failed mid-request): they become lapsed, and the
+// next arrival of their key on any gateway, or its sweep, settles them —
+// 502 outcome_unknown everywhere, at once, not one gateway's 409 until
+// the lease would have lapsed.
+func (g *Gateway) giveUpAbandoned(stopping bool) {
+	var ids []string
+	g.abandoned.Range(func(k, _ any) bool { ids = append(ids, k.(string)); return true })
+	if len(ids) == 0 {
+		return
+	}
+	now := g.clock.Now()
+	if _, err := g.ledger.Renew(context.Background(), g.owner, ids, now, now.Add(-time.Millisecond)); err != nil {
+		return // the store is still down: next time
+	}
+	for _, id := range ids {
+		g.abandoned.Delete(id)
 	}
 }
 

@@ -72,6 +72,10 @@ func (c *call) follow(rem *coord.Remote) {
 	switch {
 	case err == nil:
 		return
+	case errors.Is(err, coord.ErrAbandoned) && started:
+		// The owner's client got an in-band error, and so did this one.
+		c.flight.Finish(nil, nil)
+		return
 	case errors.Is(err, coord.ErrTruncated):
 		e := errorf(CodeKeyInUse, "this request's output is past the join buffer; retry when it has finished")
 		e.retryAfter = 1

@@ -243,6 +243,7 @@ const (
 	entryHead      = "h" // d: the head, JSON
 	entryBody      = "b" // d: output bytes
 	entryEnd       = "e" // the output is complete
+	entryAbandoned = "u" // the output ended without an outcome on record
 	entryTruncated = "t" // the flight is past its join buffer: it cannot be joined
 	entryGone      = "g" // the flight is not in flight here (finished, or never was)
 )
@@ -326,6 +327,9 @@ func (c *Coordinator) copyOut(requestID string, fw *forwarder) {
 		b, done, err := rd.Next(ctx)
 		switch {
 		case err != nil:
+			return
+		case done && fw.f.Abandoned():
+			c.xadd(fw.key, entryAbandoned, nil, true)
 			return
 		case done:
 			c.xadd(fw.key, entryEnd, nil, true)
@@ -477,6 +481,8 @@ func (r *remote) Head(ctx context.Context) (*coord.Head, error) {
 			return &h, nil
 		case entryTruncated:
 			return nil, coord.ErrTruncated
+		case entryAbandoned:
+			return nil, coord.ErrAbandoned
 		case entryGone, entryEnd:
 			return nil, coord.ErrOwnerGone
 		}
@@ -496,6 +502,8 @@ func (r *remote) Next(ctx context.Context) ([]byte, bool, error) {
 			return data, false, nil
 		case entryEnd:
 			return nil, true, nil
+		case entryAbandoned:
+			return nil, false, coord.ErrAbandoned
 		case entryGone, entryTruncated:
 			return nil, false, coord.ErrOwnerGone
 		}
