@@ -13,21 +13,21 @@ func TestBudgetAdmitsRatioPlusReserve(t *testing.T) {
 	clk := clock.NewFake(t0)
 	b := NewBudget(BudgetConfig{Ratio: 0.1, MinPerSecond: 1, Window: 10 * time.Second}, clk)
 	for range 1000 {
-		b.First()
+		b.First("p")
 	}
 	n := 0
-	for b.Retry() {
+	for b.Retry("p") {
 		n++
 	}
 	if n != 110 { // 0.1 × 1000 + 1/s × 10 s
 		t.Fatalf("admitted %d retries, want 110", n)
 	}
-	if b.Allows() {
+	if b.Allows("p") {
 		t.Fatal("spent budget allows")
 	}
 	clk.Advance(11 * time.Second) // everything aged out: only the reserve
 	n = 0
-	for b.Retry() {
+	for b.Retry("p") {
 		n++
 	}
 	if n != 10 {
@@ -37,12 +37,12 @@ func TestBudgetAdmitsRatioPlusReserve(t *testing.T) {
 
 func TestBudgetZeroReserveNeedsTraffic(t *testing.T) {
 	b := NewBudget(BudgetConfig{Ratio: 0.5, Window: time.Second}, clock.NewFake(t0))
-	if b.Retry() {
+	if b.Retry("p") {
 		t.Fatal("a retry with no first attempts and no reserve")
 	}
-	b.First()
-	b.First()
-	if !b.Retry() || b.Retry() {
+	b.First("p")
+	b.First("p")
+	if !b.Retry("p") || b.Retry("p") {
 		t.Fatal("want exactly one retry for two first attempts at ratio 0.5")
 	}
 }
@@ -57,9 +57,9 @@ func TestBudgetConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 100 {
-				b.First()
+				b.First("p")
 				for range 3 {
-					if b.Retry() {
+					if b.Retry("p") {
 						admitted.Add(1)
 					}
 				}
@@ -77,8 +77,35 @@ func BenchmarkBudgetRetry(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			bu.First()
-			_ = bu.Allows()
+			bu.First("p")
+			_ = bu.Allows("p")
 		}
 	})
+}
+
+// Each provider has its own budget: retries spent on a failing provider
+// leave another's untouched, and first attempts on one (fallbacks there)
+// buy no retries on the other.
+func TestBudgetIsPerProvider(t *testing.T) {
+	b := NewBudget(BudgetConfig{Ratio: 0.5, Window: time.Second}, clock.NewFake(t0))
+	for range 4 {
+		b.First("failing")
+		b.First("healthy")
+	}
+	n := 0
+	for b.Retry("failing") {
+		n++
+	}
+	if n != 2 {
+		t.Fatalf("%d retries on the failing provider, want 2", n)
+	}
+	if !b.Allows("healthy") {
+		t.Fatal("the failing provider's retries spent the healthy one's budget")
+	}
+	for range 100 {
+		b.First("healthy")
+	}
+	if b.Allows("failing") {
+		t.Fatal("first attempts on another provider bought retries on the failing one")
+	}
 }

@@ -139,7 +139,7 @@ func (c *call) run() {
 		return
 	}
 	if d.Dispatches() {
-		c.g.budget.First()
+		c.g.budget.First(c.providerOf(d.Route))
 	}
 	failpoint("after_dispatch_commit")
 	var last *attemptResult
@@ -600,10 +600,14 @@ func (c *call) providerError(res *attemptResult, resp *upstream.Response) *attem
 		d = receipt.HintFor(d)
 		res.obs.RetryAfter = &d
 	}
-	if cause == gw.CauseUpstreamAuth {
+	if k == gw.KindAccountRefused {
 		// The provider's text may echo the gateway's key: it is neither
 		// passed on, nor kept, nor logged.
-		res.obs.Error = &receipt.AttemptError{Code: string(gw.CauseUpstreamAuth), Message: "the provider refused the gateway's credential (HTTP " + strconv.Itoa(resp.Status) + ")"}
+		what := "credential"
+		if cause == gw.CauseQuota {
+			what = "account for its quota or billing"
+		}
+		res.obs.Error = &receipt.AttemptError{Code: string(cause), Message: "the provider refused the gateway's " + what + " (HTTP " + strconv.Itoa(resp.Status) + ")"}
 		return c.observe(res, k, cause, "")
 	}
 	ue.Message = c.g.scrub(ue.Message)

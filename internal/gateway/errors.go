@@ -162,8 +162,12 @@ func setIDHeaders(h http.Header, requestID string, attempts int) {
 // bound that stopped it, with its numbers.
 func (c *call) terminalError(d retry.Decision, last *attemptResult) *apiError {
 	t, r := d.Terminal, d.Reason
-	if last != nil && last.obs.Cause == gw.CauseUpstreamAuth {
-		return errorf(CodeUpstreamAuthFailed, "the provider of route %s refused the gateway's own credential; nothing was wrong with the request (the gateway's operator must fix the route's key)", last.route.ID)
+	if last != nil && last.kind == gw.KindAccountRefused {
+		what := "credential; the gateway's operator must fix the route's key"
+		if last.obs.Cause == gw.CauseQuota {
+			what = "account for its quota or billing; the gateway's operator must fund it"
+		}
+		return errorf(CodeUpstreamAuthFailed, "the provider of route %s refused the gateway's own %s (no other route could serve the request; nothing was wrong with it)", last.route.ID, what)
 	}
 	if last != nil && last.upstreamErr != nil && t == gw.TerminalRejected && last.kind != gw.KindProtocolViolation {
 		return &apiError{upstream: last.upstreamErr, code: CodeInvalidRequest}

@@ -24,15 +24,16 @@ type Breakers interface {
 	Done(route string, t breaker.Ticket, o breaker.Outcome)
 }
 
-// RetryBudget is the fleet retry budget (docs/overload.md). *breaker.Budget
-// implements it.
+// RetryBudget is the retry budget, per provider (docs/overload.md).
+// *breaker.Budget implements it.
 type RetryBudget interface {
-	// First counts a logical request's first attempt.
-	First()
-	// Allows reports, without taking it, whether one more retry fits.
-	Allows() bool
-	// Retry takes one retry; false means the budget is spent.
-	Retry() bool
+	// First counts a logical request's first attempt on provider.
+	First(provider string)
+	// Allows reports, without taking it, whether one more retry on
+	// provider fits.
+	Allows(provider string) bool
+	// Retry takes one retry on provider; false means its budget is spent.
+	Retry(provider string) bool
 }
 
 // TenantLimits are the per-tenant request rate and daily cost ceiling
@@ -74,8 +75,8 @@ type permit struct {
 }
 
 // admission snapshots the fleet's state for the engine: open breakers,
-// the fleet retry budget (for attempts after the first) and the tenant's
-// remaining allowance.
+// the providers' retry budgets (for attempts after the first) and the
+// tenant's remaining allowance.
 func (c *call) admission(retrying bool) retry.Admission {
 	var adm retry.Admission
 	for _, r := range c.alias.Routes {
@@ -85,21 +86,27 @@ func (c *call) admission(retrying bool) retry.Admission {
 			}
 			adm.Refused[r.ID] = true
 		}
-	}
-	if retrying {
-		adm.RetryBudgetSpent = !c.g.budget.Allows()
+		if p := r.Provider.ID; retrying && !adm.RetryRefused[p] && !c.g.budget.Allows(p) {
+			if adm.RetryRefused == nil {
+				adm.RetryRefused = map[string]bool{}
+			}
+			adm.RetryRefused[p] = true
+		}
 	}
 	adm.TenantAllowance, adm.TenantCapped = c.g.tenants.Allowance(c.tenant.ID)
 	return adm
 }
 
 // acquire takes what dispatching d needs: the route's breaker ticket, the
-// tenant's reservation of d's worst case, and — for every attempt but a
-// request's first — a retry from the fleet budget. (A first attempt is
-// counted once its request is claimed: a replay is no first attempt.) If one is refused (a
-// concurrent request took the last of it since the snapshot), it gives back
-// what it took, tightens adm accordingly and returns false.
-func (c *call) acquire(d retry.Decision, first bool, adm *retry.Admission) (*permit, bool) {
+// tenant's reservation of d's worst case, and — for an attempt on a
+// provider this request already tried (besides the routes inFlight), a
+// retry — a retry from that provider's budget; an attempt on a provider
+// new to the request counts as a first attempt there. (A request's very
+// first attempt is counted once its request is claimed: a replay is no
+// first attempt.) If one is refused (a concurrent request took the last
+// of it since the snapshot), it gives back what it took, tightens adm
+// accordingly and returns false.
+func (c *call) acquire(d retry.Decision, first bool, adm *retry.Admission, inFlight ...string) (*permit, bool) {
 	t, ok := c.g.breakers.Acquire(d.Route)
 	if !ok {
 		if adm.Refused == nil {
@@ -115,13 +122,45 @@ func (c *call) acquire(d retry.Decision, first bool, adm *retry.Admission) (*per
 		adm.TenantCapped, adm.TenantAllowance = true, min(a, max(0, d.Reserve-1))
 		return nil, false
 	}
-	if !first && !c.g.budget.Retry() {
-		c.g.breakers.Done(d.Route, t, breaker.Ignore)
-		c.g.tenants.Settle(res, 0)
-		adm.RetryBudgetSpent = true
-		return nil, false
+	if prov := c.providerOf(d.Route); !first && c.triedProvider(prov, inFlight...) {
+		if !c.g.budget.Retry(prov) {
+			c.g.breakers.Done(d.Route, t, breaker.Ignore)
+			c.g.tenants.Settle(res, 0)
+			if adm.RetryRefused == nil {
+				adm.RetryRefused = map[string]bool{}
+			}
+			adm.RetryRefused[prov] = true
+			return nil, false
+		}
+	} else if !first {
+		c.g.budget.First(prov) // a fallback: a first attempt on this provider
 	}
 	return &permit{route: d.Route, ticket: t, reserved: res}, true
+}
+
+// providerOf is the provider of one of the alias's routes.
+func (c *call) providerOf(route string) string {
+	if r := c.alias.Route(route); r != nil {
+		return r.Provider.ID
+	}
+	return ""
+}
+
+// triedProvider reports whether this request already had an attempt on
+// provider, counting the routes inFlight (a hedged attempt not observed
+// yet).
+func (c *call) triedProvider(provider string, inFlight ...string) bool {
+	for _, a := range c.rec.R.Attempts {
+		if c.providerOf(a.Route) == provider {
+			return true
+		}
+	}
+	for _, r := range inFlight {
+		if c.providerOf(r) == provider {
+			return true
+		}
+	}
+	return false
 }
 
 // admit acquires what the decision d (taken under adm) dispatches with;
@@ -151,7 +190,7 @@ func (c *call) release(p *permit, res *attemptResult) {
 	}
 	outcome, cost := breaker.Ignore, gw.NanoUSD(0)
 	if res != nil {
-		outcome = breakerOutcome(res.obs.Kind, res.obs.Cause)
+		outcome = breakerOutcome(res.obs.Kind)
 		cost = res.route.Price.Cost(res.obs.Usage)
 	}
 	c.g.breakers.Done(p.route, p.ticket, outcome)
@@ -163,14 +202,12 @@ func (c *call) release(p *permit, res *attemptResult) {
 // against it; an answer counts for it; what the caller or the request
 // caused (it left, it lost a hedge, it was refused as invalid or unsafe)
 // says nothing about the route.
-func breakerOutcome(k gw.Kind, cause gw.Cause) breaker.Outcome {
-	switch {
-	case k == gw.KindRejected && cause == gw.CauseUpstreamAuth:
-		return breaker.Failure // the route's credential is broken
-	}
+func breakerOutcome(k gw.Kind) breaker.Outcome {
 	switch k {
 	case gw.KindOK:
 		return breaker.Success
+	case gw.KindAccountRefused: // the route's credential or quota is broken
+		return breaker.Failure
 	case gw.KindTimeoutBeforeResponse, gw.KindRateLimited, gw.KindUnavailable, gw.KindProtocolViolation,
 		gw.KindUnknownProviderAcceptance, gw.KindStreamInterruptedAfterOutput:
 		return breaker.Failure

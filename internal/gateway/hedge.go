@@ -179,7 +179,7 @@ func (c *call) hedged(d retry.Decision, p *permit, n int) (*attemptResult, retry
 	if ok {
 		adm := c.admission(true)
 		if h, ok = c.rec.Hedge(adm, at); ok {
-			if hp, ok = c.acquire(h, false, &adm); !ok {
+			if hp, ok = c.acquire(h, false, &adm, p.route); !ok {
 				c.rec.CancelHedge()
 			}
 		}

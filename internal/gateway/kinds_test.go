@@ -23,6 +23,7 @@ import (
 	"github.com/oncegate/oncegate/internal/identity"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/mock"
+	"github.com/oncegate/oncegate/internal/provider"
 )
 
 // post sends a raw request as the acme tenant and returns the response and
@@ -87,8 +88,12 @@ func TestOutcomeKindsEndToEnd(t *testing.T) {
 			status: 400, code: "content_policy_violation", retryHeader: "false", primaryN: 1, terminal: "rejected", reason: "non_retryable", kinds: []string{"policy_denied"}},
 		{name: "context length falls back to a larger context", primary: rules(always(mock.Fault{Type: mock.FaultContextLength})),
 			status: 200, primaryN: 1, fallbackN: 1, terminal: "succeeded", reason: "completed", kinds: []string{"rejected", "ok"}},
-		{name: "an exhausted balance is not retried", primary: rules(always(mock.Fault{Type: mock.FaultQuota})),
-			status: 429, code: "insufficient_quota", retryHeader: "false", primaryN: 1, terminal: "rejected", reason: "non_retryable", kinds: []string{"rejected"}},
+		{name: "an exhausted balance moves to another account at once", primary: rules(always(mock.Fault{Type: mock.FaultQuota})),
+			status: 200, primaryN: 1, fallbackN: 1, terminal: "succeeded", reason: "completed", kinds: []string{"account_refused", "ok"}},
+		{name: "exhausted balances everywhere are the gateway's fault, not the request's",
+			primary: rules(always(mock.Fault{Type: mock.FaultQuota})), fallback: rules(always(mock.Fault{Type: mock.FaultQuota})),
+			status: 502, code: CodeUpstreamAuthFailed, retryHeader: "false", primaryN: 1, fallbackN: 1, terminal: "exhausted", reason: "routes_exhausted",
+			kinds: []string{"account_refused", "account_refused"}},
 		{name: "an unreadable body is a protocol violation", primary: rules(always(mock.Fault{Type: mock.FaultGarbage})),
 			status: 502, code: CodeProtocolViolation, retryHeader: "false", primaryN: 1, terminal: "rejected", reason: "non_retryable", kinds: []string{"protocol_violation"}},
 	}
@@ -384,6 +389,55 @@ func TestSilenceThenCloseMovesToTheNextRoute(t *testing.T) {
 	})
 }
 
+// A route whose account the provider refuses — a revoked key, an unpaid
+// quota — is a route failure, not a request failure: the request moves to
+// the next route at once (nothing was generated), the official SDK at its
+// defaults reads the fallback's answer, exactly one call reached each
+// provider, and the receipt and the metrics name the refusal as its own
+// kind.
+func TestARefusedAccountFailsOverAtOnce(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		fault mock.Fault
+		cause gw.Cause
+	}{
+		{"revoked key", mock.Fault{Type: mock.FaultStatus, Status: 401, ErrorType: "invalid_request_error", ErrorCode: "invalid_api_key",
+			Message: "Incorrect API key provided: " + primaryProviderKey}, gw.CauseUpstreamAuth},
+		{"forbidden", mock.Fault{Type: mock.FaultStatus, Status: 403, ErrorType: "permission_error", Message: "project suspended"}, gw.CauseUpstreamAuth},
+		{"quota", mock.Fault{Type: mock.FaultQuota}, gw.CauseQuota},
+		{"billing", mock.Fault{Type: mock.FaultStatus, Status: 400, ErrorType: "invalid_request_error",
+			Message: "Your credit balance is too low to access the Anthropic API."}, gw.CauseQuota},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			inBubble(t, envOptions{mock: mock.Config{Tokens: 4}}, func(t *testing.T, e *env) {
+				e.primary.SetScript(rules(always(tc.fault)))
+				var h http.Header
+				c := e.openai(&h)
+				res, err := c.Chat.Completions.New(context.Background(), oaParams("chat", "hello"))
+				if err != nil || res.Choices[0].Message.Content != answer(t, provider.OpenAI, "hello", 4) {
+					t.Fatalf("the fallback's answer: %v %v", res, err)
+				}
+				id := h.Get("X-Oncegate-Request-Id")
+				r := e.receipt(id)
+				if len(r.Attempts) != 2 || r.Attempts[0].Kind != string(gw.KindAccountRefused) || r.Attempts[0].Cause != string(tc.cause) ||
+					r.Attempts[1].Route != "fallback" || r.Attempts[1].Purpose != "fallback" || r.Terminal != "succeeded" {
+					t.Fatalf("receipt %+v", r.Attempts)
+				}
+				if b, _ := json.Marshal(r); strings.Contains(string(b), primaryProviderKey) {
+					t.Fatalf("the receipt keeps the provider's text: %s", b)
+				}
+				if p, f, _ := e.upstreamCalls(id); p.Requests != 1 || f.Requests != 1 {
+					t.Fatalf("upstream calls: primary %d, fallback %d", p.Requests, f.Requests)
+				}
+				if m := string(e.metricsText()); !strings.Contains(m, `oncegate_attempts_total{class="retryable",kind="account_refused",route="primary"} 1`) {
+					t.Fatalf("/metrics does not count the refusal as its kind:\n%s", m)
+				}
+			})
+		})
+	}
+}
+
 // The gateway's own provider credential refused is no fault of the
 // tenant: 502 upstream_auth_failed, never the provider's text (it may
 // echo the key) in the answer or the receipt, and the route counts as
@@ -403,7 +457,7 @@ func TestTheGatewaysCredentialRefused(t *testing.T) {
 		if b, _ := json.Marshal(r); len(r.Attempts) != 1 || strings.Contains(string(b), primaryProviderKey) || strings.Contains(string(b), "Incorrect API key") {
 			t.Fatalf("the receipt keeps the provider's text: %s", b)
 		}
-		if breakerOutcome(gw.KindRejected, gw.CauseUpstreamAuth) != breaker.Failure {
+		if breakerOutcome(gw.KindAccountRefused) != breaker.Failure {
 			t.Fatal("a refused credential does not count against its route")
 		}
 		// A 400 whose text echoes a configured secret is passed through

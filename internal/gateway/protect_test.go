@@ -469,9 +469,9 @@ func (l *lastSlot) Settle(quota.Reservation, gw.NanoUSD) {}
 // lastRetry is lastSlot's retry budget.
 type lastRetry struct{ *lastSlot }
 
-func (l lastRetry) First()       {}
-func (l lastRetry) Allows() bool { return true }
-func (l lastRetry) Retry() bool  { return !l.noRetry }
+func (l lastRetry) First(string)       {}
+func (l lastRetry) Allows(string) bool { return true }
+func (l lastRetry) Retry(string) bool  { return !l.noRetry }
 
 func lastSlotEnv(l *lastSlot) envOptions {
 	return envOptions{mock: mock.Config{Tokens: 4}, breakers: l, budget: lastRetry{l}, tenants: l}
@@ -494,13 +494,23 @@ func TestAdmissionLostAtDispatchIsDecidedAgain(t *testing.T) {
 			}
 		})
 	})
-	t.Run("the fleet's last retry", func(t *testing.T) {
+	t.Run("the provider's last retry", func(t *testing.T) {
 		l := &lastSlot{noRetry: true}
 		inBubble(t, lastSlotEnv(l), func(t *testing.T, e *env) {
+			// Only one provider: nothing else may serve the retry.
 			e.primary.SetScript(rules(first(1, mock.Fault{Type: mock.FaultStatus, Status: 503})))
-			res, _ := e.post("/v1/chat/completions", chatBody("chat", false), nil)
+			res, _ := e.post("/v1/chat/completions", chatBody("solo", false), nil)
 			r := e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
-			if res.StatusCode != 503 || len(r.Attempts) != 1 || r.Reason != "retry_budget" || !r.Decisions[1].RetryBudgetSpent {
+			if res.StatusCode != 503 || len(r.Attempts) != 1 || r.Reason != "retry_budget" || fmt.Sprint(r.Decisions[1].RetryBudgetRefused) != "[mock-primary]" {
+				t.Fatalf("%d: %+v %+v", res.StatusCode, r.Attempts, r.Decisions)
+			}
+			// A route on another provider: the retry the failing provider's
+			// budget refuses goes there, as a first attempt.
+			e.primary.Reset()
+			e.primary.SetScript(rules(first(1, mock.Fault{Type: mock.FaultStatus, Status: 503})))
+			res, _ = e.post("/v1/chat/completions", chatBody("chat", false), nil)
+			r = e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
+			if res.StatusCode != 200 || len(r.Attempts) != 2 || r.Attempts[1].Route != "fallback" || fmt.Sprint(r.Decisions[1].RetryBudgetRefused) != "[mock-primary]" {
 				t.Fatalf("%d: %+v %+v", res.StatusCode, r.Attempts, r.Decisions)
 			}
 		})

@@ -33,6 +33,12 @@ const (
 	KindTimeoutBeforeResponse Kind = "timeout_before_response"
 	KindRateLimited           Kind = "rate_limited"
 	KindUnavailable           Kind = "unavailable"
+	// KindAccountRefused: the provider refused the gateway's own account
+	// on this route — its credential (401, 403) or its quota or billing
+	// (insufficient_quota). Nothing was generated and nothing is wrong
+	// with the request: the route fails, and the next route on another
+	// account serves it at once (docs/retries.md).
+	KindAccountRefused Kind = "account_refused"
 
 	KindRejected          Kind = "rejected"
 	KindPolicyDenied      Kind = "policy_denied"
@@ -54,7 +60,7 @@ func (k Kind) Class() Class {
 	switch k {
 	case KindOK:
 		return ClassSuccess
-	case KindTimeoutBeforeResponse, KindRateLimited, KindUnavailable:
+	case KindTimeoutBeforeResponse, KindRateLimited, KindUnavailable, KindAccountRefused:
 		return ClassRetryable
 	case KindUnknownProviderAcceptance, KindStreamInterruptedAfterOutput:
 		return ClassIndeterminate
@@ -65,7 +71,7 @@ func (k Kind) Class() Class {
 
 // Kinds lists every kind, in the order of docs/retries.md.
 func Kinds() []Kind {
-	return []Kind{KindOK, KindTimeoutBeforeResponse, KindRateLimited, KindUnavailable,
+	return []Kind{KindOK, KindTimeoutBeforeResponse, KindRateLimited, KindUnavailable, KindAccountRefused,
 		KindRejected, KindPolicyDenied, KindInvalidRequest, KindProtocolViolation,
 		KindUnknownProviderAcceptance, KindStreamInterruptedAfterOutput, KindCancelled}
 }
@@ -101,9 +107,12 @@ const (
 	// output began. A stalled route is not asked to continue it.
 	CauseStall Cause = "stall"
 	// CauseUpstreamAuth: the provider refused the gateway's own credential
-	// (401, 403): rejected, and the route counts as failing — it is no
-	// fault of the request.
+	// (401, 403): the route's account is refused (KindAccountRefused).
 	CauseUpstreamAuth Cause = "upstream_auth_failed"
+	// CauseQuota: the provider refused the gateway's account for its quota
+	// or billing (OpenAI's 429 insufficient_quota, Anthropic's credit
+	// balance): the route's account is refused (KindAccountRefused).
+	CauseQuota Cause = "insufficient_quota"
 )
 
 // Terminal is the final state of a logical request (docs/architecture.md).

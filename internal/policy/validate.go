@@ -306,7 +306,7 @@ func (v *validator) engine(path string, m config.Model, routes []*Route) *retry.
 		MaxCost: gw.NanoFromUSD(rt.MaxCostUSD), AfterOutput: retry.AfterOutput(m.Stream.AfterOutput),
 		RestartMaxTokens: int64(m.Stream.RestartMaxTokens), ResumeRoutes: retry.ResumeRoutes(m.Stream.ResumeRoutes), HedgeAfter: m.Hedge.After.D()}
 	for _, r := range routes {
-		p.Routes = append(p.Routes, retry.Route{ID: r.ID, MaxAttempts: r.MaxAttempts, MaxContextTokens: r.Caps.MaxContextTokens,
+		p.Routes = append(p.Routes, retry.Route{ID: r.ID, Provider: r.Provider.ID, MaxAttempts: r.MaxAttempts, MaxContextTokens: r.Caps.MaxContextTokens,
 			MaxOutputTokens: r.Caps.MaxOutputTokens, Price: r.Price, Continuation: r.Caps.Continuation})
 	}
 	return p

@@ -104,8 +104,10 @@ func Classify(e *UpstreamError) (gw.Kind, gw.Cause) {
 		// An informational or redirect status is no answer of the
 		// protocol's: a violation, never passed through.
 		return gw.KindProtocolViolation, ""
-	case s == 429 && (e.Code == "insufficient_quota" || e.Type == "insufficient_quota"):
-		return gw.KindRejected, "" // an exhausted balance is not transient
+	case isQuota(e):
+		// An exhausted balance is not transient, and it is the route's
+		// account's, not the request's.
+		return gw.KindAccountRefused, gw.CauseQuota
 	case s == 429:
 		return gw.KindRateLimited, ""
 	case e.Type == "overloaded_error" || s == 529:
@@ -117,9 +119,25 @@ func Classify(e *UpstreamError) (gw.Kind, gw.Cause) {
 	case isContentPolicy(e):
 		return gw.KindPolicyDenied, ""
 	case s == 401 || s == 403:
-		return gw.KindRejected, gw.CauseUpstreamAuth
+		return gw.KindAccountRefused, gw.CauseUpstreamAuth
 	}
 	return gw.KindRejected, ""
+}
+
+// isQuota reports an error that refuses the gateway's account for its
+// quota or billing: OpenAI's insufficient_quota (429) and
+// billing_hard_limit_reached, Anthropic's "credit balance is too low"
+// (400 invalid_request_error).
+func isQuota(e *UpstreamError) bool {
+	switch {
+	case e.Code == "insufficient_quota" || e.Type == "insufficient_quota", e.Code == "billing_hard_limit_reached":
+		return true
+	case e.Status == 400 || e.Status == 402 || e.Status == 403 || e.Status == 429:
+		m := strings.ToLower(e.Message)
+		return strings.Contains(m, "credit balance is too low") || strings.Contains(m, "billing hard limit") ||
+			strings.Contains(m, "exceeded your current quota")
+	}
+	return false
 }
 
 // ClassifyStreamError maps an error event inside a stream (Anthropic's

@@ -148,6 +148,9 @@ type Decision struct {
 	Reason           string     `json:"reason,omitempty"`
 	BreakerRefused   []string   `json:"breaker_refused,omitempty"`
 	RetryBudgetSpent bool       `json:"retry_budget_spent,omitempty"`
+	// RetryBudgetRefused names the providers whose retry budget was spent
+	// when the decision was taken.
+	RetryBudgetRefused []string `json:"retry_budget_refused,omitempty"`
 	// TenantAllowanceUSD is what the tenant could still reserve today when
 	// the decision was taken; absent when the tenant has no ceiling.
 	TenantAllowanceUSD *float64 `json:"tenant_allowance_usd,omitempty"`
@@ -182,6 +185,12 @@ func NewDecision(after int, d retry.Decision, adm retry.Admission) Decision {
 		}
 	}
 	slices.Sort(rd.BreakerRefused)
+	for provider, refused := range adm.RetryRefused {
+		if refused {
+			rd.RetryBudgetRefused = append(rd.RetryBudgetRefused, provider)
+		}
+	}
+	slices.Sort(rd.RetryBudgetRefused)
 	if d.Dispatches() {
 		nb := d.NotBefore.UTC()
 		rd.Route, rd.NotBefore, rd.JitterMS, rd.ReserveUSD = d.Route, &nb, d.JitterMS, d.Reserve.USD()
@@ -201,6 +210,12 @@ func (d Decision) Admission() retry.Admission {
 		adm.Refused = map[string]bool{}
 		for _, id := range d.BreakerRefused {
 			adm.Refused[id] = true
+		}
+	}
+	if len(d.RetryBudgetRefused) > 0 {
+		adm.RetryRefused = map[string]bool{}
+		for _, provider := range d.RetryBudgetRefused {
+			adm.RetryRefused[provider] = true
 		}
 	}
 	return adm

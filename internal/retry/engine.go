@@ -116,10 +116,14 @@ func (d Decision) String() string {
 
 // Admission is the fleet's state at decision time, supplied by the caller
 // because it lives outside the request: which routes' breakers refuse new
-// attempts, whether the fleet retry budget is spent, and what the tenant
+// attempts, which providers' retry budgets are spent, and what the tenant
 // may still reserve today (docs/overload.md).
 type Admission struct {
-	Refused          map[string]bool
+	Refused map[string]bool
+	// RetryRefused names the providers whose retry budget is spent: a
+	// retry there — an attempt on a provider this request already tried —
+	// is not admitted. RetryBudgetSpent says it of every provider.
+	RetryRefused     map[string]bool
 	RetryBudgetSpent bool
 	// TenantCapped says the tenant has a daily cost ceiling; then
 	// TenantAllowance is what it may still reserve (ceiling minus what is
@@ -130,6 +134,46 @@ type Admission struct {
 }
 
 func (a Admission) admits(route string) bool { return !a.Refused[route] }
+
+// retries reports whether a retry on provider is admitted.
+func (a Admission) retries(provider string) bool {
+	return !a.RetryBudgetSpent && !a.RetryRefused[provider]
+}
+
+// candidate says whether route r may take the next attempt of a request
+// with history hist: not on an account the request found refused, and
+// not a retry on a provider whose retry budget is spent (budget reports
+// the latter).
+func candidate(p *Policy, hist []Attempt, r *Route, adm Admission) (ok, budget bool) {
+	switch {
+	case accountRefused(p, hist, r.Provider):
+		return false, false
+	case tried(p, hist, r.Provider) && !adm.retries(r.Provider):
+		return false, true
+	}
+	return true, false
+}
+
+// tried reports whether the request already had an attempt on provider.
+func tried(p *Policy, hist []Attempt, provider string) bool {
+	for i := range hist {
+		if r := p.Route(hist[i].Route); r != nil && r.Provider == provider {
+			return true
+		}
+	}
+	return false
+}
+
+// accountRefused reports whether the request found provider's account
+// refused (its credential or quota): no route on it is tried again.
+func accountRefused(p *Policy, hist []Attempt, provider string) bool {
+	for i := range hist {
+		if r := p.Route(hist[i].Route); r != nil && r.Provider == provider && hist[i].Kind == gw.KindAccountRefused {
+			return true
+		}
+	}
+	return false
+}
 
 // affords reports whether the tenant's allowance covers a reservation.
 func (a Admission) affords(reserve gw.NanoUSD) bool {
@@ -365,14 +409,21 @@ func continuationRoute(p *Policy, req *Request, hist []Attempt, last *Attempt, a
 			return nil, gw.ReasonIndeterminate
 		case routeAttempts(hist, cur.ID) >= cur.MaxAttempts:
 			return nil, gw.ReasonRouteBudget
+		case !adm.retries(cur.Provider):
+			return nil, gw.ReasonRetryBudget
 		case !adm.admits(cur.ID):
 			return nil, gw.ReasonCircuitOpen
 		}
 		return cur, ""
 	}
+	budget := false
 	can := func(r *Route) bool {
-		return r.Continuation != ContinuationNone && req.eligible(r.ID) && adm.admits(r.ID) &&
-			routeAttempts(hist, r.ID) < r.MaxAttempts
+		if r.Continuation == ContinuationNone || !req.eligible(r.ID) || routeAttempts(hist, r.ID) >= r.MaxAttempts {
+			return false
+		}
+		ok, spent := candidate(p, hist, r, adm)
+		budget = budget || spent
+		return ok && adm.admits(r.ID)
 	}
 	again := last.Purpose != PurposeResume && can(cur)
 	if again && last.Cause != gw.CauseStall {
@@ -391,6 +442,8 @@ func continuationRoute(p *Policy, req *Request, hist []Attempt, last *Attempt, a
 		return cur, ""
 	case refused:
 		return nil, gw.ReasonCircuitOpen
+	case budget:
+		return nil, gw.ReasonRetryBudget
 	}
 	return nil, gw.ReasonRoutesExhausted
 }
@@ -417,15 +470,14 @@ func delivered(hist []Attempt) int64 {
 }
 
 // budgets checks the bounds that hold whichever route comes next: the
-// deadline as observed, the total attempt budget, the fleet retry budget.
+// deadline as observed and the total attempt budget. (The retry budget is
+// a provider's: the route chosen decides whether it binds.)
 func budgets(p *Policy, req *Request, hist []Attempt, last *Attempt, adm Admission) (Decision, bool) {
 	switch {
 	case !last.ObservedAt.Before(req.Deadline):
 		return stop(gw.TerminalDeadline, gw.ReasonDeadline), false
 	case len(hist) >= p.MaxAttempts:
 		return stop(gw.TerminalExhausted, gw.ReasonAttemptBudget), false
-	case adm.RetryBudgetSpent:
-		return stop(gw.TerminalExhausted, gw.ReasonRetryBudget), false
 	}
 	return Decision{}, true
 }
@@ -441,11 +493,13 @@ func again(p *Policy, req *Request, hist []Attempt, last *Attempt, adm Admission
 	if cur == nil {
 		return stop(gw.TerminalRejected, gw.ReasonNonRetryable) // not a route of this policy
 	}
-	moveOn := last.Cause == gw.CauseFirstByteTimeout || last.Cause == gw.CauseContextLength
-	next, refused := nextRoute(p, req, hist, cur, moveOn, last.Cause == gw.CauseContextLength, adm)
+	moveOn := last.Cause == gw.CauseFirstByteTimeout || last.Cause == gw.CauseContextLength || last.Kind == gw.KindAccountRefused
+	next, refused, budget := nextRoute(p, req, hist, cur, moveOn, last.Cause == gw.CauseContextLength, adm)
 	switch {
 	case next == nil && refused:
 		return stop(gw.TerminalExhausted, gw.ReasonCircuitOpen)
+	case next == nil && budget:
+		return stop(gw.TerminalExhausted, gw.ReasonRetryBudget)
 	case next == nil && last.Cause == gw.CauseContextLength:
 		return stop(gw.TerminalRejected, gw.ReasonNonRetryable)
 	case next == nil && eligibleCount(p, req) == 1:
@@ -481,13 +535,20 @@ func again(p *Policy, req *Request, hist []Attempt, last *Attempt, adm Admission
 // nextRoute picks the route after cur: cur itself while its budget lasts
 // (unless the failure moves on), else the next eligible route by priority
 // with budget left (and, for a context that was too small, a strictly
-// larger one). refused reports that a breaker turned a candidate away.
-func nextRoute(p *Policy, req *Request, hist []Attempt, cur *Route, moveOn, larger bool, adm Admission) (next *Route, refused bool) {
+// larger one). A route on an account the request found refused is never
+// taken, nor one that would retry a provider whose retry budget is spent.
+// refused reports that a breaker turned a candidate away, budget that a
+// retry budget did.
+func nextRoute(p *Policy, req *Request, hist []Attempt, cur *Route, moveOn, larger bool, adm Admission) (next *Route, refused, budget bool) {
 	if !moveOn && routeAttempts(hist, cur.ID) < cur.MaxAttempts {
-		if adm.admits(cur.ID) {
-			return cur, false
+		ok, spent := candidate(p, hist, cur, adm)
+		switch {
+		case ok && adm.admits(cur.ID):
+			return cur, false, false
+		case ok:
+			refused = true
 		}
-		refused = true
+		budget = spent
 	}
 	for i := p.index(cur.ID) + 1; i < len(p.Routes); i++ {
 		r := &p.Routes[i]
@@ -497,13 +558,17 @@ func nextRoute(p *Policy, req *Request, hist []Attempt, cur *Route, moveOn, larg
 		if larger && r.MaxContextTokens <= cur.MaxContextTokens {
 			continue
 		}
+		if ok, spent := candidate(p, hist, r, adm); !ok {
+			budget = budget || spent
+			continue
+		}
 		if !adm.admits(r.ID) {
 			refused = true
 			continue
 		}
-		return r, refused
+		return r, refused, budget
 	}
-	return nil, refused
+	return nil, refused, budget
 }
 
 // Hedge decides whether to hedge the attempt in flight, which primary
@@ -511,8 +576,7 @@ func nextRoute(p *Policy, req *Request, hist []Attempt, cur *Route, moveOn, larg
 // duplicate on the next eligible route by priority that the breaker admits
 // and whose budget allows it, started at once. Both attempts count against
 // every budget: the attempt budget must hold both, the cost budget both
-// reservations, and the fleet retry budget counts the hedge as a retry. It
-// never hedges a stateful operation, a continuation, or anything after
+// reservations. It never hedges a stateful operation, a continuation, or anything after
 // visible output; ok is false when there is nothing to hedge to.
 func Hedge(p *Policy, req *Request, hist []Attempt, primary Decision, adm Admission, at time.Time) (Decision, bool) {
 	switch {
@@ -520,7 +584,7 @@ func Hedge(p *Policy, req *Request, hist []Attempt, primary Decision, adm Admiss
 		return Decision{}, false
 	case primary.Action == ActionResume || primary.Action == ActionRestart:
 		return Decision{}, false
-	case !at.Before(req.Deadline) || len(hist)+2 > p.MaxAttempts || adm.RetryBudgetSpent:
+	case !at.Before(req.Deadline) || len(hist)+2 > p.MaxAttempts:
 		return Decision{}, false
 	}
 	for i := range hist {
@@ -533,7 +597,7 @@ func Hedge(p *Policy, req *Request, hist []Attempt, primary Decision, adm Admiss
 		return Decision{}, false
 	}
 	inFlight := append(hist[:len(hist):len(hist)], Attempt{Route: cur.ID, Cost: primary.Reserve})
-	next, _ := nextRoute(p, req, inFlight, cur, true, false, adm)
+	next, _, _ := nextRoute(p, req, inFlight, cur, true, false, adm)
 	if next == nil {
 		return Decision{}, false
 	}

@@ -26,6 +26,11 @@ func testPolicy() *Policy {
 		}}
 }
 
+// providers sets the providers of routes A, B and C.
+func providers(a, b, c string) func(*Policy) {
+	return func(p *Policy) { p.Routes[0].Provider, p.Routes[1].Provider, p.Routes[2].Provider = a, b, c }
+}
+
 func testRequest() *Request {
 	return &Request{ID: "req-1", Deadline: t0.Add(time.Minute), InputTokens: 1000}
 }
@@ -203,6 +208,37 @@ func TestDecideTable(t *testing.T) {
 		{name: "fleet retry budget spent", adm: Admission{RetryBudgetSpent: true},
 			hist: []Attempt{att(1, "A", unav, 100)},
 			want: stop(gw.TerminalExhausted, gw.ReasonRetryBudget)},
+		// The retry budget is a provider's, and a refused account is the
+		// route's (docs/overload.md, docs/retries.md).
+		{name: "a provider's spent retry budget sends the retry to another provider", policy: providers("a", "b", "c"),
+			adm:  Admission{RetryRefused: map[string]bool{"a": true}},
+			hist: []Attempt{att(1, "A", unav, 100)},
+			want: Decision{Action: ActionFallback, Route: "B", NotBefore: t0.Add(ms(300)), JitterMS: 200}},
+		{name: "a first attempt on another provider is no retry there", policy: providers("a", "b", "c"),
+			adm:  Admission{RetryRefused: map[string]bool{"a": true, "b": true}},
+			hist: []Attempt{att(1, "A", unav, 100)},
+			want: Decision{Action: ActionFallback, Route: "B", NotBefore: t0.Add(ms(300)), JitterMS: 200}},
+		{name: "a retry on a tried provider with its budget spent is skipped", policy: providers("a", "a", "c"),
+			adm:  Admission{RetryRefused: map[string]bool{"a": true}},
+			hist: []Attempt{att(1, "A", unav, 100)},
+			want: Decision{Action: ActionFallback, Route: "C", NotBefore: t0.Add(ms(300)), JitterMS: 200}},
+		{name: "every route a retry on a spent provider stops", policy: providers("a", "a", "a"),
+			adm:  Admission{RetryRefused: map[string]bool{"a": true}},
+			hist: []Attempt{att(1, "A", unav, 100)},
+			want: stop(gw.TerminalExhausted, gw.ReasonRetryBudget)},
+		{name: "a refused account moves on at once, past routes on the same account", policy: providers("a", "a", "c"),
+			hist: []Attempt{with(att(1, "A", gw.KindAccountRefused, 100), cause(gw.CauseUpstreamAuth))},
+			want: Decision{Action: ActionFallback, Route: "C", NotBefore: t0.Add(ms(300)), JitterMS: 200}},
+		{name: "an exhausted quota is a refused account too", policy: providers("a", "b", "c"),
+			hist: []Attempt{with(att(1, "A", gw.KindAccountRefused, 100), cause(gw.CauseQuota))},
+			want: Decision{Action: ActionFallback, Route: "B", NotBefore: t0.Add(ms(300)), JitterMS: 200}},
+		{name: "no route on another account stops", policy: providers("a", "a", "a"),
+			hist: []Attempt{with(att(1, "A", gw.KindAccountRefused, 100), cause(gw.CauseUpstreamAuth))},
+			want: stop(gw.TerminalExhausted, gw.ReasonRoutesExhausted)},
+		{name: "a resume on the broken stream's provider is a retry there", policy: providers("a", "b", "c"),
+			adm:  Admission{RetryRefused: map[string]bool{"a": true}},
+			hist: []Attempt{with(att(1, "A", ok, 5000), broke(400))},
+			want: Decision{Action: ActionResume, Route: "C", NotBefore: t0.Add(ms(5000))}},
 		{name: "ineligible routes are skipped in fallback", req: func(r *Request) { r.Ineligible = map[string]string{"B": "no image input"} },
 			hist: []Attempt{att(1, "A", unav, 100), att(2, "A", unav, 400)},
 			want: Decision{Action: ActionFallback, Route: "C", NotBefore: t0.Add(ms(600)), JitterMS: 200}},

@@ -60,7 +60,11 @@ const (
 
 // Route is one route of an alias as the engine sees it.
 type Route struct {
-	ID               string
+	ID string
+	// Provider is the route's provider (its account and the capacity
+	// behind its base URL): routes that share one share its retry budget
+	// and its credential.
+	Provider         string
 	MaxAttempts      int
 	MaxContextTokens int64
 	MaxOutputTokens  int64

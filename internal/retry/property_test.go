@@ -26,7 +26,8 @@ func genPolicy(t *rapid.T) *Policy {
 		ResumeRoutes:     rapid.SampledFrom([]ResumeRoutes{ResumeAny, ResumeSame}).Draw(t, "resume_routes"),
 	}
 	for i := 0; i < n; i++ {
-		p.Routes = append(p.Routes, Route{ID: fmt.Sprintf("r%d", i), MaxAttempts: rapid.IntRange(1, 3).Draw(t, "route_max"),
+		p.Routes = append(p.Routes, Route{ID: fmt.Sprintf("r%d", i), Provider: rapid.SampledFrom([]string{"p0", "p1", "p2"}).Draw(t, "provider"),
+			MaxAttempts:      rapid.IntRange(1, 3).Draw(t, "route_max"),
 			MaxContextTokens: int64(rapid.IntRange(1000, 200000).Draw(t, "ctx")), MaxOutputTokens: 1000,
 			Price:        gw.Price{InputPerToken: gw.NanoUSD(rapid.IntRange(0, 5000).Draw(t, "in")), OutputPerToken: gw.NanoUSD(rapid.IntRange(0, 20000).Draw(t, "out"))},
 			Continuation: rapid.SampledFrom([]Continuation{ContinuationNone, ContinuationPrefill, ContinuationPrefixFlag}).Draw(t, "cont")})
@@ -58,7 +59,7 @@ func genRequest(t *rapid.T, p *Policy) *Request {
 }
 
 var (
-	retryableKinds = []gw.Kind{gw.KindTimeoutBeforeResponse, gw.KindRateLimited, gw.KindUnavailable}
+	retryableKinds = []gw.Kind{gw.KindTimeoutBeforeResponse, gw.KindRateLimited, gw.KindUnavailable, gw.KindAccountRefused}
 	otherKinds     = []gw.Kind{gw.KindOK, gw.KindStreamInterruptedAfterOutput, gw.KindRejected, gw.KindPolicyDenied,
 		gw.KindInvalidRequest, gw.KindProtocolViolation, gw.KindUnknownProviderAcceptance, gw.KindCancelled}
 )
@@ -91,10 +92,13 @@ func genOutcome(t *rapid.T, d Decision, ordinal int) Attempt {
 }
 
 func genAdmission(t *rapid.T, p *Policy) Admission {
-	adm := Admission{RetryBudgetSpent: rapid.IntRange(0, 29).Draw(t, "budget_spent") == 0, Refused: map[string]bool{}}
+	adm := Admission{RetryBudgetSpent: rapid.IntRange(0, 29).Draw(t, "budget_spent") == 0, Refused: map[string]bool{}, RetryRefused: map[string]bool{}}
 	for _, r := range p.Routes {
 		if rapid.IntRange(0, 14).Draw(t, "refused") == 0 {
 			adm.Refused[r.ID] = true
+		}
+		if rapid.IntRange(0, 9).Draw(t, "retry_refused") == 0 {
+			adm.RetryRefused[r.Provider] = true
 		}
 	}
 	return adm
@@ -181,8 +185,11 @@ func TestPropertyEngineBounds(t *testing.T) {
 			if p.MaxCost > 0 && spentBefore+d.Reserve > p.MaxCost {
 				t.Fatalf("reservation %d + spent %d over max cost %d", d.Reserve, spentBefore, p.MaxCost)
 			}
-			if i > 0 && tr.adms[i].RetryBudgetSpent {
-				t.Fatal("retry admitted with the fleet budget spent")
+			if i > 0 && tried(p, tr.attempts[:i], p.Route(d.Route).Provider) && !tr.adms[i].retries(p.Route(d.Route).Provider) {
+				t.Fatalf("a retry on provider %s admitted with its budget spent", p.Route(d.Route).Provider)
+			}
+			if i > 0 && accountRefused(p, tr.attempts[:i], p.Route(d.Route).Provider) {
+				t.Fatalf("attempt %d on provider %s, whose account the request found refused", i+1, p.Route(d.Route).Provider)
 			}
 			if i < len(tr.attempts) {
 				spentBefore += tr.attempts[i].Cost

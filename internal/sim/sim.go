@@ -349,17 +349,26 @@ func (s *sim) oncegate(a *action, replica int, reply func(ok, shouldRetry bool))
 	req := &retry.Request{ID: "a" + strconv.Itoa(a.id) + "-" + strconv.Itoa(a.retries) + "@" + strconv.Itoa(replica),
 		Deadline: s.clock.Now().Add(pol.Deadline), InputTokens: 50, MaxOutputTokens: 200}
 	var hist []retry.Attempt
-	s.budget.First()
 	d := retry.Start(pol, req, s.admission(false), s.clock.Now())
+	if d.Dispatches() {
+		s.budget.First(s.providerOf(d.Route))
+	}
 	var step func(d retry.Decision)
 	step = func(d retry.Decision) {
 		var ticket breaker.Ticket
 		for d.Dispatches() {
 			adm := s.admission(len(hist) > 0)
 			t, ok := s.breakers.Acquire(d.Route)
-			if ok && len(hist) > 0 && !s.budget.Retry() {
+			prov := s.providerOf(d.Route)
+			retrying := len(hist) > 0 && s.tried(hist, prov)
+			if ok && retrying && !s.budget.Retry(prov) {
 				s.breakers.Done(d.Route, t, breaker.Ignore)
-				adm.RetryBudgetSpent, ok = true, false
+				if adm.RetryRefused == nil {
+					adm.RetryRefused = map[string]bool{}
+				}
+				adm.RetryRefused[prov], ok = true, false
+			} else if ok && len(hist) > 0 && !retrying {
+				s.budget.First(prov) // a fallback: a first attempt there
 			} else if !ok {
 				if adm.Refused == nil {
 					adm.Refused = map[string]bool{}
@@ -417,11 +426,32 @@ func (s *sim) admission(retrying bool) retry.Admission {
 			}
 			adm.Refused[r.ID] = true
 		}
-	}
-	if retrying {
-		adm.RetryBudgetSpent = !s.budget.Allows()
+		if retrying && !s.budget.Allows(r.Provider.ID) {
+			if adm.RetryRefused == nil {
+				adm.RetryRefused = map[string]bool{}
+			}
+			adm.RetryRefused[r.Provider.ID] = true
+		}
 	}
 	return adm
+}
+
+// providerOf is the provider of one of the alias's routes.
+func (s *sim) providerOf(route string) string {
+	if r := s.alias.Route(route); r != nil {
+		return r.Provider.ID
+	}
+	return ""
+}
+
+// tried reports whether hist has an attempt on provider.
+func (s *sim) tried(hist []retry.Attempt, provider string) bool {
+	for _, a := range hist {
+		if s.providerOf(a.Route) == provider {
+			return true
+		}
+	}
+	return false
 }
 
 // finish computes the summary figures.

@@ -323,10 +323,11 @@ func TestTheRetryBudgetIsFleetWide(t *testing.T) {
 	cfg := breaker.BudgetConfig{Ratio: 0.5, MinPerSecond: 0.2, Window: 10 * time.Second} // reserve 2
 	ua, ub := a.NewBudget(cfg), b.NewBudget(cfg)
 	for range 10 {
-		ua.First()
+		ua.First("p")
+		ua.First("other") // another provider's first attempts buy none here
 	}
 	for range 6 {
-		ub.First()
+		ub.First("p")
 	}
 	// Sent late, first attempts only make the budget stricter; wait until
 	// Redis has them all so that the bound is exact.
@@ -335,7 +336,7 @@ func TestTheRetryBudgetIsFleetWide(t *testing.T) {
 		_ = ua.flush(context.Background())
 		ua.mu.Lock()
 		defer ua.mu.Unlock()
-		return ua.firsts == 16
+		return ua.of("p").firsts == 16
 	})
 	taken := 0
 	var mu sync.Mutex
@@ -348,7 +349,7 @@ func TestTheRetryBudgetIsFleetWide(t *testing.T) {
 			if i%2 == 1 {
 				u = ub
 			}
-			if u.Retry() {
+			if u.Retry("p") {
 				mu.Lock()
 				taken++
 				mu.Unlock()
@@ -359,7 +360,10 @@ func TestTheRetryBudgetIsFleetWide(t *testing.T) {
 	if want := 10; taken != want { // 0.5 × 16 + 2
 		t.Fatalf("%d retries taken by both gateways, want %d", taken, want)
 	}
-	waitFor(t, "the other gateway to see the spent budget", func() bool { return !ua.Allows() && !ub.Allows() })
+	waitFor(t, "the other gateway to see the spent budget", func() bool { return !ua.Allows("p") && !ub.Allows("p") })
+	if !ub.Allows("other") {
+		t.Fatal("another provider's budget was spent by these retries")
+	}
 }
 
 // 64 concurrent spenders on two gateways never reserve past the ceiling;
