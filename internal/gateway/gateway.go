@@ -165,6 +165,8 @@ type Gateway struct {
 	live sync.Map
 	// store tracks whether the store answers, to say so once in the log.
 	store storeHealth
+	// ready logs each change of /readyz's answer.
+	ready readyLog
 }
 
 // storeHealth logs the store's outages once each, when the first request
@@ -792,22 +794,63 @@ func (g *Gateway) serveReceipts(w http.ResponseWriter, r *http.Request, t *polic
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": list, "has_more": len(list) == limit, "last_id": last})
 }
 
+// serveReady answers /readyz: 200 while the store and the coordination
+// answer and no drain has begun, else 503 naming which. Why a part does
+// not answer (its address, user, the driver's error) is for the
+// operator: only a request with the admin key reads it, and the log says
+// it once per change.
 func (g *Gateway) serveReady(w http.ResponseWriter, r *http.Request) {
-	if g.draining.Load() {
-		http.Error(w, "draining: finishing the requests in flight, taking no new ones", http.StatusServiceUnavailable)
+	status, detail := g.readiness(r.Context())
+	g.ready.note(g.log, status, detail)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	if status == "ready" {
+		_, _ = w.Write([]byte("ready\n"))
 		return
 	}
-	if err := g.ledger.Ping(r.Context()); err != nil {
-		http.Error(w, "store unavailable: "+err.Error(), http.StatusServiceUnavailable)
-		return
+	w.WriteHeader(http.StatusServiceUnavailable)
+	if detail != "" && g.isAdmin(r) {
+		status += ": " + detail
+	}
+	_, _ = w.Write([]byte(status + "\n"))
+}
+
+// readiness says whether the gateway takes requests ("ready") or why
+// not, and the detail behind a part that does not answer.
+func (g *Gateway) readiness(ctx context.Context) (status, detail string) {
+	if g.draining.Load() {
+		return "draining", "finishing the requests in flight, taking no new ones"
+	}
+	if err := g.ledger.Ping(ctx); err != nil {
+		return "store unavailable", err.Error()
 	}
 	if g.coordHealth != nil {
-		if err := g.coordHealth.Ping(r.Context()); err != nil {
-			http.Error(w, "coordination unavailable: "+err.Error(), http.StatusServiceUnavailable)
-			return
+		if err := g.coordHealth.Ping(ctx); err != nil {
+			return "coordination unavailable", err.Error()
 		}
 	}
-	_, _ = w.Write([]byte("ready\n"))
+	return "ready", ""
+}
+
+// readyLog logs each change of readiness once, with its detail, so that
+// what /readyz keeps from anonymous callers is in the log.
+type readyLog struct {
+	mu   sync.Mutex
+	last string
+}
+
+func (l *readyLog) note(log *slog.Logger, status, detail string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if status == l.last || (l.last == "" && status == "ready") {
+		return
+	}
+	l.last = status
+	if status == "ready" {
+		log.Info("ready again")
+		return
+	}
+	log.Warn("not ready", "status", status, "detail", detail)
 }
 
 // sealed computes a receipt's digests and returns its canonical JSON.
