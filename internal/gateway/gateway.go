@@ -619,11 +619,15 @@ func (g *Gateway) Close() {
 	}
 }
 
-// Serve runs the gateway on ln until ctx ends, then drains: it stops
-// accepting, lets in-flight requests and streams finish for up to the
-// drain timeout, then cuts the rest.
+// Serve runs the gateway on ln until ctx ends, then drains: /readyz
+// answers 503 draining, new requests are refused (503 draining,
+// x-should-retry: true), the requests and streams in flight — and the
+// work they left running — finish for up to the drain timeout, and the
+// rest are cut. The listener stays open until the drain ends, so a
+// load balancer's health probes are answered throughout.
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	gate := newDrainGate(g)
+	srv := &http.Server{Handler: gate, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(shapedListener{ln}) }()
 	select {
@@ -632,16 +636,35 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	case <-ctx.Done():
 	}
 	g.draining.Store(true) // not ready from the first moment of the drain
+	srv.SetKeepAlivesEnabled(false)
 	g.log.Info("draining", "timeout", g.drain.String())
 	dctx, cancel := context.WithTimeout(context.Background(), g.drain)
 	defer cancel()
-	err := srv.Shutdown(dctx)
-	if errors.Is(err, context.DeadlineExceeded) {
+	drained := gate.drain(dctx) && g.runsFinish(dctx)
+	if drained {
+		err := srv.Shutdown(dctx)
+		drained = !errors.Is(err, context.DeadlineExceeded)
+	}
+	if !drained {
 		g.log.Warn("drain timeout: closing remaining connections", "timeout", g.drain)
 		_ = srv.Close()
 	}
 	g.inflight.Wait()
 	return nil
+}
+
+// runsFinish waits until the logical requests this process runs have
+// finished, or ctx ends (false). No handler is running when it is
+// called, so none can start another.
+func (g *Gateway) runsFinish(ctx context.Context) bool {
+	done := make(chan struct{})
+	go func() { g.inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // tenant authenticates a request: "Authorization: Bearer KEY" (OpenAI SDK)
