@@ -548,9 +548,9 @@ func (g *Gateway) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	case g.cur.Load().adminKey == "" && g.metricsElsewhere:
 		errorf(CodeNotFound, "/metrics is served on the metrics_listen address, not on the API port").write(w, p, meta{})
 	case g.cur.Load().adminKey == "":
-		errorf(CodeNotFound, "/metrics is not served on the API port without an admin key: set admin_key_env, or metrics_listen").write(w, p, meta{})
+		errorf(CodeNotFound, "/metrics is not served on the API port without an admin key: set admin_key_env (or admin_key_file), or metrics_listen").write(w, p, meta{})
 	case !g.isAdmin(r):
-		errorf(CodeUnauthorized, "/metrics needs the admin key (admin_key_env)").write(w, p, meta{})
+		errorf(CodeUnauthorized, "/metrics needs the admin key (admin_key_env or admin_key_file)").write(w, p, meta{})
 	default:
 		g.metricsHTTP.ServeHTTP(w, r)
 	}
