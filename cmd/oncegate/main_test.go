@@ -115,6 +115,9 @@ func TestEveryVerbExplainsItself(t *testing.T) {
 		if (verb == "serve" || verb == "check") && !strings.Contains(errOut, "environment:") {
 			t.Fatalf("%s -h names no environment variables:\n%s", verb, errOut)
 		}
+		if verb == "serve" && (!strings.Contains(errOut, "SIGHUP re-reads the configuration") || !strings.Contains(errOut, "-metrics-listen")) {
+			t.Fatalf("serve -h does not say how to reload, or lacks --metrics-listen:\n%s", errOut)
+		}
 	}
 	for _, args := range [][]string{{"version"}, {"--version"}} {
 		code, out, _ := runCLI(args...)

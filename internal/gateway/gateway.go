@@ -97,6 +97,11 @@ type Options struct {
 	// /readyz reports and whose outage turns refusals into 503
 	// coordination_unavailable.
 	Coordination Health
+	// MetricsListen, when set, is the address serving /metrics with no
+	// key (serve --metrics-listen), over the configuration's
+	// metrics_listen: the API port then does not serve /metrics without
+	// the admin key either, and says where it is.
+	MetricsListen string
 }
 
 // Flights places each arrival: the owner of a new flight, or a joiner of
@@ -255,7 +260,7 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 		return nil, err
 	}
 	g.restoreRates(context.Background())
-	g.metricsElsewhere, g.reload = pol.Config.MetricsListen != "", opts.Reload
+	g.metricsElsewhere, g.reload = pol.Config.MetricsListen != "" || opts.MetricsListen != "", opts.Reload
 	g.tracer, g.tracing = tracerOr(opts.Tracer), opts.Tracer != nil
 	l, err := g.newLive(pol, secrets, nil)
 	if err != nil {
