@@ -30,11 +30,16 @@ type Config struct {
 	Listen string `yaml:"listen" default:"127.0.0.1:8080"`
 	// Store is where the ledger, receipts and conversations live:
 	// "sqlite://PATH" (a relative PATH is relative to the configuration
-	// file's directory) or "postgres://…". Default "sqlite://oncegate.db".
+	// file's directory), "postgres://…" (several replicas; a password is
+	// best left out of the URL: PGPASSFILE or PGPASSWORD) or "memory://"
+	// (in the process only: nothing outlives it). Default
+	// "sqlite://oncegate.db".
 	Store string `yaml:"store" default:"sqlite://oncegate.db"`
 	// Coordination is where in-flight claims, joins, breakers and the fleet
-	// retry budget are shared: "local" (one process) or "redis://…".
-	// Default "local".
+	// retry budget are shared: "local" (one process) or "redis://…"
+	// (replicas; ?key_prefix=NAME: namespaces the keys — quote such a URL
+	// in YAML, "redis://host:6379/0?key_prefix=NAME:", as a plain value
+	// ending in ":" is not YAML). Default "local".
 	Coordination string `yaml:"coordination" default:"local"`
 	// SecretEnv names the environment variable holding the fingerprint
 	// HMAC secret; at most one of secret_env and secret_file. Empty (the
@@ -484,7 +489,7 @@ func Parse(file string, data []byte) (*Config, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, Errors{{File: file, Msg: "the file is empty"}}
 		}
-		return nil, Errors{syntaxError(file, err)}
+		return nil, Errors{syntaxError(file, err, data)}
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
