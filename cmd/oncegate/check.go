@@ -42,7 +42,7 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if _, err := p.Config.ResolveSecrets(os.LookupEnv); err != nil {
-		fmt.Fprintf(stdout, "\nnote: `serve` will need these environment variables:\n%v\n", err)
+		fmt.Fprintf(stdout, "\nnote: `serve` will need these secrets, which cannot be read here:\n%v\n", err)
 	}
 	if p.Config.Coordination == "local" && policy.IsPostgres(p.Config.Store) {
 		fmt.Fprintln(stdout, "\nnote: coordination is local: run one gateway on this store (coordination: redis://… shares in-flight requests, breakers and budgets between several)")

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -18,8 +19,8 @@ func withStores(t *testing.T, store, coordination string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := strings.Replace(string(b), "store: postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "store: \""+store+"\"", 1)
-	s = strings.Replace(s, "coordination: redis://127.0.0.1:6379/0", "coordination: \""+coordination+"\"", 1)
+	s := regexp.MustCompile(`(?m)^store: .*$`).ReplaceAllLiteralString(string(b), "store: \""+store+"\"")
+	s = regexp.MustCompile(`(?m)^coordination: .*$`).ReplaceAllLiteralString(s, "coordination: \""+coordination+"\"")
 	path := filepath.Join(t.TempDir(), "replicated.yaml")
 	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@
 //	oncegate check   --config FILE            validate and print the route tables
 //	oncegate verify  --config FILE RECEIPT    re-run the retry engine over a receipt
 //	oncegate migrate --config FILE            apply the store's schema migrations
+//	oncegate health  [--url URL] [--ready]    ask a running gateway whether it is alive (or ready)
 //	oncegate version                          print the version and build information
 package main
 
@@ -40,6 +41,7 @@ var verbs = map[string]func(ctx context.Context, args []string, stdout, stderr i
 	"migrate":  migrate,
 	"version":  versionCmd,
 	"reload":   reloadCmd,
+	"health":   health,
 }
 
 const usage = `oncegate — an LLM gateway that owns retries
@@ -56,6 +58,8 @@ usage:
   oncegate receipts --config FILE [--tenant T] [ID]
                                               list a tenant's receipts, or print one
   oncegate reload  --config FILE --url URL    have a running gateway re-read its configuration (or send it SIGHUP)
+  oncegate health  [--url URL] [--ready]      ask a running gateway whether it is alive (/healthz) or ready (/readyz);
+                                              exit 0 on 200, 1 otherwise (a container's HEALTHCHECK)
   oncegate version                            print the version and build information
 
 oncegate VERB -h names a verb's arguments, flags and the environment variables it reads.

@@ -115,11 +115,41 @@ func TestEveryVerbExplainsItself(t *testing.T) {
 		if (verb == "serve" || verb == "check") && !strings.Contains(errOut, "environment:") {
 			t.Fatalf("%s -h names no environment variables:\n%s", verb, errOut)
 		}
+		if verb == "serve" && (!strings.Contains(errOut, "SIGHUP re-reads the configuration") || !strings.Contains(errOut, "-metrics-listen")) {
+			t.Fatalf("serve -h does not say how to reload, or lacks --metrics-listen:\n%s", errOut)
+		}
 	}
 	for _, args := range [][]string{{"version"}, {"--version"}} {
 		code, out, _ := runCLI(args...)
 		if code != 0 || !strings.HasPrefix(out, "oncegate ") || !strings.Contains(out, "go1.") {
 			t.Fatalf("%v: exit %d %q", args, code, out)
 		}
+	}
+}
+
+// A secret named twice — a variable and a file — is refused by check with
+// its position; a secret file check cannot read is listed with its
+// position, for serve will need it.
+func TestCheckHoldsSecretsToOneSource(t *testing.T) {
+	example, err := os.ReadFile("../../examples/quickstart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "gw.yaml")
+	both := "admin_key_env: ONCEGATE_ADMIN\nadmin_key_file: admin.key\n" + string(example)
+	if err := os.WriteFile(path, []byte(both), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := runCLI("check", "--config", path)
+	if code != 1 || !strings.Contains(errOut, path+":2:17: admin_key_file: set admin_key_env or admin_key_file, not both") {
+		t.Fatalf("exit %d:\n%s", code, errOut)
+	}
+	if err := os.WriteFile(path, []byte("admin_key_file: admin.key\n"+string(example)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCLI("check", "--config", path)
+	if code != 0 || !strings.Contains(out, path+":1:17: admin_key_file: secret file "+filepath.Join(dir, "admin.key")+": no such file") {
+		t.Fatalf("exit %d:\n%s\n%s", code, out, errOut)
 	}
 }

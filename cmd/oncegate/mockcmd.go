@@ -14,7 +14,7 @@ func mockProvider(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs := newFlags("mock", "[--listen ADDR] [--script FILE] [--ttft D] [--interval D] [--tokens N] [--seed N]",
 		"Run the fault-injecting mock provider (docs/mock.md): OpenAI Chat Completions, Responses and embeddings, Anthropic Messages.", "", stderr)
 	listen := fs.String("listen", "127.0.0.1:9090", "address to listen on")
-	script := fs.String("script", "", "JSON fault script (see internal/mock/script.go)")
+	script := fs.String("script", "", "JSON fault script (docs/mock.md, \"The fault script\")")
 	ttft := fs.Duration("ttft", 0, "time to first token")
 	interval := fs.Duration("interval", 0, "time between tokens")
 	tokens := fs.Int("tokens", 24, "tokens per answer")

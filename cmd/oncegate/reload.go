@@ -48,7 +48,7 @@ func reloadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs := newFlags("reload", "--config FILE --url http://HOST:PORT",
 		"Check a configuration, then have the gateway at --url re-read its own configuration file (as SIGHUP does). "+
 			"Tenants, keys, providers, routes and models change at once; requests in flight finish on the old ones.",
-		"  the admin key, from the variable the configuration's admin_key_env names", stderr)
+		"  the admin key, from the variable the configuration's admin_key_env names (or the file admin_key_file names)", stderr)
 	path := fs.String("config", "", "the configuration the gateway runs (required)")
 	addr := fs.String("url", "", "the gateway's address, e.g. http://127.0.0.1:8080 (required)")
 	if err := fs.Parse(args); err != nil {
@@ -63,7 +63,7 @@ func reloadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return code
 	}
 	if secrets.AdminKey == "" {
-		fmt.Fprintln(stderr, "oncegate reload: the configuration sets no admin_key_env: send the gateway SIGHUP instead")
+		fmt.Fprintln(stderr, "oncegate reload: the configuration sets no admin key (admin_key_env or admin_key_file): send the gateway SIGHUP instead")
 		return 2
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(*addr, "/")+"/v1/admin/reload", nil)

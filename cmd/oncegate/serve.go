@@ -24,11 +24,14 @@ import (
 
 // serve runs the gateway until interrupted, then drains in-flight requests.
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("serve", "--config FILE [--listen ADDR] [--store URL] [--coordination URL]",
-		"Run the gateway until SIGINT or SIGTERM, then drain the requests in flight.",
+	fs := newFlags("serve", "--config FILE [--listen ADDR] [--metrics-listen ADDR] [--store URL] [--coordination URL]",
+		"Run the gateway until SIGINT or SIGTERM, then drain the requests in flight: /healthz and /readyz (503 draining)\n"+
+			"keep answering until they have finished. SIGHUP re-reads the configuration file and swaps it in (as\n"+
+			"oncegate reload does): tenants, keys (those kept in files are read again), providers, routes and models.",
 		configEnv+"\n  GOGC: the garbage collector's target (default here: 400 while little is alive, lowered as the live heap grows)\n  GOMEMLIMIT: a soft memory limit (default: limits.memory_bytes, else 90 % of the cgroup's limit)", stderr)
 	path := fs.String("config", "", "configuration file (required)")
 	listen := fs.String("listen", "", "address to listen on (default: the config's listen)")
+	metricsListen := fs.String("metrics-listen", "", "address serving /metrics with no key, to keep private (default: the config's metrics_listen)")
 	storeFlag := fs.String("store", "", "ledger to use (default: the config's store), e.g. sqlite:///var/lib/oncegate/ledger.db")
 	coordFlag := fs.String("coordination", "", "coordination to use (default: the config's coordination), e.g. redis://127.0.0.1:6379/0")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file when the gateway stops (go tool pprof)")
@@ -80,7 +83,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer store.Close()
-	opts := gateway.Options{Logger: log, Ledger: store, Owner: uuid.Must(uuid.NewV7()).String()}
+	metricsAddr := pol.Config.MetricsListen
+	if *metricsListen != "" {
+		metricsAddr = *metricsListen
+	}
+	opts := gateway.Options{Logger: log, Ledger: store, Owner: uuid.Must(uuid.NewV7()).String(), MetricsListen: metricsAddr}
 	var g *gateway.Gateway
 	opts.Reload = func() error { return reloadFrom(*path, g) }
 	if ep := pol.Config.Telemetry.OTLPEndpoint; ep != "" {
@@ -131,8 +138,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "oncegate serve: %v\n", err)
 		return 1
 	}
-	if m := pol.Config.MetricsListen; m != "" {
-		mln, err := net.Listen("tcp", m)
+	if metricsAddr != "" {
+		mln, err := net.Listen("tcp", metricsAddr)
 		if err != nil {
 			fmt.Fprintf(stderr, "oncegate serve: metrics_listen: %v\n", err)
 			return 1

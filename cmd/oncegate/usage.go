@@ -16,10 +16,13 @@ import (
 )
 
 // configEnv is what every verb that reads a configuration says of the
-// environment: the file names the variables, and holds no secret itself.
-const configEnv = `  the variables the configuration names: each tenant's api_key_env, each
-  provider's api_key_env, secret_env (the fingerprint secret) and
-  admin_key_env; oncegate check lists the ones that are not set`
+// environment: the file names the variables (or files), and holds no
+// secret itself.
+const configEnv = `  the variables the configuration names: each tenant's api_key_env (and
+  api_key_envs), each provider's api_key_env, secret_env (the fingerprint
+  secret) and admin_key_env; each may be a file instead (api_key_file,
+  api_key_files, secret_file, admin_key_file), read again on every reload;
+  oncegate check lists the ones it cannot read`
 
 // newFlags makes a verb's flag set whose -h names its arguments, its flags
 // and the environment variables it reads.

@@ -30,20 +30,34 @@ type Config struct {
 	Listen string `yaml:"listen" default:"127.0.0.1:8080"`
 	// Store is where the ledger, receipts and conversations live:
 	// "sqlite://PATH" (a relative PATH is relative to the configuration
-	// file's directory) or "postgres://…". Default "sqlite://oncegate.db".
+	// file's directory), "postgres://…" (several replicas; a password is
+	// best left out of the URL: PGPASSFILE or PGPASSWORD) or "memory://"
+	// (in the process only: nothing outlives it). Default
+	// "sqlite://oncegate.db".
 	Store string `yaml:"store" default:"sqlite://oncegate.db"`
 	// Coordination is where in-flight claims, joins, breakers and the fleet
-	// retry budget are shared: "local" (one process) or "redis://…".
-	// Default "local".
+	// retry budget are shared: "local" (one process) or "redis://…"
+	// (replicas; ?key_prefix=NAME: namespaces the keys — quote such a URL
+	// in YAML, "redis://host:6379/0?key_prefix=NAME:", as a plain value
+	// ending in ":" is not YAML). Default "local".
 	Coordination string `yaml:"coordination" default:"local"`
 	// SecretEnv names the environment variable holding the fingerprint
-	// HMAC secret. Empty (the default): a secret is generated once and kept
-	// in the store.
+	// HMAC secret; at most one of secret_env and secret_file. Empty (the
+	// default): a secret is generated once and kept in the store.
 	SecretEnv string `yaml:"secret_env"`
+	// SecretFile names a file holding the fingerprint HMAC secret (a
+	// relative path is relative to the configuration file's directory;
+	// surrounding whitespace is ignored), for secrets mounted as files.
+	SecretFile string `yaml:"secret_file"`
 	// AdminKeyEnv names the environment variable holding the admin key:
-	// the key that reads /metrics on the API port. It must differ from
-	// every tenant's key. Empty (the default): no admin key.
+	// the key that reads /metrics on the API port, reloads, and sees every
+	// tenant in the console. It must differ from every tenant's key; at
+	// most one of admin_key_env and admin_key_file. Empty (the default): no
+	// admin key.
 	AdminKeyEnv string `yaml:"admin_key_env"`
+	// AdminKeyFile names a file holding the admin key, read at start and
+	// on every reload.
+	AdminKeyFile string `yaml:"admin_key_file"`
 	// MetricsListen is a separate address serving /metrics with no key
 	// (keep it private), e.g. "127.0.0.1:9464". Empty (the default):
 	// /metrics is served on the API port, to the admin key only — never
@@ -105,12 +119,25 @@ type Tenant struct {
 	// ID names the tenant in receipts and metrics. Required.
 	ID string `yaml:"id" required:"true"`
 	// APIKeyEnv names the environment variable holding the tenant's
-	// gateway API key. Required; the key itself never appears in the file.
-	APIKeyEnv string `yaml:"api_key_env" required:"true"`
+	// gateway API key. Exactly one of api_key_env and api_key_file is
+	// required; the key itself never appears in the file. A process's
+	// environment is fixed when it starts: a key a reload should pick up
+	// belongs in a file.
+	APIKeyEnv string `yaml:"api_key_env"`
+	// APIKeyFile names a file holding the tenant's key (a relative path is
+	// relative to the configuration file's directory; surrounding
+	// whitespace is ignored), read at start and on every reload: a key
+	// mounted as a file (a Kubernetes secret, a systemd credential) is
+	// rotated by changing the file and reloading.
+	APIKeyFile string `yaml:"api_key_file"`
 	// APIKeyEnvs name more variables holding more keys of the same
-	// tenant, valid at once: rotate a key without downtime by adding the
-	// new one here, reloading, moving the clients, then dropping the old.
+	// tenant, valid at once.
 	APIKeyEnvs []string `yaml:"api_key_envs"`
+	// APIKeyFiles name more files holding more keys of the same tenant,
+	// valid at once: rotate a key without downtime by adding a file with
+	// the new one here, reloading, moving the clients, then dropping the
+	// old and reloading (docs/operations.md).
+	APIKeyFiles []string `yaml:"api_key_files"`
 	// MaxDataBoundary is the widest boundary this tenant's data may cross:
 	// local, private or external. Default "external".
 	MaxDataBoundary string `yaml:"max_data_boundary" default:"external"`
@@ -140,9 +167,14 @@ type Provider struct {
 	Type string `yaml:"type" required:"true"`
 	// BaseURL is the API root, e.g. "https://api.openai.com/v1". Required.
 	BaseURL string `yaml:"base_url" required:"true"`
-	// APIKeyEnv names the environment variable holding the provider key.
-	// Empty (default): requests carry no key (a local server or the mock).
+	// APIKeyEnv names the environment variable holding the provider key;
+	// at most one of api_key_env and api_key_file. Empty (default):
+	// requests carry no key (a local server or the mock).
 	APIKeyEnv string `yaml:"api_key_env"`
+	// APIKeyFile names a file holding the provider key, read at start and
+	// on every reload (a relative path is relative to the configuration
+	// file's directory).
+	APIKeyFile string `yaml:"api_key_file"`
 	// Timeouts bound each phase of one attempt.
 	Timeouts Timeouts `yaml:"timeouts"`
 }
@@ -457,7 +489,7 @@ func Parse(file string, data []byte) (*Config, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, Errors{{File: file, Msg: "the file is empty"}}
 		}
-		return nil, Errors{syntaxError(file, err)}
+		return nil, Errors{syntaxError(file, err, data)}
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
@@ -480,6 +512,7 @@ func Parse(file string, data []byte) (*Config, error) {
 			cfg.Routes[i].Release = cfg.Routes[i].Model
 		}
 	}
+	d.errs = append(d.errs, cfg.secretSourceErrors()...)
 	if len(d.errs) > 0 {
 		return cfg, d.errs
 	}
@@ -515,66 +548,4 @@ func (c *Config) Pos(path string) Pos {
 // ErrorAt builds an Error about path in c's file.
 func (c *Config) ErrorAt(path, format string, args ...any) *Error {
 	return &Error{File: c.file, Pos: c.Pos(path), Path: path, Msg: fmt.Sprintf(format, args...)}
-}
-
-// Secrets are the values read from the environment variables a
-// configuration names. They are never logged.
-type Secrets struct {
-	// TenantKeys maps a tenant's API key to its ID.
-	TenantKeys map[string]string
-	// ProviderKeys maps a provider ID to its key ("" when none is set).
-	ProviderKeys map[string]string
-	// GatewaySecret is the fingerprint HMAC secret ("" means: use the
-	// store's generated one).
-	GatewaySecret string
-	// AdminKey is the admin key ("" when none is configured).
-	AdminKey string
-}
-
-// ResolveSecrets reads every environment variable the configuration
-// names. Every missing or empty variable is reported at once.
-func (c *Config) ResolveSecrets(lookup func(string) (string, bool)) (*Secrets, error) {
-	s := &Secrets{TenantKeys: map[string]string{}, ProviderKeys: map[string]string{}}
-	var errs Errors
-	get := func(path, name string) string {
-		v, ok := lookup(name)
-		if !ok || v == "" {
-			errs = append(errs, c.ErrorAt(path, "environment variable %s is not set", name))
-		}
-		return v
-	}
-	for i, t := range c.Tenants {
-		envs := append([]string{t.APIKeyEnv}, t.APIKeyEnvs...)
-		for j, env := range envs {
-			path := fmt.Sprintf("tenants[%d].api_key_env", i)
-			if j > 0 {
-				path = fmt.Sprintf("tenants[%d].api_key_envs[%d]", i, j-1)
-			}
-			key := get(path, env)
-			if other, dup := s.TenantKeys[key]; dup && key != "" {
-				errs = append(errs, c.ErrorAt(path, "tenant %q has the same API key as tenant %q", t.ID, other))
-			}
-			if key != "" {
-				s.TenantKeys[key] = t.ID
-			}
-		}
-	}
-	for i, p := range c.Providers {
-		if p.APIKeyEnv != "" {
-			s.ProviderKeys[p.ID] = get(fmt.Sprintf("providers[%d].api_key_env", i), p.APIKeyEnv)
-		}
-	}
-	if c.SecretEnv != "" {
-		s.GatewaySecret = os.Getenv(c.SecretEnv) // unset: generated and kept in the store
-	}
-	if c.AdminKeyEnv != "" {
-		s.AdminKey = get("admin_key_env", c.AdminKeyEnv)
-		if tenant, dup := s.TenantKeys[s.AdminKey]; dup && s.AdminKey != "" {
-			errs = append(errs, c.ErrorAt("admin_key_env", "the admin key is tenant %q's API key: it must be a key of its own", tenant))
-		}
-	}
-	if len(errs) > 0 {
-		return nil, errs
-	}
-	return s, nil
 }

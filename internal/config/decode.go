@@ -395,11 +395,43 @@ func typeName(k reflect.Kind) string {
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
 // syntaxError turns a YAML parser error into an Error with its position.
-func syntaxError(file string, err error) *Error {
+// When data holds a plain (unquoted) value that ends in ":" — a Redis
+// URL's ?key_prefix=NAME: above all — that is the likely cause, and the
+// error points at it and says to quote it.
+func syntaxError(file string, err error, data []byte) *Error {
 	msg := err.Error()
+	e := &Error{File: file, Msg: "YAML syntax: " + strings.TrimPrefix(msg, "yaml: ")}
 	if m := yamlLine.FindStringSubmatch(msg); m != nil {
 		line, _ := strconv.Atoi(m[1])
-		return &Error{File: file, Pos: Pos{Line: line, Column: 1}, Msg: "YAML syntax: " + m[2]}
+		e.Pos, e.Msg = Pos{Line: line, Column: 1}, "YAML syntax: "+m[2]
 	}
-	return &Error{File: file, Msg: "YAML syntax: " + strings.TrimPrefix(msg, "yaml: ")}
+	if line, col, value := colonEnded(data); line > 0 {
+		e.Pos = Pos{Line: line, Column: col}
+		hint := "a plain value ending in \":\" reads as a mapping key"
+		if strings.Contains(value, "key_prefix=") {
+			hint = "the Redis URL's ?key_prefix=NAME: ends in \":\", which YAML reads as a mapping key"
+		}
+		e.Msg += fmt.Sprintf("; %s: quote it, e.g. %q", hint, value)
+	}
+	return e
+}
+
+// plainColon matches a line whose value is a plain scalar ending in ":",
+// as a block mapping entry or inside a flow mapping.
+var plainColon = []*regexp.Regexp{
+	regexp.MustCompile(`^\s*(?:-\s+)?[\w.-]+:\s+([^\s"'{\[&*!|>#%@` + "`" + `][^#]*?:)\s*(?:#.*)?$`),
+	regexp.MustCompile(`[{,]\s*[\w.-]+:\s+([^\s"'{\[][^,}\s]*:)\s*[,}]`),
+}
+
+// colonEnded finds the first value plainColon matches: its line, column
+// and text (1-based; 0 when there is none).
+func colonEnded(data []byte) (line, col int, value string) {
+	for i, text := range strings.Split(string(data), "\n") {
+		for _, re := range plainColon {
+			if m := re.FindStringSubmatchIndex(text); m != nil {
+				return i + 1, m[2] + 1, text[m[2]:m[3]]
+			}
+		}
+	}
+	return 0, 0, ""
 }

@@ -47,6 +47,7 @@ const (
 	CodeConversationBranch      = "conversation_branch"
 	CodeStoreUnavailable        = "store_unavailable"
 	CodeCoordinationUnavailable = "coordination_unavailable"
+	CodeDraining                = "draining"
 )
 
 // codeStatus is each gateway code's HTTP status and whether a client may
@@ -84,6 +85,7 @@ var codeStatus = map[string]struct {
 	CodeInternal:                {500, false, "api_error", "api_error"},
 	CodeStoreUnavailable:        {503, true, "api_error", "overloaded_error"},
 	CodeCoordinationUnavailable: {503, true, "api_error", "overloaded_error"},
+	CodeDraining:                {503, true, "api_error", "overloaded_error"},
 }
 
 // apiError is an error on its way to a client.

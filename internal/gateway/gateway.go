@@ -97,6 +97,11 @@ type Options struct {
 	// /readyz reports and whose outage turns refusals into 503
 	// coordination_unavailable.
 	Coordination Health
+	// MetricsListen, when set, is the address serving /metrics with no
+	// key (serve --metrics-listen), over the configuration's
+	// metrics_listen: the API port then does not serve /metrics without
+	// the admin key either, and says where it is.
+	MetricsListen string
 }
 
 // Flights places each arrival: the owner of a new flight, or a joiner of
@@ -178,6 +183,8 @@ type Gateway struct {
 	abandoned sync.Map
 	// store tracks whether the store answers, to say so once in the log.
 	store storeHealth
+	// ready logs each change of /readyz's answer.
+	ready readyLog
 }
 
 // storeHealth logs the store's outages once each, when the first request
@@ -266,7 +273,7 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 		return nil, err
 	}
 	g.restoreRates(context.Background())
-	g.metricsElsewhere, g.reload = pol.Config.MetricsListen != "", opts.Reload
+	g.metricsElsewhere, g.reload = pol.Config.MetricsListen != "" || opts.MetricsListen != "", opts.Reload
 	g.tracer, g.tracing = tracerOr(opts.Tracer), opts.Tracer != nil
 	l, err := g.newLive(pol, secrets, nil)
 	if err != nil {
@@ -589,9 +596,9 @@ func (g *Gateway) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	case g.cur.Load().adminKey == "" && g.metricsElsewhere:
 		errorf(CodeNotFound, "/metrics is served on the metrics_listen address, not on the API port").write(w, p, meta{})
 	case g.cur.Load().adminKey == "":
-		errorf(CodeNotFound, "/metrics is not served on the API port without an admin key: set admin_key_env, or metrics_listen").write(w, p, meta{})
+		errorf(CodeNotFound, "/metrics is not served on the API port without an admin key: set admin_key_env (or admin_key_file), or metrics_listen").write(w, p, meta{})
 	case !g.isAdmin(r):
-		errorf(CodeUnauthorized, "/metrics needs the admin key (admin_key_env)").write(w, p, meta{})
+		errorf(CodeUnauthorized, "/metrics needs the admin key (admin_key_env or admin_key_file)").write(w, p, meta{})
 	default:
 		g.metricsHTTP.ServeHTTP(w, r)
 	}
@@ -660,11 +667,15 @@ func (g *Gateway) Close() {
 	}
 }
 
-// Serve runs the gateway on ln until ctx ends, then drains: it stops
-// accepting, lets in-flight requests and streams finish for up to the
-// drain timeout, then cuts the rest.
+// Serve runs the gateway on ln until ctx ends, then drains: /readyz
+// answers 503 draining, new requests are refused (503 draining,
+// x-should-retry: true), the requests and streams in flight — and the
+// work they left running — finish for up to the drain timeout, and the
+// rest are cut. The listener stays open until the drain ends, so a
+// load balancer's health probes are answered throughout.
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	gate := newDrainGate(g)
+	srv := &http.Server{Handler: gate, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(shapedListener{ln}) }()
 	select {
@@ -673,16 +684,35 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	case <-ctx.Done():
 	}
 	g.draining.Store(true) // not ready from the first moment of the drain
+	srv.SetKeepAlivesEnabled(false)
 	g.log.Info("draining", "timeout", g.drain.String())
 	dctx, cancel := context.WithTimeout(context.Background(), g.drain)
 	defer cancel()
-	err := srv.Shutdown(dctx)
-	if errors.Is(err, context.DeadlineExceeded) {
+	drained := gate.drain(dctx) && g.runsFinish(dctx)
+	if drained {
+		err := srv.Shutdown(dctx)
+		drained = !errors.Is(err, context.DeadlineExceeded)
+	}
+	if !drained {
 		g.log.Warn("drain timeout: closing remaining connections", "timeout", g.drain)
 		_ = srv.Close()
 	}
 	g.inflight.Wait()
 	return nil
+}
+
+// runsFinish waits until the logical requests this process runs have
+// finished, or ctx ends (false). No handler is running when it is
+// called, so none can start another.
+func (g *Gateway) runsFinish(ctx context.Context) bool {
+	done := make(chan struct{})
+	go func() { g.inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // tenant authenticates a request: "Authorization: Bearer KEY" (OpenAI SDK)
@@ -835,22 +865,63 @@ func (g *Gateway) serveReceipts(w http.ResponseWriter, r *http.Request, t *polic
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": list, "has_more": len(list) == limit, "last_id": last})
 }
 
+// serveReady answers /readyz: 200 while the store and the coordination
+// answer and no drain has begun, else 503 naming which. Why a part does
+// not answer (its address, user, the driver's error) is for the
+// operator: only a request with the admin key reads it, and the log says
+// it once per change.
 func (g *Gateway) serveReady(w http.ResponseWriter, r *http.Request) {
-	if g.draining.Load() {
-		http.Error(w, "draining: finishing the requests in flight, taking no new ones", http.StatusServiceUnavailable)
+	status, detail := g.readiness(r.Context())
+	g.ready.note(g.log, status, detail)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	if status == "ready" {
+		_, _ = w.Write([]byte("ready\n"))
 		return
 	}
-	if err := g.ledger.Ping(r.Context()); err != nil {
-		http.Error(w, "store unavailable: "+err.Error(), http.StatusServiceUnavailable)
-		return
+	w.WriteHeader(http.StatusServiceUnavailable)
+	if detail != "" && g.isAdmin(r) {
+		status += ": " + detail
+	}
+	_, _ = w.Write([]byte(status + "\n"))
+}
+
+// readiness says whether the gateway takes requests ("ready") or why
+// not, and the detail behind a part that does not answer.
+func (g *Gateway) readiness(ctx context.Context) (status, detail string) {
+	if g.draining.Load() {
+		return "draining", "finishing the requests in flight, taking no new ones"
+	}
+	if err := g.ledger.Ping(ctx); err != nil {
+		return "store unavailable", err.Error()
 	}
 	if g.coordHealth != nil {
-		if err := g.coordHealth.Ping(r.Context()); err != nil {
-			http.Error(w, "coordination unavailable: "+err.Error(), http.StatusServiceUnavailable)
-			return
+		if err := g.coordHealth.Ping(ctx); err != nil {
+			return "coordination unavailable", err.Error()
 		}
 	}
-	_, _ = w.Write([]byte("ready\n"))
+	return "ready", ""
+}
+
+// readyLog logs each change of readiness once, with its detail, so that
+// what /readyz keeps from anonymous callers is in the log.
+type readyLog struct {
+	mu   sync.Mutex
+	last string
+}
+
+func (l *readyLog) note(log *slog.Logger, status, detail string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if status == l.last || (l.last == "" && status == "ready") {
+		return
+	}
+	l.last = status
+	if status == "ready" {
+		log.Info("ready again")
+		return
+	}
+	log.Warn("not ready", "status", status, "detail", detail)
 }
 
 // sealed computes a receipt's digests and returns its canonical JSON.

@@ -25,6 +25,9 @@ type live struct {
 	scrub     []string // every configured secret, scrubbed from provider text
 	adminKey  string   // reads /metrics on the API port ("" when none)
 	logBodies bool
+	// gatewaySecret is the configured fingerprint secret ("": the
+	// store's): it cannot change while the process runs.
+	gatewaySecret string
 }
 
 // policy is the configuration in force.
@@ -34,7 +37,7 @@ func (g *Gateway) policy() *policy.Policy { return g.cur.Load().pol }
 // reused for providers whose settings and key did not change.
 func (g *Gateway) newLive(pol *policy.Policy, secrets *config.Secrets, prev *live) (*live, error) {
 	l := &live{pol: pol, clients: map[string]*upstream.Client{}, scrub: secretsOf(secrets), adminKey: secrets.AdminKey,
-		logBodies: pol.Config.Log.Bodies}
+		logBodies: pol.Config.Log.Bodies, gatewaySecret: secrets.GatewaySecret}
 	for key, id := range secrets.TenantKeys {
 		t := pol.Tenant(id)
 		if t == nil {
@@ -85,7 +88,7 @@ func (g *Gateway) serveReload(w http.ResponseWriter, r *http.Request) {
 	p := protocolOf(r)
 	switch {
 	case !g.isAdmin(r):
-		errorf(CodeUnauthorized, "reloading needs the admin key (admin_key_env)").write(w, p, meta{})
+		errorf(CodeUnauthorized, "reloading needs the admin key (admin_key_env or admin_key_file)").write(w, p, meta{})
 	case g.reload == nil:
 		errorf(CodeNotFound, "this gateway has no configuration file to reload").write(w, p, meta{})
 	default:
@@ -97,8 +100,10 @@ func (g *Gateway) serveReload(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// Reload swaps in a new configuration: tenants and their keys, providers,
-// routes and models, and the settings read per request. It is validated
+// Reload swaps in a new configuration: tenants and their keys, providers
+// and theirs, the admin key, routes and models, and the settings read
+// per request. Secrets come as the caller read them now: a key kept in a
+// file (api_key_file …) is rotated by a reload. It is validated
 // whole first (by the caller, which compiled pol); what one process cannot
 // change while it runs — the store, the coordination, the addresses, the
 // lease, telemetry — must be as it was, or nothing changes. Requests in
@@ -113,6 +118,7 @@ func (g *Gateway) Reload(pol *policy.Policy, secrets *config.Secrets) error {
 	}{{"store", a.Store == b.Store}, {"coordination", a.Coordination == b.Coordination}, {"listen", a.Listen == b.Listen},
 		{"metrics_listen", a.MetricsListen == b.MetricsListen}, {"lease", a.Lease == b.Lease},
 		{"telemetry", a.Telemetry == b.Telemetry}, {"secret_env", a.SecretEnv == b.SecretEnv},
+		{"secret_file", a.SecretFile == b.SecretFile}, {"the fingerprint secret (secret_file's content)", old.gatewaySecret == secrets.GatewaySecret},
 		{"retry_budget", a.RetryBudget == b.RetryBudget}, {"breaker", a.Breaker == b.Breaker}} {
 		if !f.same {
 			fixed = append(fixed, f.name)

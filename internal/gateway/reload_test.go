@@ -77,6 +77,12 @@ models:
 		if err := e.gw.Reload(pol2, secrets); err == nil || !strings.Contains(err.Error(), "lease") {
 			t.Fatalf("a lease change was not refused: %v", err)
 		}
+		// Nor can the fingerprint secret, even where its file changed.
+		moved := *secrets
+		moved.GatewaySecret = "a-new-fingerprint-secret"
+		if err := e.gw.Reload(pol, &moved); err == nil || !strings.Contains(err.Error(), "fingerprint secret") {
+			t.Fatalf("a new fingerprint secret was not refused: %v", err)
+		}
 		if res, _ := e.postKey("sk-newcomer", "/v1/chat/completions", chatBody("extra", false), nil); res.StatusCode != 200 {
 			t.Fatal("a refused reload changed the configuration")
 		}

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -253,4 +254,77 @@ func getStatus(t *testing.T, url, key string) int {
 	}
 	res.Body.Close()
 	return res.StatusCode
+}
+
+// Keys kept in files are read again on every reload, as a running
+// process's environment cannot be: a reload picks up a new tenant whose
+// key is in a file, and a changed file rotates the key — the old one is
+// refused, the new one served. The admin key `oncegate reload` sends comes
+// from a file too, and no key reaches the log.
+func TestReloadReadsKeysFromFiles(t *testing.T) {
+	w := newWorld(t, mock.Config{})
+	dir := filepath.Dir(w.config)
+	write := func(name, content string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("tenant.key", apiKey+"\n")
+	write("admin.key", adminKey+"\n")
+	cfg, err := os.ReadFile(w.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "admin_key_file: admin.key\n" + strings.Replace(string(cfg), "api_key_env: ONCEGATE_E2E_KEY", "api_key_file: tenant.key", 1)
+	if err := os.WriteFile(w.config, []byte(base), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g := startServe(t, []string{"--config", w.config, "--store", w.store}, nil)
+	status := func(key string) int { return getStatus(t, g.url+"/v1/models", key) }
+	if status(apiKey) != 200 || status("sk-new-one") != 401 {
+		t.Fatal("the keys before the reload")
+	}
+	reload := func() {
+		t.Helper()
+		out, err := exec.Command(binary, "reload", "--config", w.config, "--url", g.url).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "reloaded") {
+			t.Fatalf("oncegate reload: %v\n%s", err, out)
+		}
+	}
+	// A new tenant, its key in a file the process never saw.
+	write("new.key", "sk-new-one\n")
+	grown := strings.Replace(base, "tenants: [{id: e2e, api_key_file: tenant.key}]",
+		"tenants: [{id: e2e, api_key_file: tenant.key}, {id: new, api_key_file: new.key}]", 1)
+	if grown == base {
+		t.Fatal("the test's configuration changed shape")
+	}
+	if err := os.WriteFile(w.config, []byte(grown), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	g.stderr.wait(t, regexp.MustCompile(`configuration reloaded`), 10*time.Second)
+	if status("sk-new-one") != 200 || status(apiKey) != 200 {
+		t.Fatal("the keys after the reload that added a tenant")
+	}
+	// The file changes: the key rotates on the next reload.
+	write("new.key", "sk-new-two\n")
+	if status("sk-new-one") != 200 {
+		t.Fatal("a key changed before the reload")
+	}
+	reload()
+	if status("sk-new-one") != 401 || status("sk-new-two") != 200 || status(apiKey) != 200 {
+		t.Fatal("the keys after the file changed and the gateway reloaded")
+	}
+	g.stderr.mu.Lock()
+	defer g.stderr.mu.Unlock()
+	for _, line := range g.stderr.all {
+		for _, key := range []string{apiKey, adminKey, "sk-new-one", "sk-new-two"} {
+			if strings.Contains(line, key) {
+				t.Fatalf("a key in the log: %s", line)
+			}
+		}
+	}
 }

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"debug/elf"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -122,5 +124,139 @@ func TestPackaging(t *testing.T) {
 	check.Env = append(os.Environ(), "ONCEGATE_KEY_COMPOSE=sk-compose", "ONCEGATE_ADMIN_KEY=sk-compose-admin")
 	if out, err := check.CombinedOutput(); err != nil || !strings.Contains(string(out), "configuration OK") {
 		t.Fatalf("check compose's configuration: %v\n%s", err, out)
+	}
+	checkUnit(t, string(unit))
+	checkVolume(t, string(docker))
+	checkCompose(t, string(compose))
+	checkHealth(t, bin, string(docker))
+}
+
+// The unit reloads with SIGHUP: systemctl reload re-reads the
+// configuration and its key files.
+func checkUnit(t *testing.T, unit string) {
+	t.Helper()
+	if !regexp.MustCompile(`(?m)^ExecReload=/bin/kill -HUP \$MAINPID$`).MatchString(unit) {
+		t.Fatal("deploy/oncegate.service has no ExecReload=/bin/kill -HUP $MAINPID")
+	}
+}
+
+// The image's volume directory exists and belongs to the user the image
+// runs as, so a fresh volume mounted there (which Docker initialises from
+// it) is writable: the distroless base has no shell to create it.
+func checkVolume(t *testing.T, docker string) {
+	t.Helper()
+	vol := regexp.MustCompile(`(?m)^VOLUME \["([^"]+)"\]$`).FindStringSubmatch(docker)
+	user := regexp.MustCompile(`(?m)^USER (\S+)$`).FindStringSubmatch(docker)
+	if vol == nil || user == nil || user[1] != "nonroot:nonroot" {
+		t.Fatalf("the Dockerfile's VOLUME %v and USER %v", vol, user)
+	}
+	owned := regexp.MustCompile(`(?m)^COPY --from=build --chown=65532:65532 (\S+) ` + regexp.QuoteMeta(vol[1]) + `$`).FindStringSubmatchIndex(docker)
+	if owned == nil || owned[0] > strings.Index(docker, "VOLUME ") {
+		t.Fatalf("the Dockerfile does not create %s owned by nonroot (65532) before its VOLUME", vol[1])
+	}
+	made := docker[owned[2]:owned[3]]
+	if !regexp.MustCompile(`(?m)^RUN mkdir -p ` + regexp.QuoteMeta(made) + `$`).MatchString(docker) {
+		t.Fatalf("the Dockerfile copies %s, which its build stage does not create", made)
+	}
+}
+
+// compose puts a load balancer, configured from a file in deploy/, in
+// front of every replica, and no store URL carries a password: the
+// passwords are files mounted as compose secrets.
+func checkCompose(t *testing.T, compose string) {
+	t.Helper()
+	cfg, _ := os.ReadFile("../../deploy/compose.oncegate.yaml")
+	for name, text := range map[string]string{"compose.yaml": compose, "deploy/compose.oncegate.yaml": string(cfg)} {
+		if m := regexp.MustCompile(`postgres(ql)?://[^/@\s]+:[^/@\s]+@`).FindString(text); m != "" {
+			t.Fatalf("%s has a password in a URL: %s", name, m)
+		}
+	}
+	lb := regexp.MustCompile(`(?m)^  \w+:\n    image: (nginx|haproxy)\S*\n    volumes: \["\./(deploy/[^:]+):`).FindStringSubmatch(compose)
+	if lb == nil {
+		t.Fatal("compose.yaml has no nginx or haproxy service with its configuration from deploy/")
+	}
+	conf, err := os.ReadFile("../../" + lb[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	replicas := regexp.MustCompile(`(?m)^  (oncegate-\d+):$`).FindAllStringSubmatch(compose, -1)
+	if len(replicas) != 3 {
+		t.Fatalf("compose.yaml has %d replicas, want 3", len(replicas))
+	}
+	for _, r := range replicas {
+		if !strings.Contains(string(conf), r[1]+":8080") {
+			t.Fatalf("%s does not balance over %s", lb[2], r[1])
+		}
+	}
+	for _, f := range regexp.MustCompile(`\{file: \./(deploy/[^}\s]+)\}`).FindAllStringSubmatch(compose, -1) {
+		if _, err := os.Stat("../../" + f[1]); err != nil {
+			t.Fatalf("compose.yaml's secret: %v", err)
+		}
+	}
+	if !strings.Contains(compose, "PGPASSFILE: /run/secrets/pgpass") || !strings.Contains(compose, "POSTGRES_PASSWORD_FILE:") {
+		t.Fatal("compose.yaml does not give PostgreSQL and the replicas their password by file")
+	}
+}
+
+// oncegate health asks a running gateway — the Dockerfile's HEALTHCHECK
+// runs it — and exits 0 while it is up, 1 for a port nothing answers on;
+// serve --metrics-listen serves /metrics there with no key.
+func checkHealth(t *testing.T, bin, docker string) {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^HEALTHCHECK .*CMD (\[.*\])$`).FindStringSubmatch(docker)
+	if m == nil {
+		t.Fatal("the Dockerfile has no HEALTHCHECK CMD [...]")
+	}
+	var hc []string
+	if err := json.Unmarshal([]byte(m[1]), &hc); err != nil || len(hc) < 2 || hc[0] != "/usr/local/bin/oncegate" || hc[1] != "health" {
+		t.Fatalf("HEALTHCHECK %v: want /usr/local/bin/oncegate health …", hc)
+	}
+	dir := t.TempDir()
+	config := filepath.Join(dir, "oncegate.yaml")
+	if err := os.WriteFile(config, []byte(strings.ReplaceAll(configTemplate, "MOCK", "http://127.0.0.1:1")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv := exec.Command(bin, "serve", "--config", config, "--store", "memory://", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
+	srv.Env = append(os.Environ(), "ONCEGATE_E2E_KEY="+apiKey)
+	out, _ := srv.StdoutPipe()
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
+	stdout := &lines{seen: make(chan struct{}, 1)}
+	go pipe(out, stdout)
+	url := stdout.wait(t, listening, 30*time.Second)[1]
+	metricsURL := stdout.wait(t, regexp.MustCompile(`oncegate metrics on (http://\S+)`), 10*time.Second)[1]
+	if st := getStatus(t, metricsURL, ""); st != 200 {
+		t.Fatalf("--metrics-listen: /metrics %d", st)
+	}
+	if st := getStatus(t, url+"/metrics", ""); st != 404 {
+		t.Fatalf("/metrics on the API port beside --metrics-listen: %d", st)
+	}
+	run := func(args ...string) (int, string) {
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return exit.ExitCode(), string(out)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0, string(out)
+	}
+	args := append(slices.Clone(hc[1:]), "--url", url) // the last --url wins
+	for _, a := range [][]string{args, {"health", "--url", url, "--ready"}} {
+		if code, out := run(a...); code != 0 {
+			t.Fatalf("%v against a running gateway: exit %d\n%s", a, code, out)
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + ln.Addr().String()
+	ln.Close()
+	if code, out := run("health", "--url", dead); code != 1 {
+		t.Fatalf("health against a dead port: exit %d\n%s", code, out)
 	}
 }

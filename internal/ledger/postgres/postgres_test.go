@@ -95,3 +95,50 @@ func TestSyncNormalTurnsSynchronousCommitOff(t *testing.T) {
 		}
 	}
 }
+
+// Replicas that start together on a new database each open the store and
+// ask for the fingerprint secret at once: every one gets it, and all get
+// the same. Each round is a fresh schema, the Opens and the first Secret
+// calls released together.
+func TestReplicasStartingTogetherShareOneSecret(t *testing.T) {
+	const rounds, replicas = 6, 6
+	ctx := context.Background()
+	for round := range rounds {
+		url := pgtest.URL(t)
+		stores := make([]*Store, replicas)
+		secrets := make([][]byte, replicas)
+		errs := make([]error, replicas)
+		opened, start := sync.WaitGroup{}, make(chan struct{})
+		var done sync.WaitGroup
+		for i := range replicas {
+			opened.Add(1)
+			done.Add(1)
+			go func() {
+				defer done.Done()
+				s, err := Open(ctx, url)
+				opened.Done()
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				stores[i] = s
+				<-start
+				secrets[i], errs[i] = s.Secret(ctx)
+			}()
+		}
+		opened.Wait()
+		close(start)
+		done.Wait()
+		for i, s := range stores {
+			if s != nil {
+				s.Close()
+			}
+			if errs[i] != nil {
+				t.Fatalf("round %d, replica %d: %v", round, i, errs[i])
+			}
+			if len(secrets[i]) != 32 || string(secrets[i]) != string(secrets[0]) {
+				t.Fatalf("round %d: replica %d got secret %x, replica 0 %x", round, i, secrets[i], secrets[0])
+			}
+		}
+	}
+}

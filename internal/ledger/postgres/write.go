@@ -333,16 +333,19 @@ func (s *Store) AddDedup(ctx context.Context, tenant, requestID string, joined, 
 }
 
 // Secret returns the fingerprint secret, generating it once: every
-// replica sharing the database gets the same.
+// replica sharing the database gets the same, however many start at once.
+// ON CONFLICT DO UPDATE waits for a concurrent insert of the row to
+// commit and then returns that row as committed — a plain SELECT after
+// DO NOTHING would not see it within its statement's snapshot (READ
+// COMMITTED), and found nothing. The no-op update keeps the value.
 func (s *Store) Secret(ctx context.Context) ([]byte, error) {
 	fresh := make([]byte, 32)
 	if _, err := rand.Read(fresh); err != nil {
 		return nil, err
 	}
 	var secret []byte
-	err := s.pool.QueryRow(ctx, `WITH ins AS (
-			INSERT INTO meta (k, v) VALUES ('fingerprint_secret', $1) ON CONFLICT (k) DO NOTHING RETURNING v
-		) SELECT v FROM ins UNION ALL SELECT v FROM meta WHERE k = 'fingerprint_secret' LIMIT 1`, fresh).Scan(&secret)
+	err := s.pool.QueryRow(ctx, `INSERT INTO meta (k, v) VALUES ('fingerprint_secret', $1)
+		ON CONFLICT (k) DO UPDATE SET v = meta.v RETURNING v`, fresh).Scan(&secret)
 	if err != nil {
 		return nil, fmt.Errorf("secret: %w", err)
 	}
