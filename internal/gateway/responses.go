@@ -45,9 +45,7 @@ type turnCall struct {
 
 // turnIdentity is the ledger identity of a turn's current try: each try
 // is a logical request of its own, with its own receipt.
-func turnIdentity(t *ledger.Turn) string {
-	return "t:" + t.ResponseID + "#" + strconv.Itoa(t.Try)
-}
+func turnIdentity(t *ledger.Turn) string { return ledger.TryIdentity(t.ResponseID, t.Try) }
 
 // newResponseID names a new turn's response.
 func newResponseID() string {
@@ -61,9 +59,10 @@ func (g *Gateway) turnError(w http.ResponseWriter, e *apiError) {
 
 // serveResponses handles POST /v1/responses: one turn of a conversation.
 // The turn is written (pending) before anything is sent; a retry of it —
-// the same Idempotency-Key, or the same body on the same parent — finds
-// it and continues it, never appending a copy, and a parent keeps at most
-// one live continuation.
+// the same Idempotency-Key, or the same body on the same parent while it
+// is in flight or within the replay windows — finds it and continues it,
+// never appending a copy. Any other turn on a response is a new branch of
+// the conversation: one turn per user action, however many per response.
 func (g *Gateway) serveResponses(w http.ResponseWriter, r *http.Request) {
 	t := g.tenant(r)
 	if t == nil {
@@ -138,47 +137,43 @@ func (g *Gateway) serveResponses(w http.ResponseWriter, r *http.Request) {
 		g.turnError(w, apiErr)
 		return
 	}
-	if key == "" && (turn.Parent != "" || join) {
-		// A keyless retry finds the turn it repeats by its body: on a
-		// parent, always (a second turn there would branch); a first turn
-		// only while it runs, or as an SDK retry within its window (and
-		// never with X-Oncegate-Join: off).
+	switch {
+	case key != "":
+	case !join:
+		turn.Fingerprint = "" // an independent turn: no retry finds it
+	default:
+		// A keyless retry finds the turn it repeats by its body and
+		// parent: while that turn is in flight, or within the replay
+		// windows once it has settled. Past them, the same body is a new
+		// user action — a new branch, as a regenerated answer is.
 		if prev, err := g.ledger.TurnByFingerprint(ctx, t.ID, fp, turn.Parent); err == nil && g.repeats(prev, r) {
 			g.continueTurn(w, r, t, alias, req, prev, history)
 			return
 		}
 	}
 	existing, created, err := g.ledger.BeginTurn(ctx, turn)
-	if err == nil && !created && existing.Fingerprint != fp && existing.Parent == turn.Parent && turn.Parent != "" &&
-		(turn.KeyDigest == "" || existing.KeyDigest != turn.KeyDigest) {
-		// Another turn holds the parent: if it ended without an answer,
-		// it gives the parent up, and this turn takes its place.
-		var freed bool
-		if freed, err = g.clearStale(ctx, existing); err == nil && freed {
-			existing, created, err = g.ledger.BeginTurn(ctx, turn)
-		}
-	}
-	if err != nil {
-		g.storeError(w, err)
-		return
-	}
 	switch {
+	case err != nil:
+		g.storeError(w, err)
 	case created:
 		g.metrics.ObserveTurn("user")
+		if turn.Branch > 0 {
+			g.metrics.ObserveBranch()
+		}
 		g.runTurn(w, r, t, alias, req, turn, history)
-	case existing.Fingerprint == fp:
-		g.continueTurn(w, r, t, alias, req, existing, history)
-	case turn.KeyDigest != "" && existing.KeyDigest == turn.KeyDigest:
+	case existing.Fingerprint != fp:
 		g.turnError(w, errorf(CodeKeyReused, "the idempotency key was used with a different request body (turn %s)", existing.ResponseID))
 	default:
-		g.turnError(w, g.branchError(ctx, existing))
+		g.continueTurn(w, r, t, alias, req, existing, history)
 	}
 }
 
 // repeats reports whether a keyless arrival whose body matches turn prev
-// is a retry of it.
+// (on the same parent) is a retry of it: prev is in flight, or settled
+// within idempotency.fingerprint_replay_window (sdk_retry_window for an
+// official SDK's retry).
 func (g *Gateway) repeats(prev *ledger.Turn, r *http.Request) bool {
-	if prev.Parent != "" || prev.State == ledger.TurnPending || prev.State == ledger.TurnUnknown {
+	if prev.State.InFlight() {
 		return true
 	}
 	window := g.policy().Idempotency.FingerprintReplayWindow.D()
@@ -228,14 +223,6 @@ func stored(t *ledger.Turn) bool {
 	return r.Store == nil || *r.Store
 }
 
-// branchError refuses a turn whose parent already has a live
-// continuation: two turns never share a parent.
-func (g *Gateway) branchError(ctx context.Context, live *ledger.Turn) *apiError {
-	g.metrics.ObserveBranchRefused()
-	return errorf(CodeConversationBranch, "response %s already continues as %s; continue from %s (or from its latest turn), or retry that turn with its Idempotency-Key",
-		live.Parent, live.ResponseID, live.ResponseID)
-}
-
 // continueTurn serves an arrival that repeats an existing turn: the
 // answer a done turn committed, the try in flight for a pending one, a
 // new try for one that ended without an answer.
@@ -271,12 +258,6 @@ func (g *Gateway) continueTurn(w http.ResponseWriter, r *http.Request, t *policy
 	next.Response, next.Status = nil, 0
 	ok, err := g.ledger.UpdateTurn(ctx, &next, turn.State, turn.Try)
 	switch {
-	case err != nil && turn.State == ledger.TurnFailed && turn.Parent != "":
-		// The parent gained another live continuation meanwhile (the
-		// store refused a second one).
-		g.metrics.ObserveBranchRefused()
-		g.turnError(w, errorf(CodeConversationBranch, "response %s already has another continuation; this turn (%s) failed and cannot be retried on it",
-			turn.Parent, turn.ResponseID))
 	case err != nil:
 		g.storeError(w, err)
 	case !ok:
@@ -351,6 +332,10 @@ func (g *Gateway) runTurn(w http.ResponseWriter, r *http.Request, t *policy.Tena
 	c.id, c.identity = turn.RequestID, turnIdentity(turn)
 	h := c.rec.R
 	h.RequestID, h.KeySHA256, h.Fingerprint = c.id, turn.KeyDigest, turn.Fingerprint
+	if h.Fingerprint == "" {
+		// A turn that joins nothing: its receipt still names its body.
+		h.Fingerprint = identity.Fingerprint(g.secret, t.ID, provider.Responses.Operation(), turn.RequestSHA256)
+	}
 	h.Conversation = &receipt.Conversation{ID: turn.Conversation, ResponseID: turn.ResponseID, PreviousResponseID: turn.Parent,
 		Turn: turn.Depth, Try: turn.Try}
 	c.turn = &turnCall{turn: turn, shell: provider.ShellOf(req, turn.ResponseID, turn.CreatedAt.Unix()), req: req, history: items}
@@ -770,8 +755,8 @@ func (g *Gateway) sweepTip(ctx context.Context, turn *ledger.Turn) error {
 		return err
 	}
 	for _, t := range turns {
-		if t.Parent == turn.ResponseID && t.State.Live() {
-			return nil // not the tip: its child's turn reads it
+		if t.Parent == turn.ResponseID && t.State.Live() && readUpstream(t.Upstream).Conversation == u.Conversation {
+			return nil // not the tip: its continuation there reads it
 		}
 	}
 	items, err := historyItems(ledger.Chain(turns, turn.ResponseID))
@@ -896,29 +881,4 @@ func storeAPIError(err error) *apiError {
 	e := errorf(CodeStoreUnavailable, "the gateway's store could not be reached: %v", err)
 	e.retryAfter = 1
 	return e
-}
-
-// clearStale reconciles the live turn that stands in a new turn's place
-// (it continues the same parent), before anything else happens on the
-// conversation. A turn whose try ended without an answer — unknown, or
-// pending with no try running for longer than a lease — added nothing to
-// the conversation the gateway holds: it is marked failed, and true says
-// the parent is free again.
-func (g *Gateway) clearStale(ctx context.Context, live *ledger.Turn) (bool, error) {
-	live, err := g.refreshTurn(ctx, live)
-	if err != nil {
-		return false, err
-	}
-	switch live.State {
-	case ledger.TurnFailed:
-		return true, nil
-	case ledger.TurnUnknown:
-	case ledger.TurnPending:
-		if _, err := g.ledger.Get(ctx, turnIdentity(live)); !errors.Is(err, ledger.ErrNotFound) || g.clock.Now().Sub(live.UpdatedAt) < g.lease {
-			return false, nil
-		}
-	default:
-		return false, nil
-	}
-	return g.abandonTurn(ctx, live).State == ledger.TurnFailed, nil
 }

@@ -137,10 +137,12 @@ func TestResponsesOnAnAnthropicRoute(t *testing.T) {
 	})
 }
 
-// A retry of a turn — the same key, or the same body on the same parent —
-// continues it: one upstream call, one answer, one turn. A different turn
-// on a parent that already has one is refused: no branches.
-func TestResponsesRetriesNeverAppendOrBranch(t *testing.T) {
+// A retry of a turn — the same key, or the same body on the same parent
+// while the turn runs or within the replay windows — continues it: one
+// upstream call, one answer, one turn. Any other turn on a response is a
+// branch of the conversation, served as OpenAI serves it: a regenerated
+// answer, an edited question.
+func TestResponsesRetriesNeverAppendAndBranchesAreServed(t *testing.T) {
 	t.Parallel()
 	inBubble(t, envOptions{mock: mock.Config{Tokens: 5}}, func(t *testing.T, e *env) {
 		send := func(body string, hdr map[string]string) (int, map[string]any, http.Header) {
@@ -155,8 +157,9 @@ func TestResponsesRetriesNeverAppendOrBranch(t *testing.T) {
 		}
 		rootID := root["id"].(string)
 		body := `{"model":"chat","input":"next","previous_response_id":"` + rootID + `"}`
-		// Concurrent re-POSTs of one keyed turn, and keyless ones of the
-		// same body: all one turn.
+		// Concurrent re-POSTs of one keyed turn are one turn; so are
+		// concurrent keyless ones of one body (a key names a user action
+		// of its own: the keyless ones are another).
 		var wg sync.WaitGroup
 		ids := make([]string, 8)
 		for i := range ids {
@@ -176,51 +179,88 @@ func TestResponsesRetriesNeverAppendOrBranch(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		for _, id := range ids {
-			if id != ids[0] {
+		keyed, keyless := ids[0], ids[1]
+		for i, id := range ids {
+			if want := []string{keyed, keyless}[i%2]; id != want {
 				t.Fatalf("one turn answered under several ids: %v", ids)
 			}
 		}
-		if calls := e.primary.Stats().Requests; calls != 2 {
-			t.Fatalf("%d upstream calls for two turns", calls)
+		if calls := e.primary.Stats().Requests; calls != 3 {
+			t.Fatalf("%d upstream calls for three turns", calls)
 		}
-		// A re-POST after the turn finished replays it.
-		if st, m, hdr := send(body, nil); st != 200 || m["id"] != ids[0] || hdr.Get("X-Oncegate-Dedup") != "replayed" {
-			t.Fatalf("replay: %d %v %v", st, m, hdr)
+		// A re-POST after the turn finished replays it: under its key, or
+		// as an SDK's retry within idempotency.sdk_retry_window.
+		if st, m, hdr := send(body, map[string]string{"Idempotency-Key": "turn-2"}); st != 200 || m["id"] != keyed || hdr.Get("X-Oncegate-Dedup") != "replayed" {
+			t.Fatalf("keyed replay: %d %v %v", st, m, hdr)
 		}
-		// A different continuation of the same parent is a branch.
-		st, m, hdr := send(`{"model":"chat","input":"something else","previous_response_id":"`+rootID+`"}`, map[string]string{"Idempotency-Key": "other"})
-		if st != 409 || errCode(m) != CodeConversationBranch || hdr.Get("x-should-retry") != "false" {
-			t.Fatalf("branch: %d %v", st, m)
+		if st, m, hdr := send(body, map[string]string{"X-Stainless-Retry-Count": "1"}); st != 200 || m["id"] != keyless || hdr.Get("X-Oncegate-Dedup") != "replayed" {
+			t.Fatalf("keyless SDK retry: %d %v %v", st, m, hdr)
+		}
+		// The same question asked again later, with no key, is a new
+		// user action: a regenerated answer, a branch of its own.
+		st, again, hdr := send(body, nil)
+		if st != 200 || again["id"] == keyless || again["id"] == keyed || hdr.Get("X-Oncegate-Dedup") != "miss" || again["previous_response_id"] != rootID {
+			t.Fatalf("regenerate: %d %v %v", st, again, hdr)
+		}
+		// A different continuation of the same parent (an edited
+		// question) is a branch too.
+		st, edited, _ := send(`{"model":"chat","input":"something else","previous_response_id":"`+rootID+`"}`, map[string]string{"Idempotency-Key": "other"})
+		want := conversationAnswer([]string{"start", "something else"}, 5)[1]
+		if st != 200 || edited["previous_response_id"] != rootID || outputOf(edited) != want {
+			t.Fatalf("edit: %d %v, want %q (the branch reads its own history)", st, edited, want)
 		}
 		// The same key with another body is a reused key.
-		if st, m, _ = send(`{"model":"chat","input":"one"}`, map[string]string{"Idempotency-Key": "k-first"}); st != 200 {
+		if st, m, _ := send(`{"model":"chat","input":"one"}`, map[string]string{"Idempotency-Key": "k-first"}); st != 200 {
 			t.Fatalf("keyed first turn: %d %v", st, m)
 		}
-		st, m, _ = send(`{"model":"chat","input":"two"}`, map[string]string{"Idempotency-Key": "k-first"})
+		st, m, _ := send(`{"model":"chat","input":"two"}`, map[string]string{"Idempotency-Key": "k-first"})
 		if st != 422 || errCode(m) != CodeKeyReused {
 			t.Fatalf("reused key: %d %v", st, m)
 		}
-		// Continuing from the latest turn works.
-		st, m, _ = send(`{"model":"chat","input":"go on","previous_response_id":"`+ids[0]+`"}`, nil)
-		if st != 200 || m["previous_response_id"] != ids[0] {
-			t.Fatalf("continue: %d %v", st, m)
+		// Each branch goes on with its own history.
+		st, m, _ = send(`{"model":"chat","input":"go on","previous_response_id":"`+edited["id"].(string)+`"}`, nil)
+		want = conversationAnswer([]string{"start", "something else", "go on"}, 5)[2]
+		if st != 200 || m["previous_response_id"] != edited["id"] || outputOf(m) != want {
+			t.Fatalf("continue a branch: %d %v, want %q", st, m, want)
 		}
 		if st, m, _ = send(`{"model":"chat","input":"x","previous_response_id":"resp_missing"}`, nil); st != 404 || errCode(m) != CodeResponseNotFound {
 			t.Fatalf("missing parent: %d %v", st, m)
 		}
 		turns, err := e.gw.ledger.ConversationTurns(context.Background(), "acme", rootID)
-		if err != nil || len(turns) != 3 {
+		if err != nil || len(turns) != 6 {
 			t.Fatalf("the conversation holds %d turns: %v", len(turns), err)
 		}
-		parents := map[string]bool{}
+		branches := map[int]bool{}
 		for _, tr := range turns {
-			if parents[tr.Parent] {
-				t.Fatalf("two turns share the parent %q", tr.Parent)
+			if tr.Parent == rootID {
+				branches[tr.Branch] = true
 			}
-			parents[tr.Parent] = true
+		}
+		if len(branches) != 4 || !branches[0] || !branches[3] {
+			t.Fatalf("the root's four continuations are branches %v", branches)
+		}
+		if calls := e.primary.Stats().Requests; calls != 7 {
+			t.Fatalf("%d upstream calls for seven turns", calls)
+		}
+		if b := e.metricsText(); !strings.Contains(string(b), "oncegate_conversation_branches_total 3\n") {
+			t.Fatal("/metrics does not count the three branches")
 		}
 	})
+}
+
+// outputOf is a response object's output text.
+func outputOf(m map[string]any) string {
+	var s string
+	out, _ := m["output"].([]any)
+	for _, o := range out {
+		content, _ := o.(map[string]any)["content"].([]any)
+		for _, c := range content {
+			if t, ok := c.(map[string]any)["text"].(string); ok {
+				s += t
+			}
+		}
+	}
+	return s
 }
 
 func errCode(m map[string]any) string {
@@ -556,6 +596,71 @@ func TestStatefulTurnGivenUpAfterMaxAmbiguous(t *testing.T) {
 		stored := e.fallback.Conversation(readUpstream(turns[len(turns)-1].Upstream).Conversation)
 		if len(stored) != 4 || len(items) != 4 {
 			t.Fatalf("the provider holds %d items, the gateway %d (want 4: two turns)", len(stored), len(items))
+		}
+	})
+}
+
+// On a stateful route a branch cannot go on in its parent's upstream
+// conversation, which went on with the parent's first continuation: it
+// gets a conversation of its own, seeded with its history, and each
+// branch's answer reads its own history only. Both upstream conversations
+// hold exactly what their branch's clients read.
+func TestStatefulBranchesGetAnUpstreamConversationOfTheirOwn(t *testing.T) {
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 6}}, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		c := e.openai(nil)
+		turnOn := func(prev, input string) *responses.Response {
+			t.Helper()
+			p := responses.ResponseNewParams{Model: "convo", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String(input)}}
+			if prev != "" {
+				p.PreviousResponseID = openai.String(prev)
+			}
+			res, err := c.Responses.New(ctx, p)
+			if err != nil {
+				t.Fatalf("%q: %v", input, err)
+			}
+			return res
+		}
+		root := turnOn("", "first")
+		a := turnOn(root.ID, "second")
+		b := turnOn(root.ID, "second, said otherwise") // an edited question
+		a2 := turnOn(a.ID, "third")
+		b2 := turnOn(b.ID, "third")
+		for _, tc := range []struct {
+			users []string
+			got   []*responses.Response
+		}{
+			{[]string{"first", "second", "third"}, []*responses.Response{root, a, a2}},
+			{[]string{"first", "second, said otherwise", "third"}, []*responses.Response{root, b, b2}},
+		} {
+			want := conversationAnswer(tc.users, 6)
+			for i, res := range tc.got {
+				if res.OutputText() != want[i] {
+					t.Fatalf("%v, turn %d: %q, want %q (the branch reads its own history)", tc.users, i+1, res.OutputText(), want[i])
+				}
+			}
+			turns, err := e.gw.ledger.ConversationTurns(ctx, "acme", root.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tip := ledger.Chain(turns, tc.got[2].ID)
+			items, err := historyItems(tip)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stored := e.fallback.Conversation(readUpstream(tip[2].Upstream).Conversation)
+			if len(stored) != len(items) {
+				t.Fatalf("%v: the provider's conversation holds %d items, the branch %d", tc.users, len(stored), len(items))
+			}
+			for i := range items {
+				if itemText(stored[i]) != itemText(items[i]) {
+					t.Fatalf("%v, item %d: provider %q, gateway %q", tc.users, i, itemText(stored[i]), itemText(items[i]))
+				}
+			}
+		}
+		if n := e.fallback.StoredResponses(); n != 5 {
+			t.Fatalf("the provider committed %d responses for five turns", n)
 		}
 	})
 }
