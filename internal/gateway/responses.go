@@ -204,7 +204,7 @@ func (g *Gateway) parentOf(ctx context.Context, tenant, id string) (*ledger.Turn
 		return nil, nil, e
 	case ledger.TurnFailed:
 		return nil, nil, &apiError{code: CodeInvalidRequest, param: "previous_response_id",
-			message: "response " + id + " failed and cannot be continued; continue from " + firstNonEmpty(p.Parent, "a new conversation")}
+			message: "response " + id + " failed and cannot be continued; " + g.goOnFrom(ctx, p)}
 	}
 	turns, err := g.ledger.ConversationTurns(ctx, tenant, p.Conversation)
 	if err != nil {
@@ -232,6 +232,10 @@ func (g *Gateway) continueTurn(w http.ResponseWriter, r *http.Request, t *policy
 	turn, err := g.refreshTurn(ctx, turn)
 	if err != nil {
 		g.storeError(w, err)
+		return
+	}
+	if turn.Deleted {
+		g.turnError(w, deletedError(turn))
 		return
 	}
 	switch turn.State {
@@ -279,6 +283,14 @@ func (g *Gateway) continueTurn(w http.ResponseWriter, r *http.Request, t *policy
 	}
 }
 
+// deletedError answers a retry of a turn whose response was deleted: the
+// deleted answer is never served again, and a new turn needs a new
+// Idempotency-Key (the key names the deleted one).
+func deletedError(turn *ledger.Turn) *apiError {
+	return &apiError{code: CodeResponseNotFound, message: "response with id '" + turn.ResponseID +
+		"' not found: it was deleted, and is not answered again; send a new turn (with a new Idempotency-Key)"}
+}
+
 // abandonTurn gives up on a turn that ended not knowing: it is marked
 // failed, so its parent can be continued again, with an error that says
 // so.
@@ -286,7 +298,7 @@ func (g *Gateway) abandonTurn(ctx context.Context, turn *ledger.Turn) *ledger.Tu
 	failed := *turn
 	failed.UpdatedAt = g.clock.Now()
 	failed.State = ledger.TurnFailed
-	failed.Status, failed.Response = giveUp(turn)
+	failed.Status, failed.Response = giveUp(turn, g.goOnFrom(ctx, turn))
 	if ok, err := g.ledger.UpdateTurn(ctx, &failed, turn.State, turn.Try); err != nil || !ok {
 		return turn
 	}
@@ -294,11 +306,25 @@ func (g *Gateway) abandonTurn(ctx context.Context, turn *ledger.Turn) *ledger.Tu
 }
 
 // giveUp is the error a turn given up answers with: its status and body.
-func giveUp(turn *ledger.Turn) (int, []byte) {
+// goOn says where the conversation goes on from (goOnFrom).
+func giveUp(turn *ledger.Turn, goOn string) (int, []byte) {
 	e := errorf(CodeOutcomeUnknown, "response %s was given up: %d of its tries ended without knowing whether the provider answered; "+
-		"nothing was added to the conversation, which continues from %s", turn.ResponseID, turn.Ambiguous, firstNonEmpty(turn.Parent, "its start"))
+		"nothing was added to the conversation; %s", turn.ResponseID, turn.Ambiguous, goOn)
 	head, body := e.render(provider.Responses, meta{requestID: turn.RequestID, terminal: gw.TerminalIndeterminate, reason: gw.ReasonIndeterminate})
 	return head.Status, body
+}
+
+// goOnFrom says where a conversation goes on from in place of turn: its
+// parent, or its start. A deleted response is never offered as a place to
+// continue from.
+func (g *Gateway) goOnFrom(ctx context.Context, turn *ledger.Turn) string {
+	if turn.Parent == "" {
+		return "the conversation continues from its start"
+	}
+	if p, err := g.ledger.Turn(ctx, turn.Tenant, turn.Parent); err == nil && p.Deleted {
+		return "the response it continued, " + turn.Parent + ", was deleted: continue from an earlier one"
+	}
+	return "the conversation continues from " + turn.Parent
 }
 
 // replayFailure answers with the error a failed turn ended with.
@@ -445,7 +471,7 @@ func (c *call) settleTurn(head *coord.Head, tail []byte, last *attemptResult) {
 			// from its parent at once. (If a stateful provider may hold
 			// the answer, the next arrival reconciles first.)
 			next.State = ledger.TurnFailed
-			next.Status, next.Response = giveUp(&next)
+			next.Status, next.Response = giveUp(&next, c.g.goOnFrom(context.Background(), &next))
 		}
 	default:
 		next.State = ledger.TurnFailed
@@ -471,8 +497,8 @@ func (c *call) settleTurn(head *coord.Head, tail []byte, last *attemptResult) {
 func (c *call) turnUnknownError() *apiError {
 	t := c.turn.turn
 	if c.knownUncommitted() && t.Ambiguous+c.ambiguousAttempts() >= c.g.policy().Conversations.MaxAmbiguous {
-		return errorf(CodeOutcomeUnknown, "response %s was given up: %d of its attempts ended without an answer and nothing of them was committed; "+
-			"the conversation continues from %s", t.ResponseID, t.Ambiguous+c.ambiguousAttempts(), firstNonEmpty(t.Parent, "its start"))
+		return errorf(CodeOutcomeUnknown, "response %s was given up: %d of its attempts ended without an answer and nothing of them was committed; %s",
+			t.ResponseID, t.Ambiguous+c.ambiguousAttempts(), c.g.goOnFrom(context.Background(), t))
 	}
 	return errorf(CodeOutcomeUnknown, "response %s: the provider may have committed this turn, but its reply was lost; "+
 		"send the turn again (the same Idempotency-Key, or the same body): it is reconciled with the provider, never sent blind", t.ResponseID)
@@ -632,7 +658,7 @@ func (g *Gateway) reconcileTurn(ctx context.Context, turn *ledger.Turn) (*ledger
 		head, next.Response = e.render(provider.Responses, meta{requestID: turn.RequestID})
 		next.Status = head.Status
 		if turn.Ambiguous >= g.policy().Conversations.MaxAmbiguous {
-			next.Status, next.Response = giveUp(turn)
+			next.Status, next.Response = giveUp(turn, g.goOnFrom(ctx, turn))
 		}
 	}
 	return g.moveTurn(ctx, turn, &next)
@@ -688,6 +714,10 @@ func storedObject(resp *ledger.Response) ([]byte, error) {
 // replayTurn answers an arrival for a done turn with its response: the
 // object, or a stream of it.
 func (g *Gateway) replayTurn(w http.ResponseWriter, r *http.Request, turn *ledger.Turn, stream bool) {
+	if turn.Deleted {
+		g.turnError(w, deletedError(turn))
+		return
+	}
 	h := w.Header()
 	setIDHeaders(h, turn.RequestID, 0)
 	h.Set("X-Oncegate-Dedup", "replayed")
@@ -793,7 +823,7 @@ func (g *Gateway) lookupTurn(r *http.Request, t *policy.Tenant) (*ledger.Turn, *
 }
 
 // deleteResponse handles DELETE /v1/responses/{id}: the response is no
-// longer served, and nothing new may continue from it.
+// longer served, replayed or continued.
 func (g *Gateway) deleteResponse(w http.ResponseWriter, r *http.Request, t *policy.Tenant) {
 	turn, apiErr := g.lookupTurn(r, t)
 	if apiErr != nil {
@@ -807,8 +837,10 @@ func (g *Gateway) deleteResponse(w http.ResponseWriter, r *http.Request, t *poli
 		return
 	}
 	del := *turn
-	del.Deleted, del.UpdatedAt = true, g.clock.Now()
-	if ok, err := g.ledger.UpdateTurn(r.Context(), &del, turn.State, turn.Try); err != nil || !ok {
+	del.UpdatedAt = g.clock.Now()
+	// The turn and, in the same commit, its tries' records: a stored
+	// answer there would replay the deleted response.
+	if ok, err := g.ledger.DeleteTurn(r.Context(), &del, turn.State, turn.Try); err != nil || !ok {
 		g.turnError(w, errorf(CodeConversationBusy, "response %s changed while it was being deleted; try again", turn.ResponseID))
 		return
 	}

@@ -664,3 +664,85 @@ func TestStatefulBranchesGetAnUpstreamConversationOfTheirOwn(t *testing.T) {
 		}
 	})
 }
+
+// A deleted response is never served again: not to a re-POST of its turn
+// under its key (404: the key names the deleted turn), not to a keyless
+// retry (a new turn), and not from the record of the try that produced it
+// (deleted with it). It cannot be continued (404), its parent can
+// (another branch), and no error offers it as the place to go on from.
+func TestDeletedResponsesAreNeverReplayed(t *testing.T) {
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 5}}, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		send := func(body string, hdr map[string]string) (int, map[string]any, http.Header, string) {
+			res, b := e.post("/v1/responses", body, hdr)
+			var m map[string]any
+			_ = json.Unmarshal(b, &m)
+			return res.StatusCode, m, res.Header, string(b)
+		}
+		del := func(id string) {
+			req, _ := http.NewRequest("DELETE", e.url+"/v1/responses/"+id, nil)
+			req.Header.Set("Authorization", "Bearer "+keyAcme)
+			res, err := e.client.Do(req)
+			if err != nil || res.StatusCode != 200 {
+				t.Fatalf("delete %s: %v %v", id, res, err)
+			}
+			res.Body.Close()
+		}
+		_, root, _, _ := send(`{"model":"chat","input":"start"}`, nil)
+		rootID := root["id"].(string)
+		keyed := `{"model":"chat","input":"keyed","previous_response_id":"` + rootID + `"}`
+		st, k, _, _ := send(keyed, map[string]string{"Idempotency-Key": "k-del"})
+		if st != 200 {
+			t.Fatalf("keyed turn: %d %v", st, k)
+		}
+		kID, kText := k["id"].(string), outputOf(k)
+		if _, err := e.gw.ledger.Get(ctx, ledger.TryIdentity(kID, 1)); err != nil {
+			t.Fatalf("the try's record: %v", err)
+		}
+		del(kID)
+		if r, err := e.gw.ledger.Get(ctx, ledger.TryIdentity(kID, 1)); !errors.Is(err, ledger.ErrNotFound) {
+			t.Fatalf("the record of the try that answered the deleted response: %+v %v", r, err)
+		}
+		st, m, hdr, b := send(keyed, map[string]string{"Idempotency-Key": "k-del"})
+		if st != 404 || errCode(m) != CodeResponseNotFound || strings.Contains(b, kText) || hdr.Get("X-Oncegate-Dedup") == "replayed" {
+			t.Fatalf("the deleted turn's key again: %d %s", st, b)
+		}
+		calls := e.primaryCalls()
+		keyless := `{"model":"chat","input":"keyless","previous_response_id":"` + rootID + `"}`
+		_, u, _, _ := send(keyless, nil)
+		del(u["id"].(string))
+		st, again, hdr, _ := send(keyless, map[string]string{"X-Stainless-Retry-Count": "1"})
+		if st != 200 || again["id"] == u["id"] || hdr.Get("X-Oncegate-Dedup") != "miss" || e.primaryCalls() != calls+2 {
+			t.Fatalf("a keyless retry of a deleted turn is a new turn: %d %v %v (%d upstream calls)", st, again, hdr, e.primaryCalls()-calls)
+		}
+		// The deleted response cannot be continued; its parent can.
+		st, m, _, _ = send(`{"model":"chat","input":"on","previous_response_id":"`+kID+`"}`, nil)
+		if st != 404 || errCode(m) != CodeResponseNotFound {
+			t.Fatalf("continue a deleted response: %d %v", st, m)
+		}
+		if st, m, _, _ := send(`{"model":"chat","input":"other","previous_response_id":"`+rootID+`"}`, nil); st != 200 {
+			t.Fatalf("continue the deleted response's parent: %d %v", st, m)
+		}
+		// A turn that failed on a response since deleted: continuing it is
+		// refused without offering the deleted response.
+		_, p, _, _ := send(`{"model":"chat","input":"parent","previous_response_id":"`+rootID+`"}`, nil)
+		pID := p["id"].(string)
+		e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 400, Message: "no"})))
+		st, f, _, _ := send(`{"model":"chat","input":"fails","previous_response_id":"`+pID+`"}`, nil)
+		if st != 400 {
+			t.Fatalf("a failing turn: %d %v", st, f)
+		}
+		e.primary.SetScript(mock.Script{})
+		turns, _ := e.gw.ledger.ConversationTurns(ctx, "acme", rootID)
+		failed := turns[len(turns)-1]
+		if failed.State != ledger.TurnFailed || failed.Parent != pID {
+			t.Fatalf("the failed turn: %+v", failed)
+		}
+		del(pID)
+		st, _, _, b = send(`{"model":"chat","input":"on","previous_response_id":"`+failed.ResponseID+`"}`, nil)
+		if st != 400 || strings.Contains(b, "continue from "+pID) || !strings.Contains(b, "was deleted") {
+			t.Fatalf("continue a failed turn whose parent was deleted: %d %s", st, b)
+		}
+	})
+}
