@@ -101,7 +101,11 @@ func (g *Gateway) serveResponses(w http.ResponseWriter, r *http.Request) {
 		g.turnError(w, errorf(CodeInvalidRequest, "request body is not canonical JSON: %v", err))
 		return
 	}
-	requestSHA := identity.SHA256Hex(canon)
+	requestSHA, err := turnSHA(canon)
+	if err != nil {
+		g.turnError(w, errorf(CodeInvalidRequest, "request body is not a JSON object: %v", err))
+		return
+	}
 	ctx := r.Context()
 	var parent *ledger.Turn
 	var history []*ledger.Turn
@@ -241,7 +245,7 @@ func (g *Gateway) continueTurn(w http.ResponseWriter, r *http.Request, t *policy
 	switch turn.State {
 	case ledger.TurnDone:
 		g.metrics.ObserveDedup("replayed")
-		g.replayTurn(w, r, turn, req.Stream)
+		g.replayTurn(w, r, turn, req.Stream, "replayed")
 		return
 	case ledger.TurnPending:
 		g.runTurn(w, r, t, alias, req, turn, history)
@@ -381,7 +385,11 @@ func (g *Gateway) runTurn(w http.ResponseWriter, r *http.Request, t *policy.Tena
 	// The engine's view of the request (its id seeds the jitter) is
 	// taken from the header: start it again with the turn's.
 	c.rec = receipt.NewRecorder(alias, *h)
-	g.place(w, r, c)
+	fw := newFormWriter(w, req.Stream)
+	g.place(fw, r, c)
+	if fw.other {
+		g.answerInForm(w, r, t, fw, turn.ResponseID)
+	}
 }
 
 // turnRequest is the neutral request for a turn: the conversation so far,
@@ -711,16 +719,17 @@ func storedObject(resp *ledger.Response) ([]byte, error) {
 	return final, nil
 }
 
-// replayTurn answers an arrival for a done turn with its response: the
-// object, or a stream of it.
-func (g *Gateway) replayTurn(w http.ResponseWriter, r *http.Request, turn *ledger.Turn, stream bool) {
+// replayTurn answers an arrival for a done turn with its response, in
+// the form asked for: the object, or a stream of it (the try's own bytes
+// when it was asked for in the same form). dedup labels the answer.
+func (g *Gateway) replayTurn(w http.ResponseWriter, r *http.Request, turn *ledger.Turn, stream bool, dedup string) {
 	if turn.Deleted {
 		g.turnError(w, deletedError(turn))
 		return
 	}
 	h := w.Header()
 	setIDHeaders(h, turn.RequestID, 0)
-	h.Set("X-Oncegate-Dedup", "replayed")
+	h.Set("X-Oncegate-Dedup", dedup)
 	if rec, err := g.ledger.Get(r.Context(), turnIdentity(turn)); err == nil && rec.Response != nil && rec.State == ledger.Succeeded &&
 		(rec.Response.ContentType == "text/event-stream") == stream {
 		h.Set("Content-Type", rec.Response.ContentType)

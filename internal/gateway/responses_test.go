@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/responses"
@@ -704,9 +707,14 @@ func TestDeletedResponsesAreNeverReplayed(t *testing.T) {
 		if r, err := e.gw.ledger.Get(ctx, ledger.TryIdentity(kID, 1)); !errors.Is(err, ledger.ErrNotFound) {
 			t.Fatalf("the record of the try that answered the deleted response: %+v %v", r, err)
 		}
-		st, m, hdr, b := send(keyed, map[string]string{"Idempotency-Key": "k-del"})
-		if st != 404 || errCode(m) != CodeResponseNotFound || strings.Contains(b, kText) || hdr.Get("X-Oncegate-Dedup") == "replayed" {
-			t.Fatalf("the deleted turn's key again: %d %s", st, b)
+		var m map[string]any
+		var b string
+		for _, body := range []string{keyed, strings.Replace(keyed, `"model"`, `"stream":true,"model"`, 1)} {
+			var hdr http.Header
+			st, m, hdr, b = send(body, map[string]string{"Idempotency-Key": "k-del"})
+			if st != 404 || errCode(m) != CodeResponseNotFound || strings.Contains(b, kText) || hdr.Get("X-Oncegate-Dedup") == "replayed" {
+				t.Fatalf("the deleted turn's key again (%s): %d %s", body, st, b)
+			}
 		}
 		calls := e.primaryCalls()
 		keyless := `{"model":"chat","input":"keyless","previous_response_id":"` + rootID + `"}`
@@ -743,6 +751,102 @@ func TestDeletedResponsesAreNeverReplayed(t *testing.T) {
 		st, _, _, b = send(`{"model":"chat","input":"on","previous_response_id":"`+failed.ResponseID+`"}`, nil)
 		if st != 400 || strings.Contains(b, "continue from "+pID) || !strings.Contains(b, "was deleted") {
 			t.Fatalf("continue a failed turn whose parent was deleted: %d %s", st, b)
+		}
+	})
+}
+
+// completedOf reads a Responses event stream's final response object
+// (response.completed), or nil.
+func completedOf(b []byte) map[string]any {
+	for _, line := range strings.Split(string(b), "\n") {
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok {
+			continue
+		}
+		var ev struct {
+			Type     string         `json:"type"`
+			Response map[string]any `json:"response"`
+		}
+		if json.Unmarshal([]byte(data), &ev) == nil && ev.Type == "response.completed" {
+			return ev.Response
+		}
+	}
+	return nil
+}
+
+// A turn asked again in the other form — as a stream when it was asked
+// for as JSON, or the other way round — is the same turn, keyed or
+// keyless: a finished one replays in the form asked for, and one still
+// running is joined, its answer given in the form asked for once it is
+// done. One upstream generation each.
+func TestTurnAskedAgainInTheOtherForm(t *testing.T) {
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 8, TTFT: 100 * time.Millisecond, TokenInterval: 20 * time.Millisecond}}, func(t *testing.T, e *env) {
+		_, b := e.post("/v1/responses", `{"model":"chat","input":"start"}`, nil)
+		var root struct{ ID string }
+		_ = json.Unmarshal(b, &root)
+		body := func(input string, stream bool) string {
+			return `{"model":"chat","stream":` + strconv.FormatBool(stream) + `,"input":"` + input + `","previous_response_id":"` + root.ID + `"}`
+		}
+		// read is the response object an answer carries, whichever form
+		// it came in, checked to be the form asked for.
+		read := func(res *http.Response, b []byte, stream bool) map[string]any {
+			t.Helper()
+			if res.StatusCode != 200 || (res.Header.Get("Content-Type") == "text/event-stream") != stream {
+				t.Fatalf("asked for stream %v: %d %s %.300s", stream, res.StatusCode, res.Header.Get("Content-Type"), b)
+			}
+			if stream {
+				return completedOf(b)
+			}
+			var m map[string]any
+			_ = json.Unmarshal(b, &m)
+			return m
+		}
+		for i, tc := range []struct {
+			name    string
+			hdr     map[string]string // the second arrival's headers (the first's, without the SDK's retry count)
+			stream  bool              // the first arrival's form
+			running bool              // the second arrives while the first runs
+		}{
+			{"keyed, finished, JSON then stream", map[string]string{"Idempotency-Key": "k1"}, false, false},
+			{"keyed, finished, stream then JSON", map[string]string{"Idempotency-Key": "k2"}, true, false},
+			{"keyless SDK retry, finished, JSON then stream", map[string]string{"X-Stainless-Retry-Count": "1"}, false, false},
+			{"keyed, running, stream then JSON", map[string]string{"Idempotency-Key": "k3"}, true, true},
+			{"keyed, running, JSON then stream", map[string]string{"Idempotency-Key": "k4"}, false, true},
+			{"keyless, running, stream then JSON", nil, true, true},
+		} {
+			input := "turn " + strconv.Itoa(i)
+			first := map[string]string{}
+			for k, v := range tc.hdr {
+				if k != "X-Stainless-Retry-Count" {
+					first[k] = v
+				}
+			}
+			calls := e.primaryCalls()
+			var firstObj map[string]any
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				res, b := e.post("/v1/responses", body(input, tc.stream), first)
+				firstObj = read(res, b, tc.stream)
+			}()
+			if !tc.running {
+				<-done
+			} else {
+				synctest.Wait() // the first is waiting on its upstream's next token
+			}
+			res, b := e.post("/v1/responses", body(input, !tc.stream), tc.hdr)
+			second := read(res, b, !tc.stream)
+			<-done
+			want := map[bool]string{false: "replayed", true: "joined"}[tc.running]
+			if second["id"] != firstObj["id"] || outputOf(second) != outputOf(firstObj) || outputOf(second) == "" ||
+				res.Header.Get("X-Oncegate-Dedup") != want {
+				t.Fatalf("%s: %v %q (%s), the turn is %v %q", tc.name, second["id"], outputOf(second), res.Header.Get("X-Oncegate-Dedup"),
+					firstObj["id"], outputOf(firstObj))
+			}
+			if n := e.primaryCalls() - calls; n != 1 {
+				t.Fatalf("%s: %d upstream generations for one turn", tc.name, n)
+			}
 		}
 	})
 }
