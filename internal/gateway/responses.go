@@ -116,6 +116,9 @@ func (g *Gateway) serveResponses(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	fp := identity.Fingerprint(g.secret, t.ID, provider.Responses.Operation(), requestSHA)
+	// A gateway before stream left turns' digests stored a turn under
+	// its whole body's fingerprint: the same turn, if it is found so.
+	legacy := identity.Fingerprint(g.secret, t.ID, provider.Responses.Operation(), identity.SHA256Hex(canon))
 	now := g.clock.Now()
 	turn := &ledger.Turn{ResponseID: newResponseID(), Tenant: t.ID, Depth: 1, Fingerprint: fp, RequestSHA256: requestSHA,
 		State: ledger.TurnPending, Try: 1, RequestID: uuid.Must(uuid.NewV7()).String(), Request: body, CreatedAt: now, UpdatedAt: now}
@@ -150,7 +153,7 @@ func (g *Gateway) serveResponses(w http.ResponseWriter, r *http.Request) {
 		// parent: while that turn is in flight, or within the replay
 		// windows once it has settled. Past them, the same body is a new
 		// user action — a new branch, as a regenerated answer is.
-		if prev, err := g.ledger.TurnByFingerprint(ctx, t.ID, fp, turn.Parent); err == nil && g.repeats(prev, r) {
+		if prev := g.repeated(r, t.ID, turn.Parent, fp, legacy); prev != nil {
 			g.continueTurn(w, r, t, alias, req, prev, history)
 			return
 		}
@@ -165,11 +168,29 @@ func (g *Gateway) serveResponses(w http.ResponseWriter, r *http.Request) {
 			g.metrics.ObserveBranch()
 		}
 		g.runTurn(w, r, t, alias, req, turn, history)
-	case existing.Fingerprint != fp:
+	case existing.Fingerprint != fp && existing.Fingerprint != legacy:
 		g.turnError(w, errorf(CodeKeyReused, "the idempotency key was used with a different request body (turn %s)", existing.ResponseID))
 	default:
 		g.continueTurn(w, r, t, alias, req, existing, history)
 	}
+}
+
+// repeated finds the turn a keyless arrival repeats: the newest keyless
+// turn on parent under the first of fps that names one, if repeats says
+// the arrival is its retry; nil if there is none.
+func (g *Gateway) repeated(r *http.Request, tenant, parent string, fps ...string) *ledger.Turn {
+	for i, fp := range fps {
+		if i > 0 && fp == fps[i-1] {
+			continue
+		}
+		if prev, err := g.ledger.TurnByFingerprint(r.Context(), tenant, fp, parent); err == nil {
+			if g.repeats(prev, r) {
+				return prev
+			}
+			return nil
+		}
+	}
+	return nil
 }
 
 // repeats reports whether a keyless arrival whose body matches turn prev

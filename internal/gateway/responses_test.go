@@ -15,6 +15,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/responses"
 
+	"github.com/oncegate/oncegate/internal/identity"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/provider"
@@ -847,6 +848,54 @@ func TestTurnAskedAgainInTheOtherForm(t *testing.T) {
 			if n := e.primaryCalls() - calls; n != 1 {
 				t.Fatalf("%s: %d upstream generations for one turn", tc.name, n)
 			}
+		}
+	})
+}
+
+// A turn a gateway of the previous version stored — under the
+// fingerprint of its whole body, stream flag included — is still the same
+// turn to a retry of it after an upgrade: under its key it replays (not
+// 422), and keyless, still running, it is joined (not run twice).
+func TestTurnsStoredBeforeStreamLeftTheDigestAreStillFound(t *testing.T) {
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 5}}, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		_, b := e.post("/v1/responses", `{"model":"chat","input":"start"}`, nil)
+		var root struct{ ID string }
+		_ = json.Unmarshal(b, &root)
+		body := `{"model":"chat","stream":false,"input":"next","previous_response_id":"` + root.ID + `"}`
+		res, b := e.post("/v1/responses", body, map[string]string{"Idempotency-Key": "now"})
+		var first struct{ ID string }
+		if res.StatusCode != 200 || json.Unmarshal(b, &first) != nil {
+			t.Fatalf("turn: %d %s", res.StatusCode, b)
+		}
+		// The same turn as the previous version stored it.
+		canon, _ := identity.Canonicalize([]byte(body))
+		op := provider.Responses.Operation()
+		legacy := identity.Fingerprint(e.gw.secret, "acme", op, identity.SHA256Hex(canon))
+		old, err := e.gw.ledger.Turn(ctx, "acme", first.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old.ResponseID, old.KeyDigest, old.Fingerprint = "resp_before_the_upgrade", identity.KeyDigest("acme", op, "old"), legacy
+		if _, created, err := e.gw.ledger.BeginTurn(ctx, old); err != nil || !created {
+			t.Fatalf("store the old turn: %v %v", created, err)
+		}
+		calls := e.primaryCalls()
+		res, b = e.post("/v1/responses", body, map[string]string{"Idempotency-Key": "old"})
+		if res.StatusCode != 200 || res.Header.Get("X-Oncegate-Dedup") != "replayed" || e.primaryCalls() != calls {
+			t.Fatalf("its key after the upgrade: %d %s", res.StatusCode, b)
+		}
+		keyless := *old
+		keyless.ResponseID, keyless.KeyDigest, keyless.State, keyless.Response = "resp_keyless_before", "", ledger.TurnPending, nil
+		keyless.RequestID = "01a23598-0000-7000-8000-000000000001"
+		if _, created, err := e.gw.ledger.BeginTurn(ctx, &keyless); err != nil || !created {
+			t.Fatalf("store the old keyless turn: %v %v", created, err)
+		}
+		calls = e.primaryCalls()
+		res, b = e.post("/v1/responses", body, nil)
+		if res.StatusCode != 200 || !strings.Contains(string(b), keyless.ResponseID) || e.primaryCalls() != calls+1 {
+			t.Fatalf("a keyless retry of a turn in flight before the upgrade: %d %s (%d calls)", res.StatusCode, b, e.primaryCalls()-calls)
 		}
 	})
 }
