@@ -619,10 +619,12 @@ func check(ctx context.Context, rep *Report, outcomes []outcome, m *mock.Mock, p
 	rep.Rows = append(rep.Rows, has, clean)
 
 	// 6. Conversations: every committed turn has as many assistant turns
-	// as user turns before it, and no response has two committed
-	// continuations.
-	turns := Row{Invariant: "conversations: assistant ÷ user turns = 1, no branches"}
-	children := map[string]string{}
+	// as user turns before it, along its chain, and no user action — one
+	// body on one response; every turn of the workload says something
+	// new — has two committed turns. (A response may be continued many
+	// times, by different user actions: a branch is not a duplicate.)
+	turns := Row{Invariant: "conversations: assistant ÷ user turns = 1, one turn per user action"}
+	actions := map[string]string{}
 	for id, r := range receipts {
 		c := r.Conversation
 		if c == nil || r.Terminal != string(gw.TerminalSucceeded) {
@@ -633,11 +635,12 @@ func check(ctx context.Context, rep *Report, outcomes []outcome, m *mock.Mock, p
 			turns.Violations++
 			example("%s: turn %d with %d user and %d assistant turns", id, c.Turn, c.UserTurns, c.AssistantTurns)
 		}
-		if other, ok := children[c.PreviousResponseID]; ok && c.PreviousResponseID != "" && other != c.ResponseID {
+		action := r.Tenant + "/" + c.PreviousResponseID + "/" + r.RequestSHA256
+		if other, ok := actions[action]; ok && other != c.ResponseID {
 			turns.Violations++
-			example("%s: response %s has two committed continuations, %s and %s", id, c.PreviousResponseID, other, c.ResponseID)
+			example("%s: one user action on response %q committed twice, as %s and %s", id, c.PreviousResponseID, other, c.ResponseID)
 		}
-		children[c.PreviousResponseID] = c.ResponseID
+		actions[action] = c.ResponseID
 	}
 	rep.Rows = append(rep.Rows, turns)
 	prov, err := providerConversations(ctx, receipts, outcomes, m, st, example)
@@ -706,9 +709,9 @@ func check(ctx context.Context, rep *Report, outcomes []outcome, m *mock.Mock, p
 		}
 		body, _ := json.Marshal(first)
 		calls := m.Requests()
-		status, b, h, err := post(ctx, g.url(), o.prof, statefulKey(i), "/v1/responses", body)
+		status, b, h, err := post(ctx, g.url(), o.prof, statefulKey(i, 1), "/v1/responses", body)
 		if err != nil {
-			return nil, fmt.Errorf("re-POST %s: %w", statefulKey(i), err)
+			return nil, fmt.Errorf("re-POST %s: %w", statefulKey(i, 1), err)
 		}
 		if sent := m.Requests() - calls; sent > 0 {
 			blind.Violations++

@@ -30,9 +30,10 @@ const statefulTries = 6
 // statefulConversation holds a conversation on the stateful alias, as an
 // application would: each turn is tried until it is answered, at most
 // statefulTries times, each try through the official SDK (and its own
-// retries) on a gateway pick names. The first turn is keyed; the next
-// ones continue with previous_response_id, and a try of one again is
-// found by its body on its parent.
+// retries) on a gateway pick names. Each turn has its key, which every try
+// of it sends: tries minutes apart, on another gateway after a kill, are
+// one user action, and an answer the application never read is replayed,
+// not generated again as a second branch (docs/conversations.md).
 func statefulConversation(ctx context.Context, pick func() string, prof profile, i int, o *outcome) {
 	prev := ""
 	for k := 1; k <= conversationTurns; k++ {
@@ -45,7 +46,7 @@ func statefulConversation(ctx context.Context, pick func() string, prof profile,
 				pause(ctx, 10*time.Millisecond) // every gateway is restarting
 				continue
 			}
-			t, err = statefulTurn(ctx, base, prof, i, input, prev, o.stream)
+			t, err = statefulTurn(ctx, base, prof, statefulKey(i, k), input, prev, o.stream)
 		}
 		if t == nil {
 			o.pending, o.err = input, err.Error()
@@ -58,7 +59,7 @@ func statefulConversation(ctx context.Context, pick func() string, prof profile,
 }
 
 // statefulTurn sends one try of a turn and returns what the client read.
-func statefulTurn(ctx context.Context, base string, prof profile, i int, input, prev string, stream bool) (*turn, error) {
+func statefulTurn(ctx context.Context, base string, prof profile, key, input, prev string, stream bool) (*turn, error) {
 	var hdr http.Header
 	opts := []oaopt.RequestOption{oaopt.WithBaseURL(base + "/v1"), oaopt.WithAPIKey(prof.apiKey),
 		oaopt.WithMiddleware(func(r *http.Request, next oaopt.MiddlewareNext) (*http.Response, error) {
@@ -68,9 +69,7 @@ func statefulTurn(ctx context.Context, base string, prof profile, i int, input, 
 			}
 			return res, err
 		})}
-	if prev == "" {
-		opts = append(opts, oaopt.WithHeader("Idempotency-Key", statefulKey(i)))
-	}
+	opts = append(opts, oaopt.WithHeader("Idempotency-Key", key))
 	c := openai.NewClient(opts...)
 	p := statefulParams(input, prev)
 	t := &turn{input: input}
@@ -113,7 +112,13 @@ func statefulParams(input, prev string) responses.ResponseNewParams {
 	return p
 }
 
-func statefulKey(i int) string { return fmt.Sprintf("chaos-stateful-%d", i) }
+// statefulKey is the key of conversation i's turn k (from 1).
+func statefulKey(i, k int) string {
+	if k == 1 {
+		return fmt.Sprintf("chaos-stateful-%d", i)
+	}
+	return fmt.Sprintf("chaos-stateful-%d-turn-%d", i, k)
+}
 
 // finishConversations is the applications coming back once the gateways
 // have settled: each stateful conversation's pending turn is tried once
@@ -131,8 +136,8 @@ func finishConversations(ctx context.Context, base string, outcomes []outcome) e
 			prev = o.turns[n-1].responseID
 		}
 		if o.pending != "" {
-			// Sent as it was sent before: the same body is the same turn.
-			t, err := statefulTurn(ctx, base, o.prof, i, o.pending, prev, o.stream)
+			// Sent as it was sent before: the same key is the same turn.
+			t, err := statefulTurn(ctx, base, o.prof, statefulKey(i, len(o.turns)+1), o.pending, prev, o.stream)
 			if err != nil {
 				o.err += "; tried again after the run: " + err.Error()
 			} else {

@@ -76,8 +76,16 @@ func (w *logWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // noteCode records the gateway error code an answer carries.
 func noteCode(w http.ResponseWriter, code string) {
-	if lw, ok := w.(*logWriter); ok {
-		lw.access.set(func(a *accessLog) { a.code = code })
+	for {
+		switch v := w.(type) {
+		case *logWriter:
+			v.access.set(func(a *accessLog) { a.code = code })
+			return
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = v.Unwrap() // a writer wrapped on the way (formWriter)
+		default:
+			return
+		}
 	}
 }
 

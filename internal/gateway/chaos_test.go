@@ -114,8 +114,11 @@ func TestConversationChaos(t *testing.T) {
 			case ledger.TurnFailed:
 				continue
 			}
+			// The driver says something new on a response only once the
+			// turn before it was given up (failed): two answered
+			// continuations of one response are one user action twice.
 			if other, ok := live[tr.Parent]; ok {
-				t.Fatalf("conversation %d branches: %s and %s share the parent %q", i, other, tr.ResponseID, tr.Parent)
+				t.Fatalf("conversation %d: one turn answered twice: %s and %s both continue %q", i, other, tr.ResponseID, tr.Parent)
 			}
 			live[tr.Parent] = tr.ResponseID
 			var in []map[string]any
@@ -225,8 +228,8 @@ type chaosDriver struct {
 func (d *chaosDriver) turn(ctx context.Context, prev, text string) string {
 	key := d.newKey()
 	// One user action, one way of sending it: a client retries the turn
-	// as it first sent it (a different body on the same parent would be
-	// another turn, refused as a branch once the first committed).
+	// as it first sent it, under its key (a different body on the same
+	// parent would be another user action: a branch).
 	mode := d.rng.IntN(4)
 	for range 8 {
 		id, given := "", false
@@ -252,15 +255,12 @@ func (d *chaosDriver) newKey() string {
 	return fmt.Sprintf("chaos-%d-%d", d.conv, d.keys)
 }
 
-// sdk sends the turn with the official SDK: keyless when it continues a
-// conversation (its retries are found by their body on the parent), with
-// the turn's key when it starts one (a keyless first turn sent again by
-// the application, not by the SDK, is a new conversation).
+// sdk sends the turn with the official SDK under the turn's key: the
+// application tries a turn again, after the SDK's own retries gave up,
+// minutes later if need be, and only the key makes that the same turn (a
+// keyless one sent again past the replay windows is a new branch).
 func (d *chaosDriver) sdk(ctx context.Context, prev, text, key string, stream bool) (string, bool) {
-	opts := d.sdkOpts
-	if prev == "" {
-		opts = append(slices.Clone(opts), oopt2.WithHeader("Idempotency-Key", key))
-	}
+	opts := append(slices.Clone(d.sdkOpts), oopt2.WithHeader("Idempotency-Key", key))
 	c := d.e.openai(nil, opts...)
 	p := responses.ResponseNewParams{Model: "convo", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String(text)}}
 	if prev != "" {

@@ -44,7 +44,6 @@ const (
 	// A part of the gateway is down and nothing was sent: come back.
 	CodeResponseNotFound        = "response_not_found"
 	CodeConversationBusy        = "conversation_busy"
-	CodeConversationBranch      = "conversation_branch"
 	CodeStoreUnavailable        = "store_unavailable"
 	CodeCoordinationUnavailable = "coordination_unavailable"
 	CodeDraining                = "draining"
@@ -70,7 +69,6 @@ var codeStatus = map[string]struct {
 	CodeKeyInUse:                {409, true, "invalid_request_error", "invalid_request_error"},
 	CodeResponseNotFound:        {404, false, "invalid_request_error", "not_found_error"},
 	CodeConversationBusy:        {409, true, "invalid_request_error", "invalid_request_error"},
-	CodeConversationBranch:      {409, false, "invalid_request_error", "invalid_request_error"},
 	CodeKeyExpired:              {409, false, "invalid_request_error", "invalid_request_error"},
 	CodeKeyReused:               {422, false, "invalid_request_error", "invalid_request_error"},
 	CodeTenantRateLimited:       {429, true, "rate_limit_error", "rate_limit_error"},

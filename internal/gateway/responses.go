@@ -45,9 +45,7 @@ type turnCall struct {
 
 // turnIdentity is the ledger identity of a turn's current try: each try
 // is a logical request of its own, with its own receipt.
-func turnIdentity(t *ledger.Turn) string {
-	return "t:" + t.ResponseID + "#" + strconv.Itoa(t.Try)
-}
+func turnIdentity(t *ledger.Turn) string { return ledger.TryIdentity(t.ResponseID, t.Try) }
 
 // newResponseID names a new turn's response.
 func newResponseID() string {
@@ -61,9 +59,10 @@ func (g *Gateway) turnError(w http.ResponseWriter, e *apiError) {
 
 // serveResponses handles POST /v1/responses: one turn of a conversation.
 // The turn is written (pending) before anything is sent; a retry of it —
-// the same Idempotency-Key, or the same body on the same parent — finds
-// it and continues it, never appending a copy, and a parent keeps at most
-// one live continuation.
+// the same Idempotency-Key, or the same body on the same parent while it
+// is in flight or within the replay windows — finds it and continues it,
+// never appending a copy. Any other turn on a response is a new branch of
+// the conversation: one turn per user action, however many per response.
 func (g *Gateway) serveResponses(w http.ResponseWriter, r *http.Request) {
 	t := g.tenant(r)
 	if t == nil {
@@ -102,7 +101,11 @@ func (g *Gateway) serveResponses(w http.ResponseWriter, r *http.Request) {
 		g.turnError(w, errorf(CodeInvalidRequest, "request body is not canonical JSON: %v", err))
 		return
 	}
-	requestSHA := identity.SHA256Hex(canon)
+	requestSHA, err := turnSHA(canon)
+	if err != nil {
+		g.turnError(w, errorf(CodeInvalidRequest, "request body is not a JSON object: %v", err))
+		return
+	}
 	ctx := r.Context()
 	var parent *ledger.Turn
 	var history []*ledger.Turn
@@ -113,6 +116,9 @@ func (g *Gateway) serveResponses(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	fp := identity.Fingerprint(g.secret, t.ID, provider.Responses.Operation(), requestSHA)
+	// A gateway before stream left turns' digests stored a turn under
+	// its whole body's fingerprint: the same turn, if it is found so.
+	legacy := identity.Fingerprint(g.secret, t.ID, provider.Responses.Operation(), identity.SHA256Hex(canon))
 	now := g.clock.Now()
 	turn := &ledger.Turn{ResponseID: newResponseID(), Tenant: t.ID, Depth: 1, Fingerprint: fp, RequestSHA256: requestSHA,
 		State: ledger.TurnPending, Try: 1, RequestID: uuid.Must(uuid.NewV7()).String(), Request: body, CreatedAt: now, UpdatedAt: now}
@@ -138,47 +144,61 @@ func (g *Gateway) serveResponses(w http.ResponseWriter, r *http.Request) {
 		g.turnError(w, apiErr)
 		return
 	}
-	if key == "" && (turn.Parent != "" || join) {
-		// A keyless retry finds the turn it repeats by its body: on a
-		// parent, always (a second turn there would branch); a first turn
-		// only while it runs, or as an SDK retry within its window (and
-		// never with X-Oncegate-Join: off).
-		if prev, err := g.ledger.TurnByFingerprint(ctx, t.ID, fp, turn.Parent); err == nil && g.repeats(prev, r) {
+	switch {
+	case key != "":
+	case !join:
+		turn.Fingerprint = "" // an independent turn: no retry finds it
+	default:
+		// A keyless retry finds the turn it repeats by its body and
+		// parent: while that turn is in flight, or within the replay
+		// windows once it has settled. Past them, the same body is a new
+		// user action — a new branch, as a regenerated answer is.
+		if prev := g.repeated(r, t.ID, turn.Parent, fp, legacy); prev != nil {
 			g.continueTurn(w, r, t, alias, req, prev, history)
 			return
 		}
 	}
 	existing, created, err := g.ledger.BeginTurn(ctx, turn)
-	if err == nil && !created && existing.Fingerprint != fp && existing.Parent == turn.Parent && turn.Parent != "" &&
-		(turn.KeyDigest == "" || existing.KeyDigest != turn.KeyDigest) {
-		// Another turn holds the parent: if it ended without an answer,
-		// it gives the parent up, and this turn takes its place.
-		var freed bool
-		if freed, err = g.clearStale(ctx, existing); err == nil && freed {
-			existing, created, err = g.ledger.BeginTurn(ctx, turn)
-		}
-	}
-	if err != nil {
-		g.storeError(w, err)
-		return
-	}
 	switch {
+	case err != nil:
+		g.storeError(w, err)
 	case created:
 		g.metrics.ObserveTurn("user")
+		if turn.Branch > 0 {
+			g.metrics.ObserveBranch()
+		}
 		g.runTurn(w, r, t, alias, req, turn, history)
-	case existing.Fingerprint == fp:
-		g.continueTurn(w, r, t, alias, req, existing, history)
-	case turn.KeyDigest != "" && existing.KeyDigest == turn.KeyDigest:
+	case existing.Fingerprint != fp && existing.Fingerprint != legacy:
 		g.turnError(w, errorf(CodeKeyReused, "the idempotency key was used with a different request body (turn %s)", existing.ResponseID))
 	default:
-		g.turnError(w, g.branchError(ctx, existing))
+		g.continueTurn(w, r, t, alias, req, existing, history)
 	}
 }
 
+// repeated finds the turn a keyless arrival repeats: the newest keyless
+// turn on parent under the first of fps that names one, if repeats says
+// the arrival is its retry; nil if there is none.
+func (g *Gateway) repeated(r *http.Request, tenant, parent string, fps ...string) *ledger.Turn {
+	for i, fp := range fps {
+		if i > 0 && fp == fps[i-1] {
+			continue
+		}
+		if prev, err := g.ledger.TurnByFingerprint(r.Context(), tenant, fp, parent); err == nil {
+			if g.repeats(prev, r) {
+				return prev
+			}
+			return nil
+		}
+	}
+	return nil
+}
+
 // repeats reports whether a keyless arrival whose body matches turn prev
-// is a retry of it.
+// (on the same parent) is a retry of it: prev is in flight, or settled
+// within idempotency.fingerprint_replay_window (sdk_retry_window for an
+// official SDK's retry).
 func (g *Gateway) repeats(prev *ledger.Turn, r *http.Request) bool {
-	if prev.Parent != "" || prev.State == ledger.TurnPending || prev.State == ledger.TurnUnknown {
+	if prev.State.InFlight() {
 		return true
 	}
 	window := g.policy().Idempotency.FingerprintReplayWindow.D()
@@ -209,7 +229,7 @@ func (g *Gateway) parentOf(ctx context.Context, tenant, id string) (*ledger.Turn
 		return nil, nil, e
 	case ledger.TurnFailed:
 		return nil, nil, &apiError{code: CodeInvalidRequest, param: "previous_response_id",
-			message: "response " + id + " failed and cannot be continued; continue from " + firstNonEmpty(p.Parent, "a new conversation")}
+			message: "response " + id + " failed and cannot be continued; " + g.goOnFrom(ctx, p)}
 	}
 	turns, err := g.ledger.ConversationTurns(ctx, tenant, p.Conversation)
 	if err != nil {
@@ -228,14 +248,6 @@ func stored(t *ledger.Turn) bool {
 	return r.Store == nil || *r.Store
 }
 
-// branchError refuses a turn whose parent already has a live
-// continuation: two turns never share a parent.
-func (g *Gateway) branchError(ctx context.Context, live *ledger.Turn) *apiError {
-	g.metrics.ObserveBranchRefused()
-	return errorf(CodeConversationBranch, "response %s already continues as %s; continue from %s (or from its latest turn), or retry that turn with its Idempotency-Key",
-		live.Parent, live.ResponseID, live.ResponseID)
-}
-
 // continueTurn serves an arrival that repeats an existing turn: the
 // answer a done turn committed, the try in flight for a pending one, a
 // new try for one that ended without an answer.
@@ -247,10 +259,14 @@ func (g *Gateway) continueTurn(w http.ResponseWriter, r *http.Request, t *policy
 		g.storeError(w, err)
 		return
 	}
+	if turn.Deleted {
+		g.turnError(w, deletedError(turn))
+		return
+	}
 	switch turn.State {
 	case ledger.TurnDone:
 		g.metrics.ObserveDedup("replayed")
-		g.replayTurn(w, r, turn, req.Stream)
+		g.replayTurn(w, r, turn, req.Stream, "replayed")
 		return
 	case ledger.TurnPending:
 		g.runTurn(w, r, t, alias, req, turn, history)
@@ -271,12 +287,6 @@ func (g *Gateway) continueTurn(w http.ResponseWriter, r *http.Request, t *policy
 	next.Response, next.Status = nil, 0
 	ok, err := g.ledger.UpdateTurn(ctx, &next, turn.State, turn.Try)
 	switch {
-	case err != nil && turn.State == ledger.TurnFailed && turn.Parent != "":
-		// The parent gained another live continuation meanwhile (the
-		// store refused a second one).
-		g.metrics.ObserveBranchRefused()
-		g.turnError(w, errorf(CodeConversationBranch, "response %s already has another continuation; this turn (%s) failed and cannot be retried on it",
-			turn.Parent, turn.ResponseID))
 	case err != nil:
 		g.storeError(w, err)
 	case !ok:
@@ -298,6 +308,14 @@ func (g *Gateway) continueTurn(w http.ResponseWriter, r *http.Request, t *policy
 	}
 }
 
+// deletedError answers a retry of a turn whose response was deleted: the
+// deleted answer is never served again, and a new turn needs a new
+// Idempotency-Key (the key names the deleted one).
+func deletedError(turn *ledger.Turn) *apiError {
+	return &apiError{code: CodeResponseNotFound, message: "response with id '" + turn.ResponseID +
+		"' not found: it was deleted, and is not answered again; send a new turn (with a new Idempotency-Key)"}
+}
+
 // abandonTurn gives up on a turn that ended not knowing: it is marked
 // failed, so its parent can be continued again, with an error that says
 // so.
@@ -305,7 +323,7 @@ func (g *Gateway) abandonTurn(ctx context.Context, turn *ledger.Turn) *ledger.Tu
 	failed := *turn
 	failed.UpdatedAt = g.clock.Now()
 	failed.State = ledger.TurnFailed
-	failed.Status, failed.Response = giveUp(turn)
+	failed.Status, failed.Response = giveUp(turn, g.goOnFrom(ctx, turn))
 	if ok, err := g.ledger.UpdateTurn(ctx, &failed, turn.State, turn.Try); err != nil || !ok {
 		return turn
 	}
@@ -313,11 +331,25 @@ func (g *Gateway) abandonTurn(ctx context.Context, turn *ledger.Turn) *ledger.Tu
 }
 
 // giveUp is the error a turn given up answers with: its status and body.
-func giveUp(turn *ledger.Turn) (int, []byte) {
+// goOn says where the conversation goes on from (goOnFrom).
+func giveUp(turn *ledger.Turn, goOn string) (int, []byte) {
 	e := errorf(CodeOutcomeUnknown, "response %s was given up: %d of its tries ended without knowing whether the provider answered; "+
-		"nothing was added to the conversation, which continues from %s", turn.ResponseID, turn.Ambiguous, firstNonEmpty(turn.Parent, "its start"))
+		"nothing was added to the conversation; %s", turn.ResponseID, turn.Ambiguous, goOn)
 	head, body := e.render(provider.Responses, meta{requestID: turn.RequestID, terminal: gw.TerminalIndeterminate, reason: gw.ReasonIndeterminate})
 	return head.Status, body
+}
+
+// goOnFrom says where a conversation goes on from in place of turn: its
+// parent, or its start. A deleted response is never offered as a place to
+// continue from.
+func (g *Gateway) goOnFrom(ctx context.Context, turn *ledger.Turn) string {
+	if turn.Parent == "" {
+		return "the conversation continues from its start"
+	}
+	if p, err := g.ledger.Turn(ctx, turn.Tenant, turn.Parent); err == nil && p.Deleted {
+		return "the response it continued, " + turn.Parent + ", was deleted: continue from an earlier one"
+	}
+	return "the conversation continues from " + turn.Parent
 }
 
 // replayFailure answers with the error a failed turn ended with.
@@ -351,6 +383,10 @@ func (g *Gateway) runTurn(w http.ResponseWriter, r *http.Request, t *policy.Tena
 	c.id, c.identity = turn.RequestID, turnIdentity(turn)
 	h := c.rec.R
 	h.RequestID, h.KeySHA256, h.Fingerprint = c.id, turn.KeyDigest, turn.Fingerprint
+	if h.Fingerprint == "" {
+		// A turn that joins nothing: its receipt still names its body.
+		h.Fingerprint = identity.Fingerprint(g.secret, t.ID, provider.Responses.Operation(), turn.RequestSHA256)
+	}
 	h.Conversation = &receipt.Conversation{ID: turn.Conversation, ResponseID: turn.ResponseID, PreviousResponseID: turn.Parent,
 		Turn: turn.Depth, Try: turn.Try}
 	c.turn = &turnCall{turn: turn, shell: provider.ShellOf(req, turn.ResponseID, turn.CreatedAt.Unix()), req: req, history: items}
@@ -370,7 +406,11 @@ func (g *Gateway) runTurn(w http.ResponseWriter, r *http.Request, t *policy.Tena
 	// The engine's view of the request (its id seeds the jitter) is
 	// taken from the header: start it again with the turn's.
 	c.rec = receipt.NewRecorder(alias, *h)
-	g.place(w, r, c)
+	fw := newFormWriter(w, req.Stream)
+	g.place(fw, r, c)
+	if fw.other {
+		g.answerInForm(w, r, t, fw, turn.ResponseID)
+	}
 }
 
 // turnRequest is the neutral request for a turn: the conversation so far,
@@ -460,7 +500,7 @@ func (c *call) settleTurn(head *coord.Head, tail []byte, last *attemptResult) {
 			// from its parent at once. (If a stateful provider may hold
 			// the answer, the next arrival reconciles first.)
 			next.State = ledger.TurnFailed
-			next.Status, next.Response = giveUp(&next)
+			next.Status, next.Response = giveUp(&next, c.g.goOnFrom(context.Background(), &next))
 		}
 	default:
 		next.State = ledger.TurnFailed
@@ -486,8 +526,8 @@ func (c *call) settleTurn(head *coord.Head, tail []byte, last *attemptResult) {
 func (c *call) turnUnknownError() *apiError {
 	t := c.turn.turn
 	if c.knownUncommitted() && t.Ambiguous+c.ambiguousAttempts() >= c.g.policy().Conversations.MaxAmbiguous {
-		return errorf(CodeOutcomeUnknown, "response %s was given up: %d of its attempts ended without an answer and nothing of them was committed; "+
-			"the conversation continues from %s", t.ResponseID, t.Ambiguous+c.ambiguousAttempts(), firstNonEmpty(t.Parent, "its start"))
+		return errorf(CodeOutcomeUnknown, "response %s was given up: %d of its attempts ended without an answer and nothing of them was committed; %s",
+			t.ResponseID, t.Ambiguous+c.ambiguousAttempts(), c.g.goOnFrom(context.Background(), t))
 	}
 	return errorf(CodeOutcomeUnknown, "response %s: the provider may have committed this turn, but its reply was lost; "+
 		"send the turn again (the same Idempotency-Key, or the same body): it is reconciled with the provider, never sent blind", t.ResponseID)
@@ -647,7 +687,7 @@ func (g *Gateway) reconcileTurn(ctx context.Context, turn *ledger.Turn) (*ledger
 		head, next.Response = e.render(provider.Responses, meta{requestID: turn.RequestID})
 		next.Status = head.Status
 		if turn.Ambiguous >= g.policy().Conversations.MaxAmbiguous {
-			next.Status, next.Response = giveUp(turn)
+			next.Status, next.Response = giveUp(turn, g.goOnFrom(ctx, turn))
 		}
 	}
 	return g.moveTurn(ctx, turn, &next)
@@ -700,12 +740,17 @@ func storedObject(resp *ledger.Response) ([]byte, error) {
 	return final, nil
 }
 
-// replayTurn answers an arrival for a done turn with its response: the
-// object, or a stream of it.
-func (g *Gateway) replayTurn(w http.ResponseWriter, r *http.Request, turn *ledger.Turn, stream bool) {
+// replayTurn answers an arrival for a done turn with its response, in
+// the form asked for: the object, or a stream of it (the try's own bytes
+// when it was asked for in the same form). dedup labels the answer.
+func (g *Gateway) replayTurn(w http.ResponseWriter, r *http.Request, turn *ledger.Turn, stream bool, dedup string) {
+	if turn.Deleted {
+		g.turnError(w, deletedError(turn))
+		return
+	}
 	h := w.Header()
 	setIDHeaders(h, turn.RequestID, 0)
-	h.Set("X-Oncegate-Dedup", "replayed")
+	h.Set("X-Oncegate-Dedup", dedup)
 	if rec, err := g.ledger.Get(r.Context(), turnIdentity(turn)); err == nil && rec.Response != nil && rec.State == ledger.Succeeded &&
 		(rec.Response.ContentType == "text/event-stream") == stream {
 		h.Set("Content-Type", rec.Response.ContentType)
@@ -770,8 +815,8 @@ func (g *Gateway) sweepTip(ctx context.Context, turn *ledger.Turn) error {
 		return err
 	}
 	for _, t := range turns {
-		if t.Parent == turn.ResponseID && t.State.Live() {
-			return nil // not the tip: its child's turn reads it
+		if t.Parent == turn.ResponseID && t.State.Live() && readUpstream(t.Upstream).Conversation == u.Conversation {
+			return nil // not the tip: its continuation there reads it
 		}
 	}
 	items, err := historyItems(ledger.Chain(turns, turn.ResponseID))
@@ -808,7 +853,7 @@ func (g *Gateway) lookupTurn(r *http.Request, t *policy.Tenant) (*ledger.Turn, *
 }
 
 // deleteResponse handles DELETE /v1/responses/{id}: the response is no
-// longer served, and nothing new may continue from it.
+// longer served, replayed or continued.
 func (g *Gateway) deleteResponse(w http.ResponseWriter, r *http.Request, t *policy.Tenant) {
 	turn, apiErr := g.lookupTurn(r, t)
 	if apiErr != nil {
@@ -822,8 +867,10 @@ func (g *Gateway) deleteResponse(w http.ResponseWriter, r *http.Request, t *poli
 		return
 	}
 	del := *turn
-	del.Deleted, del.UpdatedAt = true, g.clock.Now()
-	if ok, err := g.ledger.UpdateTurn(r.Context(), &del, turn.State, turn.Try); err != nil || !ok {
+	del.UpdatedAt = g.clock.Now()
+	// The turn and, in the same commit, its tries' records: a stored
+	// answer there would replay the deleted response.
+	if ok, err := g.ledger.DeleteTurn(r.Context(), &del, turn.State, turn.Try); err != nil || !ok {
 		g.turnError(w, errorf(CodeConversationBusy, "response %s changed while it was being deleted; try again", turn.ResponseID))
 		return
 	}
@@ -896,29 +943,4 @@ func storeAPIError(err error) *apiError {
 	e := errorf(CodeStoreUnavailable, "the gateway's store could not be reached: %v", err)
 	e.retryAfter = 1
 	return e
-}
-
-// clearStale reconciles the live turn that stands in a new turn's place
-// (it continues the same parent), before anything else happens on the
-// conversation. A turn whose try ended without an answer — unknown, or
-// pending with no try running for longer than a lease — added nothing to
-// the conversation the gateway holds: it is marked failed, and true says
-// the parent is free again.
-func (g *Gateway) clearStale(ctx context.Context, live *ledger.Turn) (bool, error) {
-	live, err := g.refreshTurn(ctx, live)
-	if err != nil {
-		return false, err
-	}
-	switch live.State {
-	case ledger.TurnFailed:
-		return true, nil
-	case ledger.TurnUnknown:
-	case ledger.TurnPending:
-		if _, err := g.ledger.Get(ctx, turnIdentity(live)); !errors.Is(err, ledger.ErrNotFound) || g.clock.Now().Sub(live.UpdatedAt) < g.lease {
-			return false, nil
-		}
-	default:
-		return false, nil
-	}
-	return g.abandonTurn(ctx, live).State == ledger.TurnFailed, nil
 }

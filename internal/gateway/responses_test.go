@@ -5,13 +5,17 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/responses"
 
+	"github.com/oncegate/oncegate/internal/identity"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/provider"
@@ -137,10 +141,12 @@ func TestResponsesOnAnAnthropicRoute(t *testing.T) {
 	})
 }
 
-// A retry of a turn — the same key, or the same body on the same parent —
-// continues it: one upstream call, one answer, one turn. A different turn
-// on a parent that already has one is refused: no branches.
-func TestResponsesRetriesNeverAppendOrBranch(t *testing.T) {
+// A retry of a turn — the same key, or the same body on the same parent
+// while the turn runs or within the replay windows — continues it: one
+// upstream call, one answer, one turn. Any other turn on a response is a
+// branch of the conversation, served as OpenAI serves it: a regenerated
+// answer, an edited question.
+func TestResponsesRetriesNeverAppendAndBranchesAreServed(t *testing.T) {
 	t.Parallel()
 	inBubble(t, envOptions{mock: mock.Config{Tokens: 5}}, func(t *testing.T, e *env) {
 		send := func(body string, hdr map[string]string) (int, map[string]any, http.Header) {
@@ -155,8 +161,9 @@ func TestResponsesRetriesNeverAppendOrBranch(t *testing.T) {
 		}
 		rootID := root["id"].(string)
 		body := `{"model":"chat","input":"next","previous_response_id":"` + rootID + `"}`
-		// Concurrent re-POSTs of one keyed turn, and keyless ones of the
-		// same body: all one turn.
+		// Concurrent re-POSTs of one keyed turn are one turn; so are
+		// concurrent keyless ones of one body (a key names a user action
+		// of its own: the keyless ones are another).
 		var wg sync.WaitGroup
 		ids := make([]string, 8)
 		for i := range ids {
@@ -176,51 +183,88 @@ func TestResponsesRetriesNeverAppendOrBranch(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		for _, id := range ids {
-			if id != ids[0] {
+		keyed, keyless := ids[0], ids[1]
+		for i, id := range ids {
+			if want := []string{keyed, keyless}[i%2]; id != want {
 				t.Fatalf("one turn answered under several ids: %v", ids)
 			}
 		}
-		if calls := e.primary.Stats().Requests; calls != 2 {
-			t.Fatalf("%d upstream calls for two turns", calls)
+		if calls := e.primary.Stats().Requests; calls != 3 {
+			t.Fatalf("%d upstream calls for three turns", calls)
 		}
-		// A re-POST after the turn finished replays it.
-		if st, m, hdr := send(body, nil); st != 200 || m["id"] != ids[0] || hdr.Get("X-Oncegate-Dedup") != "replayed" {
-			t.Fatalf("replay: %d %v %v", st, m, hdr)
+		// A re-POST after the turn finished replays it: under its key, or
+		// as an SDK's retry within idempotency.sdk_retry_window.
+		if st, m, hdr := send(body, map[string]string{"Idempotency-Key": "turn-2"}); st != 200 || m["id"] != keyed || hdr.Get("X-Oncegate-Dedup") != "replayed" {
+			t.Fatalf("keyed replay: %d %v %v", st, m, hdr)
 		}
-		// A different continuation of the same parent is a branch.
-		st, m, hdr := send(`{"model":"chat","input":"something else","previous_response_id":"`+rootID+`"}`, map[string]string{"Idempotency-Key": "other"})
-		if st != 409 || errCode(m) != CodeConversationBranch || hdr.Get("x-should-retry") != "false" {
-			t.Fatalf("branch: %d %v", st, m)
+		if st, m, hdr := send(body, map[string]string{"X-Stainless-Retry-Count": "1"}); st != 200 || m["id"] != keyless || hdr.Get("X-Oncegate-Dedup") != "replayed" {
+			t.Fatalf("keyless SDK retry: %d %v %v", st, m, hdr)
+		}
+		// The same question asked again later, with no key, is a new
+		// user action: a regenerated answer, a branch of its own.
+		st, again, hdr := send(body, nil)
+		if st != 200 || again["id"] == keyless || again["id"] == keyed || hdr.Get("X-Oncegate-Dedup") != "miss" || again["previous_response_id"] != rootID {
+			t.Fatalf("regenerate: %d %v %v", st, again, hdr)
+		}
+		// A different continuation of the same parent (an edited
+		// question) is a branch too.
+		st, edited, _ := send(`{"model":"chat","input":"something else","previous_response_id":"`+rootID+`"}`, map[string]string{"Idempotency-Key": "other"})
+		want := conversationAnswer([]string{"start", "something else"}, 5)[1]
+		if st != 200 || edited["previous_response_id"] != rootID || outputOf(edited) != want {
+			t.Fatalf("edit: %d %v, want %q (the branch reads its own history)", st, edited, want)
 		}
 		// The same key with another body is a reused key.
-		if st, m, _ = send(`{"model":"chat","input":"one"}`, map[string]string{"Idempotency-Key": "k-first"}); st != 200 {
+		if st, m, _ := send(`{"model":"chat","input":"one"}`, map[string]string{"Idempotency-Key": "k-first"}); st != 200 {
 			t.Fatalf("keyed first turn: %d %v", st, m)
 		}
-		st, m, _ = send(`{"model":"chat","input":"two"}`, map[string]string{"Idempotency-Key": "k-first"})
+		st, m, _ := send(`{"model":"chat","input":"two"}`, map[string]string{"Idempotency-Key": "k-first"})
 		if st != 422 || errCode(m) != CodeKeyReused {
 			t.Fatalf("reused key: %d %v", st, m)
 		}
-		// Continuing from the latest turn works.
-		st, m, _ = send(`{"model":"chat","input":"go on","previous_response_id":"`+ids[0]+`"}`, nil)
-		if st != 200 || m["previous_response_id"] != ids[0] {
-			t.Fatalf("continue: %d %v", st, m)
+		// Each branch goes on with its own history.
+		st, m, _ = send(`{"model":"chat","input":"go on","previous_response_id":"`+edited["id"].(string)+`"}`, nil)
+		want = conversationAnswer([]string{"start", "something else", "go on"}, 5)[2]
+		if st != 200 || m["previous_response_id"] != edited["id"] || outputOf(m) != want {
+			t.Fatalf("continue a branch: %d %v, want %q", st, m, want)
 		}
 		if st, m, _ = send(`{"model":"chat","input":"x","previous_response_id":"resp_missing"}`, nil); st != 404 || errCode(m) != CodeResponseNotFound {
 			t.Fatalf("missing parent: %d %v", st, m)
 		}
 		turns, err := e.gw.ledger.ConversationTurns(context.Background(), "acme", rootID)
-		if err != nil || len(turns) != 3 {
+		if err != nil || len(turns) != 6 {
 			t.Fatalf("the conversation holds %d turns: %v", len(turns), err)
 		}
-		parents := map[string]bool{}
+		branches := map[int]bool{}
 		for _, tr := range turns {
-			if parents[tr.Parent] {
-				t.Fatalf("two turns share the parent %q", tr.Parent)
+			if tr.Parent == rootID {
+				branches[tr.Branch] = true
 			}
-			parents[tr.Parent] = true
+		}
+		if len(branches) != 4 || !branches[0] || !branches[3] {
+			t.Fatalf("the root's four continuations are branches %v", branches)
+		}
+		if calls := e.primary.Stats().Requests; calls != 7 {
+			t.Fatalf("%d upstream calls for seven turns", calls)
+		}
+		if b := e.metricsText(); !strings.Contains(string(b), "oncegate_conversation_branches_total 3\n") {
+			t.Fatal("/metrics does not count the three branches")
 		}
 	})
+}
+
+// outputOf is a response object's output text.
+func outputOf(m map[string]any) string {
+	var s string
+	out, _ := m["output"].([]any)
+	for _, o := range out {
+		content, _ := o.(map[string]any)["content"].([]any)
+		for _, c := range content {
+			if t, ok := c.(map[string]any)["text"].(string); ok {
+				s += t
+			}
+		}
+	}
+	return s
 }
 
 func errCode(m map[string]any) string {
@@ -556,6 +600,302 @@ func TestStatefulTurnGivenUpAfterMaxAmbiguous(t *testing.T) {
 		stored := e.fallback.Conversation(readUpstream(turns[len(turns)-1].Upstream).Conversation)
 		if len(stored) != 4 || len(items) != 4 {
 			t.Fatalf("the provider holds %d items, the gateway %d (want 4: two turns)", len(stored), len(items))
+		}
+	})
+}
+
+// On a stateful route a branch cannot go on in its parent's upstream
+// conversation, which went on with the parent's first continuation: it
+// gets a conversation of its own, seeded with its history, and each
+// branch's answer reads its own history only. Both upstream conversations
+// hold exactly what their branch's clients read.
+func TestStatefulBranchesGetAnUpstreamConversationOfTheirOwn(t *testing.T) {
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 6}}, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		c := e.openai(nil)
+		turnOn := func(prev, input string) *responses.Response {
+			t.Helper()
+			p := responses.ResponseNewParams{Model: "convo", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String(input)}}
+			if prev != "" {
+				p.PreviousResponseID = openai.String(prev)
+			}
+			res, err := c.Responses.New(ctx, p)
+			if err != nil {
+				t.Fatalf("%q: %v", input, err)
+			}
+			return res
+		}
+		root := turnOn("", "first")
+		a := turnOn(root.ID, "second")
+		b := turnOn(root.ID, "second, said otherwise") // an edited question
+		a2 := turnOn(a.ID, "third")
+		b2 := turnOn(b.ID, "third")
+		for _, tc := range []struct {
+			users []string
+			got   []*responses.Response
+		}{
+			{[]string{"first", "second", "third"}, []*responses.Response{root, a, a2}},
+			{[]string{"first", "second, said otherwise", "third"}, []*responses.Response{root, b, b2}},
+		} {
+			want := conversationAnswer(tc.users, 6)
+			for i, res := range tc.got {
+				if res.OutputText() != want[i] {
+					t.Fatalf("%v, turn %d: %q, want %q (the branch reads its own history)", tc.users, i+1, res.OutputText(), want[i])
+				}
+			}
+			turns, err := e.gw.ledger.ConversationTurns(ctx, "acme", root.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tip := ledger.Chain(turns, tc.got[2].ID)
+			items, err := historyItems(tip)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stored := e.fallback.Conversation(readUpstream(tip[2].Upstream).Conversation)
+			if len(stored) != len(items) {
+				t.Fatalf("%v: the provider's conversation holds %d items, the branch %d", tc.users, len(stored), len(items))
+			}
+			for i := range items {
+				if itemText(stored[i]) != itemText(items[i]) {
+					t.Fatalf("%v, item %d: provider %q, gateway %q", tc.users, i, itemText(stored[i]), itemText(items[i]))
+				}
+			}
+		}
+		if n := e.fallback.StoredResponses(); n != 5 {
+			t.Fatalf("the provider committed %d responses for five turns", n)
+		}
+	})
+}
+
+// A deleted response is never served again: not to a re-POST of its turn
+// under its key (404: the key names the deleted turn), not to a keyless
+// retry (a new turn), and not from the record of the try that produced it
+// (deleted with it). It cannot be continued (404), its parent can
+// (another branch), and no error offers it as the place to go on from.
+func TestDeletedResponsesAreNeverReplayed(t *testing.T) {
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 5}}, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		send := func(body string, hdr map[string]string) (int, map[string]any, http.Header, string) {
+			res, b := e.post("/v1/responses", body, hdr)
+			var m map[string]any
+			_ = json.Unmarshal(b, &m)
+			return res.StatusCode, m, res.Header, string(b)
+		}
+		del := func(id string) {
+			req, _ := http.NewRequest("DELETE", e.url+"/v1/responses/"+id, nil)
+			req.Header.Set("Authorization", "Bearer "+keyAcme)
+			res, err := e.client.Do(req)
+			if err != nil || res.StatusCode != 200 {
+				t.Fatalf("delete %s: %v %v", id, res, err)
+			}
+			res.Body.Close()
+		}
+		_, root, _, _ := send(`{"model":"chat","input":"start"}`, nil)
+		rootID := root["id"].(string)
+		keyed := `{"model":"chat","input":"keyed","previous_response_id":"` + rootID + `"}`
+		st, k, _, _ := send(keyed, map[string]string{"Idempotency-Key": "k-del"})
+		if st != 200 {
+			t.Fatalf("keyed turn: %d %v", st, k)
+		}
+		kID, kText := k["id"].(string), outputOf(k)
+		if _, err := e.gw.ledger.Get(ctx, ledger.TryIdentity(kID, 1)); err != nil {
+			t.Fatalf("the try's record: %v", err)
+		}
+		del(kID)
+		if r, err := e.gw.ledger.Get(ctx, ledger.TryIdentity(kID, 1)); !errors.Is(err, ledger.ErrNotFound) {
+			t.Fatalf("the record of the try that answered the deleted response: %+v %v", r, err)
+		}
+		var m map[string]any
+		var b string
+		for _, body := range []string{keyed, strings.Replace(keyed, `"model"`, `"stream":true,"model"`, 1)} {
+			var hdr http.Header
+			st, m, hdr, b = send(body, map[string]string{"Idempotency-Key": "k-del"})
+			if st != 404 || errCode(m) != CodeResponseNotFound || strings.Contains(b, kText) || hdr.Get("X-Oncegate-Dedup") == "replayed" {
+				t.Fatalf("the deleted turn's key again (%s): %d %s", body, st, b)
+			}
+		}
+		calls := e.primaryCalls()
+		keyless := `{"model":"chat","input":"keyless","previous_response_id":"` + rootID + `"}`
+		_, u, _, _ := send(keyless, nil)
+		del(u["id"].(string))
+		st, again, hdr, _ := send(keyless, map[string]string{"X-Stainless-Retry-Count": "1"})
+		if st != 200 || again["id"] == u["id"] || hdr.Get("X-Oncegate-Dedup") != "miss" || e.primaryCalls() != calls+2 {
+			t.Fatalf("a keyless retry of a deleted turn is a new turn: %d %v %v (%d upstream calls)", st, again, hdr, e.primaryCalls()-calls)
+		}
+		// The deleted response cannot be continued; its parent can.
+		st, m, _, _ = send(`{"model":"chat","input":"on","previous_response_id":"`+kID+`"}`, nil)
+		if st != 404 || errCode(m) != CodeResponseNotFound {
+			t.Fatalf("continue a deleted response: %d %v", st, m)
+		}
+		if st, m, _, _ := send(`{"model":"chat","input":"other","previous_response_id":"`+rootID+`"}`, nil); st != 200 {
+			t.Fatalf("continue the deleted response's parent: %d %v", st, m)
+		}
+		// A turn that failed on a response since deleted: continuing it is
+		// refused without offering the deleted response.
+		_, p, _, _ := send(`{"model":"chat","input":"parent","previous_response_id":"`+rootID+`"}`, nil)
+		pID := p["id"].(string)
+		e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 400, Message: "no"})))
+		st, f, _, _ := send(`{"model":"chat","input":"fails","previous_response_id":"`+pID+`"}`, nil)
+		if st != 400 {
+			t.Fatalf("a failing turn: %d %v", st, f)
+		}
+		e.primary.SetScript(mock.Script{})
+		turns, _ := e.gw.ledger.ConversationTurns(ctx, "acme", rootID)
+		failed := turns[len(turns)-1]
+		if failed.State != ledger.TurnFailed || failed.Parent != pID {
+			t.Fatalf("the failed turn: %+v", failed)
+		}
+		del(pID)
+		st, _, _, b = send(`{"model":"chat","input":"on","previous_response_id":"`+failed.ResponseID+`"}`, nil)
+		if st != 400 || strings.Contains(b, "continue from "+pID) || !strings.Contains(b, "was deleted") {
+			t.Fatalf("continue a failed turn whose parent was deleted: %d %s", st, b)
+		}
+	})
+}
+
+// completedOf reads a Responses event stream's final response object
+// (response.completed), or nil.
+func completedOf(b []byte) map[string]any {
+	for _, line := range strings.Split(string(b), "\n") {
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok {
+			continue
+		}
+		var ev struct {
+			Type     string         `json:"type"`
+			Response map[string]any `json:"response"`
+		}
+		if json.Unmarshal([]byte(data), &ev) == nil && ev.Type == "response.completed" {
+			return ev.Response
+		}
+	}
+	return nil
+}
+
+// A turn asked again in the other form — as a stream when it was asked
+// for as JSON, or the other way round — is the same turn, keyed or
+// keyless: a finished one replays in the form asked for, and one still
+// running is joined, its answer given in the form asked for once it is
+// done. One upstream generation each.
+func TestTurnAskedAgainInTheOtherForm(t *testing.T) {
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 8, TTFT: 100 * time.Millisecond, TokenInterval: 20 * time.Millisecond}}, func(t *testing.T, e *env) {
+		_, b := e.post("/v1/responses", `{"model":"chat","input":"start"}`, nil)
+		var root struct{ ID string }
+		_ = json.Unmarshal(b, &root)
+		body := func(input string, stream bool) string {
+			return `{"model":"chat","stream":` + strconv.FormatBool(stream) + `,"input":"` + input + `","previous_response_id":"` + root.ID + `"}`
+		}
+		// read is the response object an answer carries, whichever form
+		// it came in, checked to be the form asked for.
+		read := func(res *http.Response, b []byte, stream bool) map[string]any {
+			t.Helper()
+			if res.StatusCode != 200 || (res.Header.Get("Content-Type") == "text/event-stream") != stream {
+				t.Fatalf("asked for stream %v: %d %s %.300s", stream, res.StatusCode, res.Header.Get("Content-Type"), b)
+			}
+			if stream {
+				return completedOf(b)
+			}
+			var m map[string]any
+			_ = json.Unmarshal(b, &m)
+			return m
+		}
+		for i, tc := range []struct {
+			name    string
+			hdr     map[string]string // the second arrival's headers (the first's, without the SDK's retry count)
+			stream  bool              // the first arrival's form
+			running bool              // the second arrives while the first runs
+		}{
+			{"keyed, finished, JSON then stream", map[string]string{"Idempotency-Key": "k1"}, false, false},
+			{"keyed, finished, stream then JSON", map[string]string{"Idempotency-Key": "k2"}, true, false},
+			{"keyless SDK retry, finished, JSON then stream", map[string]string{"X-Stainless-Retry-Count": "1"}, false, false},
+			{"keyed, running, stream then JSON", map[string]string{"Idempotency-Key": "k3"}, true, true},
+			{"keyed, running, JSON then stream", map[string]string{"Idempotency-Key": "k4"}, false, true},
+			{"keyless, running, stream then JSON", nil, true, true},
+		} {
+			input := "turn " + strconv.Itoa(i)
+			first := map[string]string{}
+			for k, v := range tc.hdr {
+				if k != "X-Stainless-Retry-Count" {
+					first[k] = v
+				}
+			}
+			calls := e.primaryCalls()
+			var firstObj map[string]any
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				res, b := e.post("/v1/responses", body(input, tc.stream), first)
+				firstObj = read(res, b, tc.stream)
+			}()
+			if !tc.running {
+				<-done
+			} else {
+				synctest.Wait() // the first is waiting on its upstream's next token
+			}
+			res, b := e.post("/v1/responses", body(input, !tc.stream), tc.hdr)
+			second := read(res, b, !tc.stream)
+			<-done
+			want := map[bool]string{false: "replayed", true: "joined"}[tc.running]
+			if second["id"] != firstObj["id"] || outputOf(second) != outputOf(firstObj) || outputOf(second) == "" ||
+				res.Header.Get("X-Oncegate-Dedup") != want {
+				t.Fatalf("%s: %v %q (%s), the turn is %v %q", tc.name, second["id"], outputOf(second), res.Header.Get("X-Oncegate-Dedup"),
+					firstObj["id"], outputOf(firstObj))
+			}
+			if n := e.primaryCalls() - calls; n != 1 {
+				t.Fatalf("%s: %d upstream generations for one turn", tc.name, n)
+			}
+		}
+	})
+}
+
+// A turn a gateway of the previous version stored — under the
+// fingerprint of its whole body, stream flag included — is still the same
+// turn to a retry of it after an upgrade: under its key it replays (not
+// 422), and keyless, still running, it is joined (not run twice).
+func TestTurnsStoredBeforeStreamLeftTheDigestAreStillFound(t *testing.T) {
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 5}}, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		_, b := e.post("/v1/responses", `{"model":"chat","input":"start"}`, nil)
+		var root struct{ ID string }
+		_ = json.Unmarshal(b, &root)
+		body := `{"model":"chat","stream":false,"input":"next","previous_response_id":"` + root.ID + `"}`
+		res, b := e.post("/v1/responses", body, map[string]string{"Idempotency-Key": "now"})
+		var first struct{ ID string }
+		if res.StatusCode != 200 || json.Unmarshal(b, &first) != nil {
+			t.Fatalf("turn: %d %s", res.StatusCode, b)
+		}
+		// The same turn as the previous version stored it.
+		canon, _ := identity.Canonicalize([]byte(body))
+		op := provider.Responses.Operation()
+		legacy := identity.Fingerprint(e.gw.secret, "acme", op, identity.SHA256Hex(canon))
+		old, err := e.gw.ledger.Turn(ctx, "acme", first.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old.ResponseID, old.KeyDigest, old.Fingerprint = "resp_before_the_upgrade", identity.KeyDigest("acme", op, "old"), legacy
+		if _, created, err := e.gw.ledger.BeginTurn(ctx, old); err != nil || !created {
+			t.Fatalf("store the old turn: %v %v", created, err)
+		}
+		calls := e.primaryCalls()
+		res, b = e.post("/v1/responses", body, map[string]string{"Idempotency-Key": "old"})
+		if res.StatusCode != 200 || res.Header.Get("X-Oncegate-Dedup") != "replayed" || e.primaryCalls() != calls {
+			t.Fatalf("its key after the upgrade: %d %s", res.StatusCode, b)
+		}
+		keyless := *old
+		keyless.ResponseID, keyless.KeyDigest, keyless.State, keyless.Response = "resp_keyless_before", "", ledger.TurnPending, nil
+		keyless.RequestID = "01a23598-0000-7000-8000-000000000001"
+		if _, created, err := e.gw.ledger.BeginTurn(ctx, &keyless); err != nil || !created {
+			t.Fatalf("store the old keyless turn: %v %v", created, err)
+		}
+		calls = e.primaryCalls()
+		res, b = e.post("/v1/responses", body, nil)
+		if res.StatusCode != 200 || !strings.Contains(string(b), keyless.ResponseID) || e.primaryCalls() != calls+1 {
+			t.Fatalf("a keyless retry of a turn in flight before the upgrade: %d %s (%d calls)", res.StatusCode, b, e.primaryCalls()-calls)
 		}
 	})
 }

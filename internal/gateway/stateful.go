@@ -98,15 +98,26 @@ func (c *call) statefulAttempt(ctx context.Context, res *attemptResult, n int) *
 }
 
 // upstreamConversation returns the upstream conversation a turn goes into
-// on route: its parent's, if the parent went there on the same route,
-// otherwise a new one seeded with the conversation so far. The turn's
-// record of it is durable before anything is sent into it.
+// on route: the one its earlier tries went into; else its parent's, if the
+// parent went there on the same route and the turn is the parent's first
+// continuation (branch 0); otherwise a new one seeded with the
+// conversation so far. A later continuation of the same response — a
+// branch — cannot go into the parent's conversation: that went on with
+// the first, and the model would read the first branch as this one's
+// history. The turn's record of it is durable before anything is sent
+// into it.
 func (c *call) upstreamConversation(ctx context.Context, route *policy.Route) (string, error) {
 	tc := c.turn
-	if u := readUpstream(tc.turn.Upstream); u.Route == route.ID && u.Conversation != "" {
+	parent := readUpstream(tc.parentUpstream).Conversation
+	if u := readUpstream(tc.turn.Upstream); u.Route == route.ID && u.Conversation != "" && (tc.turn.Branch == 0 || u.Conversation != parent) {
+		// (A branch never keeps its parent's conversation, which a turn
+		// written before branches were numbered may name.)
 		return u.Conversation, nil
 	}
-	u := readUpstream(tc.parentUpstream)
+	var u upstreamRecord
+	if tc.turn.Branch == 0 {
+		u = readUpstream(tc.parentUpstream)
+	}
 	if u.Route == route.ID && u.Conversation != "" && u.suspect(c.g.clock.Now()) {
 		// A try of an earlier turn may have been committed late: read the
 		// conversation before adding to it.

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"strconv"
 	"time"
 )
 
@@ -11,8 +12,7 @@ type TurnState string
 
 // The turn states. A pending turn has a try in flight; done has its
 // answer committed; unknown ended ambiguously and must be reconciled
-// before anything else happens on its conversation; failed committed
-// nothing, and frees its parent for another turn.
+// before it is tried again; failed committed nothing.
 const (
 	TurnPending TurnState = "pending"
 	TurnDone    TurnState = "done"
@@ -20,9 +20,14 @@ const (
 	TurnFailed  TurnState = "failed"
 )
 
-// Live reports whether a turn in state s holds its place in the
-// conversation: a parent has at most one live child.
+// Live reports whether a turn in state s may hold an answer: every
+// state but failed.
 func (s TurnState) Live() bool { return s != TurnFailed }
+
+// InFlight reports whether a turn in state s has not settled: its try is
+// running (pending), or may have been committed without the gateway
+// knowing (unknown). An arrival that repeats such a turn continues it.
+func (s TurnState) InFlight() bool { return s == TurnPending || s == TurnUnknown }
 
 // Turn is one turn of a stored conversation: the user's input and the
 // assistant's answer to it, under one response id.
@@ -36,11 +41,18 @@ type Turn struct {
 	Parent string
 	// Depth is the turn's place in its conversation, from 1.
 	Depth int
+	// Branch is the turn's place among its parent's continuations, from
+	// 0, in the order they were begun (BeginTurn numbers it). A response
+	// may be continued any number of times (a regenerated answer, an
+	// edited question); on a stateful route only branch 0 goes on in
+	// the parent's upstream conversation.
+	Branch int
 	// KeyDigest names a keyed turn (its Idempotency-Key's digest); ""
 	// for a keyless one.
 	KeyDigest string
-	// Fingerprint identifies the request body (with its parent), so a
-	// keyless retry finds the turn it repeats.
+	// Fingerprint identifies the request body (with its parent, without
+	// its stream flag), so a retry finds the turn it repeats; "" for a
+	// keyless turn that joins nothing (X-Oncegate-Join: off).
 	Fingerprint   string
 	RequestSHA256 string
 	State         TurnState
@@ -62,7 +74,7 @@ type Turn struct {
 	// upstream conversation and response ids.
 	Upstream []byte
 	// Deleted: the client deleted the response; it is no longer served,
-	// and no new turn may continue from it.
+	// replayed or continued.
 	Deleted   bool
 	CreatedAt time.Time
 	UpdatedAt time.Time
@@ -85,11 +97,14 @@ type Orphan struct {
 // TurnStore is the turn ledger: conversations a gateway holds for
 // /v1/responses, one row per turn.
 type TurnStore interface {
-	// BeginTurn writes t, pending, in one durable commit, unless the
-	// turn exists already: one of t.Tenant with t.KeyDigest (when set),
-	// or a live turn with t.Parent (when set). Then it returns that turn
-	// and created false, writing nothing. So a retry never appends a
-	// copy and two live turns never share a parent.
+	// BeginTurn writes t, pending, in one durable commit, numbering its
+	// branch (t.Branch: how many continuations of t.Parent were begun
+	// before it), unless the turn exists already: the turn of t.Tenant
+	// with t.KeyDigest (when set), or, for a keyless t with a
+	// fingerprint, an undeleted keyless turn in flight (pending or
+	// unknown) with the same fingerprint and parent. Then it returns
+	// that turn and created false, writing nothing. So a retry never
+	// appends a copy, while a parent may have many continuations.
 	BeginTurn(ctx context.Context, t *Turn) (existing *Turn, created bool, err error)
 	// UpdateTurn writes t's state, try, request id, ambiguous count,
 	// response, status, upstream record and deleted flag, if the stored
@@ -97,9 +112,15 @@ type TurnStore interface {
 	UpdateTurn(ctx context.Context, t *Turn, from TurnState, fromTry int) (bool, error)
 	// Turn returns a tenant's turn by response id, or ErrNotFound.
 	Turn(ctx context.Context, tenant, responseID string) (*Turn, error)
-	// TurnByFingerprint returns the newest turn of tenant with that
-	// fingerprint and parent, or ErrNotFound.
+	// TurnByFingerprint returns the newest undeleted keyless turn of
+	// tenant with that fingerprint and parent, or ErrNotFound.
 	TurnByFingerprint(ctx context.Context, tenant, fingerprint, parent string) (*Turn, error)
+	// DeleteTurn marks t deleted, if the stored turn is still in state
+	// from at try fromTry (false if it moved on), and in the same commit
+	// deletes the finished request records of its tries (identities
+	// TryIdentity(t.ResponseID, 1 … t.Try)), whose stored answers would
+	// replay it; their events and receipts stay.
+	DeleteTurn(ctx context.Context, t *Turn, from TurnState, fromTry int) (bool, error)
 	// ConversationTurns returns every turn of a conversation (failed
 	// ones too), by depth then creation.
 	ConversationTurns(ctx context.Context, tenant, conversation string) ([]*Turn, error)
@@ -109,6 +130,21 @@ type TurnStore interface {
 	AddOrphan(ctx context.Context, o *Orphan) (bool, error)
 	// Orphans lists a conversation's orphans, oldest first.
 	Orphans(ctx context.Context, tenant, conversation string) ([]*Orphan, error)
+}
+
+// TryIdentity is the request record identity of a turn's try: each try
+// is a logical request of its own, with its own receipt.
+func TryIdentity(responseID string, try int) string {
+	return "t:" + responseID + "#" + strconv.Itoa(try)
+}
+
+// TryIdentities are the identities of every try of t.
+func TryIdentities(t *Turn) []string {
+	out := make([]string, 0, t.Try)
+	for n := 1; n <= t.Try; n++ {
+		out = append(out, TryIdentity(t.ResponseID, n))
+	}
+	return out
 }
 
 // Chain returns the turns from a conversation's first turn to the turn

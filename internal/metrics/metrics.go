@@ -116,7 +116,7 @@ func New(reg *prometheus.Registry) *Metrics {
 	m.errorResponses = counter("error_responses_total", "Answers that were a gateway error, by code and status: refusals (401, 400, 404, 413, 429, an open circuit, a budget) and failures.", "code", "status")
 	m.turns = counter("turns_total", "Conversation turns committed, by role (user, assistant); a turn's user message counts when it is written, its answer when it is done.", "role")
 	m.orphans = scalar("orphaned_turns_total", "Generations an upstream committed for a turn besides the one the conversation kept.")
-	m.branches = scalar("conversation_branches_refused_total", "Turns refused because their parent already had a live continuation.")
+	m.branches = scalar("conversation_branches_total", "Turns that continue a response another turn already continued (a regenerated answer, an edited question).")
 	m.turnRatio = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "oncegate", Name: "turn_ratio",
 		Help: "Assistant turns ÷ user turns this process wrote: 1.0 when every turn got one answer, below when some failed, never above."},
 		m.ratio)
@@ -213,9 +213,9 @@ func (m *Metrics) ObserveTurn(role string) {
 // ObserveOrphan counts an orphaned generation.
 func (m *Metrics) ObserveOrphan() { m.orphans.Inc() }
 
-// ObserveBranchRefused counts a turn refused to keep its conversation
-// from branching.
-func (m *Metrics) ObserveBranchRefused() { m.branches.Inc() }
+// ObserveBranch counts a turn begun on a response that another turn
+// already continued: a second branch of its conversation.
+func (m *Metrics) ObserveBranch() { m.branches.Inc() }
 
 // ratio is assistant turns ÷ user turns: at most 1 (turns that failed
 // hold it below); above 1, something wrote answers nobody asked for.

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -280,4 +281,119 @@ func orphanList(os []*ledger.Orphan) string {
 		fmt.Fprintf(&b, "%+v; ", *o)
 	}
 	return b.String()
+}
+
+// sendTurn posts a turn and returns the exchange.
+func (g *gateway) sendTurn(ctx context.Context, key, body string) call {
+	req, _ := http.NewRequestWithContext(ctx, "POST", g.url+"/v1/responses", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return call{err: err}
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	return call{status: res.StatusCode, header: res.Header, body: b, err: err}
+}
+
+// responseOf is the response object an answer carries: the JSON body, or
+// a stream's response.completed event's.
+func responseOf(c call) map[string]any {
+	var m map[string]any
+	if c.header.Get("Content-Type") != "text/event-stream" {
+		_ = json.Unmarshal(c.body, &m)
+		return m
+	}
+	for _, line := range strings.Split(string(c.body), "\n") {
+		var ev struct {
+			Type     string         `json:"type"`
+			Response map[string]any `json:"response"`
+		}
+		if data, ok := strings.CutPrefix(line, "data: "); ok && json.Unmarshal([]byte(data), &ev) == nil && ev.Type == "response.completed" {
+			return ev.Response
+		}
+	}
+	return nil
+}
+
+// Two replicas on PostgreSQL and Redis hold one conversation: a response
+// continued on one replica can be continued again on the other (a
+// branch); a turn asked again on the other replica in the other form is
+// the same turn, finished (replayed) or still streaming there (joined,
+// answered as JSON when it ends); and a response deleted on one replica
+// is not served again to its key on the other.
+func TestConversationAcrossReplicas(t *testing.T) {
+	f := newFleet(t, 2, mock.Config{Tokens: 8}, "")
+	a, b := f.gws[0], f.gws[1]
+	ctx := context.Background()
+	turn := func(input, prev string, stream bool) string {
+		m := map[string]any{"model": "chat", "input": input, "stream": stream}
+		if prev != "" {
+			m["previous_response_id"] = prev
+		}
+		body, _ := json.Marshal(m)
+		return string(body)
+	}
+	root := responseOf(a.sendTurn(ctx, "r1", turn("hello", "", false)))
+	rootID, _ := root["id"].(string)
+	x := b.sendTurn(ctx, "r2", turn("and then?", rootID, false))
+	y := a.sendTurn(ctx, "r3", turn("and otherwise?", rootID, false))
+	xObj, yObj := responseOf(x), responseOf(y)
+	if x.status != 200 || y.status != 200 || xObj["id"] == yObj["id"] || yObj["previous_response_id"] != rootID {
+		t.Fatalf("two continuations of one response, on two replicas: %v; %v", x, y)
+	}
+	again := a.sendTurn(ctx, "r2", turn("and then?", rootID, true))
+	if obj := responseOf(again); again.status != 200 || obj["id"] != xObj["id"] || outputText(obj) != outputText(xObj) ||
+		again.header.Get("X-Oncegate-Dedup") != "replayed" {
+		t.Fatalf("turn r2 asked again on the other replica as a stream: %v", again)
+	}
+
+	// A stream on replica a pauses after two tokens; the same turn asked
+	// as JSON on replica b follows it there, and reads the whole answer.
+	calls := f.primary.Stats().Requests
+	f.primary.SetScript(mock.Script{Rules: []mock.Rule{{Calls: []int{int(calls) + 1}, Fault: mock.Fault{Type: mock.FaultSlowFirstToken, After: 2, DelayMS: 1500}}}})
+	req, _ := http.NewRequestWithContext(ctx, "POST", a.url+"/v1/responses", strings.NewReader(turn("go on", xObj["id"].(string), true)))
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	req.Header.Set("Idempotency-Key", "r4")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("the stream: %v %v", res, err)
+	}
+	defer res.Body.Close()
+	rd := bufio.NewReader(res.Body)
+	var streamed strings.Builder
+	for !strings.Contains(streamed.String(), "response.output_text.delta") {
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatalf("the stream before its pause: %v", err)
+		}
+		streamed.WriteString(line)
+	}
+	joined := b.sendTurn(ctx, "r4", turn("go on", xObj["id"].(string), false))
+	rest, _ := io.ReadAll(rd)
+	streamed.Write(rest)
+	owner := responseOf(call{header: res.Header, body: []byte(streamed.String())})
+	if obj := responseOf(joined); joined.status != 200 || joined.header.Get("Content-Type") != "application/json" || obj["id"] != owner["id"] ||
+		outputText(obj) != outputText(owner) || outputText(obj) == "" || joined.header.Get("X-Oncegate-Dedup") != "joined" {
+		t.Fatalf("the turn asked as JSON on the other replica while it streams: %v (the stream read %v %q)", joined, owner["id"], outputText(owner))
+	}
+	if n := f.primary.Stats().Requests - calls; n != 1 {
+		t.Fatalf("%d upstream generations for one turn", n)
+	}
+
+	// Deleted on one replica, not served again on the other.
+	del, _ := http.NewRequest("DELETE", b.url+"/v1/responses/"+xObj["id"].(string), nil)
+	del.Header.Set("Authorization", "Bearer "+apiKey)
+	if res, err := http.DefaultClient.Do(del); err != nil || res.StatusCode != 200 {
+		t.Fatalf("delete: %v %v", res, err)
+	}
+	for _, stream := range []bool{false, true} {
+		c := a.sendTurn(ctx, "r2", turn("and then?", rootID, stream))
+		if c.status != 404 || strings.Contains(string(c.body), outputText(xObj)) || !strings.Contains(string(c.body), "response_not_found") {
+			t.Fatalf("the deleted turn's key on the other replica (stream %v): %v", stream, c)
+		}
+	}
 }

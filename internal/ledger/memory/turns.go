@@ -14,26 +14,43 @@ func cloneTurn(t *ledger.Turn) *ledger.Turn {
 	return &c
 }
 
-// BeginTurn writes a pending turn unless its key or a live sibling has one.
+// BeginTurn writes a pending turn, numbered among its parent's
+// continuations, unless its key or a keyless twin in flight has one.
 func (s *Store) BeginTurn(_ context.Context, t *ledger.Turn) (*ledger.Turn, bool, error) {
 	if err := s.lock(); err != nil {
 		return nil, false, err
 	}
 	defer s.mu.Unlock()
+	var twin *ledger.Turn
+	branch := 0
 	for _, o := range s.turns {
-		if o.Tenant == t.Tenant && t.KeyDigest != "" && o.KeyDigest == t.KeyDigest {
+		switch {
+		case t.KeyDigest != "" && o.Tenant == t.Tenant && o.KeyDigest == t.KeyDigest:
 			return cloneTurn(o), false, nil
+		case t.KeyDigest == "" && t.Fingerprint != "" && isTwin(o, t) && (twin == nil || newer(o, twin)):
+			twin = o
+		}
+		if t.Parent != "" && o.Parent == t.Parent {
+			branch = max(branch, o.Branch+1)
 		}
 	}
-	if t.Parent != "" {
-		for _, o := range s.turns {
-			if o.Parent == t.Parent && o.State.Live() {
-				return cloneTurn(o), false, nil
-			}
-		}
+	if twin != nil {
+		return cloneTurn(twin), false, nil
 	}
+	t.Branch = branch
 	s.turns[t.ResponseID] = cloneTurn(t)
 	return nil, true, nil
+}
+
+// isTwin reports whether o is a keyless turn in flight that an arrival
+// of t's body on t's parent continues.
+func isTwin(o, t *ledger.Turn) bool {
+	return o.Tenant == t.Tenant && o.KeyDigest == "" && o.Fingerprint == t.Fingerprint && o.Parent == t.Parent && !o.Deleted && o.State.InFlight()
+}
+
+// newer orders turns as the SQL backends do: by creation, then id.
+func newer(a, b *ledger.Turn) bool {
+	return a.CreatedAt.After(b.CreatedAt) || a.CreatedAt.Equal(b.CreatedAt) && a.ResponseID > b.ResponseID
 }
 
 // UpdateTurn writes a turn's mutable fields if it is still in from at fromTry.
@@ -65,7 +82,8 @@ func (s *Store) Turn(_ context.Context, tenant, responseID string) (*ledger.Turn
 	return nil, ledger.ErrNotFound
 }
 
-// TurnByFingerprint returns the newest turn with a fingerprint and parent.
+// TurnByFingerprint returns the newest undeleted keyless turn with a
+// fingerprint and parent.
 func (s *Store) TurnByFingerprint(_ context.Context, tenant, fingerprint, parent string) (*ledger.Turn, error) {
 	if err := s.lock(); err != nil {
 		return nil, err
@@ -73,8 +91,8 @@ func (s *Store) TurnByFingerprint(_ context.Context, tenant, fingerprint, parent
 	defer s.mu.Unlock()
 	var best *ledger.Turn
 	for _, t := range s.turns {
-		if t.Tenant == tenant && t.Fingerprint == fingerprint && t.Parent == parent &&
-			(best == nil || t.CreatedAt.After(best.CreatedAt) || t.CreatedAt.Equal(best.CreatedAt) && t.ResponseID > best.ResponseID) {
+		if t.Tenant == tenant && t.Fingerprint == fingerprint && t.Parent == parent && t.KeyDigest == "" && !t.Deleted &&
+			(best == nil || newer(t, best)) {
 			best = t
 		}
 	}
@@ -82,6 +100,28 @@ func (s *Store) TurnByFingerprint(_ context.Context, tenant, fingerprint, parent
 		return nil, ledger.ErrNotFound
 	}
 	return cloneTurn(best), nil
+}
+
+// DeleteTurn marks a turn deleted and deletes its tries' records.
+func (s *Store) DeleteTurn(_ context.Context, t *ledger.Turn, from ledger.TurnState, fromTry int) (bool, error) {
+	if err := s.lock(); err != nil {
+		return false, err
+	}
+	defer s.mu.Unlock()
+	o, ok := s.turns[t.ResponseID]
+	if !ok || o.State != from || o.Try != fromTry {
+		return false, nil
+	}
+	c := cloneTurn(o)
+	c.Deleted, c.UpdatedAt = true, t.UpdatedAt
+	s.turns[t.ResponseID] = c
+	for _, id := range ledger.TryIdentities(t) {
+		if r, ok := s.records[id]; ok && r.State != ledger.InProgress {
+			delete(s.records, id)
+			delete(s.byID, r.RequestID)
+		}
+	}
+	return true, nil
 }
 
 // ConversationTurns returns a conversation's turns by depth, then creation.

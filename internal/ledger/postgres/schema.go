@@ -76,6 +76,10 @@ var migrations = []string{
 
 	// 4: an orphan is recorded once per upstream copy.
 	turnsql.UniqueOrphans(`DELETE FROM orphans a USING orphans b WHERE a.ctid > b.ctid AND a.tenant = b.tenant AND a.conversation = b.conversation AND a.upstream_id = b.upstream_id`),
+
+	// 5: a response may be continued more than once: turns are
+	// numbered among their parent's continuations.
+	turnsql.Branches("bigint"),
 }
 
 // spendShards is how many rows a tenant's day is spread over.

@@ -14,7 +14,10 @@ import (
 var (
 	qInsertTurn   = turnsql.Dollar(turnsql.Insert + ` ON CONFLICT DO NOTHING`)
 	qByKey        = turnsql.Dollar(turnsql.ByKey)
-	qLiveChild    = turnsql.Dollar(turnsql.LiveChild)
+	qTwin         = turnsql.Dollar(turnsql.InFlightTwin)
+	qNextBranch   = turnsql.Dollar(turnsql.NextBranch)
+	qMarkDeleted  = turnsql.Dollar(turnsql.MarkDeleted)
+	qDeleteTry    = turnsql.Dollar(turnsql.DeleteTry)
 	qByID         = turnsql.Dollar(turnsql.ByID)
 	qByFinger     = turnsql.Dollar(turnsql.ByFingerprint)
 	qByConv       = turnsql.Dollar(turnsql.ByConv)
@@ -23,34 +26,74 @@ var (
 	qOrphansOf    = turnsql.Dollar(turnsql.OrphansOf)
 )
 
-// BeginTurn writes a pending turn unless its key or a live sibling has
-// one. The unique indexes decide between gateways racing for the same
-// place: the loser's insert does nothing, and it reads the winner's turn.
+// turnLock is the first key of the advisory locks that order the turns
+// begun on one place of a conversation (two-key locks never meet the
+// one-key migration lock).
+const turnLock = 0x7475726e // "turn"
+
+// BeginTurn writes a pending turn, numbered among its parent's
+// continuations, unless its key or a keyless twin in flight has one.
+// Gateways racing for the same place take turns under an advisory lock
+// on it (the parent, or a first turn's key or fingerprint), so the look
+// and the write are one step; the unique indexes stand behind it.
 func (s *Store) BeginTurn(ctx context.Context, t *ledger.Turn) (*ledger.Turn, bool, error) {
 	for range 5 {
-		tag, err := s.pool.Exec(ctx, qInsertTurn, turnsql.Args(t)...)
+		existing, created, err := s.beginTurn(ctx, t)
 		if err != nil {
 			return nil, false, fmt.Errorf("begin turn: %w", err)
 		}
-		if tag.RowsAffected() == 1 {
-			return nil, true, nil
+		if existing != nil || created {
+			return existing, created, nil
 		}
-		if t.KeyDigest != "" {
-			e, err := turnsql.Scan(s.pool.QueryRow(ctx, qByKey, t.Tenant, t.KeyDigest), pgx.ErrNoRows)
-			if !errors.Is(err, ledger.ErrNotFound) {
-				return e, false, err
-			}
-		}
-		if t.Parent != "" {
-			e, err := turnsql.Scan(s.pool.QueryRow(ctx, qLiveChild, t.Parent), pgx.ErrNoRows)
-			if !errors.Is(err, ledger.ErrNotFound) {
-				return e, false, err
-			}
-		}
-		// The turn in the way moved on (it failed, freeing the parent):
-		// try again.
+		// The insert met a turn of the same key begun on another
+		// place meanwhile: look again.
 	}
 	return nil, false, fmt.Errorf("begin turn %s: the conversation kept changing", t.ResponseID)
+}
+
+func (s *Store) beginTurn(ctx context.Context, t *ledger.Turn) (existing *ledger.Turn, created bool, err error) {
+	place := "f:" + t.Tenant + "/" + t.Fingerprint
+	switch {
+	case t.Parent != "":
+		place = "p:" + t.Parent
+	case t.KeyDigest != "":
+		place = "k:" + t.Tenant + "/" + t.KeyDigest
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, int32(turnLock), place); err != nil {
+			return err
+		}
+		find := func(q string, args ...any) (bool, error) {
+			e, err := turnsql.Scan(tx.QueryRow(ctx, q, args...), pgx.ErrNoRows)
+			if errors.Is(err, ledger.ErrNotFound) {
+				return false, nil
+			}
+			existing = e
+			return err == nil, err
+		}
+		if t.KeyDigest != "" {
+			if found, err := find(qByKey, t.Tenant, t.KeyDigest); found || err != nil {
+				return err
+			}
+		} else if t.Fingerprint != "" {
+			if found, err := find(qTwin, t.Tenant, t.Fingerprint, t.Parent); found || err != nil {
+				return err
+			}
+		}
+		c := *t
+		if err := tx.QueryRow(ctx, qNextBranch, t.Parent).Scan(&c.Branch); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, qInsertTurn, turnsql.Args(&c)...)
+		if err != nil {
+			return err
+		}
+		if created = tag.RowsAffected() == 1; created {
+			t.Branch = c.Branch
+		}
+		return nil
+	})
+	return existing, created, err
 }
 
 // UpdateTurn writes a turn's mutable fields if it is still in from at fromTry.
@@ -60,6 +103,29 @@ func (s *Store) UpdateTurn(ctx context.Context, t *ledger.Turn, from ledger.Turn
 		return false, fmt.Errorf("update turn: %w", err)
 	}
 	return tag.RowsAffected() == 1, nil
+}
+
+// DeleteTurn marks a turn deleted and deletes its tries' records, in one
+// transaction.
+func (s *Store) DeleteTurn(ctx context.Context, t *ledger.Turn, from ledger.TurnState, fromTry int) (bool, error) {
+	ok := false
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, qMarkDeleted, ledger.UnixNano(t.UpdatedAt), t.ResponseID, string(from), fromTry)
+		if err != nil || tag.RowsAffected() != 1 {
+			return err
+		}
+		for _, id := range ledger.TryIdentities(t) {
+			if _, err := tx.Exec(ctx, qDeleteTry, id); err != nil {
+				return err
+			}
+		}
+		ok = true
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("delete turn: %w", err)
+	}
+	return ok, nil
 }
 
 // Turn returns a tenant's turn.

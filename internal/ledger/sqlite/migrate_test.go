@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -83,5 +84,51 @@ func TestMigrationKeepsEventsAndReceipts(t *testing.T) {
 	var v int
 	if err := s.r.QueryRow(`SELECT MAX(version) FROM schema_version`).Scan(&v); err != nil || v != len(migrations) {
 		t.Fatalf("schema version %d, %v", v, err)
+	}
+}
+
+// A database written before a response could be continued more than once
+// (schema 6) keeps its conversations: each parent's continuations are
+// numbered, the live one first — on a stateful route it is the one that
+// went on in the parent's upstream conversation — and a new continuation
+// of the same parent is the next branch.
+func TestMigrationNumbersExistingContinuations(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "v6.db")
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs := []string{`CREATE TABLE schema_version (version INTEGER NOT NULL)`}
+	qs = append(qs, migrations[:6]...)
+	qs = append(qs, `INSERT INTO schema_version (version) VALUES (6)`)
+	row := func(id, parent, state string, created int) string {
+		return `INSERT INTO turns (response_id, tenant, conversation, parent, depth, key_digest, fingerprint, request_sha256, state, try,
+			request_id, ambiguous, status, deleted, created_at, updated_at) VALUES ('` + id + `', 'acme', 'resp_root', '` + parent + `', 2, '', 'fp-` + id +
+			`', 'sha', '` + state + `', 1, 'req-` + id + `', 0, 0, 0, ` + strconv.Itoa(created) + `, 0)`
+	}
+	qs = append(qs, row("resp_root", "", "done", 1), row("resp_f1", "resp_root", "failed", 2), row("resp_live", "resp_root", "done", 3),
+		row("resp_f2", "resp_root", "failed", 4))
+	for _, q := range qs {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	_ = db.Close()
+
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	for id, want := range map[string]int{"resp_root": 0, "resp_live": 0, "resp_f1": 1, "resp_f2": 2} {
+		if got, err := s.Turn(ctx, "acme", id); err != nil || got.Branch != want {
+			t.Fatalf("%s after the migration: %+v %v, want branch %d", id, got, err, want)
+		}
+	}
+	next := &ledger.Turn{ResponseID: "resp_next", Tenant: "acme", Conversation: "resp_root", Parent: "resp_root", Depth: 2,
+		Fingerprint: "fp-next", State: ledger.TurnPending, Try: 1, CreatedAt: time.Now(), UpdatedAt: time.Now()}
+	if _, created, err := s.BeginTurn(ctx, next); err != nil || !created || next.Branch != 3 {
+		t.Fatalf("a new continuation: %v %v, branch %d", created, err, next.Branch)
 	}
 }

@@ -131,6 +131,10 @@ var migrations = []string{
 
 	// 6: an orphan is recorded once per upstream copy.
 	turnsql.UniqueOrphans(`DELETE FROM orphans WHERE rowid NOT IN (SELECT MIN(rowid) FROM orphans GROUP BY tenant, conversation, upstream_id)`),
+
+	// 7: a response may be continued more than once: turns are
+	// numbered among their parent's continuations.
+	turnsql.Branches("INTEGER"),
 }
 
 func migrate(db *sql.DB) error {

@@ -10,7 +10,10 @@ import (
 	"github.com/oncegate/oncegate/internal/ledger/turnsql"
 )
 
-// BeginTurn writes a pending turn unless its key or a live sibling has one.
+// BeginTurn writes a pending turn, numbered among its parent's
+// continuations, unless its key or a keyless twin in flight has one. The
+// writer runs one transaction at a time, so the look and the write are
+// one step.
 func (s *Store) BeginTurn(ctx context.Context, t *ledger.Turn) (*ledger.Turn, bool, error) {
 	var existing *ledger.Turn
 	var created bool
@@ -28,15 +31,20 @@ func (s *Store) BeginTurn(ctx context.Context, t *ledger.Turn) (*ledger.Turn, bo
 			if found, err := find(turnsql.ByKey, t.Tenant, t.KeyDigest); found || err != nil {
 				return err
 			}
-		}
-		if t.Parent != "" {
-			if found, err := find(turnsql.LiveChild, t.Parent); found || err != nil {
+		} else if t.Fingerprint != "" {
+			if found, err := find(turnsql.InFlightTwin, t.Tenant, t.Fingerprint, t.Parent); found || err != nil {
 				return err
 			}
 		}
-		_, err := tx.Exec(turnsql.Insert, turnsql.Args(t)...)
-		created = err == nil
-		return err
+		c := *t
+		if err := tx.QueryRow(turnsql.NextBranch, t.Parent).Scan(&c.Branch); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(turnsql.Insert, turnsql.Args(&c)...); err != nil {
+			return err
+		}
+		t.Branch, created = c.Branch, true
+		return nil
 	})
 	if err != nil {
 		return nil, false, fmt.Errorf("begin turn: %w", err)
@@ -58,6 +66,32 @@ func (s *Store) UpdateTurn(ctx context.Context, t *ledger.Turn, from ledger.Turn
 	})
 	if err != nil {
 		return false, fmt.Errorf("update turn: %w", err)
+	}
+	return ok, nil
+}
+
+// DeleteTurn marks a turn deleted and deletes its tries' records.
+func (s *Store) DeleteTurn(ctx context.Context, t *ledger.Turn, from ledger.TurnState, fromTry int) (bool, error) {
+	var ok bool
+	err := s.write(ctx, true, func(tx wtx) error {
+		res, err := tx.Exec(turnsql.MarkDeleted, ledger.UnixNano(t.UpdatedAt), t.ResponseID, string(from), fromTry)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			ok = false
+			return nil
+		}
+		for _, id := range ledger.TryIdentities(t) {
+			if _, err := tx.Exec(turnsql.DeleteTry, id); err != nil {
+				return err
+			}
+		}
+		ok = true
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("delete turn: %w", err)
 	}
 	return ok, nil
 }

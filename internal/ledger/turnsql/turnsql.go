@@ -66,20 +66,46 @@ func UniqueOrphans(dedupe string) string {
 	CREATE UNIQUE INDEX orphans_by_upstream ON orphans (tenant, conversation, upstream_id);`
 }
 
+// Branches is the migration that lets a response be continued more than
+// once (docs/conversations.md): the one-live-child index goes, and each
+// turn is numbered among its parent's continuations, unique per parent.
+// Existing continuations are numbered live ones first (a parent had at
+// most one: on a stateful route it went on in the parent's upstream
+// conversation), then failed ones, each in the order they were begun.
+// integer names the backend's 64-bit integer type.
+func Branches(integer string) string {
+	failed := func(t string) string { return `(CASE WHEN ` + t + `.state = 'failed' THEN 1 ELSE 0 END)` }
+	return `ALTER TABLE turns ADD COLUMN branch ` + integer + ` NOT NULL DEFAULT 0;
+	UPDATE turns SET branch = (SELECT COUNT(*) FROM turns o WHERE o.parent = turns.parent AND o.response_id <> turns.response_id AND (
+		` + failed("o") + ` < ` + failed("turns") + ` OR ` + failed("o") + ` = ` + failed("turns") + ` AND (
+		o.created_at < turns.created_at OR o.created_at = turns.created_at AND o.response_id < turns.response_id)))
+	WHERE parent <> '';
+	DROP INDEX turns_live_child;
+	CREATE UNIQUE INDEX turns_branch ON turns (parent, branch) WHERE parent <> '';`
+}
+
 // Cols are a turn row's columns, in Args and Scan order.
-const Cols = `response_id, tenant, conversation, parent, depth, key_digest, fingerprint, request_sha256, state, try, request_id, ambiguous, input, request, response, status, upstream, deleted, created_at, updated_at`
+const Cols = `response_id, tenant, conversation, parent, depth, branch, key_digest, fingerprint, request_sha256, state, try, request_id, ambiguous, input, request, response, status, upstream, deleted, created_at, updated_at`
 
 // The statements.
 const (
-	Insert        = `INSERT INTO turns (` + Cols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	ByKey         = `SELECT ` + Cols + ` FROM turns WHERE tenant = ? AND key_digest = ? AND key_digest <> ''`
-	LiveChild     = `SELECT ` + Cols + ` FROM turns WHERE parent = ? AND parent <> '' AND state <> 'failed'`
+	Insert     = `INSERT INTO turns (` + Cols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	ByKey      = `SELECT ` + Cols + ` FROM turns WHERE tenant = ? AND key_digest = ? AND key_digest <> ''`
+	NextBranch = `SELECT COALESCE(MAX(branch) + 1, 0) FROM turns WHERE parent = ? AND parent <> ''`
+	// InFlightTwin is the keyless turn in flight an arrival of the same
+	// body on the same parent continues (tenant, fingerprint, parent).
+	InFlightTwin = `SELECT ` + Cols + ` FROM turns WHERE tenant = ? AND fingerprint = ? AND parent = ? AND fingerprint <> '' AND key_digest = ''
+		AND deleted = 0 AND state IN ('pending', 'unknown') ORDER BY created_at DESC, response_id DESC LIMIT 1`
 	ByID          = `SELECT ` + Cols + ` FROM turns WHERE tenant = ? AND response_id = ?`
-	ByFingerprint = `SELECT ` + Cols + ` FROM turns WHERE tenant = ? AND fingerprint = ? AND parent = ? ORDER BY created_at DESC, response_id DESC LIMIT 1`
-	ByConv        = `SELECT ` + Cols + ` FROM turns WHERE tenant = ? AND conversation = ? ORDER BY depth, created_at, response_id`
-	Update        = `UPDATE turns SET state = ?, try = ?, request_id = ?, ambiguous = ?, response = ?, status = ?, upstream = ?, deleted = ?, updated_at = ? WHERE response_id = ? AND state = ? AND try = ?`
-	InsertOrphan  = `INSERT INTO orphans (tenant, conversation, response_id, upstream_id, route, input_tokens, output_tokens, cost, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`
-	OrphansOf     = `SELECT tenant, conversation, response_id, upstream_id, route, input_tokens, output_tokens, cost, at FROM orphans WHERE tenant = ? AND conversation = ? ORDER BY at`
+	ByFingerprint = `SELECT ` + Cols + ` FROM turns WHERE tenant = ? AND fingerprint = ? AND parent = ? AND key_digest = '' AND deleted = 0
+		ORDER BY created_at DESC, response_id DESC LIMIT 1`
+	MarkDeleted = `UPDATE turns SET deleted = 1, updated_at = ? WHERE response_id = ? AND state = ? AND try = ?`
+	// DeleteTry deletes a finished request record of a deleted turn's try.
+	DeleteTry    = `DELETE FROM requests WHERE identity = ? AND state <> 'in_progress'`
+	ByConv       = `SELECT ` + Cols + ` FROM turns WHERE tenant = ? AND conversation = ? ORDER BY depth, created_at, response_id`
+	Update       = `UPDATE turns SET state = ?, try = ?, request_id = ?, ambiguous = ?, response = ?, status = ?, upstream = ?, deleted = ?, updated_at = ? WHERE response_id = ? AND state = ? AND try = ?`
+	InsertOrphan = `INSERT INTO orphans (tenant, conversation, response_id, upstream_id, route, input_tokens, output_tokens, cost, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`
+	OrphansOf    = `SELECT tenant, conversation, response_id, upstream_id, route, input_tokens, output_tokens, cost, at FROM orphans WHERE tenant = ? AND conversation = ? ORDER BY at`
 )
 
 // Dollar rewrites ? placeholders as $1, $2 … (PostgreSQL's).
@@ -99,7 +125,7 @@ func Dollar(q string) string {
 
 // Args are t's values for Insert.
 func Args(t *ledger.Turn) []any {
-	return []any{t.ResponseID, t.Tenant, t.Conversation, t.Parent, t.Depth, t.KeyDigest, t.Fingerprint, t.RequestSHA256,
+	return []any{t.ResponseID, t.Tenant, t.Conversation, t.Parent, t.Depth, t.Branch, t.KeyDigest, t.Fingerprint, t.RequestSHA256,
 		string(t.State), t.Try, t.RequestID, t.Ambiguous, t.Input, t.Request, t.Response, t.Status, t.Upstream, flag(t.Deleted),
 		ledger.UnixNano(t.CreatedAt), ledger.UnixNano(t.UpdatedAt)}
 }
@@ -130,15 +156,15 @@ type Scanner interface{ Scan(dest ...any) error }
 func Scan(row Scanner, noRows error) (*ledger.Turn, error) {
 	var t ledger.Turn
 	var state string
-	var depth, try, ambiguous, status, deleted, created, updated int64
-	if err := row.Scan(&t.ResponseID, &t.Tenant, &t.Conversation, &t.Parent, &depth, &t.KeyDigest, &t.Fingerprint, &t.RequestSHA256,
+	var depth, branch, try, ambiguous, status, deleted, created, updated int64
+	if err := row.Scan(&t.ResponseID, &t.Tenant, &t.Conversation, &t.Parent, &depth, &branch, &t.KeyDigest, &t.Fingerprint, &t.RequestSHA256,
 		&state, &try, &t.RequestID, &ambiguous, &t.Input, &t.Request, &t.Response, &status, &t.Upstream, &deleted, &created, &updated); err != nil {
 		if errors.Is(err, noRows) {
 			return nil, ledger.ErrNotFound
 		}
 		return nil, err
 	}
-	t.State, t.Depth, t.Try, t.Ambiguous, t.Status, t.Deleted = ledger.TurnState(state), int(depth), int(try), int(ambiguous), int(status), deleted == 1
+	t.State, t.Depth, t.Branch, t.Try, t.Ambiguous, t.Status, t.Deleted = ledger.TurnState(state), int(depth), int(branch), int(try), int(ambiguous), int(status), deleted == 1
 	t.CreatedAt, t.UpdatedAt = ledger.FromUnixNano(created), ledger.FromUnixNano(updated)
 	return &t, nil
 }

@@ -1,0 +1,59 @@
+package postgres
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/ledger/postgres/pgtest"
+)
+
+// A database written before a response could be continued more than once
+// (schema 4) keeps its conversations: each parent's continuations are
+// numbered, the live one first — on a stateful route it is the one that
+// went on in the parent's upstream conversation — and a new continuation
+// of the same parent is the next branch.
+func TestMigrationNumbersExistingContinuations(t *testing.T) {
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs := []string{`CREATE TABLE oncegate_schema (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`}
+	qs = append(qs, migrations[:4]...)
+	qs = append(qs, `INSERT INTO oncegate_schema (version) VALUES (1), (2), (3), (4)`)
+	row := func(id, parent, state string, created int) string {
+		return `INSERT INTO turns (response_id, tenant, conversation, parent, depth, key_digest, fingerprint, request_sha256, state, try,
+			request_id, ambiguous, status, deleted, created_at, updated_at) VALUES ('` + id + `', 'acme', 'resp_root', '` + parent + `', 2, '', 'fp-` + id +
+			`', 'sha', '` + state + `', 1, 'req-` + id + `', 0, 0, 0, ` + strconv.Itoa(created) + `, 0)`
+	}
+	qs = append(qs, row("resp_root", "", "done", 1), row("resp_f1", "resp_root", "failed", 2), row("resp_live", "resp_root", "done", 3),
+		row("resp_f2", "resp_root", "failed", 4))
+	for _, q := range qs {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	_ = conn.Close(ctx)
+
+	s, err := Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for id, want := range map[string]int{"resp_root": 0, "resp_live": 0, "resp_f1": 1, "resp_f2": 2} {
+		if got, err := s.Turn(ctx, "acme", id); err != nil || got.Branch != want {
+			t.Fatalf("%s after the migration: %+v %v, want branch %d", id, got, err, want)
+		}
+	}
+	next := &ledger.Turn{ResponseID: "resp_next", Tenant: "acme", Conversation: "resp_root", Parent: "resp_root", Depth: 2,
+		Fingerprint: "fp-next", State: ledger.TurnPending, Try: 1, CreatedAt: time.Now(), UpdatedAt: time.Now()}
+	if _, created, err := s.BeginTurn(ctx, next); err != nil || !created || next.Branch != 3 {
+		t.Fatalf("a new continuation: %v %v, branch %d", created, err, next.Branch)
+	}
+}
