@@ -21,13 +21,16 @@ const usdSlack = 1e-9
 // by the first invariant.
 func bounds(receipts map[string]*receipt.Receipt, outcomes []outcome, pol *policy.Policy, example func(string, ...any)) []Row {
 	asked := map[string]time.Duration{} // request id → the client's own deadline
-	refused := 0                        // 429 tenant_budget_exceeded answers clients got
+	refused, pending := 0, 0            // 429 tenant_budget_exceeded and tenant_budget_pending answers clients got
 	for _, o := range outcomes {
 		if o.prof.timeoutMS > 0 && o.requestID != "" {
 			asked[o.requestID] = time.Duration(o.prof.timeoutMS) * time.Millisecond
 		}
-		if strings.Contains(o.err, "tenant_budget_exceeded") {
+		switch {
+		case strings.Contains(o.err, "tenant_budget_exceeded"):
 			refused++
+		case strings.Contains(o.err, "tenant_budget_pending"):
+			pending++
 		}
 	}
 	term := Row{Invariant: "zero attempts after a terminal"}
@@ -182,7 +185,7 @@ func bounds(receipts map[string]*receipt.Receipt, outcomes []outcome, pol *polic
 		}
 	}
 	dl.Note = fmt.Sprintf("%d under a client deadline; %d ended by a deadline", underClient, byDeadline)
-	budget.Note = fmt.Sprintf("%d stopped by the cost cap, %d refused tenant_budget_exceeded%s", byCost, refused, capped)
+	budget.Note = fmt.Sprintf("%d stopped by the cost cap, %d refused tenant_budget_exceeded, %d tenant_budget_pending%s", byCost, refused, pending, capped)
 	boundary.Note = fmt.Sprintf("%d requests of a private-only tenant, with %d attempts on private routes", restricted, restrictedAttempts)
 	blind.Note = fmt.Sprintf("%d requests ended indeterminate", indeterminate)
 	return []Row{term, dl, budget, boundary, blind}

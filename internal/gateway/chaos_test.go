@@ -84,6 +84,9 @@ retry_budget: {ratio: 10, min_per_second: 1000, window: 10s}
 				// reconciled, never left so.
 				if id := d.settle(); id != "" {
 					advanced[i]++
+					if d.last.prev == "" {
+						roots[i] = id // the first turn, answered at last
+					}
 				}
 			}
 		}()

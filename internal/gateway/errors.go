@@ -32,6 +32,7 @@ const (
 	CodeKeyReused           = "idempotency_key_reused"
 	CodeTenantRateLimited   = "tenant_rate_limited"
 	CodeTenantBudget        = "tenant_budget_exceeded"
+	CodeTenantPending       = "tenant_budget_pending"
 	CodeTenantConcurrency   = "tenant_concurrency_limited"
 	CodeOutcomeUnknown      = "outcome_unknown"
 	CodeUpstreamUnavailable = "upstream_unavailable"
@@ -73,6 +74,7 @@ var codeStatus = map[string]struct {
 	CodeKeyReused:               {422, false, "invalid_request_error", "invalid_request_error"},
 	CodeTenantRateLimited:       {429, true, "rate_limit_error", "rate_limit_error"},
 	CodeTenantBudget:            {429, false, "rate_limit_error", "rate_limit_error"},
+	CodeTenantPending:           {429, true, "rate_limit_error", "rate_limit_error"},
 	CodeTenantConcurrency:       {429, true, "rate_limit_error", "rate_limit_error"},
 	CodeOutcomeUnknown:          {502, false, "api_error", "api_error"},
 	CodeProtocolViolation:       {502, false, "api_error", "api_error"},
@@ -157,6 +159,34 @@ func setIDHeaders(h http.Header, requestID string, attempts int) {
 	}
 }
 
+// tenantBudgetError is the refusal of a request whose next attempt's
+// worst case does not fit under its tenant's daily ceiling, after n
+// attempts. If what the tenant was charged leaves room for it, only
+// reservations of requests in flight are in the way, and they settle for
+// less than they hold: 429 tenant_budget_pending, come back in about the
+// time they take. Only charges that leave no room are the day's answer,
+// 429 tenant_budget_exceeded until midnight UTC (docs/overload.md). A
+// request that already made attempts has its terminal replayed to its
+// key, so it is not told to come back: 503 upstream_unavailable.
+func (c *call) tenantBudgetError(n int) *apiError {
+	ceiling, next := c.tenant.CostPerDay, c.cheapestAttempt()
+	charged := c.g.tenants.Charged(c.tenant.ID)
+	switch {
+	case charged+next <= ceiling && n == 0:
+		e := errorf(CodeTenantPending, "tenant %s's requests in flight hold what is left of its daily cost ceiling of $%g ($%g charged so far); retry once they finish",
+			c.tenant.ID, ceiling.USD(), charged.USD())
+		e.retryAfter = int(math.Ceil(min(max(c.alias.Engine.Deadline, time.Second), time.Minute).Seconds()))
+		return e
+	case charged+next <= ceiling:
+		return errorf(CodeUpstreamUnavailable, "no provider answered, and the requests tenant %s has in flight hold what is left of its daily cost ceiling after %d attempts", c.tenant.ID, n)
+	}
+	e := errorf(CodeTenantBudget, "tenant %s has reached its daily cost ceiling of $%g ($%g charged; the next attempt's worst case does not fit); it resets at 00:00 UTC",
+		c.tenant.ID, ceiling.USD(), charged.USD())
+	now := c.g.clock.Now()
+	e.retryAfter = int(math.Ceil(nextUTCDay(now).Sub(now).Seconds()))
+	return e
+}
+
 // terminalError is the client error for a logical request that ended
 // without an answer and before any output (docs/errors.md). Each names the
 // bound that stopped it, with its numbers.
@@ -185,11 +215,7 @@ func (c *call) terminalError(d retry.Decision, last *attemptResult) *apiError {
 	case r == gw.ReasonRetryBudget:
 		return errorf(CodeRetryBudget, "the fleet retry budget is exhausted (an outage is being contained); %d attempts were made and none is retried", n)
 	case r == gw.ReasonCostBudget && d.TenantBound:
-		e := errorf(CodeTenantBudget, "tenant %s has reached its daily cost ceiling of $%g (the next attempt's worst case does not fit); it resets at 00:00 UTC",
-			c.tenant.ID, c.tenant.CostPerDay.USD())
-		now := c.g.clock.Now()
-		e.retryAfter = int(math.Ceil(nextUTCDay(now).Sub(now).Seconds()))
-		return e
+		return c.tenantBudgetError(n)
 	case r == gw.ReasonCostBudget && n == 0:
 		e := errorf(CodeInvalidRequest, "the worst case of one attempt (~%d prompt tokens plus %d output tokens) costs more than model %q allows per request (max_cost_usd $%g); lower max_tokens or shorten the prompt",
 			c.rec.R.Request.EstimatedInputTokens, c.maxOutput(), c.alias.Name, pol.MaxCost.USD())
@@ -261,6 +287,22 @@ func (c *call) coordinationDown(d retry.Decision, attempts int) *apiError {
 	e := errorf(CodeCoordinationUnavailable, "the gateway's shared coordination is unreachable, so no attempt could be admitted after %d; retry shortly", attempts)
 	e.noRetry = attempts > 0
 	return e
+}
+
+// cheapestAttempt is the smallest worst case an attempt of this request
+// reserves on any route that may serve it.
+func (c *call) cheapestAttempt() gw.NanoUSD {
+	req, least := c.rec.Request(), gw.NanoUSD(-1)
+	for i := range c.alias.Engine.Routes {
+		r := &c.alias.Engine.Routes[i]
+		if _, out := req.Ineligible[r.ID]; out {
+			continue
+		}
+		if w := retry.Reservation(r, req, 0); least < 0 || w < least {
+			least = w
+		}
+	}
+	return max(0, least)
 }
 
 // maxOutput is the output cap an attempt reserves for: the request's

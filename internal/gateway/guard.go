@@ -52,6 +52,9 @@ type TenantLimits interface {
 	Reserve(tenant string, amount gw.NanoUSD, until time.Time) (quota.Reservation, bool)
 	// Settle releases a reservation and charges the attempt's real cost.
 	Settle(r quota.Reservation, cost gw.NanoUSD)
+	// Charged is what the tenant was charged today, reservations aside,
+	// as far as can be told now (never more than the truth).
+	Charged(tenant string) gw.NanoUSD
 }
 
 var (

@@ -361,8 +361,12 @@ func TestTenantCostCeilingUnderConcurrency(t *testing.T) {
 				case 429:
 					var eb errorBody
 					_ = json.Unmarshal(body, &eb)
-					if eb.Error.Code == nil || *eb.Error.Code != CodeTenantBudget || res.Header.Get("Retry-After") == "" ||
-						res.Header.Get("x-should-retry") != "false" || eb.Oncegate.Attempts != 0 {
+					// Refused while reservations in flight held the rest
+					// (pending, come back soon) or once charges did
+					// (exceeded, the day's answer).
+					pending := eb.Error.Code != nil && *eb.Error.Code == CodeTenantPending && res.Header.Get("x-should-retry") == "true"
+					exceeded := eb.Error.Code != nil && *eb.Error.Code == CodeTenantBudget && res.Header.Get("x-should-retry") == "false"
+					if !pending && !exceeded || res.Header.Get("Retry-After") == "" || eb.Oncegate.Attempts != 0 {
 						t.Errorf("over the ceiling: %d %s (Retry-After %q)", res.StatusCode, body, res.Header.Get("Retry-After"))
 					}
 					refused++
@@ -384,6 +388,54 @@ func TestTenantCostCeilingUnderConcurrency(t *testing.T) {
 		if p := e.primary.Stats().Requests; int(p) != served {
 			t.Fatalf("the provider saw %d calls for %d served requests", p, served)
 		}
+	})
+}
+
+// A refusal caused only by reservations of requests in flight is not the
+// day's answer: while charged spend leaves room, 429
+// tenant_budget_pending tells the client to come back soon; once charges
+// leave none, 429 tenant_budget_exceeded until midnight UTC.
+func TestReservationsInFlightRefuseForNowNotForTheDay(t *testing.T) {
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 24, TTFT: 300 * time.Millisecond}}, func(t *testing.T, e *env) {
+		// The umbrella tenant has $0.001 a day; one request with
+		// max_tokens 400 reserves $0.0008 and holds it while the
+		// provider thinks (fake time, in the bubble).
+		body := func(i int) string { return distinctBody("solo", i, `,"max_tokens":400`) }
+		done := make(chan int, 1)
+		go func() {
+			res, _ := e.postKey(keyUmbrella, "/v1/chat/completions", body(0), nil)
+			done <- res.StatusCode
+		}()
+		synctest.Wait() // the first request is in flight, its reservation held
+		res, b := e.postKey(keyUmbrella, "/v1/chat/completions", body(1), nil)
+		var eb errorBody
+		_ = json.Unmarshal(b, &eb)
+		ra, _ := strconv.Atoi(res.Header.Get("Retry-After"))
+		if res.StatusCode != 429 || eb.Error.Code == nil || *eb.Error.Code != CodeTenantPending || res.Header.Get("x-should-retry") != "true" ||
+			ra < 1 || ra > 60 {
+			t.Fatalf("held only by a request in flight: %d %s (Retry-After %q)", res.StatusCode, b, res.Header.Get("Retry-After"))
+		}
+		if st := <-done; st != 200 {
+			t.Fatalf("the request in flight: %d", st)
+		}
+		// Charged now: 24 output tokens of 400 reserved. The next fits.
+		if res, b := e.postKey(keyUmbrella, "/v1/chat/completions", body(2), nil); res.StatusCode != 200 {
+			t.Fatalf("after the request in flight settled: %d %s", res.StatusCode, b)
+		}
+		// Spend the day for real: charges alone leave no room.
+		for i := 3; i < 100; i++ {
+			res, b := e.postKey(keyUmbrella, "/v1/chat/completions", distinctBody("solo", i, `,"max_tokens":24`), nil)
+			if res.StatusCode == 200 {
+				continue
+			}
+			_ = json.Unmarshal(b, &eb)
+			if eb.Error.Code == nil || *eb.Error.Code != CodeTenantBudget || res.Header.Get("x-should-retry") != "false" {
+				t.Fatalf("with the day charged: %d %s", res.StatusCode, b)
+			}
+			return
+		}
+		t.Fatal("the ceiling never refused")
 	})
 }
 
@@ -465,6 +517,7 @@ func (l *lastSlot) Reserve(t string, a gw.NanoUSD, _ time.Time) (quota.Reservati
 	return quota.Reservation{Tenant: t, Amount: a}, !l.noCost
 }
 func (l *lastSlot) Settle(quota.Reservation, gw.NanoUSD) {}
+func (l *lastSlot) Charged(string) gw.NanoUSD            { return 0 }
 
 // lastRetry is lastSlot's retry budget.
 type lastRetry struct{ *lastSlot }
@@ -587,7 +640,7 @@ func TestTheUpstreamLimitIsWhatWasReserved(t *testing.T) {
 					mu.Lock()
 					ids = append(ids, res.Header.Get("X-Oncegate-Request-Id"))
 					mu.Unlock()
-				case res.StatusCode == 429 && strings.Contains(string(body), CodeTenantBudget):
+				case res.StatusCode == 429 && (strings.Contains(string(body), CodeTenantBudget) || strings.Contains(string(body), CodeTenantPending)):
 				default:
 					t.Errorf("request %d: %d %s", i, res.StatusCode, body)
 				}

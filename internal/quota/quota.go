@@ -181,6 +181,12 @@ func (l *Limits) Settle(r Reservation, cost gw.NanoUSD) {
 	s.charged += cost
 }
 
+// Charged is what the tenant was charged today.
+func (l *Limits) Charged(tenant string) gw.NanoUSD {
+	charged, _ := l.Spent(tenant)
+	return charged
+}
+
 // Spent is what the tenant was charged today and has reserved now.
 func (l *Limits) Spent(tenant string) (charged, reserved gw.NanoUSD) {
 	l.mu.Lock()

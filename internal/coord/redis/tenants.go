@@ -44,6 +44,7 @@ var _ interface {
 	Allowance(string) (gw.NanoUSD, bool)
 	Reserve(string, gw.NanoUSD, time.Time) (quota.Reservation, bool)
 	Settle(quota.Reservation, gw.NanoUSD)
+	Charged(string) gw.NanoUSD
 } = (*Tenants)(nil)
 
 // rateLib takes a token from a tenant's bucket (key), which holds a
@@ -267,6 +268,20 @@ func (t *Tenants) Settle(r quota.Reservation, cost gw.NanoUSD) {
 	}
 	keys := t.spendKeys(r.Tenant, r.Day)
 	t.c.batch.later(func(p goredis.Pipeliner) { scriptSettle.Eval(context.Background(), p, keys, r.ID, int64(cost)) })
+}
+
+// Charged is what the tenant was charged today, according to Redis; if
+// Redis cannot say, what it last said.
+func (t *Tenants) Charged(tenant string) gw.NanoUSD {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	charged, _, err := t.Spent(ctx, tenant)
+	if err != nil {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		return t.known[tenant]
+	}
+	return charged
 }
 
 // Spent is what the tenant was charged today and has reserved now,
