@@ -2,8 +2,6 @@ package gateway
 
 import (
 	"cmp"
-	"context"
-	"errors"
 	"net/http"
 	"slices"
 	"strconv"
@@ -11,48 +9,13 @@ import (
 
 	"github.com/oncegate/oncegate/internal/breaker"
 	"github.com/oncegate/oncegate/internal/console"
-	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/metrics"
-	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/receipt"
 )
 
 // The web console (docs/operations.md, "Console"): static assets under
 // /ui/, and the JSON it reads under /v1/console/. The admin key sees every
 // tenant; a tenant's key sees only its own requests.
-
-// consoleScope is who is asking: the admin (every tenant) or one tenant.
-type consoleScope struct {
-	admin  bool
-	tenant *policy.Tenant
-}
-
-// tenants are the tenants the scope may see.
-func (s consoleScope) tenants(pol *policy.Policy) []string {
-	if !s.admin {
-		return []string{s.tenant.ID}
-	}
-	ids := make([]string, len(pol.Tenants))
-	for i, t := range pol.Tenants {
-		ids[i] = t.ID
-	}
-	return ids
-}
-
-// consoleAuth finds the scope of a console request, or answers 401.
-func (g *Gateway) consoleAuth(h func(http.ResponseWriter, *http.Request, consoleScope)) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if g.isAdmin(r) {
-			h(w, r, consoleScope{admin: true})
-			return
-		}
-		if t := g.tenant(r); t != nil {
-			h(w, r, consoleScope{tenant: t})
-			return
-		}
-		errorf(CodeUnauthorized, "the console needs a tenant's API key or the admin key").write(w, protocolOf(r), meta{})
-	}
-}
 
 // requestRow is one line of the console's list of logical requests.
 type requestRow struct {
@@ -71,7 +34,7 @@ type requestRow struct {
 
 // serveConsoleRequests lists recent logical requests, newest first,
 // filtered by tenant, model, terminal and since (RFC 3339).
-func (g *Gateway) serveConsoleRequests(w http.ResponseWriter, r *http.Request, s consoleScope) {
+func (g *Gateway) serveConsoleRequests(w http.ResponseWriter, r *http.Request, s readScope) {
 	q := r.URL.Query()
 	limit := 50
 	if n, err := strconv.Atoi(q.Get("limit")); err == nil && n > 0 && n <= 500 {
@@ -122,29 +85,11 @@ func (g *Gateway) serveConsoleRequests(w http.ResponseWriter, r *http.Request, s
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": rows})
 }
 
-// consoleReceipt finds a receipt the scope may see.
-func (g *Gateway) consoleReceipt(ctx context.Context, s consoleScope, id string) (*receipt.Receipt, error) {
-	for _, tenant := range s.tenants(g.policy()) {
-		rc, err := g.receipt(ctx, tenant, id)
-		if errors.Is(err, ledger.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if err := rc.Seal(); err != nil {
-			return nil, err
-		}
-		return rc, nil
-	}
-	return nil, ledger.ErrNotFound
-}
-
 // serveConsoleRequest answers one request's receipt.
-func (g *Gateway) serveConsoleRequest(w http.ResponseWriter, r *http.Request, s consoleScope) {
-	rc, err := g.consoleReceipt(r.Context(), s, r.PathValue("id"))
+func (g *Gateway) serveConsoleRequest(w http.ResponseWriter, r *http.Request, s readScope) {
+	rc, err := g.scopedReceipt(r.Context(), s, r.PathValue("id"))
 	if err != nil {
-		g.consoleError(w, r, err)
+		g.receiptError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, rc)
@@ -152,10 +97,10 @@ func (g *Gateway) serveConsoleRequest(w http.ResponseWriter, r *http.Request, s 
 
 // serveConsoleVerify runs oncegate verify's check over a receipt, under
 // the configuration in force.
-func (g *Gateway) serveConsoleVerify(w http.ResponseWriter, r *http.Request, s consoleScope) {
-	rc, err := g.consoleReceipt(r.Context(), s, r.PathValue("id"))
+func (g *Gateway) serveConsoleVerify(w http.ResponseWriter, r *http.Request, s readScope) {
+	rc, err := g.scopedReceipt(r.Context(), s, r.PathValue("id"))
 	if err != nil {
-		g.consoleError(w, r, err)
+		g.receiptError(w, r, err)
 		return
 	}
 	drifts := receipt.Verify(g.policy(), rc)
@@ -164,14 +109,6 @@ func (g *Gateway) serveConsoleVerify(w http.ResponseWriter, r *http.Request, s c
 		out[i] = map[string]any{"code": d.Code, "attempt": d.Attempt, "expected": d.Expected, "found": d.Found, "message": d.String()}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"request_id": rc.RequestID, "ok": len(drifts) == 0, "drifts": out})
-}
-
-func (g *Gateway) consoleError(w http.ResponseWriter, r *http.Request, err error) {
-	if errors.Is(err, ledger.ErrNotFound) {
-		errorf(CodeReceiptNotFound, "no receipt %s that this key may see", r.PathValue("id")).write(w, protocolOf(r), meta{})
-		return
-	}
-	storeAPIError(err).write(w, protocolOf(r), meta{})
 }
 
 // liveBreaker is one route's breaker in the live panel.
@@ -184,7 +121,7 @@ type liveBreaker struct {
 // serveConsoleLive answers the live panel: attempts per logical request,
 // dedup outcomes and the turn ratio since the process started, breaker
 // states now, and the fleet retry budget's headroom.
-func (g *Gateway) serveConsoleLive(w http.ResponseWriter, r *http.Request, _ consoleScope) {
+func (g *Gateway) serveConsoleLive(w http.ResponseWriter, r *http.Request, _ readScope) {
 	live := g.metrics.Live()
 	out := struct {
 		metrics.Live
@@ -207,12 +144,15 @@ func (g *Gateway) serveConsoleLive(w http.ResponseWriter, r *http.Request, _ con
 	writeJSON(w, http.StatusOK, out)
 }
 
+// consoleKeyNeeded is the 401 of a console request without a key it knows.
+const consoleKeyNeeded = "the console needs a tenant's API key or the admin key"
+
 // consoleRoutes mounts the console.
 func (g *Gateway) consoleRoutes(m *http.ServeMux) {
 	m.Handle("GET /ui/", http.StripPrefix("/ui/", console.Handler()))
 	m.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
-	m.HandleFunc("GET /v1/console/requests", g.consoleAuth(g.serveConsoleRequests))
-	m.HandleFunc("GET /v1/console/requests/{id}", g.consoleAuth(g.serveConsoleRequest))
-	m.HandleFunc("GET /v1/console/requests/{id}/verify", g.consoleAuth(g.serveConsoleVerify))
-	m.HandleFunc("GET /v1/console/live", g.consoleAuth(g.serveConsoleLive))
+	m.HandleFunc("GET /v1/console/requests", g.readAuth(consoleKeyNeeded, g.serveConsoleRequests))
+	m.HandleFunc("GET /v1/console/requests/{id}", g.readAuth(consoleKeyNeeded, g.serveConsoleRequest))
+	m.HandleFunc("GET /v1/console/requests/{id}/verify", g.readAuth(consoleKeyNeeded, g.serveConsoleVerify))
+	m.HandleFunc("GET /v1/console/live", g.readAuth(consoleKeyNeeded, g.serveConsoleLive))
 }
