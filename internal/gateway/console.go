@@ -10,6 +10,7 @@ import (
 	"github.com/oncegate/oncegate/internal/breaker"
 	"github.com/oncegate/oncegate/internal/console"
 	"github.com/oncegate/oncegate/internal/metrics"
+	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/receipt"
 )
 
@@ -118,30 +119,60 @@ type liveBreaker struct {
 	Generation int64  `json:"generation"`
 }
 
+// liveView is the live panel's answer.
+type liveView struct {
+	metrics.Live
+	// Tenant is the tenant whose figures these are; empty: every tenant's.
+	Tenant             string        `json:"tenant,omitempty"`
+	AttemptsPerRequest float64       `json:"attempts_per_logical_request"`
+	Breakers           []liveBreaker `json:"breakers"`
+	// Budget is the fleet retry budget's headroom: for the admin key, and
+	// only where this process keeps it (not in Redis).
+	Budget map[string]any `json:"retry_budget"`
+}
+
 // serveConsoleLive answers the live panel: attempts per logical request,
-// dedup outcomes and the turn ratio since the process started, breaker
-// states now, and the fleet retry budget's headroom.
-func (g *Gateway) serveConsoleLive(w http.ResponseWriter, r *http.Request, _ readScope) {
-	live := g.metrics.Live()
-	out := struct {
-		metrics.Live
-		AttemptsPerRequest float64        `json:"attempts_per_logical_request"`
-		Breakers           []liveBreaker  `json:"breakers"`
-		Budget             map[string]any `json:"retry_budget"`
-	}{Live: live, Breakers: []liveBreaker{}}
-	if live.Requests > 0 {
-		out.AttemptsPerRequest = float64(live.Attempts) / float64(live.Requests)
+// dedup outcomes and the turn ratio since the process started, and
+// breaker states now — a tenant's key its own requests and the routes it
+// may use; the admin key every tenant's, every route and the fleet retry
+// budget's headroom, which counts every tenant's retries.
+func (g *Gateway) serveConsoleLive(w http.ResponseWriter, _ *http.Request, s readScope) {
+	out := liveView{Breakers: []liveBreaker{}}
+	var routes map[string]bool // nil: every route
+	if s.admin {
+		out.Live = g.metrics.Live("")
+	} else {
+		out.Live, out.Tenant, routes = g.metrics.Live(s.tenant.ID), s.tenant.ID, usableRoutes(g.policy(), s.tenant)
+	}
+	if out.Requests > 0 {
+		out.AttemptsPerRequest = float64(out.Attempts) / float64(out.Requests)
 	}
 	if bs, ok := g.breakers.(breakerStates); ok {
 		bs.States(func(route string, st breaker.State, gen int64) {
-			out.Breakers = append(out.Breakers, liveBreaker{Route: route, State: st.String(), Generation: gen})
+			if routes == nil || routes[route] {
+				out.Breakers = append(out.Breakers, liveBreaker{Route: route, State: st.String(), Generation: gen})
+			}
 		})
 	}
-	if b, ok := g.budget.(interface{ Headroom() (float64, float64) }); ok {
+	if b, ok := g.budget.(interface{ Headroom() (float64, float64) }); ok && s.admin {
 		taken, allowed := b.Headroom()
 		out.Budget = map[string]any{"retries": taken, "allowed": allowed}
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// usableRoutes are the routes of every alias that tenant t may send to:
+// those inside its data boundary.
+func usableRoutes(pol *policy.Policy, t *policy.Tenant) map[string]bool {
+	out := map[string]bool{}
+	for _, a := range pol.Aliases {
+		for _, r := range a.Routes {
+			if r.Boundary <= t.MaxBoundary {
+				out[r.ID] = true
+			}
+		}
+	}
+	return out
 }
 
 // consoleKeyNeeded is the 401 of a console request without a key it knows.

@@ -164,7 +164,7 @@ func (g *Gateway) serveResponses(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case created:
-		g.metrics.ObserveTurn("user")
+		g.metrics.ObserveTurn(t.ID, "user")
 		g.runTurn(w, r, t, alias, req, turn, history)
 	case existing.Fingerprint == fp:
 		g.continueTurn(w, r, t, alias, req, existing, history)
@@ -249,7 +249,7 @@ func (g *Gateway) continueTurn(w http.ResponseWriter, r *http.Request, t *policy
 	}
 	switch turn.State {
 	case ledger.TurnDone:
-		g.metrics.ObserveDedup("replayed")
+		g.metrics.ObserveDedup(t.ID, "replayed")
 		g.replayTurn(w, r, turn, req.Stream)
 		return
 	case ledger.TurnPending:
@@ -476,7 +476,7 @@ func (c *call) settleTurn(head *coord.Head, tail []byte, last *attemptResult) {
 		return
 	}
 	if next.State == ledger.TurnDone {
-		c.g.metrics.ObserveTurn("assistant")
+		c.g.metrics.ObserveTurn(c.tenant.ID, "assistant")
 	}
 	tc.turn = &next
 }
@@ -664,7 +664,7 @@ func (g *Gateway) moveTurn(ctx context.Context, turn, next *ledger.Turn) (*ledge
 		return g.ledger.Turn(ctx, turn.Tenant, turn.ResponseID)
 	}
 	if next.State == ledger.TurnDone {
-		g.metrics.ObserveTurn("assistant")
+		g.metrics.ObserveTurn(next.Tenant, "assistant")
 	}
 	return next, nil
 }
