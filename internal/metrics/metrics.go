@@ -38,6 +38,8 @@ type Metrics struct {
 	billable         *prometheus.CounterVec
 	cost             *prometheus.CounterVec
 	errorResponses   *prometheus.CounterVec
+	auxRequests      *prometheus.CounterVec
+	auxAttempts      *prometheus.CounterVec
 	turns            *prometheus.CounterVec
 	orphans          prometheus.Counter
 	branches         prometheus.Counter
@@ -141,6 +143,8 @@ func New(reg *prometheus.Registry) *Metrics {
 	m.billable = counter("billable_tokens_total", "Tokens charged, by tenant, route and type (input, output).", "tenant", "route", "type")
 	m.cost = counter("cost_usd_total", "USD charged, by tenant and route.", "tenant", "route")
 	m.errorResponses = counter("error_responses_total", "Answers that were a gateway error, by code and status: refusals (401, 400, 404, 413, 429, an open circuit, a budget) and failures.", "code", "status")
+	m.auxRequests = counter("auxiliary_requests_total", "Requests that ask a provider outside a logical request (no receipt: operation count_tokens), by how they were answered (provider, estimate).", "operation", "source")
+	m.auxAttempts = counter("auxiliary_attempts_total", "Provider calls outside logical requests, by operation, route and outcome kind (ok, a failure's kind, or circuit_open: not sent).", "operation", "route", "kind")
 	m.turns = counter("turns_total", "Conversation turns committed, by role (user, assistant); a turn's user message counts when it is written, its answer when it is done.", "role")
 	m.orphans = scalar("orphaned_turns_total", "Generations an upstream committed for a turn besides the one the conversation kept.")
 	m.branches = scalar("conversation_branches_refused_total", "Turns refused because their parent already had a live continuation.")
@@ -226,6 +230,18 @@ func (m *Metrics) ObserveAttempt(a Attempt) {
 // ObserveErrorResponse counts an answer that was a gateway error.
 func (m *Metrics) ObserveErrorResponse(code string, status int) {
 	m.errorResponses.WithLabelValues(code, strconv.Itoa(status)).Inc()
+}
+
+// ObserveAuxiliaryRequest counts a request answered outside the logical
+// request model (a token count), by its source: "provider" or "estimate".
+func (m *Metrics) ObserveAuxiliaryRequest(operation, source string) {
+	m.auxRequests.WithLabelValues(operation, source).Inc()
+}
+
+// ObserveAuxiliaryAttempt counts a provider call made outside a logical
+// request, by its outcome kind ("circuit_open": the breaker kept it back).
+func (m *Metrics) ObserveAuxiliaryAttempt(operation, route, kind string) {
+	m.auxAttempts.WithLabelValues(operation, route, kind).Inc()
 }
 
 // ObserveTurn counts a conversation turn of tenant's by role: "user" when

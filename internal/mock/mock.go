@@ -46,6 +46,7 @@ type Mock struct {
 	script Script
 	setAt  time.Time
 	calls  map[string]int
+	counts map[string]int // count_tokens calls per model
 	ids    int64
 	state  *rsState
 	// traceparents: the last traceparent each request id came with.
@@ -59,7 +60,7 @@ func New(cfg Config) *Mock {
 	if cfg.Tokens <= 0 {
 		cfg.Tokens = 24
 	}
-	m := &Mock{cfg: cfg, stats: newStats(), script: cfg.Script, setAt: time.Now(), calls: map[string]int{}, closing: make(chan struct{}),
+	m := &Mock{cfg: cfg, stats: newStats(), script: cfg.Script, setAt: time.Now(), calls: map[string]int{}, counts: map[string]int{}, closing: make(chan struct{}),
 		state: newRSState(), traceparents: map[string]string{}}
 	m.mux = http.NewServeMux()
 	m.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { m.serve(provider.OpenAI, w, r) })
@@ -89,7 +90,7 @@ func (m *Mock) SetScript(s Script) {
 // Reset clears the counters and per-model call numbers.
 func (m *Mock) Reset() {
 	m.mu.Lock()
-	m.calls = map[string]int{}
+	m.calls, m.counts = map[string]int{}, map[string]int{}
 	m.stats = newStats()
 	m.mu.Unlock()
 }
