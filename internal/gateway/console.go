@@ -9,6 +9,7 @@ import (
 
 	"github.com/oncegate/oncegate/internal/breaker"
 	"github.com/oncegate/oncegate/internal/console"
+	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/metrics"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/receipt"
@@ -20,10 +21,12 @@ import (
 
 // requestRow is one line of the console's list of logical requests.
 type requestRow struct {
-	RequestID string    `json:"request_id"`
-	Tenant    string    `json:"tenant"`
-	Operation string    `json:"operation"`
-	Model     string    `json:"model"`
+	RequestID string `json:"request_id"`
+	Tenant    string `json:"tenant"`
+	Operation string `json:"operation"`
+	Model     string `json:"model"`
+	// Route is the route that answered ("" when none did).
+	Route     string    `json:"route"`
 	CreatedAt time.Time `json:"created_at"`
 	Attempts  int       `json:"attempts"`
 	Providers []string  `json:"providers"`
@@ -71,7 +74,7 @@ func (g *Gateway) serveConsoleRequests(w http.ResponseWriter, r *http.Request, s
 					continue
 				}
 				rows = append(rows, requestRow{RequestID: rc.RequestID, Tenant: rc.Tenant, Operation: rc.Operation, Model: rc.Model,
-					CreatedAt: rc.CreatedAt, Attempts: len(rc.Attempts), Providers: rc.Totals.Providers, Terminal: rc.Terminal,
+					Route: answeredBy(rc), CreatedAt: rc.CreatedAt, Attempts: len(rc.Attempts), Providers: rc.Totals.Providers, Terminal: rc.Terminal,
 					Reason: rc.Reason, Tokens: rc.Totals.BillableTokens, CostUSD: rc.Totals.CostUSD})
 			}
 			if len(list) < 200 || (!since.IsZero() && len(list) > 0 && list[len(list)-1].CreatedAt.Before(since)) {
@@ -84,6 +87,17 @@ func (g *Gateway) serveConsoleRequests(w http.ResponseWriter, r *http.Request, s
 		rows = rows[:limit]
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": rows})
+}
+
+// answeredBy is the route whose attempt completed the request ("" when
+// none did).
+func answeredBy(rc *receipt.Receipt) string {
+	for i := len(rc.Attempts) - 1; i >= 0; i-- {
+		if a := &rc.Attempts[i]; a.Kind == string(gw.KindOK) {
+			return a.Route
+		}
+	}
+	return ""
 }
 
 // serveConsoleRequest answers one request's receipt.

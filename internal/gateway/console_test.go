@@ -37,13 +37,15 @@ func TestConsoleScopes(t *testing.T) {
 				RequestID string `json:"request_id"`
 				Tenant    string
 				Attempts  int
+				Route     string
 			}
 		}
 		var all, own list
 		if get(keyAdmin, "/v1/console/requests", &all) != 200 || len(all.Data) != 2 {
 			t.Fatalf("admin sees %d requests", len(all.Data))
 		}
-		if get(keyAcme, "/v1/console/requests", &own) != 200 || len(own.Data) != 1 || own.Data[0].RequestID != acme.Header.Get("X-Oncegate-Request-Id") {
+		if get(keyAcme, "/v1/console/requests", &own) != 200 || len(own.Data) != 1 || own.Data[0].RequestID != acme.Header.Get("X-Oncegate-Request-Id") ||
+			own.Data[0].Route != "primary" || own.Data[0].Attempts != 2 {
 			t.Fatalf("acme sees %+v", own.Data)
 		}
 		if st := get(keyAcme, "/v1/console/requests/"+globex.Header.Get("X-Oncegate-Request-Id"), nil); st != 404 {
