@@ -245,6 +245,13 @@ type Price struct {
 	InputUSDPerMTok float64 `yaml:"input_usd_per_mtok"`
 	// OutputUSDPerMTok is USD per million output tokens. Default 0.
 	OutputUSDPerMTok float64 `yaml:"output_usd_per_mtok"`
+	// CachedInputUSDPerMTok is USD per million input tokens read from the
+	// provider's prompt cache. Unset: the input price.
+	CachedInputUSDPerMTok *float64 `yaml:"cached_input_usd_per_mtok"`
+	// CacheWriteUSDPerMTok is USD per million input tokens written to the
+	// provider's prompt cache (Anthropic's cache_creation_input_tokens).
+	// Unset: the input price.
+	CacheWriteUSDPerMTok *float64 `yaml:"cache_write_usd_per_mtok"`
 }
 
 // Model is one model alias: ordered routes and a retry policy.

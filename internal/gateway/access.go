@@ -28,6 +28,8 @@ type accessLog struct {
 	terminal  string
 	reason    string
 	body      string // the request body, with log.bodies only
+	// tokenCount is where a token count came from: provider, estimate.
+	tokenCount string
 }
 
 type accessKey struct{}
@@ -140,6 +142,7 @@ func (g *Gateway) logAccess(r *http.Request, w *logWriter, d time.Duration) {
 	if a.attempts > 0 {
 		attrs = append(attrs, slog.Int("attempts", a.attempts), slog.Int64("tokens", a.tokens), slog.Float64("cost_usd", a.costUSD))
 	}
+	add("token_count", a.tokenCount)
 	add("terminal", a.terminal)
 	add("reason", a.reason)
 	if g.cur.Load().logBodies && a.body != "" {

@@ -377,7 +377,7 @@ func (c *call) noteAccess() {
 // observeMetrics counts the finished request and each of its attempts.
 func (c *call) observeMetrics() {
 	r, m := c.rec.R, c.g.metrics
-	m.ObserveRequest(metrics.Request{Model: r.Model, Terminal: r.Terminal, Reason: r.Reason, Attempts: len(r.Attempts),
+	m.ObserveRequest(metrics.Request{Tenant: r.Tenant, Model: r.Model, Terminal: r.Terminal, Reason: r.Reason, Attempts: len(r.Attempts),
 		Duration: c.g.clock.Now().Sub(c.created)})
 	if last := c.rec.Last(); last.Reason == gw.ReasonCostBudget && last.TenantBound {
 		m.ObserveTenantRejection(c.tenant.ID, CodeTenantBudget)

@@ -2,8 +2,6 @@ package gateway
 
 import (
 	"cmp"
-	"context"
-	"errors"
 	"net/http"
 	"slices"
 	"strconv"
@@ -11,7 +9,7 @@ import (
 
 	"github.com/oncegate/oncegate/internal/breaker"
 	"github.com/oncegate/oncegate/internal/console"
-	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/metrics"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/receipt"
@@ -21,45 +19,14 @@ import (
 // /ui/, and the JSON it reads under /v1/console/. The admin key sees every
 // tenant; a tenant's key sees only its own requests.
 
-// consoleScope is who is asking: the admin (every tenant) or one tenant.
-type consoleScope struct {
-	admin  bool
-	tenant *policy.Tenant
-}
-
-// tenants are the tenants the scope may see.
-func (s consoleScope) tenants(pol *policy.Policy) []string {
-	if !s.admin {
-		return []string{s.tenant.ID}
-	}
-	ids := make([]string, len(pol.Tenants))
-	for i, t := range pol.Tenants {
-		ids[i] = t.ID
-	}
-	return ids
-}
-
-// consoleAuth finds the scope of a console request, or answers 401.
-func (g *Gateway) consoleAuth(h func(http.ResponseWriter, *http.Request, consoleScope)) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if g.isAdmin(r) {
-			h(w, r, consoleScope{admin: true})
-			return
-		}
-		if t := g.tenant(r); t != nil {
-			h(w, r, consoleScope{tenant: t})
-			return
-		}
-		errorf(CodeUnauthorized, "the console needs a tenant's API key or the admin key").write(w, protocolOf(r), meta{})
-	}
-}
-
 // requestRow is one line of the console's list of logical requests.
 type requestRow struct {
-	RequestID string    `json:"request_id"`
-	Tenant    string    `json:"tenant"`
-	Operation string    `json:"operation"`
-	Model     string    `json:"model"`
+	RequestID string `json:"request_id"`
+	Tenant    string `json:"tenant"`
+	Operation string `json:"operation"`
+	Model     string `json:"model"`
+	// Route is the route that answered ("" when none did).
+	Route     string    `json:"route"`
 	CreatedAt time.Time `json:"created_at"`
 	Attempts  int       `json:"attempts"`
 	Providers []string  `json:"providers"`
@@ -71,7 +38,7 @@ type requestRow struct {
 
 // serveConsoleRequests lists recent logical requests, newest first,
 // filtered by tenant, model, terminal and since (RFC 3339).
-func (g *Gateway) serveConsoleRequests(w http.ResponseWriter, r *http.Request, s consoleScope) {
+func (g *Gateway) serveConsoleRequests(w http.ResponseWriter, r *http.Request, s readScope) {
 	q := r.URL.Query()
 	limit := 50
 	if n, err := strconv.Atoi(q.Get("limit")); err == nil && n > 0 && n <= 500 {
@@ -107,7 +74,7 @@ func (g *Gateway) serveConsoleRequests(w http.ResponseWriter, r *http.Request, s
 					continue
 				}
 				rows = append(rows, requestRow{RequestID: rc.RequestID, Tenant: rc.Tenant, Operation: rc.Operation, Model: rc.Model,
-					CreatedAt: rc.CreatedAt, Attempts: len(rc.Attempts), Providers: rc.Totals.Providers, Terminal: rc.Terminal,
+					Route: answeredBy(rc), CreatedAt: rc.CreatedAt, Attempts: len(rc.Attempts), Providers: rc.Totals.Providers, Terminal: rc.Terminal,
 					Reason: rc.Reason, Tokens: rc.Totals.BillableTokens, CostUSD: rc.Totals.CostUSD})
 			}
 			if len(list) < 200 || (!since.IsZero() && len(list) > 0 && list[len(list)-1].CreatedAt.Before(since)) {
@@ -122,29 +89,22 @@ func (g *Gateway) serveConsoleRequests(w http.ResponseWriter, r *http.Request, s
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": rows})
 }
 
-// consoleReceipt finds a receipt the scope may see.
-func (g *Gateway) consoleReceipt(ctx context.Context, s consoleScope, id string) (*receipt.Receipt, error) {
-	for _, tenant := range s.tenants(g.policy()) {
-		rc, err := g.receipt(ctx, tenant, id)
-		if errors.Is(err, ledger.ErrNotFound) {
-			continue
+// answeredBy is the route whose attempt completed the request ("" when
+// none did).
+func answeredBy(rc *receipt.Receipt) string {
+	for i := len(rc.Attempts) - 1; i >= 0; i-- {
+		if a := &rc.Attempts[i]; a.Kind == string(gw.KindOK) {
+			return a.Route
 		}
-		if err != nil {
-			return nil, err
-		}
-		if err := rc.Seal(); err != nil {
-			return nil, err
-		}
-		return rc, nil
 	}
-	return nil, ledger.ErrNotFound
+	return ""
 }
 
 // serveConsoleRequest answers one request's receipt.
-func (g *Gateway) serveConsoleRequest(w http.ResponseWriter, r *http.Request, s consoleScope) {
-	rc, err := g.consoleReceipt(r.Context(), s, r.PathValue("id"))
+func (g *Gateway) serveConsoleRequest(w http.ResponseWriter, r *http.Request, s readScope) {
+	rc, err := g.scopedReceipt(r.Context(), s, r.PathValue("id"))
 	if err != nil {
-		g.consoleError(w, r, err)
+		g.receiptError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, rc)
@@ -152,10 +112,10 @@ func (g *Gateway) serveConsoleRequest(w http.ResponseWriter, r *http.Request, s 
 
 // serveConsoleVerify runs oncegate verify's check over a receipt, under
 // the configuration in force.
-func (g *Gateway) serveConsoleVerify(w http.ResponseWriter, r *http.Request, s consoleScope) {
-	rc, err := g.consoleReceipt(r.Context(), s, r.PathValue("id"))
+func (g *Gateway) serveConsoleVerify(w http.ResponseWriter, r *http.Request, s readScope) {
+	rc, err := g.scopedReceipt(r.Context(), s, r.PathValue("id"))
 	if err != nil {
-		g.consoleError(w, r, err)
+		g.receiptError(w, r, err)
 		return
 	}
 	drifts := receipt.Verify(g.policy(), rc)
@@ -166,14 +126,6 @@ func (g *Gateway) serveConsoleVerify(w http.ResponseWriter, r *http.Request, s c
 	writeJSON(w, http.StatusOK, map[string]any{"request_id": rc.RequestID, "ok": len(drifts) == 0, "drifts": out})
 }
 
-func (g *Gateway) consoleError(w http.ResponseWriter, r *http.Request, err error) {
-	if errors.Is(err, ledger.ErrNotFound) {
-		errorf(CodeReceiptNotFound, "no receipt %s that this key may see", r.PathValue("id")).write(w, protocolOf(r), meta{})
-		return
-	}
-	storeAPIError(err).write(w, protocolOf(r), meta{})
-}
-
 // liveBreaker is one route's breaker in the live panel.
 type liveBreaker struct {
 	Route      string `json:"route"`
@@ -181,38 +133,71 @@ type liveBreaker struct {
 	Generation int64  `json:"generation"`
 }
 
+// liveView is the live panel's answer.
+type liveView struct {
+	metrics.Live
+	// Tenant is the tenant whose figures these are; empty: every tenant's.
+	Tenant             string        `json:"tenant,omitempty"`
+	AttemptsPerRequest float64       `json:"attempts_per_logical_request"`
+	Breakers           []liveBreaker `json:"breakers"`
+	// Budget is the fleet retry budget's headroom: for the admin key, and
+	// only where this process keeps it (not in Redis).
+	Budget map[string]any `json:"retry_budget"`
+}
+
 // serveConsoleLive answers the live panel: attempts per logical request,
-// dedup outcomes and the turn ratio since the process started, breaker
-// states now, and the fleet retry budget's headroom.
-func (g *Gateway) serveConsoleLive(w http.ResponseWriter, r *http.Request, _ consoleScope) {
-	live := g.metrics.Live()
-	out := struct {
-		metrics.Live
-		AttemptsPerRequest float64        `json:"attempts_per_logical_request"`
-		Breakers           []liveBreaker  `json:"breakers"`
-		Budget             map[string]any `json:"retry_budget"`
-	}{Live: live, Breakers: []liveBreaker{}}
-	if live.Requests > 0 {
-		out.AttemptsPerRequest = float64(live.Attempts) / float64(live.Requests)
+// dedup outcomes and the turn ratio since the process started, and
+// breaker states now — a tenant's key its own requests and the routes it
+// may use; the admin key every tenant's, every route and the fleet retry
+// budget's headroom, which counts every tenant's retries.
+func (g *Gateway) serveConsoleLive(w http.ResponseWriter, _ *http.Request, s readScope) {
+	out := liveView{Breakers: []liveBreaker{}}
+	var routes map[string]bool // nil: every route
+	if s.admin {
+		out.Live = g.metrics.Live("")
+	} else {
+		out.Live, out.Tenant, routes = g.metrics.Live(s.tenant.ID), s.tenant.ID, usableRoutes(g.policy(), s.tenant)
+	}
+	if out.Requests > 0 {
+		out.AttemptsPerRequest = float64(out.Attempts) / float64(out.Requests)
 	}
 	if bs, ok := g.breakers.(breakerStates); ok {
 		bs.States(func(route string, st breaker.State, gen int64) {
-			out.Breakers = append(out.Breakers, liveBreaker{Route: route, State: st.String(), Generation: gen})
+			if routes == nil || routes[route] {
+				out.Breakers = append(out.Breakers, liveBreaker{Route: route, State: st.String(), Generation: gen})
+			}
 		})
 	}
-	if b, ok := g.budget.(interface{ Headroom() (float64, float64) }); ok {
+	if b, ok := g.budget.(interface{ Headroom() (float64, float64) }); ok && s.admin {
 		taken, allowed := b.Headroom()
 		out.Budget = map[string]any{"retries": taken, "allowed": allowed}
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
+// usableRoutes are the routes of every alias that tenant t may send to:
+// those inside its data boundary.
+func usableRoutes(pol *policy.Policy, t *policy.Tenant) map[string]bool {
+	out := map[string]bool{}
+	for _, a := range pol.Aliases {
+		for _, r := range a.Routes {
+			if r.Boundary <= t.MaxBoundary {
+				out[r.ID] = true
+			}
+		}
+	}
+	return out
+}
+
+// consoleKeyNeeded is the 401 of a console request without a key it knows.
+const consoleKeyNeeded = "the console needs a tenant's API key or the admin key"
+
 // consoleRoutes mounts the console.
 func (g *Gateway) consoleRoutes(m *http.ServeMux) {
 	m.Handle("GET /ui/", http.StripPrefix("/ui/", console.Handler()))
 	m.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
-	m.HandleFunc("GET /v1/console/requests", g.consoleAuth(g.serveConsoleRequests))
-	m.HandleFunc("GET /v1/console/requests/{id}", g.consoleAuth(g.serveConsoleRequest))
-	m.HandleFunc("GET /v1/console/requests/{id}/verify", g.consoleAuth(g.serveConsoleVerify))
-	m.HandleFunc("GET /v1/console/live", g.consoleAuth(g.serveConsoleLive))
+	m.HandleFunc("GET /v1/console/requests", g.readAuth(consoleKeyNeeded, g.serveConsoleRequests))
+	m.HandleFunc("GET /v1/console/requests/{id}", g.readAuth(consoleKeyNeeded, g.serveConsoleRequest))
+	m.HandleFunc("GET /v1/console/requests/{id}/verify", g.readAuth(consoleKeyNeeded, g.serveConsoleVerify))
+	m.HandleFunc("GET /v1/console/live", g.readAuth(consoleKeyNeeded, g.serveConsoleLive))
 }

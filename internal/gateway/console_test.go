@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/mock"
 )
 
@@ -36,13 +37,15 @@ func TestConsoleScopes(t *testing.T) {
 				RequestID string `json:"request_id"`
 				Tenant    string
 				Attempts  int
+				Route     string
 			}
 		}
 		var all, own list
 		if get(keyAdmin, "/v1/console/requests", &all) != 200 || len(all.Data) != 2 {
 			t.Fatalf("admin sees %d requests", len(all.Data))
 		}
-		if get(keyAcme, "/v1/console/requests", &own) != 200 || len(own.Data) != 1 || own.Data[0].RequestID != acme.Header.Get("X-Oncegate-Request-Id") {
+		if get(keyAcme, "/v1/console/requests", &own) != 200 || len(own.Data) != 1 || own.Data[0].RequestID != acme.Header.Get("X-Oncegate-Request-Id") ||
+			own.Data[0].Route != "primary" || own.Data[0].Attempts != 2 {
 			t.Fatalf("acme sees %+v", own.Data)
 		}
 		if st := get(keyAcme, "/v1/console/requests/"+globex.Header.Get("X-Oncegate-Request-Id"), nil); st != 404 {
@@ -60,15 +63,35 @@ func TestConsoleScopes(t *testing.T) {
 		if get(keyAdmin, "/v1/console/requests/"+acme.Header.Get("X-Oncegate-Request-Id")+"/verify", &v) != 200 || !v.OK {
 			t.Fatalf("verify: %+v", v)
 		}
-		var live struct {
+		// The live panel: the admin sees every tenant's figures, every
+		// route and the fleet retry budget; a tenant its own figures and
+		// the routes it may use, not the budget every tenant's retries
+		// fill.
+		type liveView struct {
 			Requests int64 `json:"logical_requests"`
+			Attempts int64
+			Tenant   string
 			Breakers []struct{ Route, State string }
 			Budget   map[string]float64 `json:"retry_budget"`
 			Dedup    map[string]int64
 		}
-		if get(keyAcme, "/v1/console/live", &live) != 200 || live.Requests != 2 || len(live.Breakers) == 0 || live.Budget["retries"] != 1 ||
-			live.Dedup["miss"] != 2 {
-			t.Fatalf("live: %+v", live)
+		var live, acmeLive, globexLive liveView
+		if get(keyAdmin, "/v1/console/live", &live) != 200 || live.Requests != 2 || live.Attempts != 3 || len(live.Breakers) != len(e.pol.Routes) ||
+			live.Budget["retries"] != 1 || live.Dedup["miss"] != 2 || live.Tenant != "" {
+			t.Fatalf("the admin's live panel: %+v", live)
+		}
+		if get(keyAcme, "/v1/console/live", &acmeLive) != 200 || acmeLive.Requests != 1 || acmeLive.Attempts != 2 || acmeLive.Dedup["miss"] != 1 ||
+			acmeLive.Budget != nil || acmeLive.Tenant != "acme" || len(acmeLive.Breakers) != len(e.pol.Routes) {
+			t.Fatalf("acme's live panel: %+v", acmeLive)
+		}
+		if get(keyGlobex, "/v1/console/live", &globexLive) != 200 || globexLive.Requests != 1 || globexLive.Attempts != 1 || globexLive.Budget != nil ||
+			len(globexLive.Breakers) == 0 || len(globexLive.Breakers) == len(e.pol.Routes) {
+			t.Fatalf("globex's live panel: %+v", globexLive)
+		}
+		for _, b := range globexLive.Breakers {
+			if r := e.pol.Route(b.Route); r == nil || r.Boundary > gw.BoundaryPrivate {
+				t.Fatalf("globex (private) sees the breaker of %s, beyond its data boundary", b.Route)
+			}
 		}
 		if st := get("nobody", "/v1/console/live", nil); st != 401 {
 			t.Fatalf("no key: %d", st)

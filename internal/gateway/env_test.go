@@ -74,6 +74,22 @@ routes:
     data_boundary: external
     max_attempts: 2
     price: {input_usd_per_mtok: 3, output_usd_per_mtok: 15}
+  - id: primary-cached
+    provider: mock-primary
+    model: primary-model
+    capabilities: {input: [text], streaming: true, max_context_tokens: 8000, max_output_tokens: 1000}
+    behavior_class: chat-v1
+    data_boundary: private
+    max_attempts: 1
+    price: {input_usd_per_mtok: 1, output_usd_per_mtok: 2, cached_input_usd_per_mtok: 0.5}
+  - id: claude-cached
+    provider: mock-anthropic
+    model: claude-model
+    capabilities: {input: [text], streaming: true, max_context_tokens: 200000, max_output_tokens: 2000}
+    behavior_class: chat-v1
+    data_boundary: external
+    max_attempts: 1
+    price: {input_usd_per_mtok: 3, output_usd_per_mtok: 15, cached_input_usd_per_mtok: 0.3, cache_write_usd_per_mtok: 3.75}
   - id: stateful
     provider: mock-stateful
     model: stateful-model
@@ -129,6 +145,12 @@ models:
     retry: {max_attempts: 4, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s}
     stream: {buffer: true}
     hedge: {after: 50ms}
+  - name: cached-openai
+    routes: [primary-cached]
+    retry: {max_attempts: 1, jitter: none, deadline: 10s}
+  - name: cached-claude
+    routes: [claude-cached]
+    retry: {max_attempts: 1, jitter: none, deadline: 10s}
   - name: capped
     routes: [primary]
     retry: {max_attempts: 3, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s, max_cost_usd: 0.001}

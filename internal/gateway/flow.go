@@ -43,7 +43,7 @@ func (c *call) claim(d retry.Decision) bool {
 		}
 		c.g.store.answered()
 		if created {
-			c.g.metrics.ObserveDedup("miss")
+			c.g.metrics.ObserveDedup(c.tenant.ID, "miss")
 			c.g.live.Store(c.id, c)
 			return true
 		}
@@ -59,7 +59,7 @@ func (c *call) claim(d retry.Decision) bool {
 				return false
 			}
 			if ok {
-				c.g.metrics.ObserveDedup("miss")
+				c.g.metrics.ObserveDedup(c.tenant.ID, "miss")
 				c.g.live.Store(c.id, c)
 				return true
 			}
@@ -187,7 +187,7 @@ func (c *call) replay(rec *ledger.Record, dedup string) {
 		h.Set("Cache-Control", "no-cache")
 	}
 	c.flight.Finish(&coord.Head{Status: resp.Status, Header: h, Dedup: dedup}, resp.Body)
-	c.g.metrics.ObserveDedup(dedup)
+	c.g.metrics.ObserveDedup(rec.Tenant, dedup)
 	// Whoever joined this arrival's flight reads the same head, so it is
 	// counted as the head says.
 	joined, replayed := 0, 1+c.flight.Joined()

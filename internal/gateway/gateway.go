@@ -566,8 +566,8 @@ func (g *Gateway) routes() {
 	m.HandleFunc("GET /v1/models", g.authed(g.serveModels))
 	m.HandleFunc("GET /v1/models/{id}", g.authed(g.serveModel))
 	m.HandleFunc("POST /v1/messages/count_tokens", g.serveCountTokens)
-	m.HandleFunc("GET /v1/receipts/{id}", g.authed(g.serveReceipt))
-	m.HandleFunc("GET /v1/receipts", g.authed(g.serveReceipts))
+	m.HandleFunc("GET /v1/receipts/{id}", g.readAuth("missing or unknown API key", g.serveReceipt))
+	m.HandleFunc("GET /v1/receipts", g.readAuth("missing or unknown API key", g.serveReceipts))
 	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	m.HandleFunc("GET /readyz", g.serveReady)
 	m.HandleFunc("GET /metrics", g.serveMetrics)
@@ -822,10 +822,12 @@ func (g *Gateway) listReceipts(ctx context.Context, tenant string, limit int, af
 	return out, nil
 }
 
-func (g *Gateway) serveReceipt(w http.ResponseWriter, r *http.Request, t *policy.Tenant) {
-	rc, err := g.receipt(r.Context(), t.ID, r.PathValue("id"))
+// serveReceipt answers GET /v1/receipts/{id}: a tenant's key reads its
+// own receipts, the admin key every tenant's (docs/receipts.md).
+func (g *Gateway) serveReceipt(w http.ResponseWriter, r *http.Request, s readScope) {
+	rc, err := g.scopedReceipt(r.Context(), s, r.PathValue("id"))
 	if err != nil {
-		errorf(CodeReceiptNotFound, "no receipt %q", r.PathValue("id")).write(w, protocolOf(r), meta{})
+		g.receiptError(w, r, err)
 		return
 	}
 	body, err := sealed(rc)
@@ -837,7 +839,9 @@ func (g *Gateway) serveReceipt(w http.ResponseWriter, r *http.Request, t *policy
 	_, _ = w.Write(body)
 }
 
-func (g *Gateway) serveReceipts(w http.ResponseWriter, r *http.Request, t *policy.Tenant) {
+// serveReceipts answers GET /v1/receipts?limit=&after=&tenant=: the
+// newest receipts a key may read, the admin key's across tenants.
+func (g *Gateway) serveReceipts(w http.ResponseWriter, r *http.Request, scope readScope) {
 	limit := 20
 	if s := r.URL.Query().Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
@@ -847,9 +851,14 @@ func (g *Gateway) serveReceipts(w http.ResponseWriter, r *http.Request, t *polic
 		}
 		limit = n
 	}
-	list, err := g.listReceipts(r.Context(), t.ID, limit, r.URL.Query().Get("after"))
+	tenants, apiErr := scope.filter(g.policy(), r.URL.Query().Get("tenant"))
+	if apiErr != nil {
+		apiErr.write(w, protocolOf(r), meta{})
+		return
+	}
+	list, err := g.newestReceipts(r.Context(), tenants, limit, r.URL.Query().Get("after"))
 	if err != nil {
-		errorf(CodeInternal, "list receipts").write(w, protocolOf(r), meta{})
+		storeAPIError(err).write(w, protocolOf(r), meta{})
 		return
 	}
 	last := ""

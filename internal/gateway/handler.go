@@ -98,7 +98,7 @@ func (g *Gateway) place(w http.ResponseWriter, r *http.Request, c *call) {
 			return
 		}
 		f.NoteClientRetry(c.clientRetries)
-		g.metrics.ObserveDedup("joined")
+		g.metrics.ObserveDedup(t.ID, "joined")
 		g.serveFlight(w, r, f.NewReader(), "joined")
 		return
 	}

@@ -111,7 +111,7 @@ func (c *call) copyRemote(sub coord.Subscription) (started bool, err error) {
 				break
 			}
 		}
-		c.g.metrics.ObserveDedup("joined")
+		c.g.metrics.ObserveDedup(c.tenant.ID, "joined")
 		c.flight.Finish(&head, body)
 		return true, nil
 	}
@@ -122,7 +122,7 @@ func (c *call) copyRemote(sub coord.Subscription) (started bool, err error) {
 			return true, err
 		}
 		if done {
-			c.g.metrics.ObserveDedup("joined")
+			c.g.metrics.ObserveDedup(c.tenant.ID, "joined")
 			c.flight.Finish(nil, nil)
 			return true, nil
 		}
@@ -151,7 +151,7 @@ func (c *call) finishFromStore(rem *coord.Remote) {
 			}
 		case err == nil && rec.RequestID == rem.RequestID && rec.State == ledger.Succeeded && rec.Response != nil:
 			if out, _ := c.flight.Output(); bytes.HasPrefix(rec.Response.Body, out) {
-				c.g.metrics.ObserveDedup("joined")
+				c.g.metrics.ObserveDedup(c.tenant.ID, "joined")
 				c.flight.Finish(nil, rec.Response.Body[len(out):])
 				return
 			}

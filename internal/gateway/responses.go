@@ -163,7 +163,7 @@ func (g *Gateway) serveResponses(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		g.storeError(w, err)
 	case created:
-		g.metrics.ObserveTurn("user")
+		g.metrics.ObserveTurn(t.ID, "user")
 		if turn.Branch > 0 {
 			g.metrics.ObserveBranch()
 		}
@@ -265,7 +265,7 @@ func (g *Gateway) continueTurn(w http.ResponseWriter, r *http.Request, t *policy
 	}
 	switch turn.State {
 	case ledger.TurnDone:
-		g.metrics.ObserveDedup("replayed")
+		g.metrics.ObserveDedup(t.ID, "replayed")
 		g.replayTurn(w, r, turn, req.Stream, "replayed")
 		return
 	case ledger.TurnPending:
@@ -516,7 +516,7 @@ func (c *call) settleTurn(head *coord.Head, tail []byte, last *attemptResult) {
 		return
 	}
 	if next.State == ledger.TurnDone {
-		c.g.metrics.ObserveTurn("assistant")
+		c.g.metrics.ObserveTurn(c.tenant.ID, "assistant")
 	}
 	tc.turn = &next
 }
@@ -704,7 +704,7 @@ func (g *Gateway) moveTurn(ctx context.Context, turn, next *ledger.Turn) (*ledge
 		return g.ledger.Turn(ctx, turn.Tenant, turn.ResponseID)
 	}
 	if next.State == ledger.TurnDone {
-		g.metrics.ObserveTurn("assistant")
+		g.metrics.ObserveTurn(next.Tenant, "assistant")
 	}
 	return next, nil
 }

@@ -183,16 +183,27 @@ func (b DataBoundary) String() string {
 	return fmt.Sprintf("boundary(%d)", int(b))
 }
 
-// Usage is what one attempt consumed, in provider tokens.
+// Usage is what one attempt consumed, in provider tokens. InputTokens
+// counts every prompt token, those read from or written to the
+// provider's prompt cache included; CachedTokens and CacheWriteTokens say
+// how many of them were cache reads and cache writes.
 type Usage struct {
 	InputTokens  int64 `json:"input_tokens"`
 	OutputTokens int64 `json:"output_tokens"`
+	// CachedTokens are input tokens read from the provider's prompt
+	// cache (OpenAI prompt_tokens_details.cached_tokens, Anthropic
+	// cache_read_input_tokens).
 	CachedTokens int64 `json:"cached_tokens"`
+	// CacheWriteTokens are input tokens written to the provider's prompt
+	// cache (Anthropic cache_creation_input_tokens; OpenAI reports none).
+	// Omitted at 0, so that receipts written before it keep their digests.
+	CacheWriteTokens int64 `json:"cache_write_tokens,omitempty"`
 }
 
 // Add returns u + v.
 func (u Usage) Add(v Usage) Usage {
-	return Usage{u.InputTokens + v.InputTokens, u.OutputTokens + v.OutputTokens, u.CachedTokens + v.CachedTokens}
+	return Usage{InputTokens: u.InputTokens + v.InputTokens, OutputTokens: u.OutputTokens + v.OutputTokens,
+		CachedTokens: u.CachedTokens + v.CachedTokens, CacheWriteTokens: u.CacheWriteTokens + v.CacheWriteTokens}
 }
 
 // Billable is the number of tokens charged: input plus output.
@@ -214,28 +225,74 @@ func NanoFromUSD(usd float64) NanoUSD {
 }
 
 // Price is a route's per-token price in NanoUSD per token (1 USD per
-// million tokens is 1,000 nano-USD per token).
+// million tokens is 1,000 nano-USD per token). A Price is a value: safe to
+// share.
 type Price struct {
 	InputPerToken  NanoUSD
 	OutputPerToken NanoUSD
+	// CachedInputPerToken prices an input token read from the provider's
+	// prompt cache; nil: InputPerToken.
+	CachedInputPerToken *NanoUSD
+	// CacheWritePerToken prices an input token written to the provider's
+	// prompt cache; nil: InputPerToken.
+	CacheWritePerToken *NanoUSD
 }
 
 // PriceFromPerMTok builds a Price from USD per million tokens, as the
-// configuration states prices.
+// configuration states prices. The cached prices are the input price
+// until WithCachePrices sets them.
 func PriceFromPerMTok(inUSD, outUSD float64) Price {
 	return Price{InputPerToken: NanoFromUSD(inUSD / 1e6), OutputPerToken: NanoFromUSD(outUSD / 1e6)}
 }
 
-// Cost prices a usage. Cached tokens are charged at the input price: a
-// conservative bill never under-charges.
+// WithCachePrices returns p with the prices of cache reads and cache
+// writes, in USD per million tokens; a nil one stays the input price.
+func (p Price) WithCachePrices(cachedUSD, writeUSD *float64) Price {
+	perToken := func(usd *float64) *NanoUSD {
+		if usd == nil {
+			return nil
+		}
+		n := NanoFromUSD(*usd / 1e6)
+		return &n
+	}
+	p.CachedInputPerToken, p.CacheWritePerToken = perToken(cachedUSD), perToken(writeUSD)
+	return p
+}
+
+// CachedInput is the price of an input token read from the cache.
+func (p Price) CachedInput() NanoUSD {
+	if p.CachedInputPerToken != nil {
+		return *p.CachedInputPerToken
+	}
+	return p.InputPerToken
+}
+
+// CacheWrite is the price of an input token written to the cache.
+func (p Price) CacheWrite() NanoUSD {
+	if p.CacheWritePerToken != nil {
+		return *p.CacheWritePerToken
+	}
+	return p.InputPerToken
+}
+
+// Cost prices a usage: uncached input at the input price, cache reads
+// and writes at their own prices (the input price where none is set),
+// output at the output price. Cache counts larger than the input (a
+// provider's inconsistent report) are capped at it.
 func (p Price) Cost(u Usage) NanoUSD {
-	return NanoUSD(u.InputTokens)*p.InputPerToken + NanoUSD(u.OutputTokens)*p.OutputPerToken
+	input := max(u.InputTokens, 0)
+	reads := min(max(u.CachedTokens, 0), input)
+	writes := min(max(u.CacheWriteTokens, 0), input-reads)
+	return NanoUSD(input-reads-writes)*p.InputPerToken + NanoUSD(reads)*p.CachedInput() +
+		NanoUSD(writes)*p.CacheWrite() + NanoUSD(u.OutputTokens)*p.OutputPerToken
 }
 
 // WorstCase is the reservation for an attempt before dispatch: the prompt
-// estimate at the input price plus the output cap at the output price.
+// estimate at the dearest of the input prices (a cache write may cost
+// more than plain input) plus the output cap at the output price.
 func (p Price) WorstCase(inputTokens, maxOutputTokens int64) NanoUSD {
-	return p.Cost(Usage{InputTokens: inputTokens, OutputTokens: maxOutputTokens})
+	prompt := max(p.InputPerToken, p.CachedInput(), p.CacheWrite())
+	return NanoUSD(inputTokens)*prompt + NanoUSD(maxOutputTokens)*p.OutputPerToken
 }
 
 // Day is t's UTC day: days since the Unix epoch, rounded down. (A number,

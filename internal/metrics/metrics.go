@@ -38,15 +38,24 @@ type Metrics struct {
 	billable         *prometheus.CounterVec
 	cost             *prometheus.CounterVec
 	errorResponses   *prometheus.CounterVec
+	auxRequests      *prometheus.CounterVec
+	auxAttempts      *prometheus.CounterVec
 	turns            *prometheus.CounterVec
 	orphans          prometheus.Counter
 	branches         prometheus.Counter
 	turnRatio        prometheus.GaugeFunc
-	userTurns        atomic.Int64
-	assistantTurns   atomic.Int64
-	// live counts, for the console's live panel.
-	requests, attemptCount atomic.Int64
-	dedupCounts            sync.Map // result → *atomic.Int64
+	// all are the live panel's counts of every tenant; tenants each
+	// tenant's (tenant id → *liveCounts), so that a tenant's key sees
+	// only its own.
+	all     liveCounts
+	tenants sync.Map
+}
+
+// liveCounts are the live panel's counts of one tenant, or of all.
+type liveCounts struct {
+	requests, attempts        atomic.Int64
+	userTurns, assistantTurns atomic.Int64
+	dedup                     sync.Map // result → *atomic.Int64
 }
 
 // Live is what the console's live panel shows, since the process started.
@@ -58,15 +67,35 @@ type Live struct {
 	UserTurns int64            `json:"user_turns"`
 }
 
-// Live returns the live panel's counts.
-func (m *Metrics) Live() Live {
-	l := Live{Requests: m.requests.Load(), Attempts: m.attemptCount.Load(), Dedup: map[string]int64{}, TurnRatio: m.ratio(),
-		UserTurns: m.userTurns.Load()}
-	m.dedupCounts.Range(func(k, v any) bool {
+// Live returns the live panel's counts: of every tenant for tenant "",
+// else of that tenant alone.
+func (m *Metrics) Live(tenant string) Live {
+	c := &m.all
+	if tenant != "" {
+		c = m.tenantCounts(tenant)
+	}
+	l := Live{Requests: c.requests.Load(), Attempts: c.attempts.Load(), Dedup: map[string]int64{}, TurnRatio: c.ratio(),
+		UserTurns: c.userTurns.Load()}
+	c.dedup.Range(func(k, v any) bool {
 		l.Dedup[k.(string)] = v.(*atomic.Int64).Load()
 		return true
 	})
 	return l
+}
+
+// tenantCounts are a tenant's live counts, made at its first use.
+func (m *Metrics) tenantCounts(tenant string) *liveCounts {
+	if c, ok := m.tenants.Load(tenant); ok {
+		return c.(*liveCounts)
+	}
+	c, _ := m.tenants.LoadOrStore(tenant, new(liveCounts))
+	return c.(*liveCounts)
+}
+
+// both applies f to the counts of every tenant and to tenant's own.
+func (m *Metrics) both(tenant string, f func(c *liveCounts)) {
+	f(&m.all)
+	f(m.tenantCounts(tenant))
 }
 
 // New registers oncegate's collectors on reg; with a nil reg it makes its
@@ -114,12 +143,14 @@ func New(reg *prometheus.Registry) *Metrics {
 	m.billable = counter("billable_tokens_total", "Tokens charged, by tenant, route and type (input, output).", "tenant", "route", "type")
 	m.cost = counter("cost_usd_total", "USD charged, by tenant and route.", "tenant", "route")
 	m.errorResponses = counter("error_responses_total", "Answers that were a gateway error, by code and status: refusals (401, 400, 404, 413, 429, an open circuit, a budget) and failures.", "code", "status")
+	m.auxRequests = counter("auxiliary_requests_total", "Requests that ask a provider outside a logical request (no receipt: operation count_tokens), by how they were answered (provider, estimate).", "operation", "source")
+	m.auxAttempts = counter("auxiliary_attempts_total", "Provider calls outside logical requests, by operation, route and outcome kind (ok, a failure's kind, or circuit_open: not sent).", "operation", "route", "kind")
 	m.turns = counter("turns_total", "Conversation turns committed, by role (user, assistant); a turn's user message counts when it is written, its answer when it is done.", "role")
 	m.orphans = scalar("orphaned_turns_total", "Generations an upstream committed for a turn besides the one the conversation kept.")
 	m.branches = scalar("conversation_branches_total", "Turns that continue a response another turn already continued (a regenerated answer, an edited question).")
 	m.turnRatio = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "oncegate", Name: "turn_ratio",
 		Help: "Assistant turns ÷ user turns this process wrote: 1.0 when every turn got one answer, below when some failed, never above."},
-		m.ratio)
+		m.all.ratio)
 	f(m.turnRatio)
 	return m
 }
@@ -131,17 +162,19 @@ func (m *Metrics) Handler() http.Handler {
 
 // Request is what one logical request contributes.
 type Request struct {
-	Model, Terminal, Reason string
-	Attempts                int
-	Duration                time.Duration
+	Tenant, Model, Terminal, Reason string
+	Attempts                        int
+	Duration                        time.Duration
 }
 
 // ObserveRequest counts a finished logical request.
 func (m *Metrics) ObserveRequest(r Request) {
 	m.logical.WithLabelValues(r.Model, r.Terminal).Inc()
 	m.perRequest.Observe(float64(r.Attempts))
-	m.requests.Add(1)
-	m.attemptCount.Add(int64(r.Attempts))
+	m.both(r.Tenant, func(c *liveCounts) {
+		c.requests.Add(1)
+		c.attempts.Add(int64(r.Attempts))
+	})
 	m.duration.WithLabelValues(r.Model).Observe(r.Duration.Seconds())
 	switch {
 	case r.Terminal == "deadline":
@@ -199,15 +232,30 @@ func (m *Metrics) ObserveErrorResponse(code string, status int) {
 	m.errorResponses.WithLabelValues(code, strconv.Itoa(status)).Inc()
 }
 
-// ObserveTurn counts a conversation turn's role: "user" when a turn is
-// written (before dispatch), "assistant" when its answer is committed.
-func (m *Metrics) ObserveTurn(role string) {
+// ObserveAuxiliaryRequest counts a request answered outside the logical
+// request model (a token count), by its source: "provider" or "estimate".
+func (m *Metrics) ObserveAuxiliaryRequest(operation, source string) {
+	m.auxRequests.WithLabelValues(operation, source).Inc()
+}
+
+// ObserveAuxiliaryAttempt counts a provider call made outside a logical
+// request, by its outcome kind ("circuit_open": the breaker kept it back).
+func (m *Metrics) ObserveAuxiliaryAttempt(operation, route, kind string) {
+	m.auxAttempts.WithLabelValues(operation, route, kind).Inc()
+}
+
+// ObserveTurn counts a conversation turn of tenant's by role: "user" when
+// a turn is written (before dispatch), "assistant" when its answer is
+// committed.
+func (m *Metrics) ObserveTurn(tenant, role string) {
 	m.turns.WithLabelValues(role).Inc()
-	if role == "user" {
-		m.userTurns.Add(1)
-	} else {
-		m.assistantTurns.Add(1)
-	}
+	m.both(tenant, func(c *liveCounts) {
+		if role == "user" {
+			c.userTurns.Add(1)
+		} else {
+			c.assistantTurns.Add(1)
+		}
+	})
 }
 
 // ObserveOrphan counts an orphaned generation.
@@ -219,23 +267,26 @@ func (m *Metrics) ObserveBranch() { m.branches.Inc() }
 
 // ratio is assistant turns ÷ user turns: at most 1 (turns that failed
 // hold it below); above 1, something wrote answers nobody asked for.
-func (m *Metrics) ratio() float64 {
-	u := m.userTurns.Load()
+func (c *liveCounts) ratio() float64 {
+	u := c.userTurns.Load()
 	if u == 0 {
 		return 1
 	}
-	return float64(m.assistantTurns.Load()) / float64(u)
+	return float64(c.assistantTurns.Load()) / float64(u)
 }
 
 // ObserveHedge counts a hedged pair by its winner: "primary", "hedge" or
 // "neither".
 func (m *Metrics) ObserveHedge(winner string) { m.hedges.WithLabelValues(winner).Inc() }
 
-// ObserveDedup counts one arrival: "miss", "joined" or "replayed".
-func (m *Metrics) ObserveDedup(result string) {
+// ObserveDedup counts one arrival of tenant's: "miss", "joined" or
+// "replayed".
+func (m *Metrics) ObserveDedup(tenant, result string) {
 	m.dedup.WithLabelValues(result).Inc()
-	c, _ := m.dedupCounts.LoadOrStore(result, new(atomic.Int64))
-	c.(*atomic.Int64).Add(1)
+	m.both(tenant, func(c *liveCounts) {
+		n, _ := c.dedup.LoadOrStore(result, new(atomic.Int64))
+		n.(*atomic.Int64).Add(1)
+	})
 }
 
 // ObserveClientRetry counts an arrival that was an official SDK's retry.

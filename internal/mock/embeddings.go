@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/oncegate/oncegate/internal/provider"
 	"github.com/oncegate/oncegate/internal/tokens"
@@ -124,8 +125,38 @@ func (m *Mock) countTokens(w http.ResponseWriter, r *http.Request) {
 		writeError(w, provider.Anthropic, 400, "invalid_request_error", "", err.Error(), nil)
 		return
 	}
+	if f := m.countFault(ir.Model, r.Header.Get("Idempotency-Key")); f != nil {
+		x := &exchange{m: m, proto: provider.Anthropic, w: w, r: r}
+		switch f.Type {
+		case FaultStatus:
+			x.errorResponse(f)
+			return
+		case FaultReset:
+			reset(w)
+			return
+		case FaultHang:
+			x.block(nil)
+			return
+		}
+	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]int64{"input_tokens": provider.PromptTokens(ir) + CountOverhead})
+}
+
+// countFault is the fault of the first count_tokens rule matching a
+// count of model's, numbered apart from its generations.
+func (m *Mock) countFault(model, key string) *Fault {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.counts[model]++
+	c := call{model: model, key: key, n: m.counts[model], since: time.Since(m.setAt), countTokens: true}
+	for i := range m.script.Rules {
+		if m.script.Rules[i].matches(c, i) {
+			f := m.script.Rules[i].Fault
+			return &f
+		}
+	}
+	return nil
 }
 
 // CountOverhead is what the mock's token count adds to the estimate.

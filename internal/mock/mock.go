@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/provider"
 )
 
@@ -26,7 +27,13 @@ type Config struct {
 	// Tokens is the length of an answer (default 24); a request's
 	// max_tokens lowers it.
 	Tokens int
-	Script Script
+	// CachedTokens and CacheWriteTokens are how many of each prompt's
+	// tokens the usage reports as read from and written to the prompt
+	// cache (capped at the prompt; OpenAI's protocol has no cache writes,
+	// so it reports them as plain input). Default 0: no caching.
+	CachedTokens     int64
+	CacheWriteTokens int64
+	Script           Script
 }
 
 // Mock is the fake provider. It is an http.Handler and safe for
@@ -39,6 +46,7 @@ type Mock struct {
 	script Script
 	setAt  time.Time
 	calls  map[string]int
+	counts map[string]int // count_tokens calls per model
 	ids    int64
 	state  *rsState
 	// traceparents: the last traceparent each request id came with.
@@ -52,7 +60,7 @@ func New(cfg Config) *Mock {
 	if cfg.Tokens <= 0 {
 		cfg.Tokens = 24
 	}
-	m := &Mock{cfg: cfg, stats: newStats(), script: cfg.Script, setAt: time.Now(), calls: map[string]int{}, closing: make(chan struct{}),
+	m := &Mock{cfg: cfg, stats: newStats(), script: cfg.Script, setAt: time.Now(), calls: map[string]int{}, counts: map[string]int{}, closing: make(chan struct{}),
 		state: newRSState(), traceparents: map[string]string{}}
 	m.mux = http.NewServeMux()
 	m.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { m.serve(provider.OpenAI, w, r) })
@@ -82,7 +90,7 @@ func (m *Mock) SetScript(s Script) {
 // Reset clears the counters and per-model call numbers.
 func (m *Mock) Reset() {
 	m.mu.Lock()
-	m.calls = map[string]int{}
+	m.calls, m.counts = map[string]int{}, map[string]int{}
 	m.stats = newStats()
 	m.mu.Unlock()
 }
@@ -332,6 +340,14 @@ func (x *exchange) block(timer <-chan time.Time) bool {
 	}
 }
 
+// usage is what the exchange reports: its prompt, out output tokens, and
+// the cache reads and writes the mock is configured with.
+func (x *exchange) usage(out int64) gw.Usage {
+	reads := min(x.m.cfg.CachedTokens, x.prompt)
+	return gw.Usage{InputTokens: x.prompt, OutputTokens: out, CachedTokens: reads,
+		CacheWriteTokens: min(x.m.cfg.CacheWriteTokens, x.prompt-reads)}
+}
+
 func (x *exchange) countOut(n int64) {
 	x.out += n
 	x.st.add(x.lbl, func(c *Counter) { c.OutputTokens += n })
@@ -382,7 +398,7 @@ func (x *exchange) completeBody(tokens []string, finish string) []byte {
 		}
 		resp.Usage.OutputTokens = int64(len(tokens))
 	}
-	resp.Usage.InputTokens = x.prompt
+	resp.Usage = x.usage(resp.Usage.OutputTokens)
 	id := "chatcmpl-mock" + x.id
 	if x.proto == provider.Anthropic {
 		id = "msg_mock" + x.id

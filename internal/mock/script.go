@@ -71,8 +71,13 @@ type Rule struct {
 	// Percent, when set, matches that share of calls, picked by a hash
 	// of the rule's place in the script and the call number: random-
 	// looking, and the same on every run.
-	Percent int   `json:"percent,omitempty"`
-	Fault   Fault `json:"fault"`
+	Percent int `json:"percent,omitempty"`
+	// CountTokens: true matches only POST /v1/messages/count_tokens
+	// (its calls numbered apart from the generations', per model), where
+	// status, reset and hang faults apply; rules without it never match
+	// a count.
+	CountTokens bool  `json:"count_tokens,omitempty"`
+	Fault       Fault `json:"fault"`
 }
 
 // Script is the mock's fault script.
@@ -100,11 +105,14 @@ type call struct {
 	n            int // per-model call number, 1-based
 	continuation bool
 	since        time.Duration // since the script was set
+	countTokens  bool          // a POST /v1/messages/count_tokens
 }
 
 func (r *Rule) matches(c call, index int) bool {
 	switch {
 	case r.Percent > 0 && pick(index, c.n) >= r.Percent:
+		return false
+	case r.CountTokens != c.countTokens:
 		return false
 	case r.Model != "" && r.Model != c.model:
 		return false

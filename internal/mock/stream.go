@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/provider"
 	"github.com/oncegate/oncegate/internal/sse"
 )
@@ -94,7 +93,7 @@ func (x *exchange) stream(tokens []string, finish string) {
 		x.commit(tokens, finish, "", true)
 		panic(http.ErrAbortHandler)
 	}
-	tail := enc.Finish(nil, finish, gw.Usage{InputTokens: x.prompt, OutputTokens: x.out}, true)
+	tail := enc.Finish(nil, finish, x.usage(x.out), true)
 	if x.rs != nil {
 		x.commit(tokens, finish, "", true)
 	}

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/identity"
 )
 
@@ -27,6 +28,10 @@ type routeDoc struct {
 	MaxAttempts         int        `json:"max_attempts"`
 	PriceNanoPerToken   [2]int64   `json:"price_nano_usd_per_token"`
 	Timeouts            [3]float64 `json:"timeouts_seconds"`
+	// CachePriceNanoPerToken is the price of cache reads and writes,
+	// omitted when both are the input price, so that policies without
+	// cache prices keep their digests.
+	CachePriceNanoPerToken *[2]int64 `json:"cache_price_nano_usd_per_token,omitempty"`
 }
 
 type aliasDoc struct {
@@ -61,10 +66,20 @@ func aliasDigest(a *Alias) (string, error) {
 			Streaming: r.Caps.Streaming, MaxContextTokens: r.Caps.MaxContextTokens, MaxOutputTokens: r.Caps.MaxOutputTokens,
 			Continuation: string(r.Caps.Continuation), BehaviorClass: r.BehaviorClass, DataBoundary: r.Boundary.String(),
 			SupportsIdempotency: r.SupportsIdempotency, MaxAttempts: r.MaxAttempts,
-			PriceNanoPerToken: [2]int64{int64(r.Price.InputPerToken), int64(r.Price.OutputPerToken)},
-			Timeouts:          [3]float64{p.Connect.Seconds(), p.FirstByte.Seconds(), p.Idle.Seconds()}})
+			PriceNanoPerToken:      [2]int64{int64(r.Price.InputPerToken), int64(r.Price.OutputPerToken)},
+			Timeouts:               [3]float64{p.Connect.Seconds(), p.FirstByte.Seconds(), p.Idle.Seconds()},
+			CachePriceNanoPerToken: cachePriceDoc(r.Price)})
 	}
 	return identity.CanonicalSHA256(doc)
+}
+
+// cachePriceDoc is a route's cache prices for its digest: nil while both
+// are the input price.
+func cachePriceDoc(p gw.Price) *[2]int64 {
+	if p.CachedInput() == p.InputPerToken && p.CacheWrite() == p.InputPerToken {
+		return nil
+	}
+	return &[2]int64{int64(p.CachedInput()), int64(p.CacheWrite())}
 }
 
 type tenantDoc struct {

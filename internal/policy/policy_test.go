@@ -148,6 +148,8 @@ func TestValidationRules(t *testing.T) {
 		{"ledger sync", "models:", "ledger: {sync: lazy}\nmodels:", `unknown value "lazy"`},
 		{"ledger sync on memory", "models:", "store: memory://\nledger: {sync: normal}\nmodels:", "keeps nothing on disk"},
 		{"on_expired", "models:", "idempotency: {on_expired: maybe}\nmodels:", `unknown value "maybe"`},
+		{"negative cache price", "max_attempts: 1,", "max_attempts: 1, price: {input_usd_per_mtok: 1, cached_input_usd_per_mtok: -0.1},", "cached_input_usd_per_mtok: must not be negative"},
+		{"negative cache write price", "max_attempts: 1,", "max_attempts: 1, price: {cache_write_usd_per_mtok: -1},", "cache_write_usd_per_mtok: must not be negative"},
 		{"duplicate alias", "models:\n  - name: chat\n    routes: [a, b]", "models:\n  - name: chat\n    routes: [a, b]\n  - name: chat\n    routes: [a]", "duplicate model alias"},
 	}
 	for _, tc := range tests {
@@ -170,6 +172,31 @@ func TestValidationRules(t *testing.T) {
 		})
 	}
 	mustCompile(t, "ok.yaml", base)
+}
+
+// A route's cache prices default to its input price; set, they price the
+// cache apart and are part of the policy (its digest), unset they leave
+// the digest of a policy written before they existed alone.
+func TestCachePricesDefaultToTheInputPrice(t *testing.T) {
+	priced := strings.Replace(base, "max_attempts: 1,", "max_attempts: 1, price: {input_usd_per_mtok: 3, output_usd_per_mtok: 15},", 1)
+	plain := mustCompile(t, "plain.yaml", priced)
+	p := plain.Alias("chat").Routes[1].Price
+	if p.InputPerToken != 3000 || p.CachedInput() != 3000 || p.CacheWrite() != 3000 {
+		t.Fatalf("unset cache prices: %+v (cached %d, write %d)", p, p.CachedInput(), p.CacheWrite())
+	}
+	cached := mustCompile(t, "cached.yaml", strings.Replace(priced, "output_usd_per_mtok: 15}",
+		"output_usd_per_mtok: 15, cached_input_usd_per_mtok: 0.3, cache_write_usd_per_mtok: 3.75}", 1))
+	if p := cached.Alias("chat").Routes[1].Price; p.CachedInput() != 300 || p.CacheWrite() != 3750 || p.InputPerToken != 3000 {
+		t.Fatalf("set cache prices: cached %d, write %d", p.CachedInput(), p.CacheWrite())
+	}
+	if cached.Alias("chat").Digest == plain.Alias("chat").Digest {
+		t.Fatal("cache prices did not change the alias digest")
+	}
+	same := mustCompile(t, "same.yaml", strings.Replace(priced, "output_usd_per_mtok: 15}",
+		"output_usd_per_mtok: 15, cached_input_usd_per_mtok: 3, cache_write_usd_per_mtok: 3}", 1))
+	if same.Alias("chat").Digest != plain.Alias("chat").Digest {
+		t.Fatal("cache prices equal to the input price changed the digest")
+	}
 }
 
 func TestIneligible(t *testing.T) {

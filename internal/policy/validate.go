@@ -170,6 +170,12 @@ func (v *validator) routes(providers []*Provider) []*Route {
 		}
 		v.nonNegative(path+".price.input_usd_per_mtok", r.Price.InputUSDPerMTok)
 		v.nonNegative(path+".price.output_usd_per_mtok", r.Price.OutputUSDPerMTok)
+		if c := r.Price.CachedInputUSDPerMTok; c != nil {
+			v.nonNegative(path+".price.cached_input_usd_per_mtok", *c)
+		}
+		if c := r.Price.CacheWriteUSDPerMTok; c != nil {
+			v.nonNegative(path+".price.cache_write_usd_per_mtok", *c)
+		}
 		out = append(out, &Route{
 			ID: r.ID, Provider: prov, Model: r.Model, Release: r.Release, BehaviorClass: r.BehaviorClass,
 			Caps: Capabilities{Input: caps.Input, Tools: caps.Tools, JSONSchema: caps.JSONSchema, Streaming: caps.Streaming,
@@ -177,7 +183,8 @@ func (v *validator) routes(providers []*Provider) []*Route {
 				Continuation: retry.Continuation(caps.Continuation)},
 			Boundary:            v.boundary(path+".data_boundary", r.DataBoundary),
 			SupportsIdempotency: r.SupportsIdempotency, MaxAttempts: r.MaxAttempts,
-			Price:           gw.PriceFromPerMTok(r.Price.InputUSDPerMTok, r.Price.OutputUSDPerMTok),
+			Price: gw.PriceFromPerMTok(r.Price.InputUSDPerMTok, r.Price.OutputUSDPerMTok).
+				WithCachePrices(r.Price.CachedInputUSDPerMTok, r.Price.CacheWriteUSDPerMTok),
 			PriceUSDPerMTok: [2]float64{r.Price.InputUSDPerMTok, r.Price.OutputUSDPerMTok},
 		})
 	}
@@ -306,7 +313,11 @@ func (v *validator) engine(path string, m config.Model, routes []*Route) *retry.
 		MaxCost: gw.NanoFromUSD(rt.MaxCostUSD), AfterOutput: retry.AfterOutput(m.Stream.AfterOutput),
 		RestartMaxTokens: int64(m.Stream.RestartMaxTokens), ResumeRoutes: retry.ResumeRoutes(m.Stream.ResumeRoutes), HedgeAfter: m.Hedge.After.D()}
 	for _, r := range routes {
-		p.Routes = append(p.Routes, retry.Route{ID: r.ID, Provider: r.Provider.ID, MaxAttempts: r.MaxAttempts, MaxContextTokens: r.Caps.MaxContextTokens,
+		provider := ""
+		if r.Provider != nil { // nil: an unknown provider, already reported
+			provider = r.Provider.ID
+		}
+		p.Routes = append(p.Routes, retry.Route{ID: r.ID, Provider: provider, MaxAttempts: r.MaxAttempts, MaxContextTokens: r.Caps.MaxContextTokens,
 			MaxOutputTokens: r.Caps.MaxOutputTokens, Price: r.Price, Continuation: r.Caps.Continuation})
 	}
 	return p

@@ -82,14 +82,17 @@ type anUsage struct {
 }
 
 // usage folds cache reads and writes into input, as receipts count every
-// prompt token; cached_tokens keeps the reads.
+// prompt token (Anthropic's input_tokens counts neither); cached_tokens
+// keeps the reads and cache_write_tokens the writes, which routes may
+// price apart.
 func (u *anUsage) usage() gw.Usage {
 	return gw.Usage{InputTokens: u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens,
-		OutputTokens: u.OutputTokens, CachedTokens: u.CacheReadInputTokens}
+		OutputTokens: u.OutputTokens, CachedTokens: u.CacheReadInputTokens, CacheWriteTokens: u.CacheCreationInputTokens}
 }
 
 func anUsageOf(u gw.Usage) anUsage {
-	return anUsage{InputTokens: u.InputTokens - u.CachedTokens, OutputTokens: u.OutputTokens, CacheReadInputTokens: u.CachedTokens}
+	return anUsage{InputTokens: u.InputTokens - u.CachedTokens - u.CacheWriteTokens, OutputTokens: u.OutputTokens,
+		CacheReadInputTokens: u.CachedTokens, CacheCreationInputTokens: u.CacheWriteTokens}
 }
 
 // parseAnthropicRequest reads a Messages request body.
@@ -624,6 +627,7 @@ func (e *anthropicEncoder) Finish(dst []byte, finish string, u gw.Usage, _ bool)
 	au := anUsageOf(u)
 	data := `{"type":"message_delta","delta":{"stop_reason":` + jsonString(finishToAnthropic(finish)) +
 		`,"stop_sequence":null},"usage":{"input_tokens":` + strconv.FormatInt(au.InputTokens, 10) +
+		`,"cache_creation_input_tokens":` + strconv.FormatInt(au.CacheCreationInputTokens, 10) +
 		`,"cache_read_input_tokens":` + strconv.FormatInt(au.CacheReadInputTokens, 10) +
 		`,"output_tokens":` + strconv.FormatInt(au.OutputTokens, 10) + `}}`
 	dst = sse.AppendEvent(dst, "message_delta", []byte(data))

@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -43,14 +45,20 @@ routes:
      capabilities: {streaming: true, max_context_tokens: 100000, max_output_tokens: 1000, continuation: assistant_prefill}, price: {input_usd_per_mtok: 1, output_usd_per_mtok: 2}}
   - {id: fallback, provider: p2, model: fallback-model, behavior_class: c, data_boundary: local, max_attempts: 2,
      capabilities: {streaming: true, max_context_tokens: 100000, max_output_tokens: 1000, continuation: assistant_prefill}, price: {input_usd_per_mtok: 2, output_usd_per_mtok: 4}}
+  - {id: openai-gpt-4o-mini-2024-07-18-eu-west-batch-fallback, provider: p2, model: fallback-model, behavior_class: c, data_boundary: local, max_attempts: 1,
+     capabilities: {streaming: true, max_context_tokens: 100000, max_output_tokens: 1000}, price: {input_usd_per_mtok: 2, output_usd_per_mtok: 4}}
 models:
-  - {name: chat, routes: [primary, fallback], retry: {max_attempts: 3, base_delay: 10ms, max_delay: 50ms, deadline: 60s}}
+  - {name: chat, routes: [primary, fallback, openai-gpt-4o-mini-2024-07-18-eu-west-batch-fallback], retry: {max_attempts: 3, base_delay: 10ms, max_delay: 50ms, deadline: 60s}}
 `
 
-// The console in a real browser (chromedp driving chromium), after a
-// stream that broke mid-answer and was resumed on the fallback: the
-// admin finds the request, its timeline has a bar per attempt and the
-// visible-output boundary, its receipt opens, Verify says no drift; the
+// The console in a real browser (chromedp driving chromium) 1,400 px
+// wide, after a stream that broke mid-answer and was resumed, and a page
+// of other requests: without a key it asks for one; the admin finds the
+// request — its row names the route that answered and the date — its
+// timeline has a bar per attempt labelled with input and output tokens
+// apart and the visible-output boundary, its receipt opens, Verify says
+// no drift; the live panel says how much retry budget is used and left
+// and fits its column; a link to the request scrolls it into view; the
 // other tenant's key cannot see it. The screenshot is a test artefact
 // (ONCEGATE_SCREENSHOT=PATH keeps it: docs/console.png was made so).
 func TestConsoleInABrowser(t *testing.T) {
@@ -66,7 +74,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	if res.StatusCode != 200 || !strings.Contains(body, "[DONE]") {
 		t.Fatalf("the resumed stream: %d %s", res.StatusCode, body)
 	}
-	id := res.Header.Get("X-Oncegate-Request-Id")
+	id, answeredBy := res.Header.Get("X-Oncegate-Request-Id"), res.Header.Get("X-Oncegate-Route")
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
 		chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1400, 900), chromedp.UserDataDir(t.TempDir()))
@@ -84,9 +92,23 @@ func TestConsoleInABrowser(t *testing.T) {
 			t.Fatalf("%s: %v", what, err)
 		}
 	}
+	text := func(sel string) string {
+		t.Helper()
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("%s: %v", sel, err)
+		}
+		return s
+	}
+	run("open the console with no key", func() error {
+		return chromedp.Do(ctx, chromedp.Navigate(g.url+"/ui/"), chromedp.WaitVisible(chromedp.CSS(`body[data-ready="1"]`)),
+			chromedp.WaitVisible(chromedp.CSS("#nokey")), chromedp.WaitNotVisible(chromedp.CSS("#live")))
+	})
+	if prompt := text("#nokey"); !strings.Contains(prompt, "Enter an API key") || !strings.Contains(prompt, "admin key") {
+		t.Fatalf("without a key the console says %q", prompt)
+	}
 	run("open the console as the admin and the request", func() error {
 		return chromedp.Do(ctx,
-			chromedp.Navigate(g.url+"/ui/"),
 			chromedp.SendKeys(chromedp.CSS("#key"), adminKey),
 			chromedp.Click(chromedp.CSS("#keyform button")),
 			chromedp.WaitVisible(row),
@@ -102,6 +124,47 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	if bars, boundaries := count("#timeline rect.attempt"), count("#timeline line.boundary"); bars != 2 || boundaries != 1 {
 		t.Fatalf("the timeline has %d attempt bars and %d boundaries, want 2 and 1", bars, boundaries)
+	}
+	// The row names the route that answered, and the date as well as the time.
+	if route := text(`tr[data-id="` + id + `"] td.route`); route != answeredBy {
+		t.Fatalf("the row's route is %q, the answer came from %q", route, answeredBy)
+	}
+	if created := text(`tr[data-id="` + id + `"] td.created`); !regexp.MustCompile(`^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}$`).MatchString(created) {
+		t.Fatalf("the row's created is %q, want a date and a time", created)
+	}
+	// Each bar says its input and output tokens apart, beside emitted_tokens.
+	labels, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#timeline text.label")].map((e) => e.textContent)`))
+	if err != nil || len(labels) != 2 {
+		t.Fatalf("the timeline's labels: %q %v", labels, err)
+	}
+	for i, label := range labels {
+		if !regexp.MustCompile(`· in \d+ · out \d+ ·`).MatchString(label) || strings.Contains(label, " tok ") {
+			t.Fatalf("attempt %d's label %q does not say its input and output tokens apart", i+1, label)
+		}
+	}
+	// The live panel says what the retry budget has used and has left.
+	run("wait for the live panel", func() error { return chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS("#livestats dd"))) })
+	if live := text("#livestats"); !regexp.MustCompile(`retry budget\s*\d+ used of \d+ · \d+ left`).MatchString(live) {
+		t.Fatalf("the live panel's retry budget: %q", live)
+	}
+	// At 1,400 px nothing in the live panel spills out of it, and nothing
+	// makes the page wider than the window.
+	spill, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
+		const live = document.querySelector("#live"), box = live.getBoundingClientRect();
+		if (window.innerWidth !== 1400) return "the window is " + window.innerWidth + " px wide";
+		if (live.scrollWidth > live.clientWidth) return "#live scrolls: " + live.scrollWidth + " > " + live.clientWidth;
+		for (const e of live.querySelectorAll("*")) {
+			const r = e.getBoundingClientRect();
+			if (r.right > box.right + 0.5) return e.tagName + " " + JSON.stringify(e.textContent.slice(0, 40)) + " ends at " + r.right + " > " + box.right;
+		}
+		if (document.documentElement.scrollWidth > window.innerWidth) return "the page is " + document.documentElement.scrollWidth + " px wide";
+		return "";
+	})()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spill != "" {
+		t.Fatalf("the layout overflows at 1,400 px: %s", spill)
 	}
 	receipt, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#receipt")))
 	if err != nil {
@@ -128,6 +191,34 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s (%d bytes)", dst, len(shot))
+
+	// A link to the request opens it in view, though the list above it is
+	// longer than the window.
+	for i := range 30 { // a list longer than the window
+		r, b := postRaw(t, g.url+"/v1/chat/completions", apiKey, `{"model":"chat","messages":[{"role":"user","content":"filler `+strconv.Itoa(i)+`"}]}`)
+		if r.StatusCode != 200 {
+			t.Fatalf("filler %d: %d %s", i, r.StatusCode, b)
+		}
+	}
+	run("follow a link to the request", func() error {
+		return chromedp.Do(ctx,
+			chromedp.Navigate(g.url+"/ui/?link=1#request="+id),
+			chromedp.WaitVisible(chromedp.CSS(`body[data-ready="1"]`)),
+			chromedp.WaitVisible(chromedp.CSS("#timeline svg")))
+	})
+	view, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
+		const d = document.querySelector("#detail"), top = d.getBoundingClientRect().top;
+		if (document.querySelector("#detailid").textContent !== "`+id+`") return "another request is open";
+		if (d.offsetTop < window.innerHeight) return "the list is too short to test: the detail starts at " + d.offsetTop;
+		if (top < 0 || top >= window.innerHeight) return "the detail is at " + top + ", outside the window's " + window.innerHeight + " px";
+		return "";
+	})()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if view != "" {
+		t.Fatalf("the linked request: %s", view)
+	}
 
 	// The other tenant sees neither the request nor its receipt.
 	run("open the console as another tenant", func() error {

@@ -22,11 +22,56 @@ function el(tag, attrs, ...children) {
 async function api(path) {
   const res = await fetch(path, { headers: { Authorization: "Bearer " + key } });
   const body = await res.json().catch(() => ({}));
-  if (!res.ok) throw new Error((body.error && body.error.message) || res.status + " " + res.statusText);
+  if (!res.ok) {
+    const e = new Error((body.error && body.error.message) || res.status + " " + res.statusText);
+    e.status = res.status;
+    throw e;
+  }
   return body;
 }
 
 function showError(e) { $("#error").textContent = e ? String(e.message || e) : ""; }
+
+// showKeyPrompt puts the prompt for a key (and why the last one was not
+// taken) in place of the dashboard, which has nothing to show without one.
+function showKeyPrompt(why) {
+  $("#nokey").hidden = false;
+  $("#keyproblem").textContent = why || "";
+  for (const sel of ["#live", "#list", "#detail"]) $(sel).hidden = true;
+  showError();
+  $("#key").focus();
+}
+
+function showDashboard() {
+  $("#nokey").hidden = true;
+  $("#live").hidden = false;
+  $("#list").hidden = false;
+}
+
+// failed shows what went wrong: a refused key brings the prompt back.
+function failed(e) {
+  if (e.status !== 401) {
+    showError(e);
+    return;
+  }
+  key = ""; // nothing more is asked with it
+  sessionStorage.removeItem("oncegate-key");
+  showKeyPrompt("That key was not accepted: " + e.message + ".");
+}
+
+// when is a time as a local date and time, e.g. 2026-03-14 09:26:53.
+function when(iso) {
+  const d = new Date(iso), p = (n) => String(n).padStart(2, "0");
+  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
+}
+
+// budgetText says how much of the fleet retry budget is used and left.
+function budgetText(l) {
+  if (l.tenant) return "fleet-wide: the admin key sees it";
+  if (!l.retry_budget) return "shared (Redis)";
+  const used = Math.round(l.retry_budget.retries), allowed = Math.floor(l.retry_budget.allowed);
+  return `${used} used of ${allowed} · ${Math.max(0, allowed - used)} left`;
+}
 
 async function loadLive() {
   if (!key) return;
@@ -35,15 +80,16 @@ async function loadLive() {
     const stats = $("#livestats");
     stats.replaceChildren();
     const add = (k, v) => stats.append(el("dt", {}, k), el("dd", {}, v));
+    if (l.tenant) add("tenant", l.tenant);
     add("logical requests", l.logical_requests);
     add("attempts per request", l.attempts_per_logical_request.toFixed(3));
     for (const [k, v] of Object.entries(l.dedup || {}).sort()) add("dedup " + k, v);
     add("turn ratio", l.user_turns ? l.turn_ratio.toFixed(3) : "–");
-    add("retry budget", l.retry_budget ? `${Math.round(l.retry_budget.retries)} of ${Math.round(l.retry_budget.allowed)}` : "shared (Redis)");
+    add("retry budget", budgetText(l));
     const rows = l.breakers.map((b) => el("tr", {}, el("td", {}, b.route), el("td", { class: "s-" + b.state }, b.state), el("td", {}, b.generation)));
     $("#breakers tbody").replaceChildren(...rows);
     showError();
-  } catch (e) { showError(e); }
+  } catch (e) { failed(e); }
 }
 
 async function loadRequests() {
@@ -54,8 +100,9 @@ async function loadRequests() {
     const list = await api("/v1/console/requests?" + q);
     const rows = list.data.map((r) => {
       const tr = el("tr", { "data-id": r.request_id },
-        el("td", {}, el("code", {}, r.request_id.slice(0, 13) + "…")), el("td", {}, r.tenant), el("td", {}, r.model),
-        el("td", {}, new Date(r.created_at).toLocaleTimeString()), el("td", {}, r.attempts),
+        el("td", {}, el("code", { title: r.request_id }, r.request_id.slice(0, 13) + "…")),
+        el("td", { class: "created", title: r.created_at }, when(r.created_at)),
+        el("td", {}, r.tenant), el("td", {}, r.model), el("td", { class: "route" }, r.route || "–"), el("td", {}, r.attempts),
         el("td", { class: "t-" + r.terminal }, r.terminal + (r.reason && r.reason !== r.terminal ? " (" + r.reason + ")" : "")),
         el("td", {}, r.billable_tokens), el("td", {}, r.cost_usd.toFixed(6)));
       tr.addEventListener("click", () => showRequest(r.request_id));
@@ -63,7 +110,7 @@ async function loadRequests() {
     });
     $("#requests tbody").replaceChildren(...rows);
     showError();
-  } catch (e) { showError(e); }
+  } catch (e) { failed(e); }
 }
 
 const classOf = { success: "ok", retryable: "retryable", non_retryable: "non-retryable", "non-retryable": "non-retryable", indeterminate: "indeterminate" };
@@ -77,7 +124,8 @@ function timeline(r) {
   const t1 = Math.max(t0 + 1, ...times);
   const W = 1000, left = 10, axis = 560, rowH = 26, top = 20;
   const x = (t) => left + ((t - t0) / (t1 - t0)) * (axis - left);
-  const svg = el("svg", { width: W, height: top + rowH * Math.max(1, r.attempts.length) + 20, role: "img", "aria-label": "attempt timeline" });
+  const H = top + rowH * Math.max(1, r.attempts.length) + 20;
+  const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img", "aria-label": "attempt timeline" });
   svg.append(el("text", { x: left, y: 12 }, "0 ms"), el("text", { x: axis - 50, y: 12 }, (t1 - t0) + " ms"));
   let prevEnd = t0;
   let boundary = null;
@@ -88,9 +136,10 @@ function timeline(r) {
       el("title", {}, "wait " + (s - prevEnd) + " ms" + (a.jitter_ms ? " (jitter " + a.jitter_ms + " ms)" : ""))));
     const bar = el("rect", { class: "attempt " + (classOf[a.outcome_class] || "retryable"), "data-ordinal": a.ordinal,
       x: x(s), y: y + 2, width: Math.max(2, x(e) - x(s)), height: rowH - 6 },
-      el("title", {}, `#${a.ordinal} ${a.route} (${a.purpose}) ${a.kind} ${a.http_status || ""} — ${a.usage.input_tokens}+${a.usage.output_tokens} tokens, $${a.cost_usd}`));
-    svg.append(bar, el("text", { x: axis + 12, y: y + rowH / 2 + 3 },
-      `#${a.ordinal} ${a.route} ${a.kind} · ${a.usage.input_tokens + a.usage.output_tokens} tok · $${a.cost_usd.toFixed(6)}`));
+      el("title", {}, `#${a.ordinal} ${a.route} (${a.purpose}) ${a.kind} ${a.http_status || ""} — ${a.usage.input_tokens} input and ` +
+        `${a.usage.output_tokens} output tokens billed, ${a.emitted_tokens} emitted to the client, $${a.cost_usd}`));
+    svg.append(bar, el("text", { class: "label", x: axis + 12, y: y + rowH / 2 + 3 },
+      `#${a.ordinal} ${a.route} ${a.kind} · in ${a.usage.input_tokens} · out ${a.usage.output_tokens} · $${a.cost_usd.toFixed(6)}`));
     if (boundary === null && a.visible_output) boundary = Date.parse(a.first_byte_at || a.started_at);
     prevEnd = e;
   });
@@ -109,9 +158,10 @@ async function showRequest(id, verifyNow) {
     $("#verdict").textContent = "";
     $("#verdict").className = "";
     $("#verify").onclick = () => verify(id);
+    $("#detail").scrollIntoView({ block: "start" }); // below a long list otherwise
     if (verifyNow) await verify(id);
     showError();
-  } catch (e) { showError(e); }
+  } catch (e) { failed(e); }
 }
 
 async function verify(id) {
@@ -125,14 +175,24 @@ $("#keyform").addEventListener("submit", (ev) => {
   ev.preventDefault();
   key = $("#key").value.trim();
   sessionStorage.setItem("oncegate-key", key);
+  if (!key) {
+    showKeyPrompt("");
+    return;
+  }
+  showDashboard();
   loadLive();
   loadRequests();
 });
 $("#filters").addEventListener("submit", (ev) => { ev.preventDefault(); loadRequests(); });
 
 (async () => {
-  await Promise.all([loadLive(), loadRequests()]);
-  if (params.get("request")) await showRequest(params.get("request"), params.get("verify") === "1");
+  if (key) {
+    showDashboard();
+    await Promise.all([loadLive(), loadRequests()]);
+    if (params.get("request")) await showRequest(params.get("request"), params.get("verify") === "1");
+  } else {
+    showKeyPrompt("");
+  }
   document.body.setAttribute("data-ready", "1");
   setInterval(loadLive, 2000);
 })();
