@@ -671,7 +671,7 @@ func (g *Gateway) reconcileTurn(ctx context.Context, turn *ledger.Turn) (*ledger
 		return turn, nil
 	}
 	if len(r.orphans) > 0 {
-		g.recordOrphans(ctx, turn, route, u.Conversation, r.orphans, 0)
+		_, _, _ = g.recordOrphans(ctx, turn, route, u.Conversation, r.orphans, 0)
 	}
 	next := *turn
 	next.UpdatedAt = g.clock.Now()

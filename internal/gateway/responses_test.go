@@ -15,10 +15,12 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/responses"
 
+	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/identity"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/provider"
+	"github.com/oncegate/oncegate/internal/receipt"
 )
 
 // conversationAnswer is the mock's answer to a conversation: the user
@@ -458,6 +460,23 @@ func TestStatefulTurnsAreReconciledNotDuplicated(t *testing.T) {
 		orphans, err := e.gw.ledger.Orphans(ctx, "acme", ids[0])
 		if err != nil || len(orphans) != 1 || orphans[0].Cost <= 0 || orphans[0].ResponseID != ids[3] {
 			t.Fatalf("orphans: %+v %v", orphans, err)
+		}
+		// An orphan is spend: the tenant's day holds what every receipt
+		// charged and what the orphan cost, which the receipt of the
+		// attempt that found it names.
+		var charged gw.NanoUSD
+		pages, _ := e.gw.ledger.Receipts(ctx, "acme", 100, "")
+		for _, b := range pages {
+			r, _ := receipt.Parse(b)
+			charged += gw.NanoFromUSD(r.Totals.CostUSD)
+			for _, a := range r.Attempts {
+				if a.Orphans > 0 && gw.NanoFromUSD(a.OrphansCostUSD) != gw.NanoUSD(orphans[0].Cost) {
+					t.Fatalf("the attempt that found the orphan says it cost $%v; it cost %d nano-USD", a.OrphansCostUSD, orphans[0].Cost)
+				}
+			}
+		}
+		if spend, err := e.gw.ledger.Spend(ctx, ledger.Day(time.Now())); err != nil || spend["acme"] != int64(charged)+orphans[0].Cost {
+			t.Fatalf("the day's spend %v (%v); the receipts charged %d and the orphan cost %d", spend, err, charged, orphans[0].Cost)
 		}
 		b := e.metricsText()
 		for _, line := range []string{`oncegate_turns_total{role="user"} 6`, `oncegate_turns_total{role="assistant"} 6`,

@@ -14,6 +14,7 @@ import (
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/provider"
+	"github.com/oncegate/oncegate/internal/quota"
 	"github.com/oncegate/oncegate/internal/tokens"
 	"github.com/oncegate/oncegate/internal/upstream"
 )
@@ -193,7 +194,9 @@ func (c *call) reconcileAttempt(ctx context.Context, res *attemptResult) *attemp
 	r, err := c.g.reconcile(ctx, res.route, u.Conversation, tc.history, tc.input, tc.upstreamID)
 	if err == nil && len(r.orphans) > 0 {
 		var clean bool
-		res.obs.Orphans, clean = c.g.recordOrphans(ctx, tc.turn, res.route, u.Conversation, r.orphans, c.in.PromptTokens)
+		var cost gw.NanoUSD
+		res.obs.Orphans, cost, clean = c.g.recordOrphans(ctx, tc.turn, res.route, u.Conversation, r.orphans, c.in.PromptTokens)
+		res.obs.OrphansCostUSD = cost.USD()
 		if !clean {
 			c.markSuspect() // the next turn reads the conversation first
 		}
@@ -245,7 +248,7 @@ func (g *Gateway) sweep(ctx context.Context, route *policy.Route, conv string, e
 		return fmt.Errorf("read the upstream conversation: %w", err)
 	}
 	if len(r.orphans) > 0 {
-		if _, clean := g.recordOrphans(ctx, turn, route, conv, r.orphans, 0); !clean {
+		if _, _, clean := g.recordOrphans(ctx, turn, route, conv, r.orphans, 0); !clean {
 			return errors.New("could not remove what the upstream conversation holds beyond the turn")
 		}
 	}
@@ -430,9 +433,11 @@ func sameItem(a, b provider.Item) bool {
 }
 
 // recordOrphans records orphaned copies, each with what it cost
-// (estimated from its text: the upstream's item listing carries no usage),
-// and removes them from the upstream conversation. It returns how many it
-// recorded now and whether every copy is gone upstream.
+// (estimated from its text: the upstream's item listing carries no usage)
+// and charged to its tenant's day like an attempt (the provider billed
+// it), and removes them from the upstream conversation. It returns how
+// many it recorded now, what they cost, and whether every copy is gone
+// upstream.
 //
 // A record comes before its removal, and a copy's items are removed last
 // first, its input last: a removal that a crash, a cancelled client or a
@@ -440,12 +445,12 @@ func sameItem(a, b provider.Item) bool {
 // reading of the conversation still sees a copy of the turn — never an
 // answer run on from the kept one — and records it again under the same
 // upstream id, which the ledger keeps once.
-func (g *Gateway) recordOrphans(ctx context.Context, turn *ledger.Turn, route *policy.Route, conv string, orphans [][]provider.Item, prompt int64) (int, bool) {
+func (g *Gateway) recordOrphans(ctx context.Context, turn *ledger.Turn, route *policy.Route, conv string, orphans [][]provider.Item, prompt int64) (int, gw.NanoUSD, bool) {
 	// The clients may be gone; what was found must still be recorded and
 	// removed, or it is found again as part of the kept answer.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), orphanCleanup)
 	defer cancel()
-	recorded, clean := 0, true
+	recorded, cost, clean := 0, gw.NanoUSD(0), true
 	for _, group := range orphans {
 		out := provider.ResponseOf(slices.DeleteFunc(slices.Clone(group), startsTurn))
 		usage := gw.Usage{InputTokens: prompt, OutputTokens: tokens.Text(out.Text)}
@@ -462,7 +467,10 @@ func (g *Gateway) recordOrphans(ctx context.Context, turn *ledger.Turn, route *p
 			continue
 		}
 		if added {
-			recorded++
+			// An orphan is spend: the store charged its tenant's day with
+			// the record; the live limits learn it too.
+			recorded, cost = recorded+1, cost+gw.NanoUSD(o.Cost)
+			g.tenants.Settle(quota.Reservation{Tenant: o.Tenant, Day: gw.Day(o.At), ID: "orphan:" + o.Conversation + ":" + o.UpstreamID}, gw.NanoUSD(o.Cost))
 			g.metrics.ObserveOrphan()
 		}
 		for i := len(group) - 1; i >= 0; i-- {
@@ -480,7 +488,7 @@ func (g *Gateway) recordOrphans(ctx context.Context, turn *ledger.Turn, route *p
 			}
 		}
 	}
-	return recorded, clean
+	return recorded, cost, clean
 }
 
 // orphanCleanup bounds recording and removing one reading's orphans.

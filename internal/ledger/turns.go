@@ -124,7 +124,9 @@ type TurnStore interface {
 	// ConversationTurns returns every turn of a conversation (failed
 	// ones too), by depth then creation.
 	ConversationTurns(ctx context.Context, tenant, conversation string) ([]*Turn, error)
-	// AddOrphan records an orphaned generation once: a record of the same
+	// AddOrphan records an orphaned generation once, and charges its Cost
+	// to the tenant's spend for the UTC day of its At in the same commit
+	// (an orphan is spend: the provider billed it). A record of the same
 	// tenant, conversation and upstream id exists already, it writes
 	// nothing and returns false.
 	AddOrphan(ctx context.Context, o *Orphan) (bool, error)

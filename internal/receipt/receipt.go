@@ -119,9 +119,12 @@ type Attempt struct {
 	// lost: "found" (the upstream had committed the answer, which was
 	// adopted), "absent" (it had not: the attempt may be retried) or
 	// "unknown" (it could not be told). Orphans counts the extra copies of
-	// the turn the upstream held, removed and recorded with their cost.
-	Reconciled string `json:"reconciled,omitempty"`
-	Orphans    int    `json:"orphans,omitempty"`
+	// the turn the upstream held, removed and recorded with their cost;
+	// OrphansCostUSD is what they cost, charged to the tenant apart from
+	// this receipt's totals (the orphans are a conversation's record).
+	Reconciled     string  `json:"reconciled,omitempty"`
+	Orphans        int     `json:"orphans,omitempty"`
+	OrphansCostUSD float64 `json:"orphans_cost_usd,omitempty"`
 }
 
 // BreakerState is the route's breaker when the attempt was admitted.

@@ -29,8 +29,9 @@ type Observation struct {
 	Error            *AttemptError
 	// Reconciled is what a stateful route said of an attempt whose
 	// outcome was ambiguous: found, absent (see Attempt.Reconciled).
-	Reconciled string
-	Orphans    int
+	Reconciled     string
+	Orphans        int
+	OrphansCostUSD float64
 }
 
 // Recorder drives the retry engine for one logical request and writes its
@@ -159,7 +160,8 @@ func (rc *Recorder) attempt(prev retry.Decision, route *policy.Route, o Observat
 		HTTPStatus: o.HTTPStatus, VisibleOutput: o.VisibleOutput, EmittedTokens: o.EmittedTokens,
 		InToolCall: o.InToolCall, ProtocolWarnings: o.ProtocolWarnings, Usage: o.Usage,
 		UsageEstimated: o.UsageEstimated, CostUSD: route.Price.Cost(o.Usage).USD(),
-		ReservedUSD: prev.Reserve.USD(), Breaker: o.Breaker, Error: o.Error, Reconciled: o.Reconciled, Orphans: o.Orphans}
+		ReservedUSD: prev.Reserve.USD(), Breaker: o.Breaker, Error: o.Error, Reconciled: o.Reconciled, Orphans: o.Orphans,
+		OrphansCostUSD: o.OrphansCostUSD}
 	if o.FirstByteAt != nil {
 		fb := o.StartedAt.UTC().Add(min(max(0, o.FirstByteAt.Sub(o.StartedAt)), a.ObservedAt.Sub(a.StartedAt)))
 		a.FirstByteAt = &fb

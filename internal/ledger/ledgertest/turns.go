@@ -222,6 +222,10 @@ func runTurns(t *testing.T, open Opener) {
 		if added, err := s.AddOrphan(ctx, &again); err != nil || added {
 			t.Fatalf("the same upstream copy recorded twice: %v, %v", added, err)
 		}
+		// An orphan is spend: charged to its tenant's day once.
+		if spend, err := s.Spend(ctx, ledger.Day(t0)); err != nil || spend["acme"] != 1234 {
+			t.Fatalf("the orphan's charge: %v %v, want 1234 once", spend, err)
+		}
 		got, err := s.Orphans(ctx, "acme", "resp_root")
 		if err != nil || len(got) != 1 || *got[0] != *o {
 			t.Fatalf("orphans: %+v %v", got, err)

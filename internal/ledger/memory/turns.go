@@ -155,6 +155,7 @@ func (s *Store) AddOrphan(_ context.Context, o *ledger.Orphan) (bool, error) {
 	}
 	c := *o
 	s.orphans = append(s.orphans, &c)
+	s.charge(o.Tenant, o.Cost, o.At)
 	return true, nil
 }
 

@@ -150,11 +150,17 @@ func (s *Store) ConversationTurns(ctx context.Context, tenant, conversation stri
 
 // AddOrphan records an orphaned generation once.
 func (s *Store) AddOrphan(ctx context.Context, o *ledger.Orphan) (bool, error) {
-	tag, err := s.pool.Exec(ctx, qInsertOrphan, turnsql.OrphanArgs(o)...)
+	var added bool
+	err := s.pool.QueryRow(ctx, `WITH ins AS (`+qInsertOrphan+` RETURNING 1
+		), sp AS (
+			INSERT INTO tenant_spend (day, tenant, shard, charged) SELECT $10::bigint, $1::text, $11::smallint, $8::bigint
+			WHERE $8::bigint <> 0 AND EXISTS (SELECT 1 FROM ins)
+			ON CONFLICT (day, tenant, shard) DO UPDATE SET charged = tenant_spend.charged + excluded.charged
+		) SELECT EXISTS (SELECT 1 FROM ins)`, append(turnsql.OrphanArgs(o), ledger.Day(o.At), shardOf(o.Conversation+o.UpstreamID))...).Scan(&added)
 	if err != nil {
 		return false, fmt.Errorf("add orphan: %w", err)
 	}
-	return tag.RowsAffected() == 1, nil
+	return added, nil
 }
 
 // Orphans lists a conversation's orphans.

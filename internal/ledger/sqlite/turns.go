@@ -125,7 +125,9 @@ func (s *Store) AddOrphan(ctx context.Context, o *ledger.Orphan) (bool, error) {
 			return err
 		}
 		n, err := res.RowsAffected()
-		added = n == 1
+		if added = n == 1; added {
+			tx.charge(o.Tenant, o.Cost, o.At)
+		}
 		return err
 	})
 	return added, err
