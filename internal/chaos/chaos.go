@@ -147,6 +147,7 @@ models:
     routes: [primary, fallback, inhouse]
     retry: {max_attempts: 3, base_delay: 50ms, max_delay: 200ms, deadline: 20s, max_cost_usd: 0.00009}
     stream: {after_output: resume}
+    accept_unreachable_routes: true # its clients send max_tokens: 30
   - name: chat-stateful
     routes: [rs-a, rs-b]
     retry: {max_attempts: 3, base_delay: 50ms, max_delay: 200ms, deadline: 20s}

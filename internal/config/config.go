@@ -268,6 +268,17 @@ type Model struct {
 	Stream Stream `yaml:"stream"`
 	// Hedge configures hedging (docs/overload.md).
 	Hedge Hedge `yaml:"hedge"`
+	// DefaultOutputTokens is the output limit reserved for, and sent
+	// upstream with, a request whose client set none (at most each
+	// route's max_output_tokens). Default 0: the route's
+	// max_output_tokens. `check` refuses a route whose attempt at that
+	// limit costs more than the alias's max_cost_usd (docs/overload.md).
+	DefaultOutputTokens int `yaml:"default_output_tokens"`
+	// AcceptUnreachableRoutes acknowledges routes whose attempt at the
+	// default output limit costs more than max_cost_usd: they serve only
+	// requests whose clients set a small enough limit. Default false: such
+	// a route is an error.
+	AcceptUnreachableRoutes bool `yaml:"accept_unreachable_routes"`
 }
 
 // Require is an alias's admission contract for its routes.

@@ -555,16 +555,14 @@ func (c *call) exchange(ctx context.Context, res *attemptResult, up provider.Pro
 }
 
 // outputLimit is the output limit an attempt on route is sent with: what
-// its reservation assumed — the client's max_tokens, at most the route's
-// max_output_tokens, the route's when the client sent none — and, for a
-// continuation, what is left of it after the output already delivered.
+// its reservation assumed — the client's max_tokens, else the alias's
+// default_output_tokens, at most the route's max_output_tokens, the
+// route's when neither is set — and, for a continuation, what is left of
+// it after the output already delivered.
 // So a provider that writes as much as it may costs no more than was
 // reserved.
 func (c *call) outputLimit(route *policy.Route, resume bool) int64 {
-	limit := route.Caps.MaxOutputTokens
-	if m := c.in.IR.MaxTokens; m > 0 && (limit == 0 || m < limit) {
-		limit = m
-	}
+	limit := retry.OutputLimit(c.alias.Engine, c.alias.Engine.Route(route.ID), c.in.IR.MaxTokens)
 	if resume && limit > 0 {
 		limit = max(1, limit-c.out.emitted)
 	}

@@ -151,8 +151,13 @@ models:
   - name: cached-claude
     routes: [claude-cached]
     retry: {max_attempts: 1, jitter: none, deadline: 10s}
+  - name: chat-default
+    routes: [primary]
+    default_output_tokens: 64
+    retry: {max_attempts: 3, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s}
   - name: capped
     routes: [primary]
+    accept_unreachable_routes: true # its tests send max_tokens
     retry: {max_attempts: 3, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s, max_cost_usd: 0.001}
 `
 

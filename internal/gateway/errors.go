@@ -298,7 +298,7 @@ func (c *call) cheapestAttempt() gw.NanoUSD {
 		if _, out := req.Ineligible[r.ID]; out {
 			continue
 		}
-		if w := retry.Reservation(r, req, 0); least < 0 || w < least {
+		if w := retry.Reservation(c.alias.Engine, r, req, 0); least < 0 || w < least {
 			least = w
 		}
 	}

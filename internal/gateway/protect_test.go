@@ -439,6 +439,32 @@ func TestReservationsInFlightRefuseForNowNotForTheDay(t *testing.T) {
 	})
 }
 
+// A request without an output limit reserves, and is sent upstream with,
+// the alias's default_output_tokens; a client's own limit wins.
+func TestTheDefaultOutputLimitIsReservedAndSent(t *testing.T) {
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 4}}, func(t *testing.T, e *env) {
+		res, body := e.post("/v1/chat/completions", distinctBody("chat-default", 1, ""), nil)
+		if res.StatusCode != 200 {
+			t.Fatalf("%d %s", res.StatusCode, body)
+		}
+		r := e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
+		price := gw.PriceFromPerMTok(1, 2) // the primary's
+		if want := price.WorstCase(r.Request.EstimatedInputTokens, 64).USD(); r.Attempts[0].ReservedUSD != want {
+			t.Fatalf("reserved $%v, want $%v (64 output tokens)", r.Attempts[0].ReservedUSD, want)
+		}
+		if st := e.primary.Stats(); st.MaxTokensAsked != 64 || st.Unlimited != 0 {
+			t.Fatalf("sent upstream with max_tokens %d (%d with none), want 64", st.MaxTokensAsked, st.Unlimited)
+		}
+		if res, body := e.post("/v1/chat/completions", distinctBody("chat-default", 2, `,"max_tokens":500`), nil); res.StatusCode != 200 {
+			t.Fatalf("%d %s", res.StatusCode, body)
+		}
+		if st := e.primary.Stats(); st.MaxTokensAsked != 500 {
+			t.Fatalf("the client's own max_tokens was sent as %d, want 500", st.MaxTokensAsked)
+		}
+	})
+}
+
 // Per-request bounds each name what was exceeded.
 func TestPerRequestBoundsExplainThemselves(t *testing.T) {
 	t.Parallel()

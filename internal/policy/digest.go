@@ -50,6 +50,8 @@ type aliasDoc struct {
 	ResumeRoutes     string     `json:"resume_routes"`
 	Buffer           bool       `json:"buffer"`
 	HedgeAfterMS     int64      `json:"hedge_after_ms"`
+	// Omitted at 0, so that policies without it keep their digests.
+	DefaultOutputTokens int64 `json:"default_output_tokens,omitempty"`
 }
 
 func aliasDigest(a *Alias) (string, error) {
@@ -58,7 +60,8 @@ func aliasDigest(a *Alias) (string, error) {
 		BaseDelayMS: e.BaseDelay.Milliseconds(), MaxDelayMS: e.MaxDelay.Milliseconds(),
 		RetryAfterCapMS: e.RetryAfterCap.Milliseconds(), Jitter: string(e.Jitter), DeadlineMS: e.Deadline.Milliseconds(),
 		MaxCostNanoUSD: int64(e.MaxCost), AfterOutput: string(e.AfterOutput), RestartMaxTokens: e.RestartMaxTokens,
-		ResumeRoutes: string(e.ResumeRoutes), Buffer: a.Buffer, HedgeAfterMS: a.HedgeAfter.Milliseconds(), Routes: []routeDoc{}}
+		ResumeRoutes: string(e.ResumeRoutes), Buffer: a.Buffer, HedgeAfterMS: a.HedgeAfter.Milliseconds(), Routes: []routeDoc{},
+		DefaultOutputTokens: e.DefaultOutputTokens}
 	for _, r := range a.Routes {
 		p := r.Provider
 		doc.Routes = append(doc.Routes, routeDoc{ID: r.ID, Provider: p.ID, ProviderType: string(p.Type), BaseURL: p.BaseURL,

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"github.com/oncegate/oncegate/internal/retry"
 	"os"
 	"strings"
 	"testing"
@@ -114,6 +115,35 @@ models:
     routes: [a, b]
 `
 
+// A default output limit makes a fallback the cost cap would rule out
+// reachable again, and accept_unreachable_routes acknowledges it.
+func TestDefaultOutputTokensKeepAFallbackReachable(t *testing.T) {
+	capped := base + `    retry: {max_cost_usd: 0.5}
+`
+	capped = strings.Replace(capped, "max_context_tokens: 32000}}", "max_context_tokens: 32000, max_output_tokens: 64000}, price: {input_usd_per_mtok: 3, output_usd_per_mtok: 15}}", 1)
+	_, err := Parse("x.yaml", []byte(capped))
+	var errs config.Errors
+	if !errors.As(err, &errs) || len(errs) != 1 || errs[0].Pos.Line == 0 ||
+		!strings.Contains(errs[0].Error(), `route "b" can never be tried for a request without max_tokens: one attempt at 64000 output tokens costs $0.96`) {
+		t.Fatalf("an unreachable fallback, named with its position: %v", err)
+	}
+	for _, fix := range []string{"    default_output_tokens: 4096\n", "    accept_unreachable_routes: true\n"} {
+		p, err := Parse("x.yaml", []byte(capped+fix))
+		if err != nil {
+			t.Fatalf("%q: %v", fix, err)
+		}
+		if fix == "    default_output_tokens: 4096\n" {
+			e := p.Alias("chat").Engine
+			if got := retry.OutputLimit(e, e.Route("b"), 0); got != 4096 {
+				t.Fatalf("the output limit of a request without max_tokens: %d, want 4096", got)
+			}
+			if got := retry.OutputLimit(e, e.Route("b"), 100); got != 100 {
+				t.Fatalf("a client's own max_tokens: %d, want 100", got)
+			}
+		}
+	}
+}
+
 func TestValidationRules(t *testing.T) {
 	tests := []struct {
 		name, replace, with, want string
@@ -151,6 +181,7 @@ func TestValidationRules(t *testing.T) {
 		{"negative cache price", "max_attempts: 1,", "max_attempts: 1, price: {input_usd_per_mtok: 1, cached_input_usd_per_mtok: -0.1},", "cached_input_usd_per_mtok: must not be negative"},
 		{"negative cache write price", "max_attempts: 1,", "max_attempts: 1, price: {cache_write_usd_per_mtok: -1},", "cache_write_usd_per_mtok: must not be negative"},
 		{"duplicate alias", "models:\n  - name: chat\n    routes: [a, b]", "models:\n  - name: chat\n    routes: [a, b]\n  - name: chat\n    routes: [a]", "duplicate model alias"},
+		{"negative default output tokens", "routes: [a, b]", "routes: [a, b]\n    default_output_tokens: -1", "default_output_tokens: must not be negative"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -227,9 +227,37 @@ func (v *validator) aliases(routes []*Route) []*Alias {
 			v.fail(path+".hedge.after", "hedging needs a second route to hedge to")
 		}
 		a.Engine = v.engine(path, m, a.Routes)
+		v.reachable(a, m, path)
 		out = append(out, a)
 	}
 	return out
+}
+
+// reachable checks that the alias's cost cap lets every route serve a
+// request whose client set no output limit: an attempt at the default
+// output limit (default_output_tokens, else the route's
+// max_output_tokens), with no prompt at all, must cost no more than
+// max_cost_usd. A route that fails it could never be tried for such a
+// request — its fallback silently disabled until an outage shows it — so
+// it is an error naming the route, unless accept_unreachable_routes
+// acknowledges it (docs/configuration.md).
+func (v *validator) reachable(a *Alias, m config.Model, path string) {
+	e := a.Engine
+	if e.MaxCost <= 0 || m.AcceptUnreachableRoutes {
+		return
+	}
+	for j := range e.Routes {
+		r := &e.Routes[j]
+		out := retry.OutputLimit(e, r, 0)
+		if worst := r.Price.WorstCase(0, out); worst > e.MaxCost {
+			hint := "set default_output_tokens on the alias"
+			if e.DefaultOutputTokens > 0 {
+				hint = "lower default_output_tokens"
+			}
+			v.fail(fmt.Sprintf("%s.routes[%d]", path, j), "route %q can never be tried for a request without max_tokens: one attempt at %d output tokens costs $%g, over the alias's max_cost_usd $%g (%s, raise max_cost_usd, or set accept_unreachable_routes: true if every client sends max_tokens)",
+				r.ID, out, worst.USD(), e.MaxCost.USD(), hint)
+		}
+	}
 }
 
 // stateful checks an alias's openai-responses routes: an alias is
@@ -311,7 +339,9 @@ func (v *validator) engine(path string, m config.Model, routes []*Route) *retry.
 	p := &retry.Policy{MaxAttempts: rt.MaxAttempts, BaseDelay: rt.BaseDelay.D(), MaxDelay: rt.MaxDelay.D(),
 		RetryAfterCap: rt.RetryAfterCap.D(), Jitter: retry.Jitter(rt.Jitter), Deadline: rt.Deadline.D(),
 		MaxCost: gw.NanoFromUSD(rt.MaxCostUSD), AfterOutput: retry.AfterOutput(m.Stream.AfterOutput),
-		RestartMaxTokens: int64(m.Stream.RestartMaxTokens), ResumeRoutes: retry.ResumeRoutes(m.Stream.ResumeRoutes), HedgeAfter: m.Hedge.After.D()}
+		RestartMaxTokens: int64(m.Stream.RestartMaxTokens), ResumeRoutes: retry.ResumeRoutes(m.Stream.ResumeRoutes), HedgeAfter: m.Hedge.After.D(),
+		DefaultOutputTokens: int64(m.DefaultOutputTokens)}
+	v.nonNegative(path+".default_output_tokens", float64(m.DefaultOutputTokens))
 	for _, r := range routes {
 		provider := ""
 		if r.Provider != nil { // nil: an unknown provider, already reported

@@ -38,6 +38,7 @@ func genPolicy(t *rapid.T) *policy.Policy {
 		rapid.IntRange(1, 8).Draw(t, "max_attempts"), rapid.IntRange(0, 300).Draw(t, "base"), 300+rapid.IntRange(0, 2000).Draw(t, "max"),
 		rapid.SampledFrom([]string{"full", "none"}).Draw(t, "jitter"), rapid.SampledFrom([]float64{0, 0.01, 0.1}).Draw(t, "max_cost"))
 	fmt.Fprintf(&b, "    stream: {after_output: %s}\n", rapid.SampledFrom([]string{"resume", "restart", "stop"}).Draw(t, "after_output"))
+	b.WriteString("    accept_unreachable_routes: true\n") // a cap may rule routes out: the receipts must verify all the same
 	cfg, err := config.Parse("gen.yaml", []byte(b.String()))
 	if err != nil {
 		t.Fatalf("generated config: %v\n%s", err, b.String())

@@ -225,7 +225,7 @@ func Start(p *Policy, req *Request, adm Admission, now time.Time) Decision {
 			refused = true
 			continue
 		}
-		reserve := reservation(r, req, 0)
+		reserve := reservation(p, r, req, 0)
 		if d, ok := costStop(p, nil, reserve, adm, gw.TerminalExhausted); !ok {
 			return d
 		}
@@ -384,7 +384,7 @@ func resume(p *Policy, req *Request, hist []Attempt, last *Attempt, adm Admissio
 	if r == nil {
 		return stop(gw.TerminalIndeterminate, why)
 	}
-	reserve := reservation(r, req, delivered(hist))
+	reserve := reservation(p, r, req, delivered(hist))
 	if d, ok := costStop(p, hist, reserve, adm, gw.TerminalIndeterminate); !ok {
 		return d
 	}
@@ -522,7 +522,7 @@ func again(p *Policy, req *Request, hist []Attempt, last *Attempt, adm Admission
 	}
 	wait, jit := Jittered(p.Jitter, exp, p.Digest, req.ID, ordinal)
 	d := Decision{Action: action, Route: next.ID, NotBefore: last.ObservedAt.Add(max(wait, hint)), JitterMS: jit,
-		Reserve: reservation(next, req, 0)}
+		Reserve: reservation(p, next, req, 0)}
 	if stop, ok := costStop(p, hist, d.Reserve, adm, gw.TerminalExhausted); !ok {
 		return stop
 	}
@@ -601,7 +601,7 @@ func Hedge(p *Policy, req *Request, hist []Attempt, primary Decision, adm Admiss
 	if next == nil {
 		return Decision{}, false
 	}
-	d := Decision{Action: ActionHedge, Route: next.ID, NotBefore: at, Reserve: reservation(next, req, 0)}
+	d := Decision{Action: ActionHedge, Route: next.ID, NotBefore: at, Reserve: reservation(p, next, req, 0)}
 	if _, ok := costStop(p, inFlight, d.Reserve, adm, gw.TerminalExhausted); !ok {
 		return Decision{}, false
 	}
@@ -611,18 +611,29 @@ func Hedge(p *Policy, req *Request, hist []Attempt, primary Decision, adm Admiss
 // reservation is the worst-case cost of one attempt on r (docs/retries.md):
 // the prompt estimate (plus any continuation prefix) at the input price and
 // the output cap at the output price.
-func reservation(r *Route, req *Request, prefixTokens int64) gw.NanoUSD {
-	out := r.MaxOutputTokens
-	if req.MaxOutputTokens > 0 && (out == 0 || req.MaxOutputTokens < out) {
-		out = req.MaxOutputTokens
-	}
-	return r.Price.WorstCase(req.InputTokens+prefixTokens, out)
+func reservation(p *Policy, r *Route, req *Request, prefixTokens int64) gw.NanoUSD {
+	return r.Price.WorstCase(req.InputTokens+prefixTokens, OutputLimit(p, r, req.MaxOutputTokens))
 }
 
 // Reservation is the worst-case cost of an attempt on route r with a
 // continuation prefix of prefixTokens.
-func Reservation(r *Route, req *Request, prefixTokens int64) gw.NanoUSD {
-	return reservation(r, req, prefixTokens)
+func Reservation(p *Policy, r *Route, req *Request, prefixTokens int64) gw.NanoUSD {
+	return reservation(p, r, req, prefixTokens)
+}
+
+// OutputLimit is the output limit of an attempt on route r, reserved for
+// and sent upstream: the client's (asked; 0 for none), else the alias's
+// default_output_tokens, at most the route's max_output_tokens (0: no
+// limit known).
+func OutputLimit(p *Policy, r *Route, asked int64) int64 {
+	out := r.MaxOutputTokens
+	if asked <= 0 && p != nil {
+		asked = p.DefaultOutputTokens
+	}
+	if asked > 0 && (out == 0 || asked < out) {
+		out = asked
+	}
+	return out
 }
 
 func spent(hist []Attempt) gw.NanoUSD {

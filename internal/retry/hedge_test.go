@@ -58,7 +58,7 @@ func TestHedgeDecision(t *testing.T) {
 				pd = tc.primary
 			}
 			if pd.Reserve == 0 {
-				pd.Reserve = reservation(p.Route(pd.Route), req, 0)
+				pd.Reserve = reservation(p, p.Route(pd.Route), req, 0)
 			}
 			d, ok := Hedge(p, req, tc.hist, pd, tc.adm, at)
 			switch {
@@ -173,7 +173,7 @@ func TestRedecideUnderATighterAdmission(t *testing.T) {
 
 func TestTenantAllowanceBindsLikeACostBudget(t *testing.T) {
 	p, req := testPolicy(), testRequest()
-	full := reservation(p.Route("A"), req, 0)
+	full := reservation(p, p.Route("A"), req, 0)
 	d := Start(p, req, Admission{TenantCapped: true, TenantAllowance: full - 1}, t0)
 	if d.Reason != gw.ReasonCostBudget || !d.TenantBound {
 		t.Fatalf("start over the allowance: %+v", d)

@@ -92,6 +92,9 @@ type Policy struct {
 	// HedgeAfter is how long an attempt may go without a first byte before
 	// a hedge is dispatched (docs/overload.md); 0 disables hedging.
 	HedgeAfter time.Duration
+	// DefaultOutputTokens is the output limit of a request whose client
+	// set none (0: each route's MaxOutputTokens), at most the route's.
+	DefaultOutputTokens int64
 	Routes     []Route
 }
 
