@@ -95,7 +95,7 @@ type Policy struct {
 	// DefaultOutputTokens is the output limit of a request whose client
 	// set none (0: each route's MaxOutputTokens), at most the route's.
 	DefaultOutputTokens int64
-	Routes     []Route
+	Routes              []Route
 }
 
 // Route returns the route with id, or nil.
