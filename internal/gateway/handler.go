@@ -172,6 +172,13 @@ func (g *Gateway) readRequest(w http.ResponseWriter, r *http.Request) (string, [
 		if errors.As(err, &tooLarge) {
 			return "", nil, errorf(CodeRequestTooLarge, "request body is larger than %d bytes", tooLarge.Limit)
 		}
+		var late *bodyTimeout
+		if errors.As(err, &late) {
+			// What is left of the body may still come: the connection
+			// cannot carry another request (docs/api.md, "Limits").
+			w.Header().Set("Connection", "close")
+			return "", nil, errorf(CodeRequestTimeout, "%v", late)
+		}
 		return "", nil, errorf(CodeInvalidRequest, "could not read the request body: %v", err)
 	}
 	if g.cur.Load().logBodies {
