@@ -489,7 +489,7 @@ func TestNetHTTPsOwnRejectionsAreInTheCallersShape(t *testing.T) {
 
 func TestShapedAnswers(t *testing.T) {
 	t.Parallel()
-	res, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(shapedAnswer(431, "431 Request Header Fields Too Large", true))), nil)
+	res, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(shapedAnswer(431, cannedMessage(431, "431 Request Header Fields Too Large", nil), true))), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path"
 	"strings"
 	"time"
 
@@ -13,10 +14,11 @@ import (
 )
 
 // Before a request reaches its route, the gateway answers what no route
-// should see — a body announced larger than the limit — and bounds the
-// time its body may take to arrive (docs/api.md, "Limits"). Every such
-// answer is JSON in the caller's protocol, like every other error
-// (docs/errors.md).
+// should see — a request target net/http's router would answer with a
+// redirect or an empty page, a body announced larger than the limit — and
+// bounds the time its body may take to arrive (docs/api.md, "Limits").
+// Every such answer is JSON in the caller's protocol, like every other
+// error (docs/errors.md).
 
 // screen answers a request that cannot reach a route, and puts the
 // request's body under limits.body_read_timeout. It reports whether the
@@ -24,6 +26,10 @@ import (
 func (g *Gateway) screen(w http.ResponseWriter, r *http.Request) bool {
 	p := shapeOf(r)
 	rc := http.NewResponseController(w)
+	if e := unroutable(r); e != nil {
+		refuse(w, rc, e, p)
+		return false
+	}
 	if r.ContentLength == 0 {
 		return true // no body
 	}
@@ -53,6 +59,44 @@ func refuse(w http.ResponseWriter, rc *http.ResponseController, e *apiError, p p
 	_ = rc.SetReadDeadline(time.Unix(1, 0))
 	w.Header().Set("Connection", "close")
 	e.write(w, p, meta{})
+}
+
+// unroutable is the error for a request target no route may serve:
+// net/http's router would answer a CONNECT with a text page, an HTTP/2
+// preface (PRI * HTTP/2.0) with an empty 400, and a path that is not
+// clean (/v1/models/../chat, //, /./) with a redirect to its cleaned form
+// and an HTML body. The gateway redirects nothing: a client that sent such
+// a path is told what was wrong.
+func unroutable(r *http.Request) *apiError {
+	switch {
+	case r.Method == http.MethodConnect:
+		return errorf(CodeMethodNotAllowed, "CONNECT %s: the gateway is not a proxy; send the API's requests to it directly", r.Host)
+	case r.Method == "PRI" && r.RequestURI == "*":
+		return errorf(CodeInvalidRequest, "HTTP/2 with prior knowledge (PRI * HTTP/2.0) is not served: speak HTTP/1.1 to the gateway")
+	case r.RequestURI == "*":
+		return errorf(CodeInvalidRequest, "%s *: the request target * names no endpoint; name a path such as /v1/chat/completions", r.Method)
+	}
+	if p := r.URL.EscapedPath(); p != cleanPath(p) {
+		return errorf(CodeInvalidRequest, "the path %q is not in canonical form (it has an empty, `.` or `..` segment); ask for %q — the gateway redirects nothing",
+			p, cleanPath(p))
+	}
+	return nil
+}
+
+// cleanPath is p as net/http's router cleans it: rooted, without empty,
+// `.` and `..` segments, its trailing slash kept.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if strings.HasSuffix(p, "/") && np != "/" {
+		np += "/"
+	}
+	return np
 }
 
 // shapeOf picks the protocol of an error answered before routing: the

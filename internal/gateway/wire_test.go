@@ -22,7 +22,9 @@ type rawConn struct {
 	t    *testing.T
 	conn net.Conn
 	br   *bufio.Reader
-	pipe bool // an in-memory connection, whose writes wait for the reader
+	// background: write in the background (an in-memory connection's
+	// writes wait for the reader; a large one may outlast the reading).
+	background bool
 }
 
 // dialRaw connects to the gateway of e (over the in-memory network in a
@@ -43,14 +45,15 @@ func dialRaw(t *testing.T, e *env) *rawConn {
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	_ = conn.SetDeadline(time.Now().Add(10 * time.Minute))
-	return &rawConn{t: t, conn: conn, br: bufio.NewReader(conn), pipe: e.mem != nil}
+	return &rawConn{t: t, conn: conn, br: bufio.NewReader(conn), background: e.mem != nil}
 }
 
-// write sends s. On an in-memory connection it does so in the background:
-// a gateway that stops reading would leave it waiting.
+// write sends s: in the background on an in-memory connection, or for a
+// request larger than the gateway reads, where a gateway that stops
+// reading would leave it waiting.
 func (c *rawConn) write(s string) {
 	c.t.Helper()
-	if c.pipe {
+	if c.background || len(s) > 1<<16 {
 		go func() { _, _ = c.conn.Write([]byte(s)) }()
 		return
 	}
@@ -182,4 +185,83 @@ func TestTheBodyDeadlineEndsWithTheBody(t *testing.T) {
 	if res, got := c.answer(); res.StatusCode != 200 {
 		t.Fatalf("the next request: %d %s", res.StatusCode, got)
 	}
+}
+
+// Every answer the gateway gives a malformed request is JSON in the
+// caller's protocol, with a message naming what was wrong — also where
+// net/http answers on its own before any handler runs (an empty 400, a
+// text/plain one saying only "Bad Request", a 417 with no body) and where
+// its router would redirect an unclean path with an HTML page.
+func TestEveryAnswerBeforeRoutingIsJSONAndNamesTheFault(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, mock.Config{Tokens: 4})
+	const auth = "Authorization: Bearer " + keyAcme + "\r\n"
+	const chat = "POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\n" + auth
+	const messages = "POST /v1/messages HTTP/1.1\r\nHost: gateway\r\nx-api-key: " + keyAcme + "\r\n"
+	for _, tc := range []struct {
+		name, request string
+		status        int
+		anthropic     bool
+		code, want    string
+	}{
+		{"a path with ..", "GET /v1/models/../chat HTTP/1.1\r\nHost: gateway\r\n" + auth + "\r\n", 400, false, CodeInvalidRequest, `"/v1/models/../chat" is not in canonical form`},
+		{"a path with //", "GET /v1//models HTTP/1.1\r\nHost: gateway\r\n" + auth + "\r\n", 400, false, CodeInvalidRequest, `ask for "/v1/models"`},
+		{"a path with .., on Messages", "POST /v1/messages/./count_tokens HTTP/1.1\r\nHost: gateway\r\n\r\n", 400, true, CodeInvalidRequest, "not in canonical form"},
+		{"HTTP/2 with prior knowledge", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 400, false, CodeInvalidRequest, "HTTP/2 with prior knowledge"},
+		{"CONNECT", "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n", 405, false, CodeMethodNotAllowed, "not a proxy"},
+		{"two different Content-Lengths", chat + "Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}", 400, false, CodeInvalidRequest, "invalid Content-Length: 2 headers with different values (2, 3)"},
+		{"two different Content-Lengths, on Messages", messages + "Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}", 400, true, CodeInvalidRequest, "invalid Content-Length"},
+		{"a negative Content-Length", chat + "Content-Length: -2\r\n\r\n{}", 400, false, CodeInvalidRequest, `invalid Content-Length "-2"`},
+		{"a Content-Length that is no number", chat + "Content-Length: two\r\n\r\n{}", 400, false, CodeInvalidRequest, `invalid Content-Length "two"`},
+		{"a control byte in Idempotency-Key", chat + "Idempotency-Key: ab\x01cd\r\nContent-Length: 2\r\n\r\n{}", 400, false, CodeInvalidRequest, "Idempotency-Key holds a control character (byte 0x01)"},
+		{"a header name with a space", chat + "Idempotency Key: k\r\nContent-Length: 2\r\n\r\n{}", 400, false, CodeInvalidRequest, `invalid header name "Idempotency Key"`},
+		{"no Host", "GET /v1/models HTTP/1.1\r\n" + auth + "\r\n", 400, false, CodeInvalidRequest, "missing Host header"},
+		{"two Hosts", "GET /v1/models HTTP/1.1\r\nHost: a\r\nHost: b\r\n" + auth + "\r\n", 400, false, CodeInvalidRequest, "more than one Host header"},
+		{"a malformed request line", "GET  /v1/models  HTTP/1.1\r\nHost: gateway\r\n\r\n", 400, false, CodeInvalidRequest, "malformed request line"},
+		{"a bad escape in the target", "GET /v1/models/%zz HTTP/1.1\r\nHost: gateway\r\n\r\n", 400, false, CodeInvalidRequest, `invalid request target "/v1/models/%zz"`},
+		{"an unknown Expect", chat + "Expect: telepathy\r\nContent-Length: 2\r\n\r\n{}", 417, false, CodeInvalidRequest, `unsupported Expect "telepathy"`},
+		{"an unknown transfer encoding", chat + "Transfer-Encoding: gzip\r\n\r\n", 501, false, CodeInvalidRequest, `unsupported Transfer-Encoding "gzip"`},
+		{"HTTP/3 on an HTTP/1 connection", "GET /v1/models HTTP/3.0\r\nHost: gateway\r\n\r\n", 505, false, CodeInvalidRequest, `unsupported protocol version "HTTP/3.0"`},
+		{"headers too large", "GET /v1/models HTTP/1.1\r\nHost: gateway\r\nX-Big: " + strings.Repeat("b", 2<<20) + "\r\n\r\n", 431, false, CodeRequestTooLarge, "headers are too large"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dialRaw(t, e)
+			c.write(tc.request)
+			res, body := c.answer()
+			wantError(t, res, body, tc.status, tc.anthropic, tc.code, tc.want)
+		})
+	}
+	// A malformed request after a good one on the same connection is
+	// named too: each request's head is read afresh.
+	c := dialRaw(t, e)
+	c.write("GET /v1/models HTTP/1.1\r\nHost: gateway\r\n" + auth + "\r\n")
+	if res, body := c.answer(); res.StatusCode != 200 {
+		t.Fatalf("%d %s", res.StatusCode, body)
+	}
+	c.write(chat + "Content-Length: 5\r\nContent-Length: 6\r\n\r\n{}")
+	res, body := c.answer()
+	wantError(t, res, body, 400, false, CodeInvalidRequest, "invalid Content-Length: 2 headers with different values (5, 6)")
+	if n := e.primary.Stats().Requests; n != 0 {
+		t.Fatalf("%d upstream calls", n)
+	}
+}
+
+// Whatever bytes a request head holds, naming its fault never panics, and
+// what it names is valid text.
+func FuzzHeadFault(f *testing.F) {
+	for _, s := range []string{"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "GARBAGE\r\n\r\n", "POST /v1/messages HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n",
+		" \n\t\n", "", "GET /%zz HTTP/1.1\r\n\x01: y\r\n\r\n", "PRI * HTTP/2.0\r\n\r\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, head []byte) {
+		for _, status := range []int{400, 417, 431, 501, 505} {
+			msg := cannedMessage(status, "", head)
+			if msg == "" {
+				t.Fatalf("%d: no message for %q", status, head)
+			}
+			if _, err := json.Marshal(msg); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
 }
