@@ -94,7 +94,7 @@ func (g *Gateway) place(w http.ResponseWriter, r *http.Request, c *call) {
 	case !place.Owner:
 		if now := g.clock.Now(); outlasts(f.Deadline, c.deadline) {
 			f.Leave()
-			joinTooLong(f.Deadline, now).write(w, p, meta{requestID: f.RequestID})
+			g.joinTooLong(f.RequestID, f.Deadline, now).write(w, p, meta{requestID: f.RequestID})
 			return
 		}
 		f.NoteClientRetry(c.clientRetries)
