@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -454,6 +456,29 @@ func TestTheGatewaysCredentialRefused(t *testing.T) {
 		res, body = e.post("/v1/chat/completions", distinctBody("solo", 1, ""), nil)
 		if res.StatusCode != 400 || strings.Contains(string(body), primaryProviderKey) || !strings.Contains(string(body), "[redacted]") {
 			t.Fatalf("a provider text echoing a secret: %d %s", res.StatusCode, body)
+		}
+		// So is one echoing it cut short, upper-cased or encoded, in its
+		// message or code, and the receipt keeps none of it.
+		for i, echo := range []string{primaryProviderKey[:10], strings.ToUpper(primaryProviderKey), primaryProviderKey[4:],
+			base64.StdEncoding.EncodeToString([]byte(primaryProviderKey)), hex.EncodeToString([]byte(primaryProviderKey))} {
+			e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 400, ErrorCode: "key_" + echo, Message: "bad request from key " + echo})))
+			res, body = e.post("/v1/chat/completions", distinctBody("solo", 2+i, ""), nil)
+			var eb errorBody
+			_ = json.Unmarshal(body, &eb)
+			r := e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
+			kept := r.Attempts[0].Error
+			if res.StatusCode != 400 || kept == nil || !strings.Contains(eb.Error.Message, "[redacted]") || !strings.Contains(kept.Message, "[redacted]") {
+				t.Fatalf("a provider text echoing %q: %d %s; kept %+v", echo, res.StatusCode, body, kept)
+			}
+			code := ""
+			if eb.Error.Code != nil {
+				code = *eb.Error.Code
+			}
+			for _, text := range []string{eb.Error.Message, code, kept.Message, kept.Code} {
+				if s := survivor(primaryProviderKey, text); s != "" {
+					t.Fatalf("a provider text echoing %q: %q survives in %q", echo, s, text)
+				}
+			}
 		}
 	})
 }
