@@ -417,8 +417,17 @@ type Breaker struct {
 
 // Limits bounds one request.
 type Limits struct {
-	// MaxBodyBytes caps a request body. Default 4194304 (4 MiB).
+	// MaxBodyBytes caps a request body: a body that grows past it is
+	// answered 413 request_too_large, and one whose Content-Length
+	// announces more is answered 413 at once, before any of it is read.
+	// Default 4194304 (4 MiB).
 	MaxBodyBytes int64 `yaml:"max_body_bytes" default:"4194304"`
+	// BodyReadTimeout bounds how long a request's body may take to
+	// arrive, counted from the end of its headers: a body not read whole
+	// within it is answered 408 request_timeout (x-should-retry: false)
+	// and its connection closed, so a stalled or trickling client holds a
+	// connection no longer than this. Default 30s.
+	BodyReadTimeout Duration `yaml:"body_read_timeout" default:"30s"`
 	// MaxResponseBytes caps an upstream response. Default 16777216 (16 MiB).
 	MaxResponseBytes int64 `yaml:"max_response_bytes" default:"16777216"`
 	// MaxStreamBufferBytes caps the chunks kept for joiners of one stream.

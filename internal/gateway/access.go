@@ -96,7 +96,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	a := &accessLog{}
 	lw := &logWriter{ResponseWriter: w, access: a}
-	g.mux.ServeHTTP(lw, r.WithContext(context.WithValue(r.Context(), accessKey{}, a)))
+	r = r.WithContext(context.WithValue(r.Context(), accessKey{}, a))
+	if g.screen(lw, r) {
+		g.mux.ServeHTTP(lw, r)
+	}
 	g.logAccess(r, lw, time.Since(start))
 }
 

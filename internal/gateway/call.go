@@ -608,8 +608,7 @@ func (c *call) providerError(res *attemptResult, resp *upstream.Response) *attem
 		res.obs.Error = &receipt.AttemptError{Code: string(cause), Message: "the provider refused the gateway's " + what + " (HTTP " + strconv.Itoa(resp.Status) + ")"}
 		return c.observe(res, k, cause, "")
 	}
-	ue.Message = c.g.scrub(ue.Message)
-	res.upstreamErr = ue
+	res.upstreamErr = c.g.scrubError(ue)
 	res.obs.Error = &receipt.AttemptError{Code: firstNonEmpty(ue.Code, ue.Type), Message: truncate(ue.Message, 300)}
 	return c.observe(res, k, cause, "")
 }

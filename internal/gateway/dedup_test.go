@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -353,6 +354,61 @@ func TestJoinThatWouldOutliveTheJoinersDeadline(t *testing.T) {
 		res, body := e.post("/v1/chat/completions", chatBody("chat", false), map[string]string{"Idempotency-Key": "slow", "X-Oncegate-Timeout-Ms": "200"})
 		if res.StatusCode != 409 || res.Header.Get("x-should-retry") != "true" || res.Header.Get("Retry-After") == "" || !strings.Contains(string(body), CodeKeyInUse) {
 			t.Fatalf("%d %v %s", res.StatusCode, res.Header, body)
+		}
+	})
+}
+
+// A joiner refused because its own deadline is too short is told to come
+// back when the owner may well have finished — about as long again as the
+// owner has run — not when the owner's deadline ends: it gets its answer
+// soon after the owner finishes, long before that deadline.
+func TestARefusedJoinerComesBackWhenTheOwnerMayHaveFinished(t *testing.T) {
+	t.Parallel()
+	// The owner streams 30 tokens 200 ms apart: about 6 s of its 10 s deadline.
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 30, TokenInterval: 200 * time.Millisecond}}, func(t *testing.T, e *env) {
+		start := time.Now()
+		ownerDone := make(chan time.Time, 1)
+		go func() {
+			res, body := e.post("/v1/chat/completions", chatBody("chat", true), keyed("long"))
+			if res.StatusCode == 200 && strings.HasSuffix(string(body), "data: [DONE]\n\n") {
+				ownerDone <- time.Now()
+			}
+			close(ownerDone)
+		}()
+		time.Sleep(1500 * time.Millisecond)
+		ownerDeadline := start.Add(10 * time.Second)
+		joiner := map[string]string{"Idempotency-Key": "long", "X-Oncegate-Timeout-Ms": "500"}
+		for {
+			res, body := e.post("/v1/chat/completions", chatBody("chat", true), joiner)
+			if res.StatusCode == 200 {
+				if res.Header.Get("X-Oncegate-Dedup") != "replayed" {
+					t.Fatalf("the joiner's answer: %v", res.Header)
+				}
+				break
+			}
+			ra, err := strconv.Atoi(res.Header.Get("Retry-After"))
+			ran := time.Since(start)
+			if res.StatusCode != 409 || err != nil || !strings.Contains(string(body), CodeKeyInUse) {
+				t.Fatalf("%d %v %s", res.StatusCode, res.Header, body)
+			}
+			// As long again as the owner has run, and never past its deadline.
+			if left := time.Until(ownerDeadline); ra < 1 || time.Duration(ra)*time.Second > max(time.Second, ran.Round(time.Second)+time.Second) ||
+				time.Duration(ra-1)*time.Second > left {
+				t.Fatalf("Retry-After %d s after the owner ran %v, with %v of its deadline left", ra, ran, left)
+			}
+			time.Sleep(time.Duration(ra) * time.Second)
+		}
+		finished, ok := <-ownerDone
+		if !ok {
+			t.Fatal("the owner did not get its answer")
+		}
+		// The joiner came back within as long again as the owner ran,
+		// before the owner's deadline, which it was once told to wait for.
+		if back := time.Now(); back.After(ownerDeadline) || back.Sub(start) > 2*finished.Sub(start) {
+			t.Fatalf("the joiner had its answer %v after the owner started; the owner finished after %v", back.Sub(start), finished.Sub(start))
+		}
+		if n := e.primary.Stats().Requests; n != 1 {
+			t.Fatalf("%d upstream calls", n)
 		}
 	})
 }

@@ -226,6 +226,9 @@ type envOptions struct {
 	wrap func(ledger.Store) ledger.Store
 	// tracer records the gateway's spans.
 	tracer trace.Tracer
+	// front, when set, stands in front of the primary mock: what it
+	// answers itself, the mock never sees.
+	front func(mock http.Handler) http.Handler
 }
 
 func newEnvOpts(t *testing.T, o envOptions) *env {
@@ -250,8 +253,12 @@ func newEnvOpts(t *testing.T, o envOptions) *env {
 	urls := make([]string, 3)
 	for i, m := range []*mock.Mock{e.primary, e.fallback, e.anthropic} {
 		t.Cleanup(m.Close)
+		var h http.Handler = m
+		if i == 0 && o.front != nil {
+			h = o.front(m)
+		}
 		if e.mem == nil {
-			srv := httptest.NewServer(m)
+			srv := httptest.NewServer(h)
 			t.Cleanup(srv.Close)
 			urls[i] = srv.URL
 			continue
@@ -261,7 +268,7 @@ func newEnvOpts(t *testing.T, o envOptions) *env {
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv := &http.Server{Handler: m}
+		srv := &http.Server{Handler: h}
 		go func() { _ = srv.Serve(ln) }()
 		t.Cleanup(func() { _ = srv.Close() })
 		urls[i] = "http://" + name

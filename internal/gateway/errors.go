@@ -41,6 +41,7 @@ const (
 	CodeDeadline            = "deadline_exceeded"
 	CodeProtocolViolation   = "upstream_protocol_violation"
 	CodeRequestTooLarge     = "request_too_large"
+	CodeRequestTimeout      = "request_timeout"
 	CodeInternal            = "internal_error"
 	// A part of the gateway is down and nothing was sent: come back.
 	CodeResponseNotFound        = "response_not_found"
@@ -61,6 +62,7 @@ var codeStatus = map[string]struct {
 	CodeInvalidRequest:          {400, false, "invalid_request_error", "invalid_request_error"},
 	CodeInvalidKey:              {400, false, "invalid_request_error", "invalid_request_error"},
 	CodeRequestTooLarge:         {413, false, "invalid_request_error", "request_too_large"},
+	CodeRequestTimeout:          {408, false, "invalid_request_error", "invalid_request_error"},
 	CodeUnauthorized:            {401, false, "authentication_error", "authentication_error"},
 	CodeModelNotFound:           {404, false, "invalid_request_error", "not_found_error"},
 	CodeReceiptNotFound:         {404, false, "invalid_request_error", "not_found_error"},

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/oncegate/oncegate/internal/coord"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/retry"
@@ -276,9 +278,40 @@ func outlasts(owner, joiner time.Time) bool { return owner.Sub(joiner) > joinSla
 const joinSlack = time.Second
 
 // joinTooLong is the 409 for a join that would outlast the joiner's own
-// deadline (docs/identity.md): come back when the owner's deadline has passed.
-func joinTooLong(deadline, now time.Time) *apiError {
+// deadline (docs/identity.md). Its Retry-After is when the owner —
+// request requestID, ending by deadline at the latest — may well have
+// finished (joinRetryAfter), not the joiner's own horizon.
+func (g *Gateway) joinTooLong(requestID string, deadline, now time.Time) *apiError {
 	e := errorf(CodeKeyInUse, "this request is in progress and may take longer than your deadline allows")
-	e.retryAfter = int(math.Ceil(max(1, deadline.Sub(now).Seconds())))
+	e.retryAfter = joinRetryAfter(g.ownerStarted(requestID), deadline, now)
 	return e
+}
+
+// joinRetryAfter estimates, in whole seconds (at least 1), how long a
+// request that started at started and ends by deadline has still to run:
+// about as long as it has run so far — the guess a client's exponential
+// backoff makes, so a joiner that comes back early is told a longer wait
+// — and never past the deadline. A zero started (unknown) leaves the
+// deadline.
+func joinRetryAfter(started, deadline, now time.Time) int {
+	wait := deadline.Sub(now)
+	if ran := now.Sub(started); !started.IsZero() && ran >= 0 && ran < wait {
+		wait = ran
+	}
+	return int(math.Ceil(max(1, wait.Seconds())))
+}
+
+// ownerStarted is when the logical request requestID started: its call's
+// creation when this gateway runs it, else the time its UUIDv7 request id
+// carries (RFC 9562: milliseconds since the epoch), as another gateway
+// made it; zero when the id is not one.
+func (g *Gateway) ownerStarted(requestID string) time.Time {
+	if v, ok := g.live.Load(requestID); ok {
+		return v.(*call).created
+	}
+	id, err := uuid.Parse(requestID)
+	if err != nil || id.Version() != 7 {
+		return time.Time{}
+	}
+	return time.Unix(id.Time().UnixTime())
 }

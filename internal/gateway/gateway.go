@@ -630,33 +630,6 @@ func methodNotAllowed(allow string) http.HandlerFunc {
 	}
 }
 
-// secretsOf lists the configured secrets worth scrubbing (long enough not
-// to match ordinary words).
-func secretsOf(s *config.Secrets) []string {
-	var out []string
-	add := func(v string) {
-		if len(v) >= 8 {
-			out = append(out, v)
-		}
-	}
-	for k := range s.TenantKeys {
-		add(k)
-	}
-	for _, k := range s.ProviderKeys {
-		add(k)
-	}
-	add(s.GatewaySecret)
-	return out
-}
-
-// scrub replaces every configured secret in a provider's text.
-func (g *Gateway) scrub(text string) string {
-	for _, s := range g.cur.Load().scrub {
-		text = strings.ReplaceAll(text, s, "[redacted]")
-	}
-	return text
-}
-
 // Close stops the background work and releases upstream connections. The
 // ledger is the caller's to close.
 func (g *Gateway) Close() {

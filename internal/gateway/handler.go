@@ -94,7 +94,7 @@ func (g *Gateway) place(w http.ResponseWriter, r *http.Request, c *call) {
 	case !place.Owner:
 		if now := g.clock.Now(); outlasts(f.Deadline, c.deadline) {
 			f.Leave()
-			joinTooLong(f.Deadline, now).write(w, p, meta{requestID: f.RequestID})
+			g.joinTooLong(f.RequestID, f.Deadline, now).write(w, p, meta{requestID: f.RequestID})
 			return
 		}
 		f.NoteClientRetry(c.clientRetries)
@@ -171,6 +171,13 @@ func (g *Gateway) readRequest(w http.ResponseWriter, r *http.Request) (string, [
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
 			return "", nil, errorf(CodeRequestTooLarge, "request body is larger than %d bytes", tooLarge.Limit)
+		}
+		var late *bodyTimeout
+		if errors.As(err, &late) {
+			// What is left of the body may still come: the connection
+			// cannot carry another request (docs/api.md, "Limits").
+			w.Header().Set("Connection", "close")
+			return "", nil, errorf(CodeRequestTimeout, "%v", late)
 		}
 		return "", nil, errorf(CodeInvalidRequest, "could not read the request body: %v", err)
 	}

@@ -4,14 +4,18 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -325,10 +329,50 @@ func TestEveryErrorIsInTheCallersShape(t *testing.T) {
 		if !errors.As(err, &apiErr) || apiErr.Code != "not_found" || apiErr.Message == "" {
 			t.Fatalf("the SDK's error: %v", err)
 		}
-		e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 302})))
-		res, body := e.post("/v1/chat/completions", chatBody("solo", false), nil)
-		if res.StatusCode != 502 || !strings.Contains(string(body), CodeProtocolViolation) {
-			t.Fatalf("an upstream 302: %d %s", res.StatusCode, body)
+	})
+}
+
+// A redirect from a provider is never passed through, followed or
+// retried: one attempt, 502 upstream_protocol_violation, the receipt's
+// attempt a protocol_violation whose error names the status and the
+// Location (without its query, which may carry a token). A 307 or 308
+// once went to net/http's redirect handling, whose resend the no-resend
+// guard refused: a send failure, retried until the budget ran out.
+func TestAProviderRedirectIsOneAttemptAndAViolation(t *testing.T) {
+	t.Parallel()
+	var status, calls atomic.Int32
+	front := func(m http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/v1/chat/completions" {
+				m.ServeHTTP(w, r) // a followed redirect would land here
+				return
+			}
+			calls.Add(1)
+			_, _ = io.ReadAll(r.Body)
+			w.Header().Set("Location", "https://moved.example/v1/chat/completions?key=sk-leaked-in-query")
+			w.WriteHeader(int(status.Load()))
+		})
+	}
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 4}, front: front}, func(t *testing.T, e *env) {
+		for _, st := range []int{307, 308, 301, 302, 303} {
+			status.Store(int32(st))
+			calls.Store(0)
+			res, body := e.post("/v1/chat/completions", chatBody("chat", false), nil)
+			want := fmt.Sprintf(`HTTP %d %s to "https://moved.example/v1/chat/completions"`, st, http.StatusText(st))
+			var eb errorBody
+			_ = json.Unmarshal(body, &eb)
+			if res.StatusCode != 502 || eb.Error.Code == nil || *eb.Error.Code != CodeProtocolViolation || res.Header.Get("x-should-retry") != "false" ||
+				!strings.Contains(eb.Error.Message, want) || strings.Contains(string(body), "sk-leaked") {
+				t.Fatalf("%d: %d %v %s", st, res.StatusCode, res.Header, body)
+			}
+			r := e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
+			if n := calls.Load(); n != 1 || len(r.Attempts) != 1 || e.fallback.Stats().Requests != 0 {
+				t.Fatalf("%d: %d upstream calls, %d attempts in the receipt; want one", st, n, len(r.Attempts))
+			}
+			a := r.Attempts[0]
+			if a.Kind != string(gw.KindProtocolViolation) || r.Reason != "non_retryable" || a.Error == nil || !strings.Contains(a.Error.Message, want) {
+				t.Fatalf("%d: attempt %s (%+v), reason %s", st, a.Kind, a.Error, r.Reason)
+			}
 		}
 	})
 }
@@ -467,6 +511,29 @@ func TestTheGatewaysCredentialRefused(t *testing.T) {
 		if res.StatusCode != 400 || strings.Contains(string(body), primaryProviderKey) || !strings.Contains(string(body), "[redacted]") {
 			t.Fatalf("a provider text echoing a secret: %d %s", res.StatusCode, body)
 		}
+		// So is one echoing it cut short, upper-cased or encoded, in its
+		// message or code, and the receipt keeps none of it.
+		for i, echo := range []string{primaryProviderKey[:10], strings.ToUpper(primaryProviderKey), primaryProviderKey[4:],
+			base64.StdEncoding.EncodeToString([]byte(primaryProviderKey)), hex.EncodeToString([]byte(primaryProviderKey))} {
+			e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 400, ErrorCode: "key_" + echo, Message: "bad request from key " + echo})))
+			res, body = e.post("/v1/chat/completions", distinctBody("solo", 2+i, ""), nil)
+			var eb errorBody
+			_ = json.Unmarshal(body, &eb)
+			r := e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
+			kept := r.Attempts[0].Error
+			if res.StatusCode != 400 || kept == nil || !strings.Contains(eb.Error.Message, "[redacted]") || !strings.Contains(kept.Message, "[redacted]") {
+				t.Fatalf("a provider text echoing %q: %d %s; kept %+v", echo, res.StatusCode, body, kept)
+			}
+			code := ""
+			if eb.Error.Code != nil {
+				code = *eb.Error.Code
+			}
+			for _, text := range []string{eb.Error.Message, code, kept.Message, kept.Code} {
+				if s := survivor(primaryProviderKey, text); s != "" {
+					t.Fatalf("a provider text echoing %q: %q survives in %q", echo, s, text)
+				}
+			}
+		}
 	})
 }
 
@@ -543,7 +610,7 @@ func TestNetHTTPsOwnRejectionsAreInTheCallersShape(t *testing.T) {
 
 func TestShapedAnswers(t *testing.T) {
 	t.Parallel()
-	res, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(shapedAnswer(431, "431 Request Header Fields Too Large", true))), nil)
+	res, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(shapedAnswer(431, cannedMessage(431, "431 Request Header Fields Too Large", nil), true))), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

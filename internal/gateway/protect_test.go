@@ -491,6 +491,18 @@ func TestPerRequestBoundsExplainThemselves(t *testing.T) {
 		if res.StatusCode != 413 || !strings.Contains(string(body), "4194304 bytes") {
 			t.Fatalf("size bound: %d %.200s", res.StatusCode, body)
 		}
+		// Size, announced: refused before any of the body is sent.
+		const head = "POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer " + keyAcme + "\r\n"
+		c := dialRaw(t, e)
+		c.write(head + "Content-Length: 5242880\r\n\r\n")
+		res, body = c.answer()
+		wantError(t, res, body, 413, false, CodeRequestTooLarge, "announces 5242880 bytes", "the 4194304 bytes limits.max_body_bytes allows")
+		// Time: a body that stops arriving is answered when
+		// limits.body_read_timeout (30 s) has passed.
+		c = dialRaw(t, e)
+		c.write(head + "Content-Length: 62\r\n\r\n{\"model\":")
+		res, body = c.answer()
+		wantError(t, res, body, 408, false, CodeRequestTimeout, "within 30s", "9 of the 62 bytes")
 	})
 }
 

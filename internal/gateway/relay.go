@@ -313,7 +313,7 @@ read:
 					a.input = e.Usage.InputTokens
 				}
 			case provider.EvError:
-				a.streamErr = e.Err
+				a.streamErr = c.g.scrubError(e.Err)
 				break read
 			case provider.EvDone:
 				a.done = true

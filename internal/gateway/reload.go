@@ -22,8 +22,8 @@ type live struct {
 	pol       *policy.Policy
 	keys      []tenantKey
 	clients   map[string]*upstream.Client
-	scrub     []string // every configured secret, scrubbed from provider text
-	adminKey  string   // reads /metrics on the API port ("" when none)
+	scrub     *scrubber // every configured secret, scrubbed from provider text
+	adminKey  string    // reads /metrics on the API port ("" when none)
 	logBodies bool
 	// gatewaySecret is the configured fingerprint secret ("": the
 	// store's): it cannot change while the process runs.
@@ -36,7 +36,7 @@ func (g *Gateway) policy() *policy.Policy { return g.cur.Load().pol }
 // newLive builds the live configuration for a policy; prev's clients are
 // reused for providers whose settings and key did not change.
 func (g *Gateway) newLive(pol *policy.Policy, secrets *config.Secrets, prev *live) (*live, error) {
-	l := &live{pol: pol, clients: map[string]*upstream.Client{}, scrub: secretsOf(secrets), adminKey: secrets.AdminKey,
+	l := &live{pol: pol, clients: map[string]*upstream.Client{}, scrub: newScrubber(secretsOf(secrets)), adminKey: secrets.AdminKey,
 		logBodies: pol.Config.Log.Bodies, gatewaySecret: secrets.GatewaySecret}
 	for key, id := range secrets.TenantKeys {
 		t := pol.Tenant(id)

@@ -55,7 +55,7 @@ func (c *call) follow(rem *coord.Remote) {
 	c.followTo = nil
 	now := c.g.clock.Now()
 	if !rem.Deadline.IsZero() && outlasts(rem.Deadline, c.deadline) {
-		c.publishError(joinTooLong(rem.Deadline, now), meta{requestID: rem.RequestID})
+		c.publishError(c.g.joinTooLong(rem.RequestID, rem.Deadline, now), meta{requestID: rem.RequestID})
 		return
 	}
 	started := false
@@ -307,7 +307,7 @@ func (c *call) awaitStored(rem *coord.Remote) {
 			return
 		}
 		if c.g.clock.Now().After(c.deadline) {
-			c.publishError(joinTooLong(rec.LeaseUntil, c.g.clock.Now()), meta{requestID: rem.RequestID})
+			c.publishError(c.g.joinTooLong(rem.RequestID, rec.LeaseUntil, c.g.clock.Now()), meta{requestID: rem.RequestID})
 			return
 		}
 	}

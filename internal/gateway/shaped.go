@@ -5,17 +5,18 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"sync/atomic"
+	"sync"
 
 	"github.com/oncegate/oncegate/internal/provider"
 )
 
 // shapedListener wraps the gateway's listener so that the few answers
-// net/http writes on its own, before any handler runs — a header value
-// holding a control byte, a header block too large, a transfer encoding
-// it does not support — are JSON in the caller's protocol with
-// x-should-retry, like every other error, rather than text/plain that an
-// SDK reports with an empty code and message.
+// net/http writes on its own, before any handler runs — a malformed
+// request line or header, a header block too large, an unsupported
+// transfer encoding, protocol version or Expect — are JSON in the
+// caller's protocol with x-should-retry, like every other error, and say
+// what was wrong, rather than text/plain (or nothing) that an SDK reports
+// with an empty code and message.
 type shapedListener struct{ net.Listener }
 
 func (l shapedListener) Accept() (net.Conn, error) {
@@ -26,11 +27,23 @@ func (l shapedListener) Accept() (net.Conn, error) {
 	return &shapedConn{Conn: c}, nil
 }
 
-// shapedConn remembers whether the request being read is on the
-// Anthropic path, and rewrites net/http's own error answers.
+// maxHead bounds the copy a connection keeps of the request head it is
+// reading, to name what net/http refused in it.
+const maxHead = 16 << 10
+
+// shapedConn keeps a copy of the request head being read — its request
+// line and headers, nothing of its body — and rewrites net/http's own
+// error answers into JSON that names what was wrong with that head.
+// net/http reads and writes a connection from two goroutines (a
+// background read watches for the client leaving), hence the lock.
 type shapedConn struct {
 	net.Conn
-	anthropic atomic.Bool
+	mu sync.Mutex
+	// head is the request head read so far; whole once it holds the
+	// blank line that ends it (or maxHead bytes): what is read after is
+	// a body, not kept. An answer starts the next head.
+	head  []byte
+	whole bool
 }
 
 var (
@@ -38,50 +51,91 @@ var (
 	// cannedHeaders is what net/http's own error answers carry, and no
 	// answer of the gateway's handlers does.
 	cannedHeaders = []byte("\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n")
+	// expectFailed is net/http's answer to an Expect other than
+	// 100-continue, which it sends before any handler runs.
+	expectFailed = []byte("HTTP/1.1 417 ")
 )
 
 func (c *shapedConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 {
-		// A request that starts a read names its path on its first line.
-		line := p[:min(n, 512)]
-		if i := bytes.IndexByte(line, '\n'); i > 0 {
-			c.anthropic.Store(bytes.Contains(line[:i], anthropicPath))
-		}
+		c.keep(p[:n])
 	}
 	return n, err
 }
 
+// keep adds what was read to the head, until the head is whole.
+func (c *shapedConn) keep(p []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.whole {
+		return
+	}
+	from := max(0, len(c.head)-3) // the blank line may straddle two reads
+	c.head = append(c.head, p[:min(len(p), maxHead-len(c.head))]...)
+	if end := headEnd(c.head[from:]); end >= 0 {
+		c.head, c.whole = c.head[:from+end], true
+	}
+	if len(c.head) >= maxHead {
+		c.whole = true
+	}
+}
+
+// headEnd is the length of the head in b up to and including the blank
+// line that ends it (CRLF or bare LF), or -1.
+func headEnd(b []byte) int {
+	end := -1
+	if i := bytes.Index(b, []byte("\n\r\n")); i >= 0 {
+		end = i + 3
+	}
+	if i := bytes.Index(b, []byte("\n\n")); i >= 0 && (end < 0 || i+2 < end) {
+		end = i + 2
+	}
+	return end
+}
+
 func (c *shapedConn) Write(p []byte) (int, error) {
-	if len(p) < 12 || !bytes.HasPrefix(p, []byte("HTTP/1.1 ")) || (p[9] != '4' && p[9] != '5') {
+	if len(p) < 12 || !bytes.HasPrefix(p, []byte("HTTP/1.1 ")) {
 		return c.Conn.Write(p)
 	}
-	i := bytes.Index(p, cannedHeaders)
-	if i < 0 {
+	// An answer: what is read next is the next request's head.
+	c.mu.Lock()
+	head := c.head
+	if cap(c.head) > 4<<10 {
+		c.head = nil // an unusually large head: do not keep its buffer
+	} else {
+		c.head = c.head[:0:cap(c.head)]
+	}
+	c.whole = false
+	c.mu.Unlock()
+	if p[9] != '4' && p[9] != '5' {
 		return c.Conn.Write(p)
 	}
 	status, err := strconv.Atoi(string(p[9:12]))
 	if err != nil {
 		return c.Conn.Write(p)
 	}
-	if _, err := c.Conn.Write(shapedAnswer(status, string(p[i+len(cannedHeaders):]), c.anthropic.Load())); err != nil {
+	text := ""
+	if i := bytes.Index(p, cannedHeaders); i >= 0 {
+		text = string(p[i+len(cannedHeaders):])
+	} else if !bytes.HasPrefix(p, expectFailed) {
+		return c.Conn.Write(p) // a handler's own answer
+	}
+	anthropic := false
+	if i := bytes.IndexByte(head, '\n'); i > 0 {
+		anthropic = bytes.Contains(head[:i], anthropicPath)
+	}
+	if _, err := c.Conn.Write(shapedAnswer(status, cannedMessage(status, text, head), anthropic)); err != nil {
 		return 0, err
 	}
 	return len(p), nil
 }
 
-// shapedAnswer is the JSON answer for one of net/http's own errors, whose
-// text is e.g. "400 Bad Request: invalid header value".
-func shapedAnswer(status int, text string, anthropic bool) []byte {
-	code, msg := CodeInvalidRequest, "the request could not be read ("+text+")"
-	switch {
-	case status == 400:
-		// net/http says no more than "400 Bad Request" for a malformed
-		// request line or header; the commonest cause is named.
-		msg = "the request's line or headers are malformed: a header value may not hold a control character " +
-			"(an Idempotency-Key is 1–255 visible ASCII characters), a header name must be a token"
-	case status == 431:
-		code, msg = CodeRequestTooLarge, "the request's headers are too large"
+// shapedAnswer is the JSON answer for one of net/http's own errors.
+func shapedAnswer(status int, msg string, anthropic bool) []byte {
+	code := CodeInvalidRequest
+	if status == http.StatusRequestHeaderFieldsTooLarge {
+		code = CodeRequestTooLarge
 	}
 	p := provider.OpenAI
 	typ := codeStatus[code].typ

@@ -174,6 +174,7 @@ func TestValidationRules(t *testing.T) {
 		{"coordination redis unparseable", "models:", "store: postgres://h/db\ncoordination: redis://h:6379/notadb\nmodels:", "invalid database number"},
 		{"coordination redis needs a shared store", "models:", "store: sqlite://x.db\ncoordination: \"redis://:hunter2@h:6379/0\"\nmodels:", "can be opened by one process only"},
 		{"lease renew past half the ttl", "models:", "lease: {ttl: 10s, renew: 6s}\nmodels:", "at most half of lease.ttl"},
+		{"no time for a request body", "models:", "limits: {body_read_timeout: 0s}\nmodels:", "limits.body_read_timeout: must be greater than 0"},
 		{"memory limit too small", "models:", "limits: {memory_bytes: 1000}\nmodels:", "at least 67108864"},
 		{"ledger sync", "models:", "ledger: {sync: lazy}\nmodels:", `unknown value "lazy"`},
 		{"ledger sync on memory", "models:", "store: memory://\nledger: {sync: normal}\nmodels:", "keeps nothing on disk"},

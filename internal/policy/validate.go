@@ -86,6 +86,7 @@ func (v *validator) globals() {
 	v.positive("breaker.open_for", float64(c.Breaker.OpenFor))
 	v.positive("breaker.half_open_probes", float64(c.Breaker.HalfOpenProbes))
 	v.positive("limits.max_body_bytes", float64(c.Limits.MaxBodyBytes))
+	v.positive("limits.body_read_timeout", float64(c.Limits.BodyReadTimeout))
 	v.positive("limits.max_response_bytes", float64(c.Limits.MaxResponseBytes))
 	v.positive("limits.max_stream_buffer_bytes", float64(c.Limits.MaxStreamBufferBytes))
 	v.nonNegative("limits.memory_bytes", float64(c.Limits.MemoryBytes))

@@ -1,9 +1,11 @@
 // Package upstream is oncegate's outbound transport: one pooled HTTP client
 // per provider, per-phase timeouts (connect, first byte, idle between
 // chunks) and typed errors. It performs no retries of its own — the retry
-// engine is the single retry owner — and it stops net/http from replaying
-// a request whose bytes already left (docs/architecture.md). Establishing a connection
-// may try several addresses; that is not an attempt.
+// engine is the single retry owner — it stops net/http from replaying a
+// request whose bytes already left, and it follows no redirect: a 3xx, like
+// an informational status other than 100 and 103, is an answer outside the
+// provider's protocol (docs/architecture.md, docs/errors.md). Establishing
+// a connection may try several addresses; that is not an attempt.
 package upstream
 
 import (
@@ -17,6 +19,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/textproto"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,7 +44,8 @@ const (
 	PhaseBody      Phase = "body"       // after response headers
 )
 
-// Error is a transport failure of one attempt.
+// Error is a transport failure of one attempt, or an answer outside the
+// provider's protocol.
 type Error struct {
 	Phase Phase
 	// Timeout: the phase's timeout fired (connect, first byte or idle).
@@ -49,10 +54,18 @@ type Error struct {
 	Cancelled bool
 	// Deadline: the logical request's deadline ended the attempt.
 	Deadline bool
-	Err      error
+	// Status, when set, is the status of an answer that is no answer of
+	// the provider's API: a redirect (3xx) or an informational status
+	// other than 100 and 103 — a protocol violation, never followed or
+	// waited out.
+	Status int
+	Err    error
 }
 
 func (e *Error) Error() string {
+	if e.Status != 0 {
+		return fmt.Sprintf("upstream answered outside its protocol: %v", e.Err)
+	}
 	what := "failed"
 	switch {
 	case e.Deadline:
@@ -73,6 +86,8 @@ func (e *Error) Unwrap() error { return e.Err }
 // first-byte timeout, which moves to the next route.
 func (e *Error) Kind() (gw.Kind, gw.Cause) {
 	switch {
+	case e.Status != 0:
+		return gw.KindProtocolViolation, ""
 	case e.Deadline:
 		return gw.KindTimeoutBeforeResponse, "" // observed at the deadline: the engine stops
 	case e.Cancelled:
@@ -107,7 +122,11 @@ type Config struct {
 // Client sends attempts to one provider. It is safe for concurrent use.
 type Client struct {
 	cfg Config
-	hc  *http.Client
+	// tr sends each request once. It is used without an http.Client,
+	// whose redirect handling would follow a 307 or 308 by sending the
+	// body again — which the no-resend guard refuses, turning a
+	// provider's redirect into a send failure that is retried.
+	tr *http.Transport
 }
 
 // New builds a provider client with its own connection pool.
@@ -142,13 +161,11 @@ func New(cfg Config) *Client {
 		// A provider's headers are untrusted too: bound them.
 		MaxResponseHeaderBytes: 64 << 10,
 	}
-	return &Client{cfg: cfg, hc: &http.Client{Transport: tr, CheckRedirect: noRedirects}}
+	return &Client{cfg: cfg, tr: tr}
 }
 
-func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-
 // Close releases idle connections.
-func (c *Client) Close() { c.hc.CloseIdleConnections() }
+func (c *Client) Close() { c.tr.CloseIdleConnections() }
 
 // Request is one attempt's outbound request.
 type Request struct {
@@ -210,12 +227,20 @@ func (c *Client) Do(ctx context.Context, r *Request) (*Response, error) {
 			fb.start(c.cfg.FirstByte)
 		},
 		GotFirstResponseByte: fb.disarm,
+		Got1xxResponse:       refuseInformational,
 	}
-	res, err := c.hc.Do(req.WithContext(httptrace.WithClientTrace(ctx, trace)))
+	res, err := c.tr.RoundTrip(req.WithContext(httptrace.WithClientTrace(ctx, trace)))
 	fb.disarm()
+	if err == nil && (res.StatusCode < 200 || res.StatusCode/100 == 3) {
+		err = outsideProtocol(res)
+	}
 	if err != nil {
 		cause := context.Cause(ctx)
 		cancel(nil)
+		var op *violation
+		if errors.As(err, &op) {
+			return nil, &Error{Phase: PhaseBody, Status: op.status, Err: op}
+		}
 		e := sendError(err, cause, phaseOf(wrote.Load(), b.sent.Load()))
 		if at := wroteAt.Load(); e.Phase == PhaseSend && !e.Cancelled && !e.Deadline && at != 0 &&
 			time.Since(time.Unix(0, at)) >= silence(c.cfg.FirstByte) {
@@ -228,6 +253,60 @@ func (c *Client) Do(ctx context.Context, r *Request) (*Response, error) {
 	}
 	body := &idleBody{rc: res.Body, cancel: cancel, ctx: ctx, first: c.cfg.FirstByte, idle: c.cfg.Idle}
 	return &Response{Status: res.StatusCode, Header: res.Header, Body: body, FirstByteAt: time.Now()}, nil
+}
+
+// violation is an answer outside the provider's protocol: a redirect,
+// which an API never answers (its base_url may have moved, or a proxy in
+// front of it redirects), or an informational status that is neither
+// 100 Continue nor 103 Early Hints (which net/http passes over).
+type violation struct {
+	status   int
+	location string
+}
+
+func (v *violation) Error() string {
+	s := fmt.Sprintf("HTTP %d %s", v.status, http.StatusText(v.status))
+	switch {
+	case v.status/100 == 1:
+		return s + ": an informational status the API does not send"
+	case v.location == "":
+		return s + " with no Location: a redirect, which the API does not answer (the route's base_url may be wrong)"
+	}
+	return s + " to " + v.location + ": a redirect, which the API does not answer and the gateway never follows (the route's base_url may be wrong)"
+}
+
+// refuseInformational ends an attempt at an informational status net/http
+// would otherwise wait past.
+func refuseInformational(code int, _ textproto.MIMEHeader) error {
+	if code == http.StatusContinue || code == http.StatusEarlyHints {
+		return nil
+	}
+	return &violation{status: code}
+}
+
+// outsideProtocol closes a redirect's (or a 101's) response and describes
+// it. The Location is given without its query or credentials, which may
+// carry tokens.
+func outsideProtocol(res *http.Response) error {
+	v := &violation{status: res.StatusCode}
+	if loc := res.Header.Get("Location"); loc != "" {
+		u, err := res.Request.URL.Parse(loc)
+		if err != nil {
+			v.location = "an unreadable Location"
+		} else {
+			u.User, u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = nil, "", false, "", ""
+			v.location = strconv.Quote(clip(u.String(), 200))
+		}
+	}
+	_ = res.Body.Close()
+	return v
+}
+
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
 }
 
 // silence is how long a provider must have said nothing before a closed

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -271,5 +272,79 @@ func TestADeadlineWhileWritingIsNotASend(t *testing.T) {
 	_, err = c.Do(httptrace.WithClientTrace(ctx2, trace), &Request{Path: "/x", Body: []byte(`{"a":1}`)})
 	if !errors.As(err, &ue) || ue.Phase != PhaseSend || !ue.Deadline {
 		t.Fatalf("want a send-phase deadline, got %#v", err)
+	}
+}
+
+// A redirect from a provider is one attempt and a protocol violation,
+// whatever its status: never followed (a 307 or 308 would send the body
+// again), never turned into a send failure the engine retries. Its
+// status and Location (without the query, which may carry a token) are
+// in the error.
+func TestARedirectIsAViolationNeverFollowed(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		status   int
+		location string
+		want     string
+	}{
+		{"307", 307, "/v2/x?sig=secret-token", `HTTP 307 Temporary Redirect to "http://HOST/v2/x"`},
+		{"308 elsewhere", 308, "https://elsewhere.example/v1/x", `HTTP 308 Permanent Redirect to "https://elsewhere.example/v1/x"`},
+		{"301", 301, "/moved", `HTTP 301 Moved Permanently to "http://HOST/moved"`},
+		{"302", 302, "/found", `HTTP 302 Found to "http://HOST/found"`},
+		{"303", 303, "/other", `HTTP 303 See Other to "http://HOST/other"`},
+		{"302 without Location", 302, "", "HTTP 302 Found with no Location"},
+		{"300", 300, "", "HTTP 300 Multiple Choices"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var seen atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				seen.Add(1)
+				_, _ = io.ReadAll(r.Body)
+				if r.URL.Path != "/x" {
+					w.WriteHeader(200) // a followed redirect would be answered here
+					return
+				}
+				if tc.location != "" {
+					w.Header().Set("Location", tc.location)
+				}
+				w.WriteHeader(tc.status)
+			}))
+			defer srv.Close()
+			_, err := post(t, client(srv.URL), context.Background())
+			var ue *Error
+			if !errors.As(err, &ue) || ue.Status != tc.status {
+				t.Fatalf("want a violation with status %d, got %v", tc.status, err)
+			}
+			if k, _ := ue.Kind(); k != gw.KindProtocolViolation {
+				t.Fatalf("kind %s", k)
+			}
+			want := strings.ReplaceAll(tc.want, "HOST", strings.TrimPrefix(srv.URL, "http://"))
+			if !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "secret-token") {
+				t.Fatalf("error %q, want it to say %q (and no query)", err, want)
+			}
+			if n := seen.Load(); n != 1 {
+				t.Fatalf("the provider saw %d requests, want 1", n)
+			}
+		})
+	}
+}
+
+// An informational status other than 100 and 103 is a violation too:
+// net/http would pass over it and wait for a final answer.
+func TestAnInformationalStatusIsAViolation(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		w.WriteHeader(http.StatusEarlyHints) // allowed: passed over
+		w.WriteHeader(http.StatusProcessing)
+		w.WriteHeader(200)
+	}))
+	defer srv.Close()
+	_, err := post(t, client(srv.URL), context.Background())
+	var ue *Error
+	if !errors.As(err, &ue) || ue.Status != http.StatusProcessing || !strings.Contains(err.Error(), "HTTP 102 Processing") {
+		t.Fatalf("want a 102 violation, got %v", err)
+	}
+	if k, _ := ue.Kind(); k != gw.KindProtocolViolation {
+		t.Fatalf("kind %s", k)
 	}
 }
