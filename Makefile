@@ -29,8 +29,8 @@ bench: ## Go benchmarks for the hot paths
 soak: ## a long chaos soak: 50,000 logical requests, 20 kills (docs/chaos.md)
 	$(GO) run ./bench/chaos -requests $${REQUESTS:-50000} -kills $${KILLS:-20}
 
-sim: ## the fleet simulation at scale, redrawing docs/sim.png (docs/simulation.md)
-	$(GO) run ./bench/sim -out docs/sim.png
+sim: ## the fleet simulation at scale, redrawing docs/sim.png and docs/sim-fallback.png (docs/simulation.md)
+	$(GO) run ./bench/sim -out docs/sim.png -fallback-out docs/sim-fallback.png
 
 ci: ## what CI runs on a clean clone
 	bash .ci/run

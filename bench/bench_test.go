@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/oncegate/oncegate/internal/breaker"
 )
 
 // TestMain lets the test binary be the bare proxy too, as the benchmark's
@@ -75,5 +77,51 @@ func TestTheBenchmarkMeasuresEveryPath(t *testing.T) {
 	}
 	if !regexp.MustCompile(`(?m)^\s*oncegate full\s+6\s+0\s+\d+ MiB\s+\d+ MiB\s`).MatchString(out.String()) {
 		t.Errorf("bodies table:\n%s", out.String())
+	}
+}
+
+// The amplification table, run small, measures the fallback case for
+// real: with a fallback provider and the primary's last attempt left for
+// it, every user action succeeds at 50 % primary failure, and the
+// primary's retries stay within its budget's bound — the same run without
+// the fallback loses actions.
+func TestTheAmplificationTableMeasuresAFallbackProvider(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a gateway and two mock providers")
+	}
+	o := options{actions: 200, concurrency: 8, failures: "50", stacks: "oncegate,fallback-last",
+		budget: breaker.BudgetConfig{Ratio: 0.1, MinPerSecond: 10, Window: 10 * time.Second}}
+	ctx := context.Background()
+	alone, err := amplifyRun(ctx, o, stackOncegate, 0.5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb, err := amplifyRun(ctx, o, stackFallbackLast, 0.5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("alone: %d of %d ok, %d calls; with the fallback: %d ok, %d calls, %d on the primary (%d firsts) in %v",
+		alone.ok, o.actions, alone.calls, fb.ok, fb.calls, fb.primary, fb.primaryFirsts, fb.elapsed)
+	if fb.ok != int64(o.actions) {
+		t.Errorf("with a healthy fallback, %d of %d user actions succeeded; want all", fb.ok, o.actions)
+	}
+	if alone.ok >= int64(o.actions) {
+		t.Errorf("without a fallback, all %d actions succeeded at 50 %% failure: the primary did not fail", o.actions)
+	}
+	if retries, bound := fb.primary-fb.primaryFirsts, budgetBound(o.budget, fb.primaryFirsts, fb.elapsed); float64(retries) > bound {
+		t.Errorf("the primary took %d retries; its budget admits %.0f", retries, bound)
+	}
+	if fb.calls == fb.primary {
+		t.Errorf("no call reached the fallback provider")
+	}
+
+	var out bytes.Buffer
+	if err := amplification(ctx, o, &out); err != nil {
+		t.Fatalf("amplification: %v\n%s", err, out.String())
+	}
+	for _, stack := range []string{"oncegate", "fallback-last"} {
+		if !regexp.MustCompile(`(?m)^\s*50%\s+` + stack + `\s+[\d.]+%\s+[\d.]+\s+[\d.]+\s+\d+\s+\d+\s`).MatchString(out.String()) {
+			t.Errorf("no row for %s at 50 %% in:\n%s", stack, out.String())
+		}
 	}
 }

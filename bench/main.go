@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/breaker"
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/gateway"
 	"github.com/oncegate/oncegate/internal/ledger"
@@ -51,9 +52,14 @@ func main() {
 	flag.IntVar(&o.bodies, "bodies", 0, "instead: send this many requests at once with -body-bytes bodies (three waves) and report each server's peak RSS")
 	flag.IntVar(&o.bodyBytes, "body-bytes", 3_700_000, "body size for -bodies")
 	flag.StringVar(&o.only, "only", "", "run only the paths whose name contains one of these (comma-separated)")
-	flag.DurationVar(&o.duration, "duration", 10*time.Second, "duration of each -replicated run and each -amplification phase")
-	flag.BoolVar(&o.amplify, "amplification", false, "instead: the retry amplification table (naive retry stack versus oncegate at 0, 50 and 100 % upstream failure)")
+	flag.DurationVar(&o.duration, "duration", 10*time.Second, "duration of each -replicated run")
+	flag.BoolVar(&o.amplify, "amplification", false, "instead: the retry amplification table (a naive retry stack versus oncegate, alone and with a fallback provider, at each -failures rate of the primary provider)")
 	flag.IntVar(&o.actions, "actions", 1000, "user actions per amplification run")
+	flag.StringVar(&o.failures, "failures", "0,10,30,50,90,100", "the primary provider's failure rates (%) for -amplification, comma-separated")
+	flag.StringVar(&o.stacks, "stacks", "naive,oncegate,fallback,fallback-last", "the stacks -amplification compares, comma-separated: naive, oncegate (the primary alone), fallback (a fallback provider too), fallback-last (the same, the primary at 2 of the 3 attempts)")
+	flag.Float64Var(&o.budget.Ratio, "budget-ratio", 0.1, "oncegate's retry_budget.ratio for -amplification")
+	flag.Float64Var(&o.budget.MinPerSecond, "budget-min-per-second", 10, "oncegate's retry_budget.min_per_second for -amplification")
+	flag.DurationVar(&o.budget.Window, "budget-window", 10*time.Second, "oncegate's retry_budget.window for -amplification")
 	flag.BoolVar(&o.replicated, "replicated", false, "also run a gateway on PostgreSQL and Redis, as one of several replicas, in this process (-postgres, -redis)")
 	flag.BoolVar(&o.join, "join", false, "instead: how long a chunk takes to reach a client that joined the stream on another replica (-postgres, -redis)")
 	flag.StringVar(&o.postgres, "postgres", envOr("ONCEGATE_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL for -replicated and -join (a schema of the benchmark's own is created and dropped)")
@@ -135,6 +141,9 @@ type options struct {
 	bodyBytes   int
 	amplify     bool
 	actions     int
+	failures    string
+	stacks      string
+	budget      breaker.BudgetConfig
 	replicated  bool
 	join        bool
 	postgres    string

@@ -20,6 +20,9 @@ type Series struct {
 	Label  string
 	Color  color.RGBA
 	Values []float64
+	// Width is the line's width in pixels; 0 means 2. A wide line drawn
+	// first still shows under a narrow one with the same values.
+	Width int
 }
 
 // Plot draws series over time as a PNG: a log-scaled y axis (calls or
@@ -76,9 +79,15 @@ func Plot(w io.Writer, title string, p Provider, series []Series) error {
 	label(img, left, 24, title, black)
 	label(img, left+plotW/2-80, height-14, "simulated time (minutes)", black)
 	for i, s := range series {
+		width := s.Width
+		if width <= 0 {
+			width = 2
+		}
 		for t := 1; t < len(s.Values); t++ {
-			line(img, x(float64(t-1)), y(s.Values[t-1]), x(float64(t)), y(s.Values[t]), s.Color)
-			line(img, x(float64(t-1)), y(s.Values[t-1])+1, x(float64(t)), y(s.Values[t])+1, s.Color)
+			for d := range width {
+				off := d - (width-1)/2
+				line(img, x(float64(t-1)), y(s.Values[t-1])+off, x(float64(t)), y(s.Values[t])+off, s.Color)
+			}
 		}
 		ly := top + 16 + 18*i
 		draw.Draw(img, image.Rect(left+plotW-330, ly-8, left+plotW-310, ly-4), image.NewUniform(s.Color), image.Point{}, draw.Src)

@@ -1,12 +1,14 @@
 // Package sim is a deterministic discrete-event simulation of a fleet of
-// gateways past what one machine can run: many replicas sharing the fleet
-// retry budget and the circuit breakers, a million users whose clients
-// retry as the official SDKs do, and a provider with an outage, a
-// brown-out and a recovery. The oncegate fleet is driven by the real
-// retry engine (internal/retry), breakers and budget (internal/breaker)
-// under simulated time; the naive stack beside it — SDK retries × a
-// gateway's retries × a second gateway layer's — is what a stack without
-// a single retry owner does. docs/simulation.md explains the model.
+// gateways past what one machine can run: many replicas sharing the
+// providers' retry budgets and the circuit breakers, a million users
+// whose clients retry as the official SDKs do, and a provider with an
+// outage, a brown-out and a recovery — alone, or with a healthy fallback
+// provider behind a second route. The oncegate fleet is driven by the
+// real retry engine (internal/retry), breakers and budget
+// (internal/breaker) under simulated time; the naive stack beside it —
+// SDK retries × a gateway's retries × a second gateway layer's — is what
+// a stack without a single retry owner does. docs/simulation.md explains
+// the model.
 package sim
 
 import (
@@ -14,14 +16,12 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"strconv"
 	"time"
 
 	"github.com/oncegate/oncegate/internal/breaker"
 	"github.com/oncegate/oncegate/internal/gateway"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/policy"
-	"github.com/oncegate/oncegate/internal/retry"
 )
 
 // Fleet is the oncegate fleet's configuration in the simulations: one
@@ -39,7 +39,29 @@ retry_budget: {ratio: 0.1, min_per_second: 10, window: 10s}
 breaker: {failure_ratio: 0.5, min_requests: 20, window: 10s, open_for: 30s, half_open_probes: 3}
 `
 
-// Provider is how the upstream behaves over simulated time.
+// FleetWithFallback is Fleet with a fallback route on a second provider
+// ("backup"), the primary route taking at most primaryAttempts of the
+// alias's three attempts: with 2, the last is always left for the
+// fallback (docs/overload.md).
+func FleetWithFallback(primaryAttempts int) string {
+	return fmt.Sprintf(`
+tenants: [{id: users, api_key_env: SIM_KEY}]
+providers:
+  - {id: provider, type: openai, base_url: "http://provider.invalid/v1"}
+  - {id: backup, type: openai, base_url: "http://backup.invalid/v1"}
+routes:
+  - {id: primary, provider: provider, model: m, behavior_class: c, data_boundary: external, max_attempts: %d,
+     capabilities: {max_context_tokens: 100000, max_output_tokens: 4096}}
+  - {id: fallback, provider: backup, model: m, behavior_class: c, data_boundary: external, max_attempts: 3,
+     capabilities: {max_context_tokens: 100000, max_output_tokens: 4096}}
+models:
+  - {name: chat, routes: [primary, fallback], retry: {max_attempts: 3, base_delay: 200ms, max_delay: 1500ms, deadline: 30s}}
+retry_budget: {ratio: 0.1, min_per_second: 10, window: 10s}
+breaker: {failure_ratio: 0.5, min_requests: 20, window: 10s, open_for: 30s, half_open_probes: 3}
+`, primaryAttempts)
+}
+
+// Provider is how an upstream behaves over simulated time.
 type Provider struct {
 	// Capacity is how many calls a second it can serve; calls past it
 	// in a second fail as overloaded (503). 0: no limit.
@@ -78,8 +100,13 @@ type Config struct {
 	Arrivals time.Duration
 	// Horizon is when the simulation ends (after Arrivals, so that the
 	// last actions finish).
-	Horizon  time.Duration
+	Horizon time.Duration
+	// Provider is the primary: the provider of the alias's first route,
+	// the one the naive stack calls.
 	Provider Provider
+	// Fallback is the provider behind the alias's routes on any other
+	// provider (FleetWithFallback); nil when the alias has one provider.
+	Fallback *Provider
 	// Policy is the oncegate fleet's configuration (one alias, "chat").
 	Policy *policy.Policy
 	// Patience: a user action not answered within it is a deadline miss.
@@ -91,10 +118,12 @@ type Config struct {
 
 // Second is what one simulated second saw.
 type Second struct {
-	Actions   int // user actions that began
-	Calls     int // upstream calls
-	Succeeded int // user actions answered successfully, by when they were answered
-	Failed    int // user actions that ended without an answer
+	Actions int // user actions that began
+	Calls   int // upstream calls, on any provider
+	// FallbackCalls are the calls on the fallback provider.
+	FallbackCalls int
+	Succeeded     int // user actions answered successfully, by when they were answered
+	Failed        int // user actions that ended without an answer
 }
 
 // Result is a simulation's outcome.
@@ -108,6 +137,9 @@ type Result struct {
 	// CallsPerAction during the outage and after it (actions that began
 	// in each period).
 	CallsPerActionOutage, CallsPerActionAfter float64
+	// Outage and Brownout are what the actions that began in the outage
+	// and in the brown-out saw.
+	Outage, Brownout Period
 	// Recovery is how long after the provider's return (OutageEnd; it may
 	// still be browned out) the fleet answers again: the first second from
 	// which 95 % of the actions answered until the arrivals end were
@@ -115,6 +147,31 @@ type Result struct {
 	Recovery time.Duration
 	SpendUSD float64
 	Seconds  []Second
+}
+
+// Period is what the user actions that began in one period of the
+// primary provider's profile saw, counted when they ended.
+type Period struct {
+	Actions, Succeeded int
+	// Calls went to any provider; PrimaryCalls to the primary, made by
+	// the PrimaryActions that reached it at all (for oncegate, each such
+	// action's first attempt there: what its retry budget counts as a
+	// first attempt).
+	Calls, PrimaryCalls, PrimaryActions int
+}
+
+// SuccessRate is the share of the period's actions that were answered.
+func (p Period) SuccessRate() float64 { return ratio(p.Succeeded, p.Actions) }
+
+// PrimaryAmplification is the primary's calls per action that reached it:
+// 1 when nothing is retried there.
+func (p Period) PrimaryAmplification() float64 { return ratio(p.PrimaryCalls, p.PrimaryActions) }
+
+func ratio(a, b int) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
 }
 
 // Run simulates cfg; the same cfg always gives the same Result.
@@ -125,11 +182,18 @@ func Run(cfg Config) (*Result, error) {
 	s := &sim{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x0ce6a7e)), start: time.Unix(1_800_000_000, 0).UTC(),
 		secs: make([]Second, int(cfg.Horizon/time.Second)+1)}
 	s.clock = &simClock{s: s}
+	s.primary = &upstream{Provider: cfg.Provider}
+	if cfg.Fallback != nil {
+		s.fallback = &upstream{Provider: *cfg.Fallback, fallback: true}
+	}
 	if cfg.Stack == Oncegate {
 		if cfg.Policy == nil || cfg.Policy.Alias("chat") == nil {
 			return nil, fmt.Errorf("sim: the oncegate stack needs a policy with an alias \"chat\"")
 		}
 		s.alias = cfg.Policy.Alias("chat")
+		if err := s.checkProviders(); err != nil {
+			return nil, err
+		}
 		// One breaker set and one retry budget for the whole fleet, as
 		// Redis makes them for replicas (docs/replicas.md).
 		s.breakers = breaker.NewSet(gateway.BreakerConfig(cfg.Policy), s.clock, gateway.RouteIDs(cfg.Policy))
@@ -166,12 +230,59 @@ type sim struct {
 	budget   *breaker.Budget
 	res      *Result
 	secs     []Second
-	// served counts the calls that reached the provider in the current
-	// second.
-	servedSec int
-	served    int
+	// primary is the provider of the alias's first route; fallback the
+	// other one, if any.
+	primary, fallback *upstream
 	// calls by the period their action began in
 	outageCalls, outageActions, afterCalls, afterActions int
+}
+
+// upstream is one simulated provider and the calls it took this second.
+type upstream struct {
+	Provider
+	fallback bool
+	// served counts the calls that reached it in second servedSec.
+	servedSec, served int
+}
+
+// fails draws whether a call that reaches the provider at now fails. It
+// takes the first Capacity calls of each second; the rest fail as
+// overloaded — retries of failed calls take the places of new ones,
+// which is how a retry storm outlasts its outage.
+func (u *upstream) fails(now time.Duration, rng *rand.Rand) bool {
+	if i := int(now / time.Second); i != u.servedSec {
+		u.servedSec, u.served = i, 0
+	}
+	u.served++
+	switch {
+	case now >= u.OutageStart && now < u.OutageEnd:
+		return true
+	case u.Capacity > 0 && u.served > u.Capacity:
+		return true
+	case now >= u.OutageEnd && now < u.BrownoutEnd:
+		return rng.Float64() < u.BrownoutFailure
+	}
+	return false
+}
+
+// checkProviders makes sure every route of the alias has a simulated
+// provider: the first route's is the primary, any other the fallback.
+func (s *sim) checkProviders() error {
+	first := s.alias.Routes[0].Provider.ID
+	for _, r := range s.alias.Routes {
+		if r.Provider.ID != first && s.fallback == nil {
+			return fmt.Errorf("sim: route %s is on provider %s, not %s: Config.Fallback must describe it", r.ID, r.Provider.ID, first)
+		}
+	}
+	return nil
+}
+
+// upstreamOf is the simulated provider behind one of the alias's routes.
+func (s *sim) upstreamOf(route string) *upstream {
+	if s.fallback != nil && s.providerOf(route) != s.alias.Routes[0].Provider.ID {
+		return s.fallback
+	}
+	return s.primary
 }
 
 // simClock is the simulation's time as the breakers and budget read it.
@@ -194,12 +305,15 @@ func (s *sim) sec(d time.Duration) *Second {
 }
 
 // period says which period an action that began at d belongs to: 1
-// during the outage, 2 after it, 0 before.
+// during the outage, 2 after it (3 in the brown-out, which is after it
+// too), 0 before.
 func (s *sim) period(d time.Duration) int {
 	p := s.cfg.Provider
 	switch {
 	case d >= p.OutageStart && d < p.OutageEnd:
 		return 1
+	case d >= p.OutageEnd && d < p.BrownoutEnd:
+		return 3
 	case d >= p.OutageEnd:
 		return 2
 	}
@@ -212,7 +326,9 @@ type action struct {
 	began   time.Duration
 	retries int
 	calls   int
-	done    bool
+	// primaryCalls of its calls went to the primary provider.
+	primaryCalls int
+	done         bool
 }
 
 func (s *sim) action(id int) {
@@ -275,9 +391,26 @@ func (s *sim) answer(a *action, ok bool) {
 	case 1:
 		s.outageCalls += a.calls
 		s.outageActions++
+		s.res.Outage.add(a, ok)
+	case 3:
+		s.res.Brownout.add(a, ok)
+		fallthrough
 	case 2:
 		s.afterCalls += a.calls
 		s.afterActions++
+	}
+}
+
+// add counts an action that ended (answered if ok) into p.
+func (p *Period) add(a *action, ok bool) {
+	p.Actions++
+	if ok {
+		p.Succeeded++
+	}
+	p.Calls += a.calls
+	p.PrimaryCalls += a.primaryCalls
+	if a.primaryCalls > 0 {
+		p.PrimaryActions++
 	}
 }
 
@@ -302,7 +435,7 @@ func (s *sim) naiveLayer(a *action, layer int, reply func(ok, shouldRetry bool))
 			s.at(s.now+naiveBase<<n, func() { try(n + 1) })
 		}
 		if layer == 0 {
-			s.call(a, func(ok bool, _ gw.Kind) { next(ok) })
+			s.call(a, s.primary, func(ok bool, _ gw.Kind) { next(ok) })
 			return
 		}
 		s.naiveLayer(a, layer-1, func(ok, _ bool) { next(ok) })
@@ -310,148 +443,23 @@ func (s *sim) naiveLayer(a *action, layer int, reply func(ok, shouldRetry bool))
 	try(0)
 }
 
-// call is one upstream call; done reports its outcome when it ends.
-func (s *sim) call(a *action, done func(ok bool, k gw.Kind)) {
+// call is one upstream call to u; done reports its outcome when it ends.
+func (s *sim) call(a *action, u *upstream, done func(ok bool, k gw.Kind)) {
 	a.calls++
 	s.res.Calls++
-	s.sec(s.now).Calls++
-	p := s.cfg.Provider
-	if i := int(s.now / time.Second); i != s.servedSec {
-		s.servedSec, s.served = i, 0
+	sec := s.sec(s.now)
+	sec.Calls++
+	if u.fallback {
+		sec.FallbackCalls++
+	} else {
+		a.primaryCalls++
 	}
-	// The provider takes the first Capacity calls of each second; the
-	// rest fail as overloaded — retries of failed calls take the places
-	// of new ones, which is how a retry storm outlasts its outage.
-	s.served++
-	fail := false
-	switch {
-	case s.now >= p.OutageStart && s.now < p.OutageEnd:
-		fail = true
-	case p.Capacity > 0 && s.served > p.Capacity:
-		fail = true
-	case s.now >= p.OutageEnd && s.now < p.BrownoutEnd:
-		fail = s.rng.Float64() < p.BrownoutFailure
-	}
-	if fail {
-		s.at(s.now+p.FailLatency, func() { done(false, gw.KindUnavailable) })
+	if u.fails(s.now, s.rng) {
+		s.at(s.now+u.FailLatency, func() { done(false, gw.KindUnavailable) })
 		return
 	}
 	s.res.SpendUSD += s.cfg.PriceUSD
-	s.at(s.now+p.Latency, func() { done(true, gw.KindOK) })
-}
-
-// oncegate serves one request at a replica as the gateway does: the
-// engine decides every attempt; each attempt holds its route's breaker
-// ticket and, after the first, a retry from the fleet budget; an error
-// tells the client not to retry.
-func (s *sim) oncegate(a *action, replica int, reply func(ok, shouldRetry bool)) {
-	pol := s.alias.Engine
-	req := &retry.Request{ID: "a" + strconv.Itoa(a.id) + "-" + strconv.Itoa(a.retries) + "@" + strconv.Itoa(replica),
-		Deadline: s.clock.Now().Add(pol.Deadline), InputTokens: 50, MaxOutputTokens: 200}
-	var hist []retry.Attempt
-	d := retry.Start(pol, req, s.admission(false), s.clock.Now())
-	if d.Dispatches() {
-		s.budget.First(s.providerOf(d.Route))
-	}
-	var step func(d retry.Decision)
-	step = func(d retry.Decision) {
-		var ticket breaker.Ticket
-		for d.Dispatches() {
-			adm := s.admission(len(hist) > 0)
-			t, ok := s.breakers.Acquire(d.Route)
-			prov := s.providerOf(d.Route)
-			retrying := len(hist) > 0 && s.tried(hist, prov)
-			if ok && retrying && !s.budget.Retry(prov) {
-				s.breakers.Done(d.Route, t, breaker.Ignore)
-				if adm.RetryRefused == nil {
-					adm.RetryRefused = map[string]bool{}
-				}
-				adm.RetryRefused[prov], ok = true, false
-			} else if ok && len(hist) > 0 && !retrying {
-				s.budget.First(prov) // a fallback: a first attempt there
-			} else if !ok {
-				if adm.Refused == nil {
-					adm.Refused = map[string]bool{}
-				}
-				adm.Refused[d.Route] = true
-			}
-			if ok {
-				ticket = t
-				break
-			}
-			var err error
-			if d, err = retry.Decide(pol, req, hist, adm); err != nil {
-				reply(false, false)
-				return
-			}
-		}
-		if !d.Dispatches() {
-			reply(d.Terminal == gw.TerminalSucceeded, false)
-			return
-		}
-		send := func() {
-			started := s.clock.Now()
-			s.call(a, func(ok bool, k gw.Kind) {
-				out := breaker.Success
-				if !ok {
-					out = breaker.Failure
-				}
-				s.breakers.Done(d.Route, ticket, out)
-				hist = append(hist, retry.Attempt{Ordinal: len(hist) + 1, Route: d.Route, Purpose: d.Purpose(),
-					NotBefore: d.NotBefore, StartedAt: started, ObservedAt: s.clock.Now(), JitterMS: d.JitterMS, Kind: k})
-				next, err := retry.Decide(pol, req, hist, s.admission(true))
-				if err != nil {
-					reply(false, false)
-					return
-				}
-				step(next)
-			})
-		}
-		if wait := d.NotBefore.Sub(s.clock.Now()); wait > 0 {
-			s.at(s.now+wait, send)
-			return
-		}
-		send()
-	}
-	step(d)
-}
-
-// admission is the fleet's state for a decision, as the gateway builds it.
-func (s *sim) admission(retrying bool) retry.Admission {
-	var adm retry.Admission
-	for _, r := range s.alias.Routes {
-		if !s.breakers.Allows(r.ID) {
-			if adm.Refused == nil {
-				adm.Refused = map[string]bool{}
-			}
-			adm.Refused[r.ID] = true
-		}
-		if retrying && !s.budget.Allows(r.Provider.ID) {
-			if adm.RetryRefused == nil {
-				adm.RetryRefused = map[string]bool{}
-			}
-			adm.RetryRefused[r.Provider.ID] = true
-		}
-	}
-	return adm
-}
-
-// providerOf is the provider of one of the alias's routes.
-func (s *sim) providerOf(route string) string {
-	if r := s.alias.Route(route); r != nil {
-		return r.Provider.ID
-	}
-	return ""
-}
-
-// tried reports whether hist has an attempt on provider.
-func (s *sim) tried(hist []retry.Attempt, provider string) bool {
-	for _, a := range hist {
-		if s.providerOf(a.Route) == provider {
-			return true
-		}
-	}
-	return false
+	s.at(s.now+u.Latency, func() { done(true, gw.KindOK) })
 }
 
 // finish computes the summary figures.
