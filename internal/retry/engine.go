@@ -484,7 +484,9 @@ func budgets(p *Policy, req *Request, hist []Attempt, last *Attempt, adm Admissi
 
 // again schedules another attempt after a retryable failure (or a restart,
 // or a context-length fallback): the same route while its budget lasts and
-// the failure allows it, otherwise the next admitted route by priority.
+// the failure allows it, otherwise the next admitted route by priority —
+// and the request's last attempt goes to a provider it has not tried, if
+// one may take it, rather than to the one that just failed.
 func again(p *Policy, req *Request, hist []Attempt, last *Attempt, adm Admission, action Action) Decision {
 	if d, ok := budgets(p, req, hist, last, adm); !ok {
 		return d
@@ -506,6 +508,13 @@ func again(p *Policy, req *Request, hist []Attempt, last *Attempt, adm Admission
 		return stop(gw.TerminalExhausted, gw.ReasonRouteBudget)
 	case next == nil:
 		return stop(gw.TerminalExhausted, gw.ReasonRoutesExhausted)
+	}
+	if next == cur && len(hist)+1 == p.MaxAttempts {
+		// The request's last attempt: a provider it has not tried yet is
+		// a better bet than one that just failed it.
+		if fresh := untriedRoute(p, req, hist, cur, adm); fresh != nil {
+			next = fresh
+		}
 	}
 	if action == ActionRetry && next != cur {
 		action = ActionFallback
@@ -569,6 +578,18 @@ func nextRoute(p *Policy, req *Request, hist []Attempt, cur *Route, moveOn, larg
 		return r, refused, budget
 	}
 	return nil, refused, budget
+}
+
+// untriedRoute is the first route after cur by priority on a provider the
+// request has not tried that may take its next attempt, or nil.
+func untriedRoute(p *Policy, req *Request, hist []Attempt, cur *Route, adm Admission) *Route {
+	for i := p.index(cur.ID) + 1; i < len(p.Routes); i++ {
+		r := &p.Routes[i]
+		if req.eligible(r.ID) && adm.admits(r.ID) && routeAttempts(hist, r.ID) < r.MaxAttempts && !tried(p, hist, r.Provider) {
+			return r
+		}
+	}
+	return nil
 }
 
 // Hedge decides whether to hedge the attempt in flight, which primary
