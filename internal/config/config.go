@@ -274,6 +274,12 @@ type Model struct {
 	// max_output_tokens. `check` refuses a route whose attempt at that
 	// limit costs more than the alias's max_cost_usd (docs/overload.md).
 	DefaultOutputTokens int `yaml:"default_output_tokens"`
+	// MayDrop lists request fields that routes of the other protocol may
+	// drop (seed, metadata, service_tier, store, reasoning_effort, …:
+	// those docs/translation.md marks droppable). Default none: such a
+	// field keeps the request on routes of the client's own protocol. The
+	// request header X-Oncegate-May-Drop adds to it.
+	MayDrop []string `yaml:"may_drop"`
 	// AcceptUnreachableRoutes acknowledges routes whose attempt at the
 	// default output limit costs more than max_cost_usd: they serve only
 	// requests whose clients set a small enough limit. Default false: such

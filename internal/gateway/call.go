@@ -62,6 +62,9 @@ type call struct {
 	// span is the logical request's trace span; spanCtx carries it.
 	span    trace.Span
 	spanCtx context.Context
+	// dropped lists the request's fields a route of the other protocol
+	// drops (may_drop, X-Oncegate-May-Drop; docs/translation.md).
+	dropped []string
 	// turn is the conversation turn this request is a try of (POST
 	// /v1/responses); nil for chat.
 	turn *turnCall
@@ -410,6 +413,7 @@ func (c *call) answer(d retry.Decision, last *attemptResult) (*coord.Head, []byt
 		h.Set("Content-Type", "application/json")
 		setIDHeaders(h, c.id, len(c.rec.R.Attempts))
 		h.Set("X-Oncegate-Route", last.route.ID)
+		setDropped(h, c.droppedOn(last.route))
 		return &coord.Head{Status: http.StatusOK, Header: h}, last.body
 	case c.out.started:
 		return nil, c.out.interrupt(d)
@@ -494,7 +498,7 @@ func upstreamPath(t policy.ProviderType) string {
 func (c *call) attempt(ctx context.Context, d retry.Decision, n int, p *permit, slot *raceSlot, started time.Time) *attemptResult {
 	route := c.alias.Route(d.Route)
 	res := &attemptResult{route: route, ordinal: n, race: slot, purpose: string(d.Purpose())}
-	res.obs = receipt.Observation{StartedAt: started}
+	res.obs = receipt.Observation{StartedAt: started, DroppedFields: c.droppedOn(route)}
 	if p != nil {
 		res.obs.Breaker = receipt.BreakerState{State: p.ticket.State.String(), Generation: p.ticket.Generation}
 	}

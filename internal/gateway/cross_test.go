@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -206,6 +207,49 @@ func TestNoAttemptIsSentAfterTheDeadline(t *testing.T) {
 		}
 		if n := e.primary.Stats().Requests + e.fallback.Stats().Requests; n != 0 {
 			t.Fatalf("%d attempts reached a provider after their deadline", n)
+		}
+	})
+}
+
+// A field a translation cannot carry keeps the request on routes of its
+// own protocol — unless the alias (may_drop) or the request
+// (X-Oncegate-May-Drop) lets routes of the other protocol drop it: then
+// the Anthropic fallback serves an OpenAI client that sent metadata or a
+// seed, and the receipt and X-Oncegate-Dropped say what it dropped.
+func TestDroppableFieldsKeepAFallbackOnTheOtherProtocol(t *testing.T) {
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 4}}, func(t *testing.T, e *env) {
+		e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 503})))
+		withMetadata := func(model string, i int) string {
+			return distinctBody(model, i, `,"metadata":{"team":"search"}`)
+		}
+		// Strict by default: the Anthropic route is not tried.
+		res, body := e.post("/v1/chat/completions", withMetadata("chat-pair", 1), nil)
+		r := e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
+		if res.StatusCode != 503 || !strings.Contains(r.Request.IneligibleRoutes["claude"], "metadata") || e.anthropic.Stats().Requests != 0 {
+			t.Fatalf("metadata without may_drop: %d %s %+v", res.StatusCode, body, r.Request.IneligibleRoutes)
+		}
+		// The request allows dropping it: the fallback serves.
+		res, body = e.post("/v1/chat/completions", withMetadata("chat-pair", 2), map[string]string{"X-Oncegate-May-Drop": "metadata"})
+		r = e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
+		last := r.Attempts[len(r.Attempts)-1]
+		if res.StatusCode != 200 || res.Header.Get("X-Oncegate-Dropped") != "metadata" || last.Route != "claude" ||
+			fmt.Sprint(last.DroppedFields) != "[metadata]" || fmt.Sprint(r.Request.DroppableFields) != "[metadata]" || len(r.Attempts[0].DroppedFields) != 0 {
+			t.Fatalf("metadata with X-Oncegate-May-Drop: %d %s dropped %q %+v", res.StatusCode, body, res.Header.Get("X-Oncegate-Dropped"), r.Attempts)
+		}
+		// The alias allows dropping a seed; the official SDK reads the
+		// answer.
+		var h http.Header
+		c := e.openai(&h)
+		p := oaParams("chat-pair-drop", "seeded question")
+		p.Seed = openai.Int(7)
+		if _, err := c.Chat.Completions.New(context.Background(), p); err != nil || h.Get("X-Oncegate-Dropped") != "seed" {
+			t.Fatalf("seed with may_drop: %v, dropped %q", err, h.Get("X-Oncegate-Dropped"))
+		}
+		// Only droppable fields may be named.
+		res, body = e.post("/v1/chat/completions", withMetadata("chat-pair", 3), map[string]string{"X-Oncegate-May-Drop": "metadata, temperature"})
+		if res.StatusCode != 400 || !strings.Contains(string(body), `\"temperature\"`) || !strings.Contains(string(body), "X-Oncegate-May-Drop") {
+			t.Fatalf("a field that cannot be dropped: %d %s", res.StatusCode, body)
 		}
 	})
 }

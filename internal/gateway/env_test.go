@@ -129,6 +129,10 @@ models:
   - name: chat-pair
     routes: [primary, claude]
     retry: {max_attempts: 4, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s}
+  - name: chat-pair-drop
+    routes: [primary, claude]
+    may_drop: [seed]
+    retry: {max_attempts: 4, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s}
   - name: chat-pair-same
     routes: [primary, claude]
     retry: {max_attempts: 4, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s}

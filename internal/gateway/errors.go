@@ -154,6 +154,14 @@ func (e *apiError) write(w http.ResponseWriter, p provider.Protocol, m meta) {
 	_, _ = w.Write(body)
 }
 
+// setDropped names, in X-Oncegate-Dropped, the request's fields the
+// answering route did not carry (docs/translation.md).
+func setDropped(h http.Header, fields []string) {
+	if len(fields) > 0 {
+		h.Set("X-Oncegate-Dropped", strings.Join(fields, ", "))
+	}
+}
+
 func setIDHeaders(h http.Header, requestID string, attempts int) {
 	if requestID != "" {
 		h.Set("X-Oncegate-Request-Id", requestID)

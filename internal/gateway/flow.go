@@ -181,6 +181,9 @@ func (c *call) replay(rec *ledger.Record, dedup string) {
 	setIDHeaders(h, rec.RequestID, resp.Attempts)
 	if resp.Route != "" {
 		h.Set("X-Oncegate-Route", resp.Route)
+		if resp.Status < 400 {
+			setDropped(h, c.droppedOn(c.alias.Route(resp.Route)))
+		}
 	}
 	if resp.Status >= 400 {
 		h.Set("x-should-retry", "false")

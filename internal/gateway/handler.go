@@ -3,9 +3,11 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -265,15 +267,59 @@ func (g *Gateway) newCall(r *http.Request, p provider.Protocol, t *policy.Tenant
 		c.identity = "u:" + c.id
 	}
 	acceptRestart := c.streamEvents && r.Header.Get("X-Oncegate-Accept-Restart") == "1"
+	native, apiErr := c.droppable(r.Header)
+	if apiErr != nil {
+		return nil, apiErr
+	}
 	needs := provider.NeedsOf(cr.IR)
 	h.Request = receipt.Facts{EstimatedInputTokens: cr.PromptTokens, MaxOutputTokens: cr.IR.MaxTokens,
-		MaxDataBoundary: t.MaxBoundary.String(), AcceptRestart: acceptRestart, NoContinuation: cr.IR.Thinking,
+		MaxDataBoundary: t.MaxBoundary.String(), AcceptRestart: acceptRestart, NoContinuation: cr.IR.Thinking, DroppableFields: c.dropped,
 		IneligibleRoutes: alias.Ineligible(policy.Needs{Images: needs.Images, Audio: needs.Audio, Tools: needs.Tools,
 			JSONSchema: needs.JSONSchema, Stream: needs.Stream, ContextTokens: cr.PromptTokens + cr.IR.MaxTokens,
-			Protocol: string(cr.Protocol), NativeOnly: cr.NativeOnly, Embeddings: p == provider.Embeddings}, t.MaxBoundary)}
+			Protocol: string(cr.Protocol), NativeOnly: native, Embeddings: p == provider.Embeddings}, t.MaxBoundary)}
 	c.rec = receipt.NewRecorder(alias, h)
 	c.out = newOutput(c)
 	return c, nil
+}
+
+// droppable splits the request's native-only fields (docs/translation.md)
+// into those that keep it on routes of its own protocol (returned) and
+// those a route of the other protocol may drop (c.dropped): droppable
+// fields the alias's may_drop or the request's X-Oncegate-May-Drop
+// header lists. A header naming a field that cannot be dropped is a 400
+// naming it.
+func (c *call) droppable(h http.Header) ([]string, *apiError) {
+	allowed := slices.Clone(c.alias.MayDrop)
+	for _, v := range h.Values("X-Oncegate-May-Drop") {
+		for _, name := range strings.Split(v, ",") {
+			if name = strings.TrimSpace(name); name == "" {
+				continue
+			}
+			if !provider.Droppable(provider.OpenAI, name) && !provider.Droppable(provider.Anthropic, name) {
+				return nil, &apiError{code: CodeInvalidRequest, param: "X-Oncegate-May-Drop",
+					message: fmt.Sprintf("X-Oncegate-May-Drop names %q, which is not a field a route may drop (droppable: %s)", name, strings.Join(provider.DroppableNames(), ", "))}
+			}
+			allowed = append(allowed, name)
+		}
+	}
+	var native []string
+	for _, f := range c.in.NativeOnly {
+		if slices.Contains(allowed, f) && provider.Droppable(c.in.Protocol, f) {
+			c.dropped = append(c.dropped, f)
+			continue
+		}
+		native = append(native, f)
+	}
+	return native, nil
+}
+
+// droppedOn is what an attempt on route drops of the request: the
+// droppable fields, on a route of the other protocol; none on its own.
+func (c *call) droppedOn(route *policy.Route) []string {
+	if route == nil || upstreamProtocol(route.Provider.Type) == c.in.Protocol {
+		return nil
+	}
+	return c.dropped
 }
 
 // joinsOf says whether a keyless request may share another's generation:

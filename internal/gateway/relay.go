@@ -52,6 +52,7 @@ func (o *output) streamHead(route string, attempts int) *coord.Head {
 	h.Set("X-Accel-Buffering", "no")
 	setIDHeaders(h, o.c.id, attempts)
 	h.Set("X-Oncegate-Route", route)
+	setDropped(h, o.c.droppedOn(o.c.alias.Route(route)))
 	return &coord.Head{Status: http.StatusOK, Header: h}
 }
 

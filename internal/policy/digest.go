@@ -51,7 +51,8 @@ type aliasDoc struct {
 	Buffer           bool       `json:"buffer"`
 	HedgeAfterMS     int64      `json:"hedge_after_ms"`
 	// Omitted at 0, so that policies without it keep their digests.
-	DefaultOutputTokens int64 `json:"default_output_tokens,omitempty"`
+	DefaultOutputTokens int64    `json:"default_output_tokens,omitempty"`
+	MayDrop             []string `json:"may_drop,omitempty"`
 }
 
 func aliasDigest(a *Alias) (string, error) {
@@ -61,7 +62,7 @@ func aliasDigest(a *Alias) (string, error) {
 		RetryAfterCapMS: e.RetryAfterCap.Milliseconds(), Jitter: string(e.Jitter), DeadlineMS: e.Deadline.Milliseconds(),
 		MaxCostNanoUSD: int64(e.MaxCost), AfterOutput: string(e.AfterOutput), RestartMaxTokens: e.RestartMaxTokens,
 		ResumeRoutes: string(e.ResumeRoutes), Buffer: a.Buffer, HedgeAfterMS: a.HedgeAfter.Milliseconds(), Routes: []routeDoc{},
-		DefaultOutputTokens: e.DefaultOutputTokens}
+		DefaultOutputTokens: e.DefaultOutputTokens, MayDrop: a.MayDrop}
 	for _, r := range a.Routes {
 		p := r.Provider
 		doc.Routes = append(doc.Routes, routeDoc{ID: r.ID, Provider: p.ID, ProviderType: string(p.Type), BaseURL: p.BaseURL,

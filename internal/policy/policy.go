@@ -115,6 +115,9 @@ type Alias struct {
 	Engine     *retry.Policy
 	Buffer     bool
 	HedgeAfter time.Duration
+	// MayDrop lists the request fields routes of the other protocol may
+	// drop (docs/translation.md).
+	MayDrop []string
 	// Digest is the hex SHA-256 of the alias's canonical policy; receipts
 	// carry it as policy_sha256.
 	Digest string

@@ -183,6 +183,7 @@ func TestValidationRules(t *testing.T) {
 		{"negative cache write price", "max_attempts: 1,", "max_attempts: 1, price: {cache_write_usd_per_mtok: -1},", "cache_write_usd_per_mtok: must not be negative"},
 		{"duplicate alias", "models:\n  - name: chat\n    routes: [a, b]", "models:\n  - name: chat\n    routes: [a, b]\n  - name: chat\n    routes: [a]", "duplicate model alias"},
 		{"negative default output tokens", "routes: [a, b]", "routes: [a, b]\n    default_output_tokens: -1", "default_output_tokens: must not be negative"},
+		{"may_drop a field that cannot be dropped", "routes: [a, b]", "routes: [a, b]\n    may_drop: [seed, temperature]", `may_drop[1]: "temperature" is not a field a route may drop`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"github.com/oncegate/oncegate/internal/config"
 	rediscoord "github.com/oncegate/oncegate/internal/coord/redis"
 	"github.com/oncegate/oncegate/internal/gw"
+	"github.com/oncegate/oncegate/internal/provider"
 	"github.com/oncegate/oncegate/internal/retry"
 	"github.com/redis/go-redis/v9"
 )
@@ -229,6 +230,7 @@ func (v *validator) aliases(routes []*Route) []*Alias {
 		}
 		a.Engine = v.engine(path, m, a.Routes)
 		v.reachable(a, m, path)
+		a.MayDrop = v.mayDrop(path+".may_drop", m.MayDrop)
 		out = append(out, a)
 	}
 	return out
@@ -259,6 +261,17 @@ func (v *validator) reachable(a *Alias, m config.Model, path string) {
 				r.ID, out, worst.USD(), e.MaxCost.USD(), hint)
 		}
 	}
+}
+
+// mayDrop checks an alias's may_drop: every name a field that may be
+// dropped (provider.Droppable, for either protocol).
+func (v *validator) mayDrop(path string, names []string) []string {
+	for i, n := range names {
+		if !provider.Droppable(provider.OpenAI, n) && !provider.Droppable(provider.Anthropic, n) {
+			v.fail(fmt.Sprintf("%s[%d]", path, i), "%q is not a field a route may drop (droppable: %s)", n, strings.Join(provider.DroppableNames(), ", "))
+		}
+	}
+	return slices.Clone(names)
 }
 
 // stateful checks an alias's openai-responses routes: an alias is

@@ -3,6 +3,7 @@ package provider
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"sort"
 	"strconv"
 )
@@ -49,6 +50,12 @@ type Field struct {
 	Sample, Plain string
 	// Note says what happens, for the docs.
 	Note string
+	// Droppable: a native-only field that the translation simply does
+	// not carry (it asks for a provider-side extra, not for a different
+	// answer), so a route of the other protocol may serve the request
+	// without it — if the alias (may_drop) or the request
+	// (X-Oncegate-May-Drop) allows it (docs/translation.md).
+	Droppable bool
 }
 
 func isValue(want ...string) func(json.RawMessage) bool {
@@ -117,21 +124,21 @@ var Fields = []Field{
 	{Protocol: OpenAI, Name: "safety_identifier", Fate: FateTranslated, To: "metadata.user_id", Sample: `"u-1"`, Note: "preferred over user when both are sent"},
 	{Protocol: OpenAI, Name: "n", Fate: FateRejected, Neutral: isValue("1"), Sample: "2", Plain: "1", Note: "one answer per logical request: only 1 is accepted"},
 	{Protocol: OpenAI, Name: "response_format", Fate: FateNativeOnly, Neutral: hasType("text"), Sample: `{"type":"json_object"}`, Plain: `{"type":"text"}`, Note: "json_object and json_schema have no Anthropic equivalent; json_schema also needs a route with json_schema capability"},
-	{Protocol: OpenAI, Name: "seed", Fate: FateNativeOnly, Sample: "7", Note: "Anthropic has no seed"},
+	{Protocol: OpenAI, Name: "seed", Fate: FateNativeOnly, Droppable: true, Sample: "7", Note: "Anthropic has no seed"},
 	{Protocol: OpenAI, Name: "logprobs", Fate: FateNativeOnly, Neutral: isValue("false"), Sample: "true", Plain: "false", Note: "Anthropic returns no log probabilities"},
 	{Protocol: OpenAI, Name: "top_logprobs", Fate: FateNativeOnly, Neutral: isValue("0"), Sample: "3", Plain: "0"},
-	{Protocol: OpenAI, Name: "reasoning_effort", Fate: FateNativeOnly, Sample: `"high"`, Note: "Anthropic's thinking is not the same knob"},
-	{Protocol: OpenAI, Name: "metadata", Fate: FateNativeOnly, Neutral: emptyObject, Sample: `{"team":"a"}`, Plain: "{}", Note: "Anthropic's metadata holds only user_id"},
-	{Protocol: OpenAI, Name: "store", Fate: FateNativeOnly, Neutral: isValue("false"), Sample: "true", Plain: "false", Note: "a stored completion exists only at OpenAI"},
-	{Protocol: OpenAI, Name: "frequency_penalty", Fate: FateNativeOnly, Neutral: isValue("0", "0.0"), Sample: "0.5", Plain: "0"},
-	{Protocol: OpenAI, Name: "presence_penalty", Fate: FateNativeOnly, Neutral: isValue("0", "0.0"), Sample: "0.5", Plain: "0"},
-	{Protocol: OpenAI, Name: "logit_bias", Fate: FateNativeOnly, Neutral: emptyObject, Sample: `{"50256":-100}`, Plain: "{}"},
+	{Protocol: OpenAI, Name: "reasoning_effort", Fate: FateNativeOnly, Droppable: true, Sample: `"high"`, Note: "Anthropic's thinking is not the same knob"},
+	{Protocol: OpenAI, Name: "metadata", Fate: FateNativeOnly, Droppable: true, Neutral: emptyObject, Sample: `{"team":"a"}`, Plain: "{}", Note: "Anthropic's metadata holds only user_id"},
+	{Protocol: OpenAI, Name: "store", Fate: FateNativeOnly, Droppable: true, Neutral: isValue("false"), Sample: "true", Plain: "false", Note: "a stored completion exists only at OpenAI"},
+	{Protocol: OpenAI, Name: "frequency_penalty", Fate: FateNativeOnly, Droppable: true, Neutral: isValue("0", "0.0"), Sample: "0.5", Plain: "0"},
+	{Protocol: OpenAI, Name: "presence_penalty", Fate: FateNativeOnly, Droppable: true, Neutral: isValue("0", "0.0"), Sample: "0.5", Plain: "0"},
+	{Protocol: OpenAI, Name: "logit_bias", Fate: FateNativeOnly, Droppable: true, Neutral: emptyObject, Sample: `{"50256":-100}`, Plain: "{}"},
 	{Protocol: OpenAI, Name: "modalities", Fate: FateNativeOnly, Neutral: isValue(`["text"]`), Sample: `["text","audio"]`, Plain: `["text"]`},
 	{Protocol: OpenAI, Name: "audio", Fate: FateNativeOnly, Sample: `{"voice":"alloy","format":"mp3"}`},
 	{Protocol: OpenAI, Name: "prediction", Fate: FateNativeOnly, Sample: `{"type":"content","content":"x"}`},
-	{Protocol: OpenAI, Name: "service_tier", Fate: FateNativeOnly, Neutral: isValue(`"auto"`), Sample: `"flex"`, Plain: `"auto"`},
-	{Protocol: OpenAI, Name: "prompt_cache_key", Fate: FateNativeOnly, Sample: `"k"`},
-	{Protocol: OpenAI, Name: "verbosity", Fate: FateNativeOnly, Sample: `"low"`},
+	{Protocol: OpenAI, Name: "service_tier", Fate: FateNativeOnly, Droppable: true, Neutral: isValue(`"auto"`), Sample: `"flex"`, Plain: `"auto"`},
+	{Protocol: OpenAI, Name: "prompt_cache_key", Fate: FateNativeOnly, Droppable: true, Sample: `"k"`},
+	{Protocol: OpenAI, Name: "verbosity", Fate: FateNativeOnly, Droppable: true, Sample: `"low"`},
 	{Protocol: OpenAI, Name: "web_search_options", Fate: FateNativeOnly, Sample: `{}`},
 	{Protocol: OpenAI, Name: "functions", Fate: FateNativeOnly, Sample: `[{"name":"f","parameters":{"type":"object"}}]`, Note: "deprecated; use tools"},
 	{Protocol: OpenAI, Name: "function_call", Fate: FateNativeOnly, Sample: `"auto"`, Note: "deprecated; use tool_choice"},
@@ -149,8 +156,8 @@ var Fields = []Field{
 	{Protocol: Anthropic, Name: "tool_choice", Fate: FateTranslated, To: "tool_choice, parallel_tool_calls", Sample: `{"type":"any"}`, Note: "auto, none, any (required), tool (a named function); disable_parallel_tool_use becomes parallel_tool_calls: false"},
 	{Protocol: Anthropic, Name: "metadata", Fate: FateTranslated, To: "user", Sample: `{"user_id":"u-1"}`, Note: "user_id becomes user"},
 	{Protocol: Anthropic, Name: "thinking", Fate: FateNativeOnly, Neutral: hasType("disabled"), Sample: `{"type":"enabled","budget_tokens":1024}`, Plain: `{"type":"disabled"}`, Note: "OpenAI-protocol routes return no thinking blocks"},
-	{Protocol: Anthropic, Name: "top_k", Fate: FateNativeOnly, Sample: "40", Note: "OpenAI has no top_k"},
-	{Protocol: Anthropic, Name: "service_tier", Fate: FateNativeOnly, Neutral: isValue(`"auto"`), Sample: `"standard_only"`, Plain: `"auto"`},
+	{Protocol: Anthropic, Name: "top_k", Fate: FateNativeOnly, Droppable: true, Sample: "40", Note: "OpenAI has no top_k"},
+	{Protocol: Anthropic, Name: "service_tier", Fate: FateNativeOnly, Droppable: true, Neutral: isValue(`"auto"`), Sample: `"standard_only"`, Plain: `"auto"`},
 	{Protocol: Anthropic, Name: "container", Fate: FateNativeOnly, Sample: `"c-1"`},
 	{Protocol: Anthropic, Name: "mcp_servers", Fate: FateNativeOnly, Sample: `[{"type":"url","url":"https://example.com","name":"x"}]`},
 	{Protocol: Anthropic, Name: "context_management", Fate: FateNativeOnly, Sample: `{"edits":[]}`},
@@ -177,6 +184,26 @@ func FateOf(p Protocol, name string, value json.RawMessage) Fate {
 		return FateTranslated
 	}
 	return f.Fate
+}
+
+// Droppable reports whether field name of protocol p may be dropped for a
+// route of the other protocol (Field.Droppable).
+func Droppable(p Protocol, name string) bool {
+	f := fieldIndex[p][name]
+	return f != nil && f.Droppable
+}
+
+// DroppableNames lists, sorted and once each, the fields of either
+// protocol that may be dropped.
+func DroppableNames() []string {
+	var out []string
+	for _, f := range Fields {
+		if f.Droppable && !slices.Contains(out, f.Name) {
+			out = append(out, f.Name)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // nativeOnly lists, sorted, the top-level fields of a request body that

@@ -164,7 +164,11 @@ func fieldRows() string {
 		if f.Plain != "" && f.Fate != FateTranslated {
 			note = strings.TrimSpace(note + " (`" + f.Plain + "` is translated)")
 		}
-		b.WriteString("| " + string(f.Protocol) + " | `" + f.Name + "` | " + string(f.Fate) + " | " + to + " | " + note + " |\n")
+		fate := string(f.Fate)
+		if f.Droppable {
+			fate += ", droppable"
+		}
+		b.WriteString("| " + string(f.Protocol) + " | `" + f.Name + "` | " + fate + " | " + to + " | " + note + " |\n")
 	}
 	return b.String()
 }

@@ -82,6 +82,10 @@ type Facts struct {
 	// openai-responses route): never hedged.
 	Stateful         bool              `json:"stateful,omitempty"`
 	IneligibleRoutes map[string]string `json:"ineligible_routes"`
+	// DroppableFields are the request's fields a route of the other
+	// protocol may drop (the alias's may_drop, X-Oncegate-May-Drop);
+	// each attempt that dropped them says so (Attempt.DroppedFields).
+	DroppableFields []string `json:"droppable_fields,omitempty"`
 }
 
 // Attempt is one physical attempt.
@@ -125,6 +129,9 @@ type Attempt struct {
 	Reconciled     string  `json:"reconciled,omitempty"`
 	Orphans        int     `json:"orphans,omitempty"`
 	OrphansCostUSD float64 `json:"orphans_cost_usd,omitempty"`
+	// DroppedFields are the request's fields this attempt's route did not
+	// carry (docs/translation.md).
+	DroppedFields []string `json:"dropped_fields,omitempty"`
 }
 
 // BreakerState is the route's breaker when the attempt was admitted.

@@ -32,6 +32,7 @@ type Observation struct {
 	Reconciled     string
 	Orphans        int
 	OrphansCostUSD float64
+	DroppedFields  []string
 }
 
 // Recorder drives the retry engine for one logical request and writes its
@@ -161,7 +162,7 @@ func (rc *Recorder) attempt(prev retry.Decision, route *policy.Route, o Observat
 		InToolCall: o.InToolCall, ProtocolWarnings: o.ProtocolWarnings, Usage: o.Usage,
 		UsageEstimated: o.UsageEstimated, CostUSD: route.Price.Cost(o.Usage).USD(),
 		ReservedUSD: prev.Reserve.USD(), Breaker: o.Breaker, Error: o.Error, Reconciled: o.Reconciled, Orphans: o.Orphans,
-		OrphansCostUSD: o.OrphansCostUSD}
+		OrphansCostUSD: o.OrphansCostUSD, DroppedFields: o.DroppedFields}
 	if o.FirstByteAt != nil {
 		fb := o.StartedAt.UTC().Add(min(max(0, o.FirstByteAt.Sub(o.StartedAt)), a.ObservedAt.Sub(a.StartedAt)))
 		a.FirstByteAt = &fb
