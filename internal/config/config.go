@@ -217,6 +217,45 @@ type Route struct {
 	MaxAttempts int `yaml:"max_attempts" required:"true"`
 	// Price is what the route charges. Default 0 (free, e.g. local).
 	Price Price `yaml:"price"`
+	// Weight is the route's share of its tier's traffic under strategy
+	// weighted. Default 1.
+	Weight int `yaml:"weight" default:"1"`
+	// RPM and TPM are the route's own requests and tokens per minute,
+	// which strategy quota keeps under beside the provider's rate-limit
+	// headers (docs/routing.md). Default 0: none.
+	RPM int `yaml:"rpm"`
+	TPM int `yaml:"tpm"`
+}
+
+// RouteTier is one entry of an alias's routes: one route's ID, or a list
+// of route IDs that share load as one tier.
+type RouteTier []string
+
+func (t *RouteTier) decodeNode(n *yaml.Node, path string, fail func(n *yaml.Node, path, format string, args ...any)) {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		if n.Tag != "!!str" {
+			fail(n, path, "want a route id, found %s %q", tagName(n.Tag), n.Value)
+			return
+		}
+		*t = RouteTier{n.Value}
+	case yaml.SequenceNode:
+		if len(n.Content) == 0 {
+			fail(n, path, "an empty tier: list the routes that share load, or remove it")
+			return
+		}
+		out := make(RouteTier, 0, len(n.Content))
+		for i, item := range n.Content {
+			if item.Kind != yaml.ScalarNode || item.Tag != "!!str" {
+				fail(item, fmt.Sprintf("%s[%d]", path, i), "want a route id in a tier, found %s (tiers do not nest)", kindName(item))
+				continue
+			}
+			out = append(out, item.Value)
+		}
+		*t = out
+	default:
+		fail(n, path, "want a route id or a list of them (a tier), found %s", kindName(n))
+	}
 }
 
 // Capabilities is a route's capability contract.
@@ -258,8 +297,17 @@ type Price struct {
 type Model struct {
 	// Name is what clients put in "model". Required, unique.
 	Name string `yaml:"name" required:"true"`
-	// Routes lists route IDs in priority order (primary first). Required.
-	Routes []string `yaml:"routes" required:"true"`
+	// Routes lists route IDs in priority order (primary first); an entry
+	// that is itself a list is a tier of routes that share load
+	// ([[east, west], fallback]), spread by Strategy (docs/routing.md).
+	// Required.
+	Routes []RouteTier `yaml:"routes" required:"true"`
+	// Strategy is how a tier of several routes shares load: ordered (the
+	// first by priority), weighted (by each route's weight), least_busy
+	// (fewest attempts in flight), latency (lowest recent time to first
+	// token, with exploration) or quota (most rate-limit headroom).
+	// Default ordered.
+	Strategy string `yaml:"strategy" default:"ordered"`
 	// Require is what every route of the alias must satisfy.
 	Require Require `yaml:"require"`
 	// Retry is the alias's retry policy (docs/retries.md).

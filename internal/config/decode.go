@@ -59,6 +59,13 @@ type scalarDecoder interface {
 	decodeScalar(tag, value string) error
 }
 
+// nodeDecoder is implemented by types that read themselves from a YAML
+// node of more than one shape (RouteTier: a name, or a list of names);
+// fail reports a problem at a node.
+type nodeDecoder interface {
+	decodeNode(n *yaml.Node, path string, fail func(n *yaml.Node, path, format string, args ...any))
+}
+
 // maxNodes bounds how many YAML nodes one decode visits, so that alias
 // expansion ("billion laughs") cannot exhaust memory or time.
 const maxNodes = 100_000
@@ -95,6 +102,10 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		return // an explicit null leaves the default in place
 	}
 	d.present[path] = Pos{n.Line, n.Column}
+	if nd, ok := v.Addr().Interface().(nodeDecoder); ok {
+		nd.decodeNode(n, path, d.fail)
+		return
+	}
 	if sd, ok := v.Addr().Interface().(scalarDecoder); ok {
 		if n.Kind != yaml.ScalarNode {
 			d.fail(n, path, "want a scalar, found %s", kindName(n))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"testing/synctest"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -30,6 +31,9 @@ func TestTracesFollowTheLogicalRequest(t *testing.T) {
 		}
 		id := res.Header.Get("X-Oncegate-Request-Id")
 		e.receipt(id)
+		// The request's span ends once its call has finished, which may
+		// be just after the client read its answer: wait for the call.
+		synctest.Wait()
 		var request sdktrace.ReadOnlySpan
 		var attempts []sdktrace.ReadOnlySpan
 		for _, s := range spans.GetSpans().Snapshots() {

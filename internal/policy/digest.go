@@ -32,6 +32,13 @@ type routeDoc struct {
 	// omitted when both are the input price, so that policies without
 	// cache prices keep their digests.
 	CachePriceNanoPerToken *[2]int64 `json:"cache_price_nano_usd_per_token,omitempty"`
+	// Tier, Weight, RPM and TPM shape how a tiered alias spreads load;
+	// omitted when untiered (and at their defaults), so that other
+	// policies keep their digests.
+	Tier   *int `json:"tier,omitempty"`
+	Weight int  `json:"weight,omitempty"`
+	RPM    int  `json:"rpm,omitempty"`
+	TPM    int  `json:"tpm,omitempty"`
 }
 
 type aliasDoc struct {
@@ -53,6 +60,7 @@ type aliasDoc struct {
 	// Omitted at 0, so that policies without it keep their digests.
 	DefaultOutputTokens int64    `json:"default_output_tokens,omitempty"`
 	MayDrop             []string `json:"may_drop,omitempty"`
+	Strategy            string   `json:"strategy,omitempty"`
 }
 
 func aliasDigest(a *Alias) (string, error) {
@@ -63,9 +71,18 @@ func aliasDigest(a *Alias) (string, error) {
 		MaxCostNanoUSD: int64(e.MaxCost), AfterOutput: string(e.AfterOutput), RestartMaxTokens: e.RestartMaxTokens,
 		ResumeRoutes: string(e.ResumeRoutes), Buffer: a.Buffer, HedgeAfterMS: a.HedgeAfter.Milliseconds(), Routes: []routeDoc{},
 		DefaultOutputTokens: e.DefaultOutputTokens, MayDrop: a.MayDrop}
-	for _, r := range a.Routes {
+	if e.Tiered {
+		doc.Strategy = string(e.Strategy)
+	}
+	for j, r := range a.Routes {
 		p := r.Provider
-		doc.Routes = append(doc.Routes, routeDoc{ID: r.ID, Provider: p.ID, ProviderType: string(p.Type), BaseURL: p.BaseURL,
+		var tier *int
+		weight := 0
+		if e.Tiered {
+			t := e.Routes[j].Tier
+			tier, weight = &t, r.Weight
+		}
+		doc.Routes = append(doc.Routes, routeDoc{Tier: tier, Weight: weight, RPM: r.RPM, TPM: r.TPM, ID: r.ID, Provider: p.ID, ProviderType: string(p.Type), BaseURL: p.BaseURL,
 			Model: r.Model, Release: r.Release, Input: r.Caps.Input, Tools: r.Caps.Tools, JSONSchema: r.Caps.JSONSchema,
 			Streaming: r.Caps.Streaming, MaxContextTokens: r.Caps.MaxContextTokens, MaxOutputTokens: r.Caps.MaxOutputTokens,
 			Continuation: string(r.Caps.Continuation), BehaviorClass: r.BehaviorClass, DataBoundary: r.Boundary.String(),

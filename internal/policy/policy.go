@@ -100,6 +100,10 @@ type Route struct {
 	MaxAttempts         int
 	Price               gw.Price
 	PriceUSDPerMTok     [2]float64 // input, output: as configured, for display
+	// Weight is the route's share of a weighted tier; RPM and TPM its own
+	// rate limits, which strategy quota keeps under (0: none).
+	Weight   int
+	RPM, TPM int
 }
 
 // Alias is a model name with its ordered routes and policies.

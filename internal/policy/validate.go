@@ -188,7 +188,13 @@ func (v *validator) routes(providers []*Provider) []*Route {
 			Price: gw.PriceFromPerMTok(r.Price.InputUSDPerMTok, r.Price.OutputUSDPerMTok).
 				WithCachePrices(r.Price.CachedInputUSDPerMTok, r.Price.CacheWriteUSDPerMTok),
 			PriceUSDPerMTok: [2]float64{r.Price.InputUSDPerMTok, r.Price.OutputUSDPerMTok},
+			Weight:          r.Weight, RPM: r.RPM, TPM: r.TPM,
 		})
+		if r.Weight < 1 {
+			v.fail(path+".weight", "must be at least 1, found %d", r.Weight)
+		}
+		v.nonNegative(path+".rpm", float64(r.RPM))
+		v.nonNegative(path+".tpm", float64(r.TPM))
 	}
 	return out
 }
@@ -209,26 +215,45 @@ func (v *validator) aliases(routes []*Route) []*Alias {
 			v.fail(path+".routes", "an alias needs at least one route")
 		}
 		refs := map[string]bool{}
-		for j, id := range m.Routes {
-			rpath := fmt.Sprintf("%s.routes[%d]", path, j)
-			if refs[id] {
-				v.fail(rpath, "route %q is listed twice", id)
-				continue
+		var tierOf []int // per route of a.Routes
+		shared := false  // some tier holds several routes
+		for j, tier := range m.Routes {
+			shared = shared || len(tier) > 1
+			for k, id := range tier {
+				rpath := fmt.Sprintf("%s.routes[%d]", path, j)
+				if len(tier) > 1 {
+					rpath = fmt.Sprintf("%s[%d]", rpath, k)
+				}
+				if refs[id] {
+					v.fail(rpath, "route %q is listed twice", id)
+					continue
+				}
+				refs[id] = true
+				r := findRoute(routes, id)
+				if r == nil {
+					v.fail(rpath, "no route with id %q", id)
+					continue
+				}
+				v.admit(a, r, rpath)
+				a.Routes = append(a.Routes, r)
+				tierOf = append(tierOf, j)
 			}
-			refs[id] = true
-			r := findRoute(routes, id)
-			if r == nil {
-				v.fail(rpath, "no route with id %q", id)
-				continue
-			}
-			v.admit(a, r, rpath)
-			a.Routes = append(a.Routes, r)
 		}
 		v.stateful(a, path)
-		if m.Hedge.After > 0 && len(m.Routes) < 2 {
+		if m.Hedge.After > 0 && len(a.Routes) < 2 {
 			v.fail(path+".hedge.after", "hedging needs a second route to hedge to")
 		}
+		v.oneOf(path+".strategy", m.Strategy, string(retry.StrategyOrdered), string(retry.StrategyWeighted), string(retry.StrategyLeastBusy),
+			string(retry.StrategyLatency), string(retry.StrategyQuota))
+		if m.Strategy != string(retry.StrategyOrdered) && !shared {
+			v.fail(path+".strategy", "strategy %s spreads load within a tier, and alias %q has no tier of several routes (write one as a list: routes: [[east, west], fallback])",
+				m.Strategy, a.Name)
+		}
 		a.Engine = v.engine(path, m, a.Routes)
+		a.Engine.Strategy, a.Engine.Tiered = retry.Strategy(m.Strategy), shared
+		for j := range a.Engine.Routes {
+			a.Engine.Routes[j].Tier = tierOf[j]
+		}
 		v.reachable(a, m, path)
 		a.MayDrop = v.mayDrop(path+".may_drop", m.MayDrop)
 		out = append(out, a)
@@ -361,7 +386,7 @@ func (v *validator) engine(path string, m config.Model, routes []*Route) *retry.
 		if r.Provider != nil { // nil: an unknown provider, already reported
 			provider = r.Provider.ID
 		}
-		p.Routes = append(p.Routes, retry.Route{ID: r.ID, Provider: provider, MaxAttempts: r.MaxAttempts, MaxContextTokens: r.Caps.MaxContextTokens,
+		p.Routes = append(p.Routes, retry.Route{ID: r.ID, Provider: provider, Weight: r.Weight, MaxAttempts: r.MaxAttempts, MaxContextTokens: r.Caps.MaxContextTokens,
 			MaxOutputTokens: r.Caps.MaxOutputTokens, Price: r.Price, Continuation: r.Caps.Continuation})
 	}
 	return p

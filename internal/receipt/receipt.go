@@ -161,6 +161,10 @@ type Decision struct {
 	// RetryBudgetRefused names the providers whose retry budget was spent
 	// when the decision was taken.
 	RetryBudgetRefused []string `json:"retry_budget_refused,omitempty"`
+	// Figures are what a tier's strategy chose by, per route, when the
+	// decision was taken (docs/routing.md): the input verify replays the
+	// choice from.
+	Figures map[string]RouteFigures `json:"figures,omitempty"`
 	// TenantAllowanceUSD is what the tenant could still reserve today when
 	// the decision was taken; absent when the tenant has no ceiling.
 	TenantAllowanceUSD *float64 `json:"tenant_allowance_usd,omitempty"`
@@ -168,6 +172,13 @@ type Decision struct {
 	// which stops a request whose gateway died (docs/identity.md). Only a
 	// last decision, a stop, may carry it; absent for the engine's own.
 	By string `json:"by,omitempty"`
+}
+
+// RouteFigures are one route's figures as a decision saw them.
+type RouteFigures struct {
+	InFlight int     `json:"in_flight"`
+	TTFTMS   int64   `json:"ttft_ms"`
+	Headroom float64 `json:"headroom"`
 }
 
 // ByRecovery marks a decision recovery took (Decision.By).
@@ -195,6 +206,12 @@ func NewDecision(after int, d retry.Decision, adm retry.Admission) Decision {
 		}
 	}
 	slices.Sort(rd.BreakerRefused)
+	for route, f := range adm.Figures {
+		if rd.Figures == nil {
+			rd.Figures = map[string]RouteFigures{}
+		}
+		rd.Figures[route] = RouteFigures{InFlight: f.InFlight, TTFTMS: f.TTFT.Milliseconds(), Headroom: f.Headroom}
+	}
 	for provider, refused := range adm.RetryRefused {
 		if refused {
 			rd.RetryBudgetRefused = append(rd.RetryBudgetRefused, provider)
@@ -221,6 +238,12 @@ func (d Decision) Admission() retry.Admission {
 		for _, id := range d.BreakerRefused {
 			adm.Refused[id] = true
 		}
+	}
+	for route, f := range d.Figures {
+		if adm.Figures == nil {
+			adm.Figures = map[string]retry.Figures{}
+		}
+		adm.Figures[route] = retry.Figures{InFlight: f.InFlight, TTFT: time.Duration(f.TTFTMS) * time.Millisecond, Headroom: f.Headroom}
 	}
 	if len(d.RetryBudgetRefused) > 0 {
 		adm.RetryRefused = map[string]bool{}

@@ -125,6 +125,9 @@ type Admission struct {
 	// is not admitted. RetryBudgetSpent says it of every provider.
 	RetryRefused     map[string]bool
 	RetryBudgetSpent bool
+	// Figures are what the strategy chooses among a tier's routes by
+	// (absent routes: nothing known).
+	Figures map[string]Figures
 	// TenantCapped says the tenant has a daily cost ceiling; then
 	// TenantAllowance is what it may still reserve (ceiling minus what is
 	// charged and reserved), and an attempt whose worst case exceeds it is
@@ -216,15 +219,22 @@ func Start(p *Policy, req *Request, adm Admission, now time.Time) Decision {
 		return stop(gw.TerminalDeadline, gw.ReasonDeadline)
 	}
 	refused := false
-	for i := range p.Routes {
-		r := &p.Routes[i]
+	usable := func(r *Route) bool {
 		if !req.eligible(r.ID) {
-			continue
+			return false
 		}
 		if !adm.admits(r.ID) {
 			refused = true
+			return false
+		}
+		return true
+	}
+	for t := range tierCount(p) {
+		cands := inTier(p, t, usable)
+		if len(cands) == 0 {
 			continue
 		}
+		r := choose(p, req, cands, adm, 1)
 		reserve := reservation(p, r, req, 0)
 		if d, ok := costStop(p, nil, reserve, adm, gw.TerminalExhausted); !ok {
 			return d
@@ -496,7 +506,7 @@ func again(p *Policy, req *Request, hist []Attempt, last *Attempt, adm Admission
 		return stop(gw.TerminalRejected, gw.ReasonNonRetryable) // not a route of this policy
 	}
 	moveOn := last.Cause == gw.CauseFirstByteTimeout || last.Cause == gw.CauseContextLength || last.Kind == gw.KindAccountRefused
-	next, refused, budget := nextRoute(p, req, hist, cur, moveOn, last.Cause == gw.CauseContextLength, adm)
+	next, refused, budget := nextRoute(p, req, hist, cur, moveOn, last.Cause == gw.CauseContextLength, adm, len(hist)+1)
 	switch {
 	case next == nil && refused:
 		return stop(gw.TerminalExhausted, gw.ReasonCircuitOpen)
@@ -541,41 +551,54 @@ func again(p *Policy, req *Request, hist []Attempt, last *Attempt, adm Admission
 	return d
 }
 
-// nextRoute picks the route after cur: cur itself while its budget lasts
-// (unless the failure moves on), else the next eligible route by priority
-// with budget left (and, for a context that was too small, a strictly
-// larger one). A route on an account the request found refused is never
-// taken, nor one that would retry a provider whose retry budget is spent.
-// refused reports that a breaker turned a candidate away, budget that a
-// retry budget did.
-func nextRoute(p *Policy, req *Request, hist []Attempt, cur *Route, moveOn, larger bool, adm Admission) (next *Route, refused, budget bool) {
-	if !moveOn && routeAttempts(hist, cur.ID) < cur.MaxAttempts {
-		ok, spent := candidate(p, hist, cur, adm)
-		switch {
-		case ok && adm.admits(cur.ID):
-			return cur, false, false
-		case ok:
-			refused = true
-		}
-		budget = spent
-	}
-	for i := p.index(cur.ID) + 1; i < len(p.Routes); i++ {
-		r := &p.Routes[i]
+// nextRoute picks the route after cur (docs/routing.md): another route of
+// cur's tier the request has not tried, chosen by the strategy; else cur
+// itself while its budget lasts (unless the failure moves on); else
+// another route of the tier with budget left; else a route of the next
+// tier that has one. A context that was too small instead goes to the
+// next route by priority with a strictly larger context. A route on an
+// account the request found refused is never taken, nor one that would
+// retry a provider whose retry budget is spent. refused reports that a
+// breaker turned a candidate away, budget that a retry budget did.
+// ordinal is the attempt being decided (it seeds the strategy's draws).
+func nextRoute(p *Policy, req *Request, hist []Attempt, cur *Route, moveOn, larger bool, adm Admission, ordinal int) (next *Route, refused, budget bool) {
+	usable := func(r *Route) bool {
 		if !req.eligible(r.ID) || routeAttempts(hist, r.ID) >= r.MaxAttempts {
-			continue
-		}
-		if larger && r.MaxContextTokens <= cur.MaxContextTokens {
-			continue
+			return false
 		}
 		if ok, spent := candidate(p, hist, r, adm); !ok {
 			budget = budget || spent
-			continue
+			return false
 		}
 		if !adm.admits(r.ID) {
 			refused = true
-			continue
+			return false
 		}
-		return r, refused, budget
+		return true
+	}
+	if larger {
+		for i := p.index(cur.ID) + 1; i < len(p.Routes); i++ {
+			if r := &p.Routes[i]; r.MaxContextTokens > cur.MaxContextTokens && usable(r) {
+				return r, refused, budget
+			}
+		}
+		return nil, refused, budget
+	}
+	fresh := inTier(p, p.tierOf(cur), func(r *Route) bool { return r != cur && routeAttempts(hist, r.ID) == 0 && usable(r) })
+	if len(fresh) > 0 {
+		return choose(p, req, fresh, adm, ordinal), refused, budget
+	}
+	if !moveOn && usable(cur) {
+		return cur, refused, budget
+	}
+	again := inTier(p, p.tierOf(cur), func(r *Route) bool { return r != cur && !silent(hist, r.ID) && usable(r) })
+	if len(again) > 0 {
+		return choose(p, req, again, adm, ordinal), refused, budget
+	}
+	for t := p.tierOf(cur) + 1; t < tierCount(p); t++ {
+		if cands := inTier(p, t, usable); len(cands) > 0 {
+			return choose(p, req, cands, adm, ordinal), refused, budget
+		}
 	}
 	return nil, refused, budget
 }
@@ -618,7 +641,7 @@ func Hedge(p *Policy, req *Request, hist []Attempt, primary Decision, adm Admiss
 		return Decision{}, false
 	}
 	inFlight := append(hist[:len(hist):len(hist)], Attempt{Route: cur.ID, Cost: primary.Reserve})
-	next, _, _ := nextRoute(p, req, inFlight, cur, true, false, adm)
+	next, _, _ := nextRoute(p, req, inFlight, cur, true, false, adm, len(inFlight)+1)
 	if next == nil {
 		return Decision{}, false
 	}

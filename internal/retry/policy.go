@@ -70,6 +70,14 @@ type Route struct {
 	MaxOutputTokens  int64
 	Price            gw.Price
 	Continuation     Continuation
+	// Tier is the route's place among the alias's tiers (0 first) when
+	// the policy is Tiered: routes of one tier share load
+	// (Policy.Strategy); the next tier serves only when no route of this
+	// one may.
+	Tier int
+	// Weight is the route's share of its tier under StrategyWeighted
+	// (at least 1).
+	Weight int
 }
 
 // Policy is an alias's compiled retry policy. Routes are in priority order.
@@ -95,6 +103,11 @@ type Policy struct {
 	// DefaultOutputTokens is the output limit of a request whose client
 	// set none (0: each route's MaxOutputTokens), at most the route's.
 	DefaultOutputTokens int64
+	// Strategy is how a tier of several routes shares load ("": ordered).
+	Strategy Strategy
+	// Tiered says the routes' Tier fields group them; otherwise each
+	// route is a tier of its own, in priority order.
+	Tiered bool
 	Routes              []Route
 }
 

@@ -32,6 +32,18 @@ func genPolicy(t *rapid.T) *Policy {
 			Price:        gw.Price{InputPerToken: gw.NanoUSD(rapid.IntRange(0, 5000).Draw(t, "in")), OutputPerToken: gw.NanoUSD(rapid.IntRange(0, 20000).Draw(t, "out"))},
 			Continuation: rapid.SampledFrom([]Continuation{ContinuationNone, ContinuationPrefill, ContinuationPrefixFlag}).Draw(t, "cont")})
 	}
+	if rapid.Bool().Draw(t, "tiered") {
+		// Tiers of consecutive routes, sharing load by a strategy.
+		p.Tiered = true
+		p.Strategy = rapid.SampledFrom([]Strategy{StrategyOrdered, StrategyWeighted, StrategyLeastBusy, StrategyLatency, StrategyQuota}).Draw(t, "strategy")
+		tier := 0
+		for i := range p.Routes {
+			if i > 0 && rapid.Bool().Draw(t, "new_tier") {
+				tier++
+			}
+			p.Routes[i].Tier, p.Routes[i].Weight = tier, rapid.IntRange(1, 5).Draw(t, "weight")
+		}
+	}
 	if rapid.Bool().Draw(t, "cost_cap") {
 		// Between one and eight worst-case reservations of the priciest
 		// route, so that the cap binds somewhere in the middle of a run.
@@ -100,6 +112,14 @@ func genAdmission(t *rapid.T, p *Policy) Admission {
 		if rapid.IntRange(0, 9).Draw(t, "retry_refused") == 0 {
 			adm.RetryRefused[r.Provider] = true
 		}
+		if rapid.Bool().Draw(t, "figures") {
+			if adm.Figures == nil {
+				adm.Figures = map[string]Figures{}
+			}
+			adm.Figures[r.ID] = Figures{InFlight: rapid.IntRange(0, 50).Draw(t, "in_flight"),
+				TTFT:     ms(rapid.IntRange(0, 2000).Draw(t, "ttft_ms")),
+				Headroom: float64(rapid.IntRange(0, 10).Draw(t, "headroom")) / 10}
+		}
 	}
 	return adm
 }
@@ -156,8 +176,11 @@ func TestPropertyEngineBounds(t *testing.T) {
 				t.Fatalf("dispatch to route %s whose breaker refused", d.Route)
 			}
 			idx := p.index(d.Route)
+			if idx >= 0 {
+				idx = p.tierOf(&p.Routes[idx]) // the tier never goes back (with no tiers: the index)
+			}
 			if idx < 0 || idx < lastIndex {
-				t.Fatalf("route %s out of priority order (index %d after %d)", d.Route, idx, lastIndex)
+				t.Fatalf("route %s out of priority order (tier %d after %d)", d.Route, idx, lastIndex)
 			}
 			lastIndex = idx
 			if d.Action == ActionResume {
