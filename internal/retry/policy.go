@@ -108,7 +108,7 @@ type Policy struct {
 	// Tiered says the routes' Tier fields group them; otherwise each
 	// route is a tier of its own, in priority order.
 	Tiered bool
-	Routes              []Route
+	Routes []Route
 }
 
 // Route returns the route with id, or nil.
