@@ -138,6 +138,15 @@ func (t *Table) SetRemote(id string, inFlight int, left float64, until time.Time
 	t.mu.Unlock()
 }
 
+// Learned is the headroom route's provider headers last gave here, and
+// until when it holds (zero: none), for sharing with other replicas.
+func (t *Table) Learned(id string) (left float64, until time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	h := t.get(id).header
+	return h.left, h.until
+}
+
 // InFlight is this process's attempts in flight on route.
 func (t *Table) InFlight(id string) int {
 	t.mu.Lock()
