@@ -34,7 +34,7 @@ type route struct {
 	lim      Limits
 	inFlight int
 	begun    int64 // attempts dispatched here since the process started
-	remote   int // the other replicas' attempts in flight, as last shared
+	remote   int   // the other replicas' attempts in flight, as last shared
 	ttft     float64
 	measured bool
 	header   headroom // from the provider's rate-limit headers, here
