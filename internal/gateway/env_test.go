@@ -108,6 +108,21 @@ routes:
     max_attempts: 2
     weight: 1
     price: {input_usd_per_mtok: 1, output_usd_per_mtok: 2}
+  - id: catalogued
+    provider: mock-primary
+    model: gpt-4o-mini # no price, no context window: the catalogue's
+    capabilities: {input: [text], streaming: true}
+    behavior_class: chat-v1
+    data_boundary: private
+    max_attempts: 1
+  - id: catalogued-override
+    provider: mock-primary
+    model: gpt-4o-mini
+    capabilities: {input: [text], streaming: true, max_output_tokens: 500}
+    behavior_class: chat-v1
+    data_boundary: private
+    max_attempts: 1
+    price: {input_usd_per_mtok: 0.2, output_usd_per_mtok: 0.8}
   - id: stateful
     provider: mock-stateful
     model: stateful-model
@@ -197,6 +212,12 @@ models:
     routes: [[east, west]]
     strategy: quota
     retry: {max_attempts: 3, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s}
+  - name: catalogued
+    routes: [catalogued]
+    retry: {max_attempts: 1, jitter: none, deadline: 10s}
+  - name: catalogued-override
+    routes: [catalogued-override]
+    retry: {max_attempts: 1, jitter: none, deadline: 10s}
   - name: capped
     routes: [primary]
     accept_unreachable_routes: true # its tests send max_tokens
