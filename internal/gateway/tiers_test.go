@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
+	"math"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -54,6 +56,23 @@ func TestAWeightedTierSpreadsByWeight(t *testing.T) {
 		t.Logf("east %d (%.2f%%), west %d: weights 3:1", east, 100*share, west)
 		if share < 0.725 || share > 0.775 {
 			t.Fatalf("east's share %.4f, want 0.75 ± 0.025", share)
+		}
+		// The console's live panel shows each route's share.
+		req, _ := http.NewRequest("GET", e.url+"/v1/console/live", nil)
+		req.Header.Set("Authorization", "Bearer "+keyAdmin)
+		res, err := e.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var live liveView
+		err = json.NewDecoder(res.Body).Decode(&live)
+		res.Body.Close()
+		shares := map[string]float64{}
+		for _, r := range live.Routes {
+			shares[r.Route] = r.Share
+		}
+		if err != nil || math.Abs(shares["east"]-share) > 1e-9 || math.Abs(shares["west"]-(1-share)) > 1e-9 {
+			t.Fatalf("the live panel's shares %v (%v), want east %v", shares, err, share)
 		}
 		m := string(e.metricsText())
 		for route, count := range map[string]int64{"east": east, "west": west} {
