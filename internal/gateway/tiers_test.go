@@ -3,8 +3,8 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"math"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
