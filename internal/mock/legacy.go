@@ -275,4 +275,3 @@ func writeError(w http.ResponseWriter, p provider.Protocol, status int, typ, cod
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(body)
 }
-

@@ -422,4 +422,3 @@ func (m *Mock) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	return nil
 }
-
