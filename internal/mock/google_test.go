@@ -169,7 +169,7 @@ func vertexAnthropicClient(t *testing.T, url string, scopes ...string) anthropic
 	if len(scopes) == 0 {
 		scopes = []string{"https://www.googleapis.com/auth/cloud-platform"}
 	}
-	creds, err := google.CredentialsFromJSON(context.Background(), mock.ServiceAccountJSON(url), scopes...)
+	creds, err := google.CredentialsFromJSONWithType(context.Background(), mock.ServiceAccountJSON(url), google.ServiceAccount, scopes...)
 	if err != nil {
 		t.Fatal(err)
 	}
