@@ -110,11 +110,17 @@ func anTurns(role string, raw json.RawMessage) (turns []turn, n int64) {
 // a 400 invalid_request_error. The prompt is counted as for OpenAI
 // (docs/mock.md).
 func decodeAnthropic(body []byte) (*ask, *anRequest, error) {
+	return decodeAnthropicPrompt(body, true)
+}
+
+// decodeAnthropicPrompt reads a Messages or count_tokens request (which
+// has no max_tokens).
+func decodeAnthropicPrompt(body []byte, generate bool) (*ask, *anRequest, error) {
 	var in anRequest
 	if err := json.Unmarshal(body, &in); err != nil {
-		return nil, nil, fmt.Errorf("invalid request: %v", err)
+		return nil, nil, fmt.Errorf("invalid request: %w", err)
 	}
-	if in.MaxTokens <= 0 {
+	if generate && in.MaxTokens <= 0 {
 		return nil, nil, refusal("max_tokens: Field required")
 	}
 	if len(in.Messages) == 0 {
