@@ -223,6 +223,13 @@ func TestVertexAnthropicSDKAgainstTheMock(t *testing.T) {
 		t.Fatalf("requests %d, want 3", got)
 	}
 
+	// count_tokens goes to count-tokens:rawPredict with the model in the body.
+	count, err := c.Messages.CountTokens(ctx, anthropic.MessageCountTokensParams{Model: anthropic.Model(model),
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock(question))}})
+	if err != nil || count.InputTokens <= mock.CountOverhead {
+		t.Fatalf("count tokens %+v %v", count, err)
+	}
+
 	// Errors: Vertex's own for quota, Anthropic's for the model.
 	params.Tools = nil
 	var apiErr *anthropic.Error

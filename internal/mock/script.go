@@ -6,9 +6,9 @@
 // formats: chunk shapes and [DONE], the Anthropic event sequence, usage,
 // error bodies, Retry-After and retry-after-ms. A shared core (script,
 // counters, text, timing, faults) drives one codec per wire format; the
-// codecs of the cloud providers are written from their API references,
-// independent of internal/provider, and checked against the official SDKs
-// in the package's tests. Its answers are deterministic text
+// codecs are written from the providers' API references, independent of
+// internal/provider (which only the Responses fake still uses), and
+// checked against the official SDKs in the package's tests. Its answers are deterministic text
 // drawn from a seed and the prompt, so a continuation request (assistant
 // prefill, "prefix": true, or vLLM's continue_final_message) carries on
 // exactly where its prefix ends. Faults are scripted per model, per
