@@ -234,6 +234,9 @@ func (g geminiCodec) fail(x *exchange, f *Fault) {
 		return
 	}
 	code, status, msg := googleStatus(f)
+	if g.vertex != nil && code == 429 && f.Message == "" {
+		msg = "Resource exhausted. Please try again later. Please refer to https://cloud.google.com/vertex-ai/generative-ai/docs/error-code-429 for more details."
+	}
 	var details []any
 	if code == 429 {
 		delay := "1s"
