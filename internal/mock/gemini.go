@@ -336,22 +336,42 @@ func (g geminiCodec) body(x *exchange, a *answer) []byte {
 // gmStream is a streamGenerateContent?alt=sse answer: each chunk a whole
 // GenerateContentResponse in a data: line, the last with finishReason and
 // usageMetadata; no terminator.
+//
+// Without alt=sse the answer is, as Google sends it, one JSON array of
+// those responses, written as they come.
 type gmStream struct {
 	g    geminiCodec
 	x    *exchange
 	name string
 	args string
+	// array: no alt=sse; n counts the elements written.
+	array bool
+	n     int
 }
 
-func (g geminiCodec) streamer(x *exchange) streamer { return &gmStream{g: g, x: x} }
+func (g geminiCodec) streamer(x *exchange) streamer {
+	return &gmStream{g: g, x: x, array: x.r.URL.Query().Get("alt") != "sse"}
+}
 
 func (s *gmStream) header(h http.Header) {
+	if s.array {
+		h.Set("Content-Type", "application/json; charset=UTF-8")
+		return
+	}
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 }
 
 func (s *gmStream) event(v any) []byte {
 	b, _ := json.Marshal(v)
+	if s.array {
+		sep := ",\r\n"
+		if s.n == 0 {
+			sep = "["
+		}
+		s.n++
+		return append([]byte(sep), b...)
+	}
 	return append(append([]byte("data: "), b...), "\r\n\r\n"...)
 }
 
@@ -374,8 +394,12 @@ func (s *gmStream) toolArgs(p string, last bool) []byte {
 	return s.event(s.g.response(s.x, []any{map[string]any{"functionCall": map[string]any{"name": s.name, "args": json.RawMessage(s.args)}}}, "", nil))
 }
 
-func (s *gmStream) finish(finish string, u usage, _ bool) []byte {
-	return s.event(s.g.response(s.x, []any{map[string]any{"text": ""}}, finish, &u))
+func (s *gmStream) finish(finish string, u usage, terminate bool) []byte {
+	b := s.event(s.g.response(s.x, []any{map[string]any{"text": ""}}, finish, &u))
+	if s.array && terminate {
+		b = append(b, ']')
+	}
+	return b
 }
 
 func (s *gmStream) malformed() []byte {

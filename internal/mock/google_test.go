@@ -2,6 +2,7 @@ package mock_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
@@ -87,6 +88,23 @@ func TestGeminiSDKAgainstTheMock(t *testing.T) {
 	checkGemini(t, geminiClient(t, url, mock.DefaultGeminiAPIKey), "gemini-2.5-flash")
 	if got := m.Stats().ByModel["gemini-2.5-flash"].Requests; got != 5 {
 		t.Fatalf("requests %d, want 5", got)
+	}
+}
+
+// TestGeminiStreamWithoutSSE checks that streamGenerateContent without
+// alt=sse answers one JSON array, as Google does.
+func TestGeminiStreamWithoutSSE(t *testing.T) {
+	_, url := start(t, mock.Config{Tokens: 4})
+	req, _ := http.NewRequest("POST", url+"/v1beta/models/g:streamGenerateContent", strings.NewReader(`{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`))
+	req.Header.Set("x-goog-api-key", mock.DefaultGeminiAPIKey)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var chunks []genai.GenerateContentResponse
+	if err := json.NewDecoder(res.Body).Decode(&chunks); err != nil || len(chunks) != 5 || chunks[4].Candidates[0].FinishReason != genai.FinishReasonStop {
+		t.Fatalf("array %d chunks: %v", len(chunks), err)
 	}
 }
 
