@@ -227,10 +227,7 @@ func (g geminiCodec) fail(x *exchange, f *Fault) {
 		return
 	}
 	if f.Type == FaultContentPolicy {
-		// A blocked prompt is a 200 with promptFeedback and no candidates.
-		writeJSON(x.w, 200, map[string]any{"promptFeedback": map[string]any{"blockReason": "SAFETY",
-			"safetyRatings": []any{map[string]any{"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "probability": "HIGH", "blocked": true}}},
-			"usageMetadata": map[string]any{"promptTokenCount": x.prompt, "totalTokenCount": x.prompt}, "modelVersion": x.req.model})
+		g.blocked(x, f)
 		return
 	}
 	code, status, msg := googleStatus(f)
@@ -416,4 +413,31 @@ func orInt(n, def int) int {
 		return def
 	}
 	return n
+}
+
+// blocked answers a content_policy fault as Gemini does, with a 200: a
+// blocked prompt (promptFeedback.blockReason SAFETY, no candidates), or,
+// when the fault's error_type names a finish reason (SAFETY, RECITATION,
+// BLOCKLIST, PROHIBITED_CONTENT, SPII), a candidate stopped for it with no
+// content. A streamed request gets it as its one chunk.
+func (g geminiCodec) blocked(x *exchange, f *Fault) {
+	rating := []any{map[string]any{"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "probability": "HIGH", "blocked": true}}
+	resp := map[string]any{"usageMetadata": gmUsage(x.usage(0)), "modelVersion": x.req.model, "responseId": "mock-" + x.id}
+	if f.ErrorType == "" {
+		resp["promptFeedback"] = map[string]any{"blockReason": "SAFETY", "safetyRatings": rating}
+	} else {
+		resp["candidates"] = []any{map[string]any{"finishReason": f.ErrorType, "index": 0, "safetyRatings": rating}}
+	}
+	if !x.req.stream {
+		writeJSON(x.w, 200, resp)
+		return
+	}
+	st := g.streamer(x).(*gmStream)
+	st.header(x.w.Header())
+	x.w.WriteHeader(200)
+	b := st.event(resp)
+	if st.array {
+		b = append(b, ']')
+	}
+	_, _ = x.w.Write(b)
 }

@@ -147,8 +147,20 @@ func TestGeminiErrorsDecodedBySDK(t *testing.T) {
 	if err != nil || len(res.Candidates) != 0 || res.PromptFeedback == nil || res.PromptFeedback.BlockReason != genai.BlockedReasonSafety {
 		t.Fatalf("blocked: %+v %v", res, err)
 	}
-	if got := m.Stats().ByModel["g"].Requests; got != 8 {
-		t.Fatalf("requests %d, want 8", got)
+	// A candidate stopped for SAFETY, streamed.
+	m.SetScript(mock.Script{Rules: []mock.Rule{{Fault: mock.Fault{Type: mock.FaultContentPolicy, ErrorType: "SAFETY"}}}})
+	var finish genai.FinishReason
+	for r, err := range c.Models.GenerateContentStream(ctx, "g", genai.Text(question), nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		finish = r.Candidates[0].FinishReason
+	}
+	if finish != genai.FinishReasonSafety {
+		t.Fatalf("finish %q, want SAFETY", finish)
+	}
+	if got := m.Stats().ByModel["g"].Requests; got != 9 {
+		t.Fatalf("requests %d, want 9", got)
 	}
 }
 
