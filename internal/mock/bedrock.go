@@ -450,6 +450,7 @@ func (s *cvStream) fail(f *Fault) []byte {
 // content filter that intervened (stopReason guardrail_intervened or
 // content_filtered), in a Converse body or a ConverseStream.
 func (b bedrockCodec) stopped(x *exchange, reason string) {
+	x.billPrompt()
 	u := x.usage(0)
 	if !x.req.stream {
 		x.w.Header().Set("x-amzn-RequestId", "mock-"+x.id)

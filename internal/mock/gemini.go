@@ -421,6 +421,7 @@ func orInt(n, def int) int {
 // BLOCKLIST, PROHIBITED_CONTENT, SPII), a candidate stopped for it with no
 // content. A streamed request gets it as its one chunk.
 func (g geminiCodec) blocked(x *exchange, f *Fault) {
+	x.billPrompt()
 	rating := []any{map[string]any{"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "probability": "HIGH", "blocked": true}}
 	resp := map[string]any{"usageMetadata": gmUsage(x.usage(0)), "modelVersion": x.req.model, "responseId": "mock-" + x.id}
 	if f.ErrorType == "" {
