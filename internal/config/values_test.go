@@ -28,7 +28,9 @@ func TestProviderHeadersAndQuery(t *testing.T) {
 	if len(h) != 3 || h[0].Literal != "payments" || h[1].Env != "TAG_ENV" || !h[1].Secret || h[2].File != "tag.txt" || h[1].Source() != "env TAG_ENV" {
 		t.Fatalf("headers %+v", h)
 	}
-	s, err := cfg.ResolveSecrets(func(k string) (string, bool) { return map[string]string{"KEY_ACME": "k", "TAG_ENV": "from-env"}[k], true })
+	s, err := cfg.ResolveSecrets(func(k string) (string, bool) {
+		return map[string]string{"KEY_ACME": "k", "TAG_ENV": "from-env"}[k], true
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

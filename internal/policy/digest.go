@@ -45,9 +45,9 @@ type routeDoc struct {
 	Headers  []string          `json:"header_names,omitempty"`
 	Query    []string          `json:"query_names,omitempty"`
 	Tier     *int              `json:"tier,omitempty"`
-	Weight int  `json:"weight,omitempty"`
-	RPM    int  `json:"rpm,omitempty"`
-	TPM    int  `json:"tpm,omitempty"`
+	Weight   int               `json:"weight,omitempty"`
+	RPM      int               `json:"rpm,omitempty"`
+	TPM      int               `json:"tpm,omitempty"`
 }
 
 type aliasDoc struct {
