@@ -343,3 +343,43 @@ func TestAzureOpenAIRetryAfterMS(t *testing.T) {
 		t.Fatalf("the retry was scheduled %v after the 429, before its retry-after-ms", wait)
 	}
 }
+
+// A reload that reads a new header value (a rotated secret) sends it from
+// the next request on; one that changes nothing keeps the client.
+func TestProviderHeadersFollowAReload(t *testing.T) {
+	t.Parallel()
+	e, s := newAzureEnv(t)
+	c := e.openai(nil)
+	ask := func() *http.Request {
+		t.Helper()
+		if _, err := c.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: "chat", Messages: userMsg("hi")}); err != nil {
+			t.Fatal(err)
+		}
+		return s.last(t)
+	}
+	if got := ask().Header.Get("X-Tag"); got != azureTagSecret {
+		t.Fatalf("X-Tag %q", got)
+	}
+	before := e.gw.cur.Load().clients["azure-east"]
+	if err := e.gw.Reload(e.pol, e.secrets); err != nil {
+		t.Fatal(err)
+	}
+	if e.gw.cur.Load().clients["azure-east"] != before {
+		t.Fatal("a reload that changed nothing made a new client")
+	}
+	rotated, err := e.pol.Config.ResolveSecrets(func(k string) (string, bool) {
+		if k == "KEY_TAG" {
+			return "rotated-tag-value-0b7e", true
+		}
+		return e.envKeys()[k], true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.gw.Reload(e.pol, rotated); err != nil {
+		t.Fatal(err)
+	}
+	if got := ask().Header.Get("X-Tag"); got != "rotated-tag-value-0b7e" {
+		t.Fatalf("after the reload X-Tag %q", got)
+	}
+}
