@@ -82,6 +82,11 @@ type Options struct {
 	// Tenants enforce tenant rates and cost ceilings (default: in this
 	// process, each tenant's budget).
 	Tenants TenantLimits
+	// KeyLimits enforce the virtual keys' own limits (default: in this
+	// process); KeyFeed, when set, tells the other replicas which keys
+	// changed, and this one what changed elsewhere (docs/keys.md).
+	KeyLimits KeyLimits
+	KeyFeed   KeyFeed
 	// Metrics receives the gateway's metrics (default: a registry of its
 	// own, served at /metrics).
 	Metrics *metrics.Metrics
@@ -155,6 +160,7 @@ type Gateway struct {
 	breakers    Breakers
 	budget      RetryBudget
 	tenants     TenantLimits
+	keys        *keyState
 	metrics     *metrics.Metrics
 	// reload re-reads the configuration (Options.Reload).
 	reload func() error
@@ -265,6 +271,7 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 		g.drain = 30 * time.Second
 	}
 	g.guards(pol, opts)
+	g.initKeys(opts)
 	g.metricsHTTP = g.metrics.Handler()
 	// What requests left in progress reserved matters only under a
 	// daily ceiling; without one, start-up does not read them.
@@ -573,6 +580,7 @@ func (g *Gateway) routes() {
 	m.HandleFunc("GET /metrics", g.serveMetrics)
 	m.HandleFunc("POST /v1/admin/reload", g.serveReload)
 	g.consoleRoutes(m)
+	g.adminRoutes(m)
 	// Every other answer is an error in the caller's protocol too: an
 	// unknown path (404 not_found), a known one with another method (405).
 	for path, allow := range map[string]string{"/v1/chat/completions": "POST", "/v1/messages": "POST", "/v1/models": "GET",
@@ -704,8 +712,12 @@ func (g *Gateway) tenant(r *http.Request) *policy.Tenant {
 			found = k.tenant
 		}
 	}
+	var lk *liveKey
+	if found == nil {
+		found, lk = g.virtualTenant(r.Context(), key)
+	}
 	if found != nil {
-		accessOf(r.Context()).set(func(a *accessLog) { a.tenant = found.ID })
+		accessOf(r.Context()).set(func(a *accessLog) { a.tenant, a.vkey = found.ID, lk })
 	}
 	return found
 }

@@ -36,14 +36,21 @@ redis.call('ZADD', KEYS[2], v, ARGV[1] .. '#' .. v)
 redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -tonumber(ARGV[2]) - 1)
 return v`)
 
-// NewKeyFeed starts following the changes of virtual keys: f gets the
-// ids that changed since the last call, or all true when it cannot tell
-// which (Redis lost them, or this replica fell too far behind): then
-// every cached key must go.
-func (c *Coordinator) NewKeyFeed(f func(ids []string, all bool)) *KeyFeed {
-	k := &KeyFeed{c: c, seen: -1, f: f}
+// NewKeyFeed starts following the changes of virtual keys (see Follow).
+func (c *Coordinator) NewKeyFeed() *KeyFeed {
+	k := &KeyFeed{c: c, seen: -1, f: func([]string, bool) {}}
 	c.addSyncer(k)
 	return k
+}
+
+// Follow makes f hear of the keys that change: the ids that changed
+// since the last call, or all true when it cannot tell which (Redis lost
+// them, or this replica fell too far behind) — then every cached key
+// must go.
+func (k *KeyFeed) Follow(f func(ids []string, all bool)) {
+	k.mu.Lock()
+	k.f = f
+	k.mu.Unlock()
 }
 
 func (k *KeyFeed) names() (version, changes string) {
