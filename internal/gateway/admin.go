@@ -417,4 +417,3 @@ func (g *Gateway) rotateKey(w http.ResponseWriter, r *http.Request) {
 	v.Key = secret
 	writeJSON(w, http.StatusOK, v)
 }
-

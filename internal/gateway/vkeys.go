@@ -78,7 +78,7 @@ type keyState struct {
 	gen     uint64              // bumped by every change; a lookup begun before is not cached
 	// limited are the keys whose limits the KeyLimits hold, by id.
 	limited map[string][3]quota.Tenant // day, month, tokens
-	running sync.Map // key id → *atomic.Int64: requests in progress
+	running sync.Map                   // key id → *atomic.Int64: requests in progress
 }
 
 // maxMissing bounds the digests remembered as unknown.
