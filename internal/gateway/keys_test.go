@@ -16,6 +16,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	oopt2 "github.com/openai/openai-go/v3/option"
 
+	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/mock"
 )
 
@@ -353,3 +354,76 @@ func TestVirtualKeySecretNeverStored(t *testing.T) {
 func clientNew(cl openai.Client, ctx context.Context, p openai.ChatCompletionNewParams, opts ...oopt2.RequestOption) (*openai.ChatCompletion, error) {
 	return cl.Chat.Completions.New(ctx, p, opts...)
 }
+
+// The spend report sums the receipts per group, to the nano-dollar, in
+// JSON and in CSV.
+func TestSpendReportEqualsReceipts(t *testing.T) {
+	e := newEnv(t, mock.Config{})
+	ctx := context.Background()
+	a, b := e.issue(`{"tenant":"acme","name":"a"}`), e.issue(`{"tenant":"spender","name":"b"}`)
+	for i, c := range []struct{ key, model string }{{a.Key, "chat"}, {a.Key, "chat-stop"}, {b.Key, "chat"}, {keyAcme, "chat"}, {keySpender, "chat-stop"}} {
+		if _, err := clientNew(e.openai(nil, oopt2.WithAPIKey(c.key)), ctx, oaParams(c.model, "spend "+string(rune('a'+i)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var list struct{ Data []struct{ RequestID string `json:"request_id"` } }
+	if st, body := e.adminDo(keyAdmin, "GET", "/v1/receipts?limit=100", "", &list); st != 200 || len(list.Data) != 5 {
+		t.Fatalf("receipts: %d %s", st, body)
+	}
+	want := map[string]map[string]int64{}
+	for _, r := range list.Data {
+		tenant := "acme"
+		rc, err := e.gw.receipt(ctx, tenant, r.RequestID)
+		if err != nil {
+			tenant = "spender"
+			if rc, err = e.gw.receipt(ctx, tenant, r.RequestID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cost := int64(gwNano(rc.Totals.CostUSD))
+		for by, g := range map[string]string{"tenant": rc.Tenant, "key": rc.KeyID, "model": rc.Model, "day": rc.CreatedAt.UTC().Format(time.DateOnly)} {
+			if want[by] == nil {
+				want[by] = map[string]int64{}
+			}
+			want[by][g] += cost
+		}
+		for _, at := range rc.Attempts {
+			if want["route"] == nil {
+				want["route"] = map[string]int64{}
+			}
+			want["route"][at.Route] += int64(gwNano(at.CostUSD))
+		}
+	}
+	for by, groups := range want {
+		var rep struct{ Data []SpendRow }
+		if st, body := e.adminDo(keyAdmin, "GET", "/admin/spend?group_by="+by, "", &rep); st != 200 {
+			t.Fatalf("%s: %d %s", by, st, body)
+		}
+		got := map[string]int64{}
+		for _, r := range rep.Data {
+			got[r.Group] = int64(gwNano(r.CostUSD))
+		}
+		if len(got) != len(groups) {
+			t.Fatalf("by %s: groups %v, want %v", by, got, groups)
+		}
+		for g, v := range groups {
+			if got[g] != v || v <= 0 {
+				t.Errorf("by %s, %q: report %d nano-USD, receipts %d", by, g, got[g], v)
+			}
+		}
+		_, csvBody := e.adminDo(keyAdmin, "GET", "/admin/spend?format=csv&group_by="+by, "", nil)
+		var buf bytes.Buffer
+		_ = WriteSpendCSV(&buf, rep.Data)
+		if !bytes.Equal(csvBody, buf.Bytes()) || !bytes.HasPrefix(csvBody, []byte("group,requests,attempts,input_tokens,output_tokens,cost_usd,orphans_cost_usd\n")) {
+			t.Errorf("by %s: the CSV differs from the JSON:\n%s", by, csvBody)
+		}
+	}
+	if st, _ := e.adminDo(keyAdmin, "GET", "/admin/spend?group_by=colour", "", nil); st != 400 {
+		t.Errorf("an unknown group_by: %d", st)
+	}
+	if st, _ := e.adminDo(keyAdmin, "GET", "/admin/spend?from=yesterday", "", nil); st != 400 {
+		t.Errorf("a bad from: %d", st)
+	}
+}
+
+func gwNano(usd float64) int64 { return int64(gw.NanoFromUSD(usd)) }
