@@ -1,11 +1,14 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -116,6 +119,25 @@ func TestVirtualKeyAcrossReplicas(t *testing.T) {
 	})
 	if n := f.primary.Stats().Requests; n != 2 {
 		t.Fatalf("the provider saw %d requests, want 2", n)
+	}
+	// oncegate spend prints what GET /admin/spend answers.
+	for _, format := range []string{"csv", "json"} {
+		cmd := exec.Command(binary, "spend", "--config", f.config, "--url", b.url, "--group-by", "key", "--format", format)
+		cmd.Env = append(os.Environ(), "ONCEGATE_E2E_KEY="+apiKey, "ONCEGATE_E2E_CAPPED="+keyCapped, "ONCEGATE_E2E_THRIFTY="+keyThrifty, "ONCEGATE_E2E_ADMIN="+adminKey)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("oncegate spend: %v", err)
+		}
+		st, want := adminCall(t, a, "GET", "/admin/spend?group_by=key&format="+format, "")
+		if format == "json" { // the same rows; the default end of the range is each call's now
+			var x, y struct{ Data json.RawMessage }
+			_, _ = json.Unmarshal(out, &x), json.Unmarshal(want, &y)
+			out, want = x.Data, y.Data
+		}
+		t.Logf("oncegate spend --format %s:\n%s", format, out)
+		if st != 200 || !bytes.Equal(out, want) || !bytes.Contains(out, []byte(id)) {
+			t.Fatalf("oncegate spend --format %s printed\n%s\nthe API answered\n%s", format, out, want)
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -79,7 +80,7 @@ func (k *KeyFeed) sync(ctx context.Context, pipe goredis.Pipeliner) func() {
 
 func (k *KeyFeed) apply(seen int64, vcmd *goredis.StringCmd, ccmd *goredis.ZSliceCmd) {
 	v, err := vcmd.Int64()
-	if err == goredis.Nil {
+	if errors.Is(err, goredis.Nil) {
 		v, err = 0, nil
 	}
 	if err != nil || ccmd.Err() != nil {
@@ -91,7 +92,10 @@ func (k *KeyFeed) apply(seen int64, vcmd *goredis.StringCmd, ccmd *goredis.ZSlic
 		return // another sync got there first
 	}
 	switch {
-	case seen < 0: // the first read: nothing is cached from before
+	case seen < 0:
+		// The first read: keys cached before it may have changed since
+		// (the feed was not read yet, or Redis did not answer).
+		k.f(nil, true)
 	case v < seen: // Redis lost the counter (a flush, a restart)
 		k.f(nil, true)
 	case v > seen:
