@@ -366,7 +366,11 @@ func TestSpendReportEqualsReceipts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var list struct{ Data []struct{ RequestID string `json:"request_id"` } }
+	var list struct {
+		Data []struct {
+			RequestID string `json:"request_id"`
+		}
+	}
 	if st, body := e.adminDo(keyAdmin, "GET", "/v1/receipts?limit=100", "", &list); st != 200 || len(list.Data) != 5 {
 		t.Fatalf("receipts: %d %s", st, body)
 	}
