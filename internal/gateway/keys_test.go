@@ -299,7 +299,7 @@ func TestVirtualKeyConcurrentNeverOvershoots(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	rows, err := e.gw.Spend(ctx, "key", time.Now().Add(-time.Hour), time.Now().Add(time.Hour), "acme")
+	rows, err := e.gw.Spend(ctx, "key", time.Now().Add(-time.Hour), time.Now().Add(time.Hour), SpendFilter{Tenant: "acme"})
 	if err != nil {
 		t.Fatal(err)
 	}

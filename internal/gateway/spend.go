@@ -46,7 +46,15 @@ var spendGroups = []string{"tenant", "key", "model", "route", "day"}
 // taken from clocks a little apart.
 const spendSlack = 10 * time.Minute
 
-// serveSpend answers GET /admin/spend?group_by=&from=&to=&format=&tenant=.
+// SpendFilter keeps the receipts of one tenant, key or model; "" keeps all.
+type SpendFilter struct{ Tenant, Key, Model string }
+
+func (f SpendFilter) keep(rc *receipt.Receipt) bool {
+	return (f.Tenant == "" || rc.Tenant == f.Tenant) && (f.Key == "" || rc.KeyID == f.Key) && (f.Model == "" || rc.Model == f.Model)
+}
+
+// serveSpend answers GET /admin/spend?group_by=&from=&to=&format=, and
+// the filters tenant=, key=, model=.
 func (g *Gateway) serveSpend(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	bad := func(param, format string, args ...any) {
@@ -77,7 +85,7 @@ func (g *Gateway) serveSpend(w http.ResponseWriter, r *http.Request) {
 			*p.t = t
 		}
 	}
-	rows, err := g.Spend(r.Context(), by, from, to, q.Get("tenant"))
+	rows, err := g.Spend(r.Context(), by, from, to, SpendFilter{Tenant: q.Get("tenant"), Key: q.Get("key"), Model: q.Get("model")})
 	if err != nil {
 		storeAPIError(err).write(w, provider.OpenAI, meta{})
 		return
@@ -110,11 +118,11 @@ func WriteSpendCSV(w interface{ Write([]byte) (int, error) }, rows []SpendRow) e
 	return cw.Error()
 }
 
-// Spend sums the receipts created in [from, to) by group (tenant, key,
-// model, route or day), of one tenant or ("") every tenant configured or
+// Spend sums the receipts created in [from, to) that f keeps by group
+// (tenant, key, model, route or day), of every tenant configured or
 // owning a key. Rows come sorted by group.
-func (g *Gateway) Spend(ctx context.Context, by string, from, to time.Time, tenant string) ([]SpendRow, error) {
-	tenants, err := g.spendTenants(ctx, tenant)
+func (g *Gateway) Spend(ctx context.Context, by string, from, to time.Time, f SpendFilter) ([]SpendRow, error) {
+	tenants, err := g.spendTenants(ctx, f.Tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +135,7 @@ func (g *Gateway) Spend(ctx context.Context, by string, from, to time.Time, tena
 	}
 	for _, t := range tenants {
 		err := g.eachReceipt(ctx, t, from, func(rc *receipt.Receipt) {
-			if rc.CreatedAt.Before(from) || !rc.CreatedAt.Before(to) {
+			if rc.CreatedAt.Before(from) || !rc.CreatedAt.Before(to) || !f.keep(rc) {
 				return
 			}
 			addReceipt(by, rc, row)
