@@ -8,17 +8,19 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/oncegate/oncegate/internal/clock"
 	"github.com/oncegate/oncegate/internal/coord/redis"
 	"github.com/oncegate/oncegate/internal/gateway"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/load"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/quota"
 )
 
 // Share connects to the coordination at url and makes opts use it:
 // in-flight claims and joins across gateways (opts.Flights), its health
-// (opts.Coordination), shared breakers, retry budget and tenant limits,
+// (opts.Coordination), shared breakers, retry budget, tenant limits and routes' load,
 // the tenants' day seeded from store when Redis lacks it. opts.Owner
 // must be set: it is how other replicas reach this one. The caller
 // closes the coordinator after the gateway.
@@ -39,6 +41,12 @@ func Share(ctx context.Context, pol *policy.Policy, url string, store ledger.Sto
 		Tokens: co.NewPeriodic("keytpm:", quota.Minute, nil, noSpend),
 	}
 	opts.KeyFeed = co.NewKeyFeed()
+	clk := opts.Clock
+	if clk == nil {
+		clk = clock.System{}
+	}
+	opts.Load = load.New(clk, gateway.LoadLimitsOf(pol))
+	co.NewLoads(opts.Load)
 	return co, nil
 }
 
