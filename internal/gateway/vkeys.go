@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"errors"
-	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -301,13 +300,6 @@ func (g *Gateway) keyTenant(lk *liveKey) *policy.Tenant {
 	}
 	lk.tenant.Store(&narrowed{base: base, t: t})
 	return t
-}
-
-// cachedKeys lists the keys cached here (for tests and the console).
-func (g *Gateway) cachedKeys() map[string]*liveKey {
-	g.keys.mu.RLock()
-	defer g.keys.mu.RUnlock()
-	return maps.Clone(g.keys.cache)
 }
 
 // virtualTenant authenticates a virtual key's secret: its tenant, narrowed
