@@ -148,9 +148,15 @@ func TestResponsesOnAnAnthropicRoute(t *testing.T) {
 // upstream call, one answer, one turn. Any other turn on a response is a
 // branch of the conversation, served as OpenAI serves it: a regenerated
 // answer, an edited question.
+//
+// The provider takes 50 ms (fake time) to answer: time in the bubble moves
+// only once every arrival is placed, so the eight arrive while their turn
+// runs however the machine schedules them — without it, a keyless arrival
+// scheduled after its turn finished was a new branch, and the test failed
+// on a loaded machine.
 func TestResponsesRetriesNeverAppendAndBranchesAreServed(t *testing.T) {
 	t.Parallel()
-	inBubble(t, envOptions{mock: mock.Config{Tokens: 5}}, func(t *testing.T, e *env) {
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 5, TTFT: 50 * time.Millisecond}}, func(t *testing.T, e *env) {
 		send := func(body string, hdr map[string]string) (int, map[string]any, http.Header) {
 			res, b := e.post("/v1/responses", body, hdr)
 			var m map[string]any

@@ -459,7 +459,15 @@ func (g *Gateway) recordOrphans(ctx context.Context, turn *ledger.Turn, route *p
 		}
 		o := &ledger.Orphan{Tenant: turn.Tenant, Conversation: turn.Conversation, ResponseID: turn.ResponseID, UpstreamID: group[0].ID,
 			Route: route.ID, InputTokens: usage.InputTokens, OutputTokens: usage.OutputTokens, Cost: int64(route.Price.Cost(usage)), At: g.clock.Now()}
-		added, err := g.ledger.AddOrphan(ctx, o)
+		var added bool
+		var err error
+		if out.Text != "" || len(out.ToolCalls) > 0 {
+			added, err = g.ledger.AddOrphan(ctx, o)
+		}
+		// else: a copy's input without its answer is what an interrupted
+		// removal left of a copy already recorded (a provider appends a
+		// turn's input and output together): no generation, nothing
+		// billed — only removed.
 		if err != nil {
 			// Left upstream unrecorded: the next reading finds it again.
 			g.log.Warn("could not record an orphan", "response_id", turn.ResponseID, "err", err)
