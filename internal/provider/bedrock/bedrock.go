@@ -19,6 +19,8 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+
+	"github.com/aws/smithy-go/encoding/httpbinding"
 )
 
 // Name is the provider type's name in the configuration.
@@ -74,14 +76,15 @@ func (c Config) Endpoint() string {
 }
 
 // Path is the request path of one attempt for a route's model (a model id,
-// an inference-profile id or an ARN, escaped as one path segment):
+// an inference-profile id or an ARN, escaped as one path segment as the
+// AWS SDKs escape it — every byte but RFC 3986's unreserved ones):
 // /model/{modelId}/converse or /model/{modelId}/converse-stream.
 func Path(model string, stream bool) string {
 	op := "/converse"
 	if stream {
 		op = "/converse-stream"
 	}
-	return "/model/" + url.PathEscape(model) + op
+	return "/model/" + httpbinding.EscapePath(model, true) + op
 }
 
 // Continuations lists the route continuation capabilities a bedrock route
