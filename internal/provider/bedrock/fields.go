@@ -105,9 +105,6 @@ var Fields = func() []Field {
 		if o.neutral != nil {
 			row.Neutral = o.neutral
 		}
-		if row.Fate != provider.FateTranslated && row.Fate != provider.FateGateway {
-			row.To = ""
-		}
 		if o.note == "" && row.Fate == provider.FateNativeOnly {
 			row.Note = "not a Converse parameter"
 		}

@@ -3,6 +3,7 @@ package bedrock
 import (
 	"encoding/json"
 	"errors"
+	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -190,5 +191,53 @@ func TestBuildShapes(t *testing.T) {
 	want = `{"messages":[{"role":"user","content":[{"text":"tell a story"}]},{"role":"assistant","content":[{"text":"Once upon"}]}],"inferenceConfig":{"maxTokens":7}}`
 	if string(built.Body) != want {
 		t.Errorf("continuation\n got %s\nwant %s", built.Body, want)
+	}
+}
+
+// fieldRows renders the bedrock column as docs/providers-bedrock.md shows it.
+func fieldRows() string {
+	var b strings.Builder
+	b.WriteString("| client | field | fate on bedrock | to | note |\n|---|---|---|---|---|\n")
+	for _, f := range Fields {
+		to := "—"
+		if f.To != "" {
+			to = "`" + f.To + "`"
+		}
+		note := f.Note
+		if f.Plain != "" && f.Fate != provider.FateTranslated {
+			note = strings.TrimSpace(note + " (`" + f.Plain + "` is translated)")
+		}
+		fate := string(f.Fate)
+		if f.Droppable {
+			fate += ", droppable"
+		}
+		b.WriteString("| " + string(f.Protocol) + " | `" + f.Name + "` | " + fate + " | " + to + " | " + note + " |\n")
+	}
+	return b.String()
+}
+
+// TestTheDocsShowTheBedrockColumn holds docs/providers-bedrock.md to the
+// code's table; go test ./internal/provider/bedrock -update rewrites it.
+func TestTheDocsShowTheBedrockColumn(t *testing.T) {
+	const path = "../../../docs/providers-bedrock.md"
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const begin, end = "<!-- bedrock-fields:begin -->\n", "<!-- bedrock-fields:end -->"
+	i, j := strings.Index(string(doc), begin), strings.Index(string(doc), end)
+	if i < 0 || j < i {
+		t.Fatalf("%s has no field table markers", path)
+	}
+	got, want := string(doc[i+len(begin):j]), fieldRows()
+	if got == want {
+		return
+	}
+	if !*update {
+		t.Fatalf("%s does not show the code's bedrock column; run go test ./internal/provider/bedrock -update", path)
+	}
+	out := string(doc[:i+len(begin)]) + want + string(doc[j:])
+	if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
