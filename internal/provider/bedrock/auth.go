@@ -146,6 +146,15 @@ func (a *Auth) Check(ctx context.Context) (source string, err error) {
 	return c.Source, nil
 }
 
+// Source names the provider of the chain that gave the credentials in
+// use ("EnvConfigCredentials" …; "" before the first), never a secret.
+func (a *Auth) Source() string {
+	if c := a.last.Load(); c != nil {
+		return c.Source
+	}
+	return ""
+}
+
 // Sign adds SigV4 headers (Authorization, X-Amz-Date and, with session
 // credentials, X-Amz-Security-Token) to req, whose body is body, for the
 // service "bedrock". Call it after every other header is set. A failure

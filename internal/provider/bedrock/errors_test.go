@@ -151,7 +151,7 @@ func FuzzDecodeConverseStream(f *testing.F) {
 				continue
 			}
 			if err != nil {
-				if err != io.EOF && err != io.ErrUnexpectedEOF && !errors.Is(err, ErrFraming) {
+				if err != io.EOF && err != io.ErrUnexpectedEOF && !errors.Is(err, ErrFraming) && !errors.Is(err, ErrTooLarge) {
 					t.Fatalf("unexpected end %v", err)
 				}
 				for _, e := range evs {

@@ -28,6 +28,10 @@ const preludeLen = 12
 // the stream is broken there.
 var ErrFraming = errors.New("bedrock: event-stream framing lost")
 
+// ErrTooLarge is a ConverseStream message longer than MaxMessageBytes: a
+// protocol violation, which ends the stream.
+var ErrTooLarge = errors.New("bedrock: event-stream message too large")
+
 // MalformedError is one event-stream message that was read whole but
 // cannot be understood (a bad checksum or header, an event whose JSON does
 // not parse). The stream goes on: the message is skipped and counted as a
@@ -62,7 +66,7 @@ func NewStream(r io.Reader, model string) *Stream {
 // It returns io.EOF when the stream ended cleanly between messages, a
 // *MalformedError for a message to skip (the stream goes on), and any
 // other error — io.ErrUnexpectedEOF for a cut inside a message,
-// ErrFraming, or the reader's own error — when the stream is broken.
+// ErrFraming, ErrTooLarge, or the reader's own error — when the stream is broken.
 // metadata, Converse's last event, ends with EvDone.
 func (s *Stream) Next(out []provider.Event) ([]provider.Event, error) {
 	var prelude [preludeLen]byte
@@ -74,8 +78,11 @@ func (s *Stream) Next(out []provider.Event) ([]provider.Event, error) {
 	if crc32.ChecksumIEEE(prelude[:8]) != binary.BigEndian.Uint32(prelude[8:12]) {
 		return out, fmt.Errorf("%w: prelude checksum mismatch", ErrFraming)
 	}
-	if total < preludeLen+4 || total > MaxMessageBytes || headers > total-preludeLen-4 {
-		return out, fmt.Errorf("%w: message length %d, headers %d (limit %d)", ErrFraming, total, headers, MaxMessageBytes)
+	if total > MaxMessageBytes {
+		return out, fmt.Errorf("%w: %d bytes (limit %d)", ErrTooLarge, total, MaxMessageBytes)
+	}
+	if total < preludeLen+4 || headers > total-preludeLen-4 {
+		return out, fmt.Errorf("%w: message length %d, headers %d", ErrFraming, total, headers)
 	}
 	s.frame = append(s.frame[:0], prelude[:]...)
 	s.frame = append(s.frame, make([]byte, total-preludeLen)...)
