@@ -88,7 +88,11 @@ func awsEnv(t *testing.T, id, secret string) {
 
 func newBedrockEnv(t *testing.T, bcfg mock.Config, secret string) *bedrockEnv {
 	t.Helper()
-	awsEnv(t, mock.DefaultAWS.AccessKeyID, secret)
+	id := mock.DefaultAWS.AccessKeyID
+	if secret == "" {
+		id = "" // no credentials at all
+	}
+	awsEnv(t, id, secret)
 	b := &bedrockEnv{env: &env{t: t, client: http.DefaultClient}, bedrock: mock.New(bcfg)}
 	b.anthropic = mock.New(mock.Config{})
 	t.Cleanup(b.bedrock.Close)
@@ -358,5 +362,24 @@ func TestBedrockRefusedCredential(t *testing.T) {
 				t.Errorf("the %s holds %q: %s", what, secret, text)
 			}
 		}
+	}
+}
+
+// TestBedrockNoCredentials: the AWS chain finds no credentials at all.
+// Nothing is sent to Bedrock; the route's account counts as refused, and
+// the next route serves at once.
+func TestBedrockNoCredentials(t *testing.T) {
+	b := newBedrockEnv(t, mock.Config{}, "")
+	var h http.Header
+	oc := b.openai(&h)
+	if _, err := oc.Chat.Completions.New(context.Background(), oaParams("claude", "Say something.")); err != nil {
+		t.Fatal(err)
+	}
+	if nb, na := b.bedrock.Stats().Requests, b.anthropic.Stats().Requests; nb != 0 || na != 1 {
+		t.Fatalf("Bedrock %d calls, Anthropic %d; want 0 and 1", nb, na)
+	}
+	r := b.receipt(h.Get("X-Oncegate-Request-Id"))
+	if len(r.Attempts) != 2 || r.Attempts[0].Kind != "account_refused" || r.Attempts[1].Route != "claude" {
+		t.Fatalf("attempts %+v", r.Attempts)
 	}
 }
