@@ -21,7 +21,7 @@ import (
 	"github.com/oncegate/oncegate/internal/policy"
 )
 
-// End to end with a bedrock route (docs/providers-bedrock.md): the
+// End to end with a bedrock route (docs/providers.md): the
 // official OpenAI and Anthropic SDKs at their defaults, the gateway, and
 // the mock's independent Bedrock fake — Converse, ConverseStream in AWS's
 // event-stream framing, and a real SigV4 check — over real HTTP on

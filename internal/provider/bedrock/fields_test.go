@@ -194,7 +194,7 @@ func TestBuildShapes(t *testing.T) {
 	}
 }
 
-// fieldRows renders the bedrock column as docs/providers-bedrock.md shows it.
+// fieldRows renders the bedrock column as docs/providers.md shows it.
 func fieldRows() string {
 	var b strings.Builder
 	b.WriteString("| client | field | fate on bedrock | to | note |\n|---|---|---|---|---|\n")
@@ -216,10 +216,10 @@ func fieldRows() string {
 	return b.String()
 }
 
-// TestTheDocsShowTheBedrockColumn holds docs/providers-bedrock.md to the
+// TestTheDocsShowTheBedrockColumn holds docs/providers.md to the
 // code's table; go test ./internal/provider/bedrock -update rewrites it.
 func TestTheDocsShowTheBedrockColumn(t *testing.T) {
-	const path = "../../../docs/providers-bedrock.md"
+	const path = "../../../docs/providers.md"
 	doc, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
