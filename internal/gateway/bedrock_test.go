@@ -383,3 +383,28 @@ func TestBedrockNoCredentials(t *testing.T) {
 		t.Fatalf("attempts %+v", r.Attempts)
 	}
 }
+
+// TestBedrockSkippedForWhatConverseCannotCarry: parallel_tool_calls:
+// false translates to Anthropic but not to Converse, so the bedrock route
+// is skipped before dispatch, with its reason in the receipt, and the
+// Anthropic route serves.
+func TestBedrockSkippedForWhatConverseCannotCarry(t *testing.T) {
+	b := newBedrockEnv(t, mock.Config{}, mock.DefaultAWS.SecretAccessKey)
+	var h http.Header
+	oc := b.openai(&h)
+	tool := openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{Name: "get_weather",
+		Parameters: openai.FunctionParameters{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}}}})
+	_, err := oc.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: "claude",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Weather in Paris?")},
+		Tools:    []openai.ChatCompletionToolUnionParam{tool}, ParallelToolCalls: openai.Bool(false)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nb, na := b.bedrock.Stats().Requests, b.anthropic.Stats().Requests; nb != 0 || na != 1 {
+		t.Fatalf("Bedrock %d calls, Anthropic %d; want 0 and 1", nb, na)
+	}
+	r := b.receipt(h.Get("X-Oncegate-Request-Id"))
+	if why := r.Request.IneligibleRoutes["claude-bedrock"]; !strings.Contains(why, "parallel_tool_calls") {
+		t.Fatalf("ineligible routes %v", r.Request.IneligibleRoutes)
+	}
+}

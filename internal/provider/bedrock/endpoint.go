@@ -3,10 +3,12 @@ package bedrock
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/provider"
@@ -40,6 +42,27 @@ func (converseType) Open(cfg provider.Config) (provider.Endpoint, error) {
 		return nil, err
 	}
 	return &Endpoint{cfg: c, auth: &signer{Auth: auth, cfg: c}}, nil
+}
+
+// Uncarried lists the fields of a client request that Converse cannot
+// carry although the other client protocol could (provider.FieldLimiter):
+// those the bedrock column makes native only and the OpenAI ↔ Anthropic
+// table does not — parallel_tool_calls: false, Anthropic's
+// disable_parallel_tool_use. The gateway then skips bedrock routes for
+// the request instead of failing it on them.
+func (converseType) Uncarried(p provider.Protocol, body []byte) []string {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(body, &top) != nil {
+		return nil
+	}
+	var out []string
+	for name, v := range top {
+		if FateOf(p, name, v) == provider.FateNativeOnly && provider.FateOf(p, name, v) != provider.FateNativeOnly {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Endpoint is one configured bedrock provider.

@@ -241,3 +241,21 @@ func TestTheDocsShowTheBedrockColumn(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestUncarried(t *testing.T) {
+	l := Converse.(provider.FieldLimiter)
+	for _, c := range []struct {
+		p    provider.Protocol
+		body string
+		want []string
+	}{
+		{provider.OpenAI, `{"model":"m","messages":[],"parallel_tool_calls":false,"seed":1}`, []string{"parallel_tool_calls"}},
+		{provider.OpenAI, `{"model":"m","messages":[],"parallel_tool_calls":true}`, nil},
+		{provider.Anthropic, `{"model":"m","messages":[],"tool_choice":{"type":"auto","disable_parallel_tool_use":true}}`, []string{"tool_choice"}},
+		{provider.Anthropic, `{"model":"m","messages":[],"top_k":5}`, nil}, // native only everywhere: not this type's
+	} {
+		if got := l.Uncarried(c.p, []byte(c.body)); !slices.Equal(got, c.want) {
+			t.Errorf("%s: %v, want %v", c.body, got, c.want)
+		}
+	}
+}
