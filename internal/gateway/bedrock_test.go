@@ -408,3 +408,38 @@ func TestBedrockSkippedForWhatConverseCannotCarry(t *testing.T) {
 		t.Fatalf("ineligible routes %v", r.Request.IneligibleRoutes)
 	}
 }
+
+// TestBedrockResumesABrokenStream: Bedrock drops the stream after some
+// visible output; the route declares assistant_prefill, so the gateway
+// continues the answer on it with the delivered text as a trailing
+// assistant message, and the client reads one seamless answer — the same
+// text an unbroken call gives.
+func TestBedrockResumesABrokenStream(t *testing.T) {
+	b := newBedrockEnv(t, mock.Config{Tokens: 40}, mock.DefaultAWS.SecretAccessKey)
+	var h http.Header
+	oc := b.openai(&h)
+	whole, err := oc.Chat.Completions.New(context.Background(), oaParams("bedrock-only", "Tell me a story."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.bedrock.SetScript(mock.Script{Rules: []mock.Rule{{Calls: []int{2}, Fault: mock.Fault{Type: mock.FaultDropAfter, After: 8}}}})
+	st := oc.Chat.Completions.NewStreaming(context.Background(), oaParams("bedrock-only", "Tell me a story."), oopt("X-Oncegate-Join", "off"))
+	var acc openai.ChatCompletionAccumulator
+	for st.Next() {
+		acc.AddChunk(st.Current())
+	}
+	if err := st.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := acc.Choices[0].Message.Content, whole.Choices[0].Message.Content; got != want {
+		t.Fatalf("resumed stream\n got %q\nwant %q", got, want)
+	}
+	s := b.bedrock.Stats()
+	if s.Requests != 3 || s.Continuations != 1 {
+		t.Fatalf("Bedrock requests %d, continuations %d; want 3 and 1", s.Requests, s.Continuations)
+	}
+	r := b.receipt(h.Get("X-Oncegate-Request-Id"))
+	if len(r.Attempts) != 2 || r.Attempts[0].Kind != "stream_interrupted_after_output" || r.Attempts[1].Kind != "ok" {
+		t.Fatalf("attempts %+v", r.Attempts)
+	}
+}
