@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/provider"
@@ -48,7 +49,8 @@ func (converseType) Open(cfg provider.Config) (provider.Endpoint, error) {
 // carry although the other client protocol could (provider.FieldLimiter):
 // those the bedrock column makes native only and the OpenAI ↔ Anthropic
 // table does not — parallel_tool_calls: false, Anthropic's
-// disable_parallel_tool_use. The gateway then skips bedrock routes for
+// disable_parallel_tool_use — and an image by URL, which Converse
+// cannot fetch. The gateway then skips bedrock routes for
 // the request instead of failing it on them.
 func (converseType) Uncarried(p provider.Protocol, body []byte) []string {
 	var top map[string]json.RawMessage
@@ -61,8 +63,42 @@ func (converseType) Uncarried(p provider.Protocol, body []byte) []string {
 			out = append(out, name)
 		}
 	}
+	if imageByURL(top["messages"]) {
+		out = append(out, "messages (an image by URL)")
+	}
 	slices.Sort(out)
 	return out
+}
+
+// imageByURL reports a message part that is an image by http(s) URL —
+// OpenAI's image_url with a URL that is not data:, Anthropic's image
+// with a url source — which Converse cannot fetch.
+func imageByURL(messages json.RawMessage) bool {
+	var msgs []struct {
+		Content json.RawMessage `json:"content"`
+	}
+	if json.Unmarshal(messages, &msgs) != nil {
+		return false
+	}
+	for _, m := range msgs {
+		var parts []struct {
+			ImageURL *struct {
+				URL string `json:"url"`
+			} `json:"image_url"`
+			Source *struct {
+				Type string `json:"type"`
+			} `json:"source"`
+		}
+		if json.Unmarshal(m.Content, &parts) != nil {
+			continue // text content
+		}
+		for _, p := range parts {
+			if p.ImageURL != nil && !strings.HasPrefix(p.ImageURL.URL, "data:") || p.Source != nil && p.Source.Type == "url" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Endpoint is one configured bedrock provider.

@@ -253,6 +253,10 @@ func TestUncarried(t *testing.T) {
 		{provider.OpenAI, `{"model":"m","messages":[],"parallel_tool_calls":true}`, nil},
 		{provider.Anthropic, `{"model":"m","messages":[],"tool_choice":{"type":"auto","disable_parallel_tool_use":true}}`, []string{"tool_choice"}},
 		{provider.Anthropic, `{"model":"m","messages":[],"top_k":5}`, nil}, // native only everywhere: not this type's
+		{provider.OpenAI, `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://x/cat.png"}}]}]}`, []string{"messages (an image by URL)"}},
+		{provider.OpenAI, `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,AA=="}}]}]}`, nil},
+		{provider.Anthropic, `{"model":"m","messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"https://x/cat.png"}}]}]}`, []string{"messages (an image by URL)"}},
+		{provider.Anthropic, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, nil},
 	} {
 		if got := l.Uncarried(c.p, []byte(c.body)); !slices.Equal(got, c.want) {
 			t.Errorf("%s: %v, want %v", c.body, got, c.want)
