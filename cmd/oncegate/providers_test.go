@@ -86,3 +86,14 @@ func TestCheckHoldsProvidersToTheirTypesKeys(t *testing.T) {
 		}
 	}
 }
+
+// The Azure example checks, and --connect names its key's source.
+func TestCheckAzureExample(t *testing.T) {
+	t.Setenv("ONCEGATE_KEY_DEV", "sk-dev")
+	t.Setenv("AZURE_OPENAI_KEY", "azure-mock-key")
+	code, out, errOut := runCLI("check", "--connect", "--config", "../../examples/azure.yaml")
+	if code != 0 || !strings.Contains(out, "provider azure-east (azure-openai) at http://127.0.0.1:9090: api-key from AZURE_OPENAI_KEY; header x-ms-client-request-source") ||
+		!strings.Contains(out, "configuration OK") || strings.Contains(out, "azure-mock-key") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+}

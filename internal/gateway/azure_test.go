@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/openai/openai-go/v3"
@@ -315,5 +316,70 @@ func TestAzureOpenAIContentFilter(t *testing.T) {
 	rc := e.receipt(ae.Response.Header.Get("X-Oncegate-Request-Id"))
 	if len(rc.Attempts) != 1 || rc.Attempts[0].Kind != string(gw.KindPolicyDenied) {
 		t.Fatalf("receipt %+v", rc.Attempts)
+	}
+}
+
+// Azure's 429 names its wait in retry-after-ms: the next attempt on the
+// route is scheduled no sooner, as the receipt records.
+func TestAzureOpenAIRetryAfterMS(t *testing.T) {
+	t.Parallel()
+	e, _ := newAzureEnv(t)
+	e.primary.SetScript(mock.Script{Rules: []mock.Rule{{Model: "gpt-4o-east", Calls: []int{1},
+		Fault: mock.Fault{Type: mock.FaultStatus, Status: 429, RetryAfter: "1", RetryAfterMS: "150"}}}})
+	var h http.Header
+	c := e.openai(&h)
+	if _, err := c.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: "chat", Messages: userMsg("throttled")}); err != nil {
+		t.Fatal(err)
+	}
+	if p, f := e.primary.Requests(), e.fallback.Requests(); p != 2 || f != 0 {
+		t.Fatalf("upstream calls: primary %d fallback %d, want 2 and 0", p, f)
+	}
+	rc := e.receipt(h.Get("X-Oncegate-Request-Id"))
+	a := rc.Attempts
+	if len(a) != 2 || a[0].Kind != string(gw.KindRateLimited) || a[0].RetryAfterMS == nil || *a[0].RetryAfterMS != 150 || a[1].Route != "east" {
+		t.Fatalf("receipt %+v", a)
+	}
+	if wait := a[1].NotBefore.Sub(a[0].ObservedAt); wait < 150*time.Millisecond {
+		t.Fatalf("the retry was scheduled %v after the 429, before its retry-after-ms", wait)
+	}
+}
+
+// A reload that reads a new header value (a rotated secret) sends it from
+// the next request on; one that changes nothing keeps the client.
+func TestProviderHeadersFollowAReload(t *testing.T) {
+	t.Parallel()
+	e, s := newAzureEnv(t)
+	c := e.openai(nil)
+	ask := func() *http.Request {
+		t.Helper()
+		if _, err := c.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: "chat", Messages: userMsg("hi")}); err != nil {
+			t.Fatal(err)
+		}
+		return s.last(t)
+	}
+	if got := ask().Header.Get("X-Tag"); got != azureTagSecret {
+		t.Fatalf("X-Tag %q", got)
+	}
+	before := e.gw.cur.Load().clients["azure-east"]
+	if err := e.gw.Reload(e.pol, e.secrets); err != nil {
+		t.Fatal(err)
+	}
+	if e.gw.cur.Load().clients["azure-east"] != before {
+		t.Fatal("a reload that changed nothing made a new client")
+	}
+	rotated, err := e.pol.Config.ResolveSecrets(func(k string) (string, bool) {
+		if k == "KEY_TAG" {
+			return "rotated-tag-value-0b7e", true
+		}
+		return e.envKeys()[k], true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.gw.Reload(e.pol, rotated); err != nil {
+		t.Fatal(err)
+	}
+	if got := ask().Header.Get("X-Tag"); got != "rotated-tag-value-0b7e" {
+		t.Fatalf("after the reload X-Tag %q", got)
 	}
 }

@@ -292,11 +292,11 @@ type envOptions struct {
 	// front, when set, stands in front of the primary mock: what it
 	// answers itself, the mock never sees.
 	front func(mock http.Handler) http.Handler
+	// fallbackFront is front for the fallback mock.
+	fallbackFront func(mock http.Handler) http.Handler
 	// config, when set, replaces testConfig (PRIMARY, FALLBACK and
 	// ANTHROPIC stand for the three mocks' URLs).
 	config string
-	// fallbackFront is front for the fallback mock.
-	fallbackFront func(mock http.Handler) http.Handler
 }
 
 func newEnvOpts(t *testing.T, o envOptions) *env {
