@@ -625,6 +625,9 @@ func (c *call) complete(res *attemptResult, resp *upstream.Response, out *provid
 	if err != nil {
 		return c.observe(res, gw.KindProtocolViolation, "", err.Error())
 	}
+	// An answer that does not name its model (Converse's) is the
+	// route's model's.
+	ir.Model = firstNonEmpty(ir.Model, res.route.Model)
 	res.obs.Usage = ir.Usage
 	if c.turn != nil && spec.Stateful {
 		c.turn.upstreamID = ir.ID

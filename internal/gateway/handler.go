@@ -288,10 +288,29 @@ func (g *Gateway) newCall(r *http.Request, p provider.Protocol, t *policy.Tenant
 		MaxDataBoundary: t.MaxBoundary.String(), AcceptRestart: acceptRestart, NoContinuation: cr.IR.Thinking, DroppableFields: c.dropped,
 		IneligibleRoutes: alias.Ineligible(policy.Needs{Images: needs.Images, Audio: needs.Audio, Tools: needs.Tools,
 			JSONSchema: needs.JSONSchema, Stream: needs.Stream, ContextTokens: cr.PromptTokens + cr.IR.MaxTokens,
-			Protocol: string(cr.Protocol), NativeOnly: native, Embeddings: p == provider.Embeddings}, t.MaxBoundary)}
+			Protocol: string(cr.Protocol), NativeOnly: native, Embeddings: p == provider.Embeddings,
+			Uncarried: uncarried(cr)}, t.MaxBoundary)}
 	c.rec = receipt.NewRecorder(alias, h)
 	c.out = newOutput(c)
 	return c, nil
+}
+
+// uncarried answers policy.Needs.Uncarried for cr: what a type that is a
+// provider.FieldLimiter cannot carry of it, found once per type.
+func uncarried(cr *provider.ClientRequest) func(provider.Type) []string {
+	found := map[provider.Type][]string{}
+	return func(t provider.Type) []string {
+		l, ok := t.(provider.FieldLimiter)
+		if !ok || cr.Protocol == provider.Embeddings {
+			return nil
+		}
+		if f, seen := found[t]; seen {
+			return f
+		}
+		f := l.Uncarried(cr.Protocol, cr.Body)
+		found[t] = f
+		return f
+	}
 }
 
 // droppable splits the request's native-only fields (docs/translation.md)

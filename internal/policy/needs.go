@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/oncegate/oncegate/internal/gw"
+	"github.com/oncegate/oncegate/internal/provider"
 )
 
 // Needs is what one request requires of a route, found by inspecting it
@@ -23,6 +24,10 @@ type Needs struct {
 	// Embeddings: the request is for embeddings, which only OpenAI-type
 	// routes serve.
 	Embeddings bool
+	// Uncarried, when set, lists the request's fields that a route of
+	// type t cannot carry although the other protocol could
+	// (provider.FieldLimiter); nil or empty: none.
+	Uncarried func(t provider.Type) []string
 }
 
 // Ineligible returns, for each of the alias's routes that cannot serve a
@@ -45,6 +50,8 @@ func (a *Alias) Ineligible(n Needs, maxBoundary gw.DataBoundary) map[string]stri
 			out[r.ID] = fmt.Sprintf("embeddings need a provider that serves them, not %s", r.Provider.Type)
 		case len(n.NativeOnly) > 0 && string(r.Provider.Impl.Spec().Protocol) != n.Protocol:
 			out[r.ID] = fmt.Sprintf("%s cannot be carried to the %s protocol", strings.Join(n.NativeOnly, ", "), r.Provider.Impl.Spec().Protocol)
+		case n.Uncarried != nil && len(n.Uncarried(r.Provider.Impl)) > 0:
+			out[r.ID] = fmt.Sprintf("%s cannot be carried to a %s route", strings.Join(n.Uncarried(r.Provider.Impl), ", "), r.Provider.Type)
 		case n.Images && !r.Caps.Accepts(InputImage):
 			out[r.ID] = "no image input"
 		case n.Audio && !r.Caps.Accepts(InputAudio):

@@ -242,6 +242,16 @@ func StaticKey(cfg Config, header, prefix string) Auth {
 	return &KeyHeader{Header: header, Prefix: prefix, Key: cfg.APIKey, Source: cfg.KeySource}
 }
 
+// FieldLimiter is a Type that cannot carry some client fields which the
+// OpenAI ↔ Anthropic translation carries (docs/translation.md): Uncarried
+// lists, sorted, the top-level fields of a client request body of
+// protocol p that it cannot carry. Its routes are ineligible for such a
+// request — skipped before dispatch, like a route of the other protocol
+// for a native-only field.
+type FieldLimiter interface {
+	Uncarried(p Protocol, body []byte) []string
+}
+
 // TokenCounter is an Endpoint that counts a Messages request's tokens
 // (Spec.CountTokens): CountRequest builds the call for an Anthropic
 // client's body on model, with its anthropic-beta header.

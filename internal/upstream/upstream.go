@@ -99,6 +99,12 @@ func (e *Error) Kind() (gw.Kind, gw.Cause) {
 	case e.Phase == PhaseBody:
 		return gw.KindUnavailable, ""
 	}
+	// A failure the authentication step classified itself: a credential
+	// that cannot be obtained is the route's account refused.
+	var k interface{ Kind() (gw.Kind, gw.Cause) }
+	if errors.As(e.Err, &k) {
+		return k.Kind()
+	}
 	return gw.KindTimeoutBeforeResponse, ""
 }
 
@@ -234,7 +240,12 @@ func (c *Client) Do(ctx context.Context, r *Request) (*Response, error) {
 	req.Header.Set("Content-Type", "application/json")
 	if c.cfg.Auth != nil {
 		if err := c.cfg.Auth.Authenticate(ctx, req, r.Body); err != nil {
+			cause := context.Cause(ctx)
 			cancel(nil)
+			if cause != nil {
+				// The attempt's deadline or its caller ended the wait.
+				return nil, sendError(err, cause, PhaseConnect)
+			}
 			return nil, &Error{Phase: PhaseConnect, Err: fmt.Errorf("authenticate: %w", err)}
 		}
 	}

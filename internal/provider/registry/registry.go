@@ -15,6 +15,7 @@ import (
 	"github.com/oncegate/oncegate/internal/provider"
 	"github.com/oncegate/oncegate/internal/provider/anthropic"
 	"github.com/oncegate/oncegate/internal/provider/azure"
+	"github.com/oncegate/oncegate/internal/provider/bedrock"
 	"github.com/oncegate/oncegate/internal/provider/openai"
 )
 
@@ -24,6 +25,7 @@ var types = map[string]provider.Type{
 	"openai-responses": openai.Responses,
 	"anthropic":        anthropic.Messages,
 	"azure-openai":     azure.OpenAI,
+	"bedrock":          bedrock.Converse,
 }
 
 // Lookup returns the type named name.
