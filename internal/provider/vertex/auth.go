@@ -10,6 +10,8 @@ import (
 
 	"golang.org/x/oauth2"
 	"golang.org/x/oauth2/google"
+
+	"github.com/oncegate/oncegate/internal/gw"
 )
 
 // Scope is the OAuth2 scope Vertex AI needs.
@@ -146,4 +148,14 @@ func tokenError(err error) error {
 		return fmt.Errorf("%w (HTTP %d %s)", ErrTokenRefused, status, reasonWord(re.ErrorCode))
 	}
 	return fmt.Errorf("vertex: fetching an access token: %w", err)
+}
+
+// ClassifyTokenError maps a failure to obtain a token to the attempt's
+// outcome: the token endpoint's refusal refuses the route's account; a
+// token endpoint that cannot be reached makes the route unavailable.
+func ClassifyTokenError(err error) (gw.Kind, gw.Cause) {
+	if errors.Is(err, ErrTokenRefused) {
+		return gw.KindAccountRefused, gw.CauseUpstreamAuth
+	}
+	return gw.KindUnavailable, ""
 }
