@@ -33,9 +33,6 @@ type googleDetail struct {
 	} `json:"violations"`
 }
 
-// maxField bounds each string kept from an error body.
-const maxField = 256
-
 // ParseError reads a Google error body — an object, or the one-element
 // array a streaming method answers with — and falls back to
 // provider.ParseError for any other shape (an Anthropic model's own error

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"sort"
-	"strconv"
 
 	"github.com/oncegate/oncegate/internal/provider"
 )
@@ -37,13 +36,6 @@ func isJSON(want ...string) func(json.RawMessage) bool {
 			}
 		}
 		return false
-	}
-}
-
-func numberAtMost(limit float64) func(json.RawMessage) bool {
-	return func(raw json.RawMessage) bool {
-		f, err := strconv.ParseFloat(string(bytes.TrimSpace(raw)), 64)
-		return err == nil && f <= limit
 	}
 }
 
