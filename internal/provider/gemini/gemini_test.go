@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -178,12 +179,15 @@ func TestFieldColumnComplete(t *testing.T) {
 			t.Errorf("%s %q: translated with no Gemini member named", f.Protocol, f.Name)
 		}
 		// A sample that asks for something must be built, or refused.
-		if f.Sample != "" && g.Fate == provider.FateTranslated {
-			body := `{"model":"m","messages":[{"role":"user","content":"x"}]`
+		if f.Sample != "" && FateOf(f.Protocol, f.Name, json.RawMessage(f.Sample)) == provider.FateTranslated {
+			body := `{"model":"m","tools":[{"type":"function","function":{"name":"f"}}],"messages":[{"role":"user","content":"x"}]`
 			if f.Protocol == provider.Anthropic {
-				body = `{"model":"m","max_tokens":9,"messages":[{"role":"user","content":"x"}]`
+				body = `{"model":"m","tools":[{"name":"f","input_schema":{"type":"object"}}],"messages":[{"role":"user","content":"x"}]`
+				if f.Name != "max_tokens" {
+					body += `,"max_tokens":9`
+				}
 			}
-			if f.Name != "messages" && f.Name != "max_tokens" {
+			if f.Name != "messages" {
 				body += `,"` + f.Name + `":` + f.Sample
 			}
 			in, err := provider.ParseRequest(f.Protocol, []byte(body+"}"))
@@ -191,8 +195,21 @@ func TestFieldColumnComplete(t *testing.T) {
 				t.Errorf("%s %q sample: %v", f.Protocol, f.Name, err)
 				continue
 			}
-			if _, err := BuildRequest(in, provider.Target{Model: "g"}, nil); err != nil {
+			b, err := BuildRequest(in, provider.Target{Model: "g"}, nil)
+			if err != nil {
 				t.Errorf("%s %q sample %s: translated field not built: %v", f.Protocol, f.Name, f.Sample, err)
+				continue
+			}
+			path := strings.ReplaceAll(strings.Split(g.To, ",")[0], "[]", "")
+			if !hasPath(b, path) {
+				t.Errorf("%s %q sample %s: %s missing from %s", f.Protocol, f.Name, f.Sample, path, b)
+			}
+		}
+		// A sample of a field Gemini cannot carry keeps the route off.
+		if f.Sample != "" && FateOf(f.Protocol, f.Name, json.RawMessage(f.Sample)) == provider.FateNativeOnly {
+			body := `{"model":"m","messages":[],"` + f.Name + `":` + f.Sample + `}`
+			if !slices.Contains(NativeOnly(f.Protocol, []byte(body)), f.Name) {
+				t.Errorf("%s %q sample %s: not native only for gemini", f.Protocol, f.Name, f.Sample)
 			}
 		}
 	}
@@ -205,6 +222,28 @@ func TestFieldColumnComplete(t *testing.T) {
 			t.Errorf("gemini column has %s %q, which the field table lacks", g.Protocol, g.Name)
 		}
 	}
+}
+
+// hasPath reports whether a dotted path of object members exists in b
+// (an array on the way is entered at its first element).
+func hasPath(b []byte, path string) bool {
+	var v any
+	if json.Unmarshal(b, &v) != nil {
+		return false
+	}
+	for _, k := range strings.Split(path, ".") {
+		if arr, ok := v.([]any); ok && len(arr) > 0 {
+			v = arr[0]
+		}
+		m, ok := v.(map[string]any)
+		if !ok {
+			return false
+		}
+		if v, ok = m[k]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 func TestDecodeText(t *testing.T) {
