@@ -34,17 +34,29 @@ func (m *Mock) serveEmbeddings(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
+	model, e, prompt, msg := parseEmbeddings(body, false)
+	if msg != "" {
+		writeError(w, provider.OpenAI, 400, "invalid_request_error", "", msg, nil)
+		return
+	}
+	x := m.begin(legacyCodec{provider.Embeddings}, w, r, &ask{model: model, promptTokens: prompt})
+	x.emb = e
+	x.finishServe()
+}
+
+// parseEmbeddings reads an embeddings request (the model may be left out
+// when the URL names it); msg is the message of a 400.
+func parseEmbeddings(body []byte, modelInURL bool) (model string, e *rsEmbed, prompt int64, msg string) {
 	var in struct {
 		Model          string          `json:"model"`
 		Input          json.RawMessage `json:"input"`
 		EncodingFormat string          `json:"encoding_format"`
 		Dimensions     int             `json:"dimensions"`
 	}
-	if err := json.Unmarshal(body, &in); err != nil || in.Model == "" {
-		writeError(w, provider.OpenAI, 400, "invalid_request_error", "", "invalid embeddings request", nil)
-		return
+	if err := json.Unmarshal(body, &in); err != nil || (in.Model == "" && !modelInURL) {
+		return "", nil, 0, "invalid embeddings request"
 	}
-	e := &rsEmbed{dims: embeddingsDims, base64: in.EncodingFormat == "base64"}
+	e = &rsEmbed{dims: embeddingsDims, base64: in.EncodingFormat == "base64"}
 	if in.Dimensions > 0 {
 		e.dims = in.Dimensions
 	}
@@ -62,16 +74,12 @@ func (m *Mock) serveEmbeddings(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if len(e.inputs) == 0 {
-		writeError(w, provider.OpenAI, 400, "invalid_request_error", "", "'input' must not be empty", nil)
-		return
+		return "", nil, 0, "'input' must not be empty"
 	}
-	var prompt int64
 	for _, s := range e.inputs {
 		prompt += tokens.Text(s)
 	}
-	x := m.begin(provider.Embeddings, w, r, &provider.Request{Model: in.Model}, prompt)
-	x.emb = e
-	x.finishServe()
+	return in.Model, e, prompt, ""
 }
 
 // embed writes the embeddings answer.
@@ -91,7 +99,7 @@ func (x *exchange) embed() {
 	}
 	x.w.Header().Set("Content-Type", "application/json")
 	x.w.Header().Set("x-request-id", "req_mock"+x.id)
-	_ = json.NewEncoder(x.w).Encode(map[string]any{"object": "list", "data": data, "model": x.req.Model,
+	_ = json.NewEncoder(x.w).Encode(map[string]any{"object": "list", "data": data, "model": x.req.model,
 		"usage": map[string]int64{"prompt_tokens": x.prompt, "total_tokens": x.prompt}})
 }
 
@@ -126,10 +134,10 @@ func (m *Mock) countTokens(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if f := m.countFault(ir.Model, r.Header.Get("Idempotency-Key")); f != nil {
-		x := &exchange{m: m, proto: provider.Anthropic, w: w, r: r}
+		x := &exchange{m: m, c: legacyCodec{provider.Anthropic}, w: w, r: r}
 		switch f.Type {
 		case FaultStatus:
-			x.errorResponse(f)
+			x.c.fail(x, f)
 			return
 		case FaultReset:
 			reset(w)

@@ -2,6 +2,7 @@ package mock
 
 import (
 	"context"
+	"crypto/rsa"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,10 +10,10 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
-	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/provider"
 )
 
@@ -34,6 +35,22 @@ type Config struct {
 	CachedTokens     int64
 	CacheWriteTokens int64
 	Script           Script
+	// AzureAPIKey is the api-key the Azure OpenAI fake accepts (default
+	// DefaultAzureAPIKey).
+	AzureAPIKey string
+	// GeminiAPIKey is the x-goog-api-key the Gemini API fake accepts
+	// (default DefaultGeminiAPIKey).
+	GeminiAPIKey string
+	// AWS is the credentials and region whose SigV4 signatures the
+	// Bedrock fake accepts (defaults: DefaultAWS).
+	AWS AWSCredentials
+	// VertexClientEmail and VertexPublicKey are the service account whose
+	// signed JWTs the token endpoint accepts (defaults: the test account
+	// of ServiceAccountJSON); VertexTokenTTL is the life of the access
+	// tokens it issues (default 1h).
+	VertexClientEmail string
+	VertexPublicKey   *rsa.PublicKey
+	VertexTokenTTL    time.Duration
 }
 
 // Mock is the fake provider. It is an http.Handler and safe for
@@ -51,6 +68,7 @@ type Mock struct {
 	state  *rsState
 	// traceparents: the last traceparent each request id came with.
 	traceparents map[string]string
+	vertex       *vertexAuth
 	closing      chan struct{}
 	once         sync.Once
 }
@@ -61,10 +79,10 @@ func New(cfg Config) *Mock {
 		cfg.Tokens = 24
 	}
 	m := &Mock{cfg: cfg, stats: newStats(), script: cfg.Script, setAt: time.Now(), calls: map[string]int{}, counts: map[string]int{}, closing: make(chan struct{}),
-		state: newRSState(), traceparents: map[string]string{}}
+		state: newRSState(), traceparents: map[string]string{}, vertex: newVertexAuth(&cfg)}
 	m.mux = http.NewServeMux()
-	m.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { m.serve(provider.OpenAI, w, r) })
-	m.mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { m.serve(provider.Anthropic, w, r) })
+	m.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { m.serve(legacyCodec{provider.OpenAI}, w, r) })
+	m.mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { m.serve(legacyCodec{provider.Anthropic}, w, r) })
 	m.mux.HandleFunc("POST /v1/responses", m.serveResponses)
 	m.mux.HandleFunc("POST /v1/embeddings", m.serveEmbeddings)
 	m.mux.HandleFunc("POST /v1/messages/count_tokens", m.countTokens)
@@ -72,6 +90,18 @@ func New(cfg Config) *Mock {
 	m.mux.HandleFunc("POST /v1/conversations", m.createConversation)
 	m.mux.HandleFunc("GET /v1/conversations/{id}/items", m.listItems)
 	m.mux.HandleFunc("DELETE /v1/conversations/{id}/items/{item}", m.deleteItem)
+	m.mux.HandleFunc("POST /openai/deployments/{deployment}/chat/completions", m.serveAzure)
+	m.mux.HandleFunc("POST /openai/v1/chat/completions", m.serveAzure)
+	m.mux.HandleFunc("POST /openai/deployments/{deployment}/embeddings", m.serveAzureEmbeddings)
+	m.mux.HandleFunc("POST /openai/v1/embeddings", m.serveAzureEmbeddings)
+	m.mux.HandleFunc("POST /v1beta/models/{call}", m.serveGemini)
+	m.mux.HandleFunc("POST /v1/models/{call}", m.serveGemini)
+	for _, v := range []string{"v1", "v1beta1"} {
+		m.mux.HandleFunc("POST /"+v+"/projects/{project}/locations/{location}/publishers/{publisher}/models/{call}", m.serveVertex)
+	}
+	m.mux.HandleFunc("POST /token", m.serveToken)
+	m.mux.HandleFunc("POST /model/{model}/converse", m.serveBedrock)
+	m.mux.HandleFunc("POST /model/{model}/converse-stream", m.serveBedrock)
 	m.mux.HandleFunc("GET /mock/stats", m.serveStats)
 	m.mux.HandleFunc("POST /mock/reset", func(w http.ResponseWriter, r *http.Request) { m.Reset(); w.WriteHeader(204) })
 	m.mux.HandleFunc("PUT /mock/script", m.serveScript)
@@ -143,10 +173,10 @@ func (m *Mock) serveScript(w http.ResponseWriter, r *http.Request) {
 // exchange is one request being answered.
 type exchange struct {
 	m      *Mock
-	proto  provider.Protocol
+	c      codec
 	w      http.ResponseWriter
 	r      *http.Request
-	req    *provider.Request
+	req    *ask
 	lbl    labels
 	st     *stats
 	fault  *Fault
@@ -159,47 +189,25 @@ type exchange struct {
 	// an embeddings request.
 	rs  *rsTurn
 	emb *rsEmbed
-}
-
-func (m *Mock) serve(proto provider.Protocol, w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, 32<<20))
-	if err != nil {
-		return
-	}
-	cr, err := provider.ParseRequest(proto, body)
-	if err != nil {
-		writeError(w, proto, 400, "invalid_request_error", "", err.Error(), nil)
-		return
-	}
-	var asked struct {
-		Logprobs bool `json:"logprobs"`
-	}
-	_ = json.Unmarshal(body, &asked)
-	if cr.IR.Thinking && prefilled(cr.IR) {
-		// As Anthropic: extended thinking takes no prefill.
-		writeError(w, proto, 400, "invalid_request_error", "", "assistant message prefill is not supported when thinking is enabled", nil)
-		return
-	}
-	x := m.begin(proto, w, r, cr.IR, cr.PromptTokens)
-	x.logprobs = asked.Logprobs && proto == provider.OpenAI
-	x.finishServe()
+	// body is the request's body, for codecs that authenticate it.
+	body []byte
 }
 
 // begin counts a generation request and matches it against the script.
-func (m *Mock) begin(proto provider.Protocol, w http.ResponseWriter, r *http.Request, ir *provider.Request, prompt int64) *exchange {
-	x := &exchange{m: m, proto: proto, w: w, r: r, req: ir, prompt: prompt,
-		lbl: labels{key: r.Header.Get("Idempotency-Key"), reqID: r.Header.Get("X-Oncegate-Request-Id"), model: ir.Model}}
-	cont := len(ir.Messages) > 0 && isPrefix(&ir.Messages[len(ir.Messages)-1])
+func (m *Mock) begin(c codec, w http.ResponseWriter, r *http.Request, a *ask) *exchange {
+	x := &exchange{m: m, c: c, w: w, r: r, req: a, prompt: a.promptTokens,
+		lbl: labels{key: r.Header.Get("Idempotency-Key"), reqID: r.Header.Get("X-Oncegate-Request-Id"), model: a.model}}
+	cont := a.continuation()
 	m.mu.Lock()
 	if tp := r.Header.Get("traceparent"); tp != "" && x.lbl.reqID != "" {
 		m.traceparents[x.lbl.reqID] = tp
 	}
-	m.calls[ir.Model]++
+	m.calls[a.model]++
 	m.ids++
 	x.st, x.id = m.stats, strconv.FormatInt(m.ids, 10)
-	c := call{model: ir.Model, key: x.lbl.key, n: m.calls[ir.Model], continuation: cont, since: time.Since(m.setAt)}
+	cl := call{model: a.model, key: x.lbl.key, n: m.calls[a.model], continuation: cont, since: time.Since(m.setAt)}
 	for i := range m.script.Rules {
-		if m.script.Rules[i].matches(c, i) {
+		if m.script.Rules[i].matches(cl, i) {
 			f := m.script.Rules[i].Fault
 			x.fault = &f
 			break
@@ -211,8 +219,8 @@ func (m *Mock) begin(proto provider.Protocol, w http.ResponseWriter, r *http.Req
 		if cont {
 			c.Continuations++
 		}
-		c.MaxTokensAsked = max(c.MaxTokensAsked, ir.MaxTokens)
-		if ir.MaxTokens == 0 {
+		c.MaxTokensAsked = max(c.MaxTokensAsked, a.maxTokens)
+		if a.maxTokens == 0 {
 			c.Unlimited++
 		}
 	})
@@ -237,10 +245,13 @@ func (x *exchange) faultType() string {
 }
 
 func (x *exchange) run() {
+	if a, ok := x.c.(authenticator); ok && !a.authenticate(x, x.body) {
+		return
+	}
 	f := x.fault
 	switch x.faultType() {
-	case FaultStatus, FaultContextLength, FaultContentPolicy, FaultQuota, FaultRejectPrefill:
-		x.errorResponse(f)
+	case FaultStatus, FaultContextLength, FaultContentPolicy, FaultQuota, FaultRejectPrefill, FaultAuth:
+		x.c.fail(x, f)
 		return
 	case FaultReset:
 		reset(x.w)
@@ -272,7 +283,7 @@ func (x *exchange) run() {
 	if x.rs != nil && x.afterCommit(tokens, finish) {
 		return
 	}
-	if x.req.Stream {
+	if x.req.stream {
 		x.stream(tokens, finish)
 		return
 	}
@@ -286,34 +297,42 @@ func (x *exchange) run() {
 		_, _ = x.w.Write(x.commit(tokens, finish, "", true))
 		return
 	}
+	a := &answer{finish: finish}
+	if name, ok := x.req.tool(); ok {
+		a.tool, a.finish = &toolCall{id: x.toolCallID(), name: name, args: strings.Join(toolArgs, "")}, finishTools
+		a.usage = x.usage(int64(len(toolArgs)))
+	} else {
+		a.text = strings.Join(tokens, "")
+		a.usage = x.usage(int64(len(tokens)))
+	}
+	b := x.c.body(x, a)
 	x.w.Header().Set("Content-Type", "application/json")
-	x.w.Header().Set("x-request-id", "req_mock"+x.id)
-	_, _ = x.w.Write(x.completeBody(tokens, finish))
+	x.w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	_, _ = x.w.Write(b)
 }
 
-// plan decides the answer: a tool call when tools are offered and the last
-// turn is the user's, otherwise the deterministic text (continued from a
+// plan decides the answer: the deterministic text (continued from a
 // prefix when there is one), capped by max_tokens.
 func (x *exchange) plan() ([]string, string) {
 	n := x.m.cfg.Tokens
 	limited := false
-	if mt := int(x.req.MaxTokens); mt > 0 && mt < n {
+	if mt := int(x.req.maxTokens); mt > 0 && mt < n {
 		n, limited = mt, true
 	}
 	full := answerTokens(promptKey(x.m.cfg.Seed, x.req), x.m.cfg.Tokens)
 	tokens := full[:n]
-	if msgs := x.req.Messages; len(msgs) > 0 && isPrefix(&msgs[len(msgs)-1]) {
-		if rest, ok := continueTokens(full, msgs[len(msgs)-1].Text()); ok {
+	if x.req.continuation() {
+		if rest, ok := continueTokens(full, x.req.turns[len(x.req.turns)-1].text); ok {
 			tokens, limited = rest, false
-			if mt := int(x.req.MaxTokens); mt > 0 && mt < len(rest) {
+			if mt := int(x.req.maxTokens); mt > 0 && mt < len(rest) {
 				tokens, limited = rest[:mt], true
 			}
 		}
 	}
 	if limited {
-		return tokens, provider.FinishLength
+		return tokens, finishLength
 	}
-	return tokens, provider.FinishStop
+	return tokens, finishStop
 }
 
 // wait sleeps d unless the client leaves or the mock closes; it reports
@@ -342,10 +361,10 @@ func (x *exchange) block(timer <-chan time.Time) bool {
 
 // usage is what the exchange reports: its prompt, out output tokens, and
 // the cache reads and writes the mock is configured with.
-func (x *exchange) usage(out int64) gw.Usage {
+func (x *exchange) usage(out int64) usage {
 	reads := min(x.m.cfg.CachedTokens, x.prompt)
-	return gw.Usage{InputTokens: x.prompt, OutputTokens: out, CachedTokens: reads,
-		CacheWriteTokens: min(x.m.cfg.CacheWriteTokens, x.prompt-reads)}
+	return usage{input: x.prompt, output: out, cached: reads,
+		cacheWrite: min(x.m.cfg.CacheWriteTokens, x.prompt-reads)}
 }
 
 func (x *exchange) countOut(n int64) {
@@ -353,63 +372,16 @@ func (x *exchange) countOut(n int64) {
 	x.st.add(x.lbl, func(c *Counter) { c.OutputTokens += n })
 }
 
-func (x *exchange) wantsTool() (provider.Tool, bool) {
-	r := x.req
-	if len(r.Tools) == 0 || (r.ToolChoice != nil && r.ToolChoice.Mode == provider.ToolNone) {
-		return provider.Tool{}, false
-	}
-	if n := len(r.Messages); n == 0 || r.Messages[n-1].Role != provider.RoleUser {
-		return provider.Tool{}, false
-	}
-	t := r.Tools[0]
-	if tc := r.ToolChoice; tc != nil && tc.Mode == provider.ToolNamed {
-		for _, cand := range r.Tools {
-			if cand.Name == tc.Name {
-				t = cand
-			}
-		}
-	}
-	return t, true
-}
-
 // toolArgs are the deterministic arguments of the mock's tool call, in the
 // three pieces a stream sends them as.
 var toolArgs = []string{`{"query":`, ` "oncegate`, ` receipts"}`}
 
-func (x *exchange) toolCallID() string {
-	if x.proto == provider.Anthropic {
-		return "toolu_mock" + x.id
-	}
-	return "call_mock" + x.id
-}
-
-func (x *exchange) completeBody(tokens []string, finish string) []byte {
-	resp := &provider.Response{ID: "mock-" + x.id, Model: x.req.Model, Created: time.Now().Unix(), Finish: finish}
-	if t, ok := x.wantsTool(); ok {
-		args := ""
-		for _, a := range toolArgs {
-			args += a
-		}
-		resp.ToolCalls, resp.Finish = []provider.ToolCall{{ID: x.toolCallID(), Name: t.Name, Arguments: args}}, provider.FinishToolCalls
-		resp.Usage.OutputTokens = int64(len(toolArgs))
-	} else {
-		for _, t := range tokens {
-			resp.Text += t
-		}
-		resp.Usage.OutputTokens = int64(len(tokens))
-	}
-	resp.Usage = x.usage(resp.Usage.OutputTokens)
-	id := "chatcmpl-mock" + x.id
-	if x.proto == provider.Anthropic {
-		id = "msg_mock" + x.id
-	}
-	return provider.EncodeResponse(x.proto, resp, id)
-}
+func (x *exchange) toolCallID() string { return x.c.toolPrefix() + x.id }
 
 // garbage answers 200 with something that is not the protocol: an HTML
 // page for a JSON request, events that are not JSON for a stream.
 func (x *exchange) garbage() {
-	if x.req.Stream {
+	if x.req.stream {
 		x.w.Header().Set("Content-Type", "text/event-stream")
 		x.w.WriteHeader(http.StatusOK)
 		for i := 0; i < 3; i++ {
@@ -435,97 +407,6 @@ func reset(w http.ResponseWriter) {
 	_ = conn.Close()
 }
 
-// errorResponse writes the provider's error for a status fault.
-func (x *exchange) errorResponse(f *Fault) {
-	status, typ, code, msg := f.Status, f.ErrorType, f.ErrorCode, f.Message
-	switch f.Type {
-	case FaultContextLength:
-		status, code = 400, "context_length_exceeded"
-		typ, msg = "invalid_request_error", "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens. Please reduce the length of the messages."
-		if x.proto == provider.Anthropic {
-			msg = "prompt is too long: 210000 tokens > 200000 maximum"
-		}
-	case FaultContentPolicy:
-		status, typ, code = 400, "invalid_request_error", "content_policy_violation"
-		msg = "Your request was rejected as a result of our safety system. Your prompt may contain text that is not allowed by our safety system."
-		if x.proto == provider.Anthropic {
-			msg = "Output blocked by content filtering policy"
-		}
-	case FaultQuota:
-		status, typ, code = 429, "insufficient_quota", "insufficient_quota"
-		msg = "You exceeded your current quota, please check your plan and billing details."
-	case FaultRejectPrefill:
-		status, typ = 400, "invalid_request_error"
-		msg = "This model does not support assistant message prefill. The conversation must end with a user message."
-	}
-	if status == 0 {
-		status = 500
-	}
-	if typ == "" {
-		typ, code = defaultErrorType(x.proto, status)
-	}
-	if msg == "" {
-		msg = http.StatusText(status)
-		if status == 529 {
-			msg = "Overloaded"
-		}
-	}
-	h := http.Header{}
-	if f.RetryAfter != "" {
-		h.Set("Retry-After", f.RetryAfter)
-	}
-	if f.RetryAfterMS != "" {
-		h.Set("retry-after-ms", f.RetryAfterMS)
-	}
-	writeError(x.w, x.proto, status, typ, code, msg, h)
-}
-
-// defaultErrorType names the error each provider sends for a status.
-func defaultErrorType(p provider.Protocol, status int) (typ, code string) {
-	if p == provider.Anthropic {
-		switch status {
-		case 429:
-			return "rate_limit_error", ""
-		case 529:
-			return "overloaded_error", ""
-		case 401:
-			return "authentication_error", ""
-		case 404:
-			return "not_found_error", ""
-		}
-		if status >= 500 {
-			return "api_error", ""
-		}
-		return "invalid_request_error", ""
-	}
-	switch {
-	case status == 429:
-		return "requests", "rate_limit_exceeded"
-	case status >= 500:
-		return "server_error", ""
-	}
-	return "invalid_request_error", ""
-}
-
-func writeError(w http.ResponseWriter, p provider.Protocol, status int, typ, code, msg string, h http.Header) {
-	for k, v := range h {
-		w.Header()[k] = v
-	}
-	w.Header().Set("Content-Type", "application/json")
-	var body any
-	if p == provider.Anthropic {
-		body = map[string]any{"type": "error", "error": map[string]string{"type": typ, "message": msg}, "request_id": "req_mock"}
-	} else {
-		var c any
-		if code != "" {
-			c = code
-		}
-		body = map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": c}}
-	}
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(body)
-}
-
 // Serve runs the mock on a listener until ctx ends.
 func (m *Mock) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{Handler: m, ReadHeaderTimeout: 10 * time.Second}
@@ -540,11 +421,4 @@ func (m *Mock) Serve(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("mock serve: %w", err)
 	}
 	return nil
-}
-
-// prefilled reports whether a request ends with an assistant message: a
-// prefill the model is to continue.
-func prefilled(r *provider.Request) bool {
-	n := len(r.Messages)
-	return n > 0 && r.Messages[n-1].Role == provider.RoleAssistant && len(r.Messages[n-1].ToolCalls) == 0
 }

@@ -145,7 +145,7 @@ func (m *Mock) serveResponses(w http.ResponseWriter, r *http.Request) {
 	}
 	ir := &provider.Request{Model: req.Model, System: strings.Join(system, "\n\n"), Messages: msgs, Tools: req.Tools,
 		ToolChoice: req.ToolChoice, MaxTokens: req.MaxOutputTokens, Stream: req.Stream}
-	x := m.begin(provider.Responses, w, r, ir, provider.PromptTokens(ir))
+	x := m.begin(legacyCodec{provider.Responses}, w, r, askOf(ir, provider.PromptTokens(ir)))
 	x.rs = &rsTurn{req: req, shell: provider.ShellOf(req, "resp_mock"+x.id, time.Now().Unix())}
 	x.rs.shell.Model = req.Model
 	x.finishServe()
@@ -166,7 +166,7 @@ func (x *exchange) afterCommit(tokens []string, finish string) bool {
 		x.commit(tokens, finish, "b", false)
 		x.infrastructure502()
 	case FaultCommitThenReset:
-		if x.req.Stream {
+		if x.req.stream {
 			return false // stream() commits, then resets after After events
 		}
 		x.commit(tokens, finish, "", false)
@@ -189,9 +189,9 @@ func (x *exchange) infrastructure502() {
 // were sent) and appends the turn's input and output to its
 // conversation; it returns the response object.
 func (x *exchange) commit(tokens []string, finish, suffix string, counted bool) []byte {
-	resp := &provider.Response{Model: x.req.Model, Finish: finish}
-	if t, ok := x.wantsTool(); ok {
-		resp.ToolCalls, resp.Finish = []provider.ToolCall{{ID: x.toolCallID() + suffix, Name: t.Name, Arguments: strings.Join(toolArgs, "")}}, provider.FinishToolCalls
+	resp := &provider.Response{Model: x.req.model, Finish: finish}
+	if name, ok := x.req.tool(); ok {
+		resp.ToolCalls, resp.Finish = []provider.ToolCall{{ID: x.toolCallID() + suffix, Name: name, Arguments: strings.Join(toolArgs, "")}}, provider.FinishToolCalls
 		resp.Usage.OutputTokens = int64(len(toolArgs))
 	} else {
 		resp.Text = strings.Join(tokens, "")

@@ -35,6 +35,10 @@ const (
 	FaultStreamError    = "stream_error_after"
 	FaultRejectPrefill  = "reject_prefill" // 400 to any continuation request
 	FaultGarbage        = "garbage"        // 200 with a body that is not the protocol
+	// FaultAuth is the provider's own refusal of a credential (401/403 in
+	// its shape; ErrorType picks among its kinds, such as Bedrock's
+	// ExpiredTokenException).
+	FaultAuth = "auth"
 )
 
 // Fault is what a matching rule does to a request.

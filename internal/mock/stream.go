@@ -5,54 +5,43 @@ import (
 	"net/http"
 	"strings"
 	"time"
-
-	"github.com/oncegate/oncegate/internal/provider"
-	"github.com/oncegate/oncegate/internal/sse"
 )
 
-// stream answers with server-sent events in the request's protocol,
-// applying any mid-stream fault. Each token is one event, flushed on its
-// own and counted once written.
+// stream answers in the request's protocol, applying any mid-stream
+// fault. Each token is one frame, flushed on its own and counted once
+// written.
 func (x *exchange) stream(tokens []string, finish string) {
-	h := x.w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("x-request-id", "req_mock"+x.id)
+	st := x.c.streamer(x)
+	st.header(x.w.Header())
 	x.w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(x.w)
-	id := "chatcmpl-mock" + x.id
-	if x.proto == provider.Anthropic {
-		id = "msg_mock" + x.id
-	}
-	enc := provider.NewEncoder(x.proto, id, time.Now().Unix(), x.req.Model)
-	if x.rs != nil {
-		enc = provider.NewResponsesEncoder(x.rs.shell)
-	}
 	send := func(b []byte) bool {
+		if len(b) == 0 {
+			return x.r.Context().Err() == nil
+		}
 		if _, err := x.w.Write(b); err != nil {
 			return false
 		}
 		return rc.Flush() == nil
 	}
-	if !send(enc.Start(nil, x.prompt)) {
+	if !send(st.start()) {
 		return
 	}
 	pieces, tool := tokens, false
-	if t, ok := x.wantsTool(); ok {
-		pieces, tool, finish = toolArgs, true, provider.FinishToolCalls
-		if !send(enc.ToolStart(nil, 0, x.toolCallID(), t.Name)) {
+	if name, ok := x.req.tool(); ok {
+		pieces, tool, finish = toolArgs, true, finishTools
+		if !send(st.toolStart(x.toolCallID(), name)) {
 			return
 		}
 	}
-	if x.proto == provider.Anthropic && x.req.Thinking && !tool {
-		te := enc.(provider.ThinkingEncoder)
+	if th, ok := st.(thinker); ok && x.req.thinking && !tool {
 		for _, p := range thinkingTokens {
-			if !send(te.Thinking(nil, p)) {
+			if !send(th.thinking(p)) {
 				return
 			}
 			x.countOut(1)
 		}
-		if !send(te.Signature(nil, "sig-mock"+x.id)) {
+		if !send(th.signature("sig-mock" + x.id)) {
 			return
 		}
 	}
@@ -63,7 +52,7 @@ func (x *exchange) stream(tokens []string, finish string) {
 			panic(http.ErrAbortHandler) // committed whole; the connection drops mid-stream
 		}
 		if f != nil && i == f.After {
-			if !x.midStream(f, send, enc) {
+			if !x.midStream(f, send, st) {
 				return
 			}
 		}
@@ -71,13 +60,10 @@ func (x *exchange) stream(tokens []string, finish string) {
 			return
 		}
 		var b []byte
-		switch {
-		case tool:
-			b = enc.ToolArgs(nil, 0, p)
-		case x.logprobs:
-			b = enc.(provider.LogprobsEncoder).TextLogprobs(nil, p, Logprobs(p))
-		default:
-			b = enc.Text(nil, p)
+		if tool {
+			b = st.toolArgs(p, i == len(pieces)-1)
+		} else {
+			b = st.text(p)
 		}
 		if !send(b) {
 			return
@@ -85,7 +71,7 @@ func (x *exchange) stream(tokens []string, finish string) {
 		x.countOut(1)
 	}
 	if f != nil && f.After >= len(pieces) && f.Type != FaultNoDone {
-		if !x.midStream(f, send, enc) {
+		if !x.midStream(f, send, st) {
 			return
 		}
 	}
@@ -93,19 +79,16 @@ func (x *exchange) stream(tokens []string, finish string) {
 		x.commit(tokens, finish, "", true)
 		panic(http.ErrAbortHandler)
 	}
-	tail := enc.Finish(nil, finish, x.usage(x.out), true)
+	tail := st.finish(finish, x.usage(x.out), f == nil || f.Type != FaultNoDone)
 	if x.rs != nil {
 		x.commit(tokens, finish, "", true)
-	}
-	if f != nil && f.Type == FaultNoDone {
-		tail = tail[:len(tail)-len(terminator(x.proto))]
 	}
 	send(tail)
 }
 
 // midStream applies a fault once After tokens are out; it reports whether
 // the stream goes on.
-func (x *exchange) midStream(f *Fault, send func([]byte) bool, enc provider.Encoder) bool {
+func (x *exchange) midStream(f *Fault, send func([]byte) bool, st streamer) bool {
 	switch f.Type {
 	case FaultSlowFirstToken:
 		return x.wait(time.Duration(f.DelayMS) * time.Millisecond)
@@ -115,29 +98,12 @@ func (x *exchange) midStream(f *Fault, send func([]byte) bool, enc provider.Enco
 		x.block(nil)
 		return false
 	case FaultMalformedAfter:
-		return send(sse.AppendEvent(nil, eventType(x.proto), []byte(`{"id":"chatcmpl-broken","choices":[{"delta":{"content":"garbage`)))
+		return send(st.malformed())
 	case FaultStreamError:
-		ce := &provider.ClientError{Type: "overloaded_error", Code: "overloaded_error", Message: "Overloaded"}
-		b := enc.Error(nil, ce)
-		send(b)
+		send(st.fail(f))
 		return false
 	}
 	return true
-}
-
-func eventType(p provider.Protocol) string {
-	if p == provider.Anthropic {
-		return "content_block_delta"
-	}
-	return ""
-}
-
-// terminator is the final frame a no_done fault leaves out.
-func terminator(p provider.Protocol) string {
-	if p == provider.Anthropic {
-		return "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
-	}
-	return "data: [DONE]\n\n"
 }
 
 // thinkingTokens is the extended thinking the mock streams before its

@@ -4,8 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"strings"
-
-	"github.com/oncegate/oncegate/internal/provider"
 )
 
 var words = strings.Fields(`the gateway keeps one logical request per user action and every attempt is
@@ -16,32 +14,24 @@ streams resume from the last visible token instead of generating a second answer
 // promptKey identifies a prompt for text generation: the seed, the system
 // prompt and every message except a trailing assistant prefix, so that a
 // continuation request draws the same answer as the request it continues.
-func promptKey(seed int64, r *provider.Request) uint64 {
+func promptKey(seed int64, a *ask) uint64 {
 	h := sha256.New()
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], uint64(seed))
 	h.Write(b[:])
-	h.Write([]byte(r.System))
-	msgs := r.Messages
-	if n := len(msgs); n > 0 && isPrefix(&msgs[n-1]) {
-		msgs = msgs[:n-1]
+	h.Write([]byte(a.system))
+	turns := a.turns
+	if a.continuation() {
+		turns = turns[:len(turns)-1]
 	}
-	for _, m := range msgs {
+	for _, t := range turns {
 		h.Write([]byte{0})
-		h.Write([]byte(m.Role))
+		h.Write([]byte(t.role))
 		h.Write([]byte{0})
-		h.Write([]byte(m.Text()))
-		for _, c := range m.ToolCalls {
-			h.Write([]byte(c.Name + c.Arguments))
-		}
+		h.Write([]byte(t.text))
+		h.Write([]byte(t.calls))
 	}
 	return binary.BigEndian.Uint64(h.Sum(nil))
-}
-
-// isPrefix reports whether a trailing message is an assistant prefix to
-// continue (and not a completed tool-call turn).
-func isPrefix(m *provider.Message) bool {
-	return m.Role == provider.RoleAssistant && len(m.ToolCalls) == 0
 }
 
 // answerTokens is the deterministic answer for a prompt key: n tokens, each
@@ -74,11 +64,20 @@ func answerTokens(key uint64, n int) []string {
 	return out
 }
 
-// Answer returns the full text the mock answers for a request body's
-// prompt with the given seed and length: the text a client must read,
-// however many attempts it took.
-func Answer(seed int64, r *provider.Request, n int) string {
-	return strings.Join(answerTokens(promptKey(seed, r), n), "")
+// AnswerTo returns the full text the mock answers, with the given seed and
+// length, to a conversation of user and assistant texts (alternating,
+// starting with the user's): the text a client must read, however many
+// attempts it took and whichever provider type served it.
+func AnswerTo(seed int64, system string, texts []string, n int) string {
+	a := &ask{system: system}
+	for i, t := range texts {
+		role := roleUser
+		if i%2 == 1 {
+			role = roleAssistant
+		}
+		a.turns = append(a.turns, turn{role: role, text: t})
+	}
+	return strings.Join(answerTokens(promptKey(seed, a), n), "")
 }
 
 // continueTokens returns the tokens that follow prefix in the full answer:
@@ -107,6 +106,5 @@ func continueTokens(full []string, prefix string) (rest []string, ok bool) {
 // AnswerFor is the answer to a single user message: what a client must
 // read for that prompt, however many attempts it took.
 func AnswerFor(seed int64, userText string, n int) string {
-	return Answer(seed, &provider.Request{Messages: []provider.Message{{Role: provider.RoleUser,
-		Parts: []provider.Part{{Type: provider.PartText, Text: userText}}}}}, n)
+	return AnswerTo(seed, "", []string{userText}, n)
 }

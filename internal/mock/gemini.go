@@ -1,0 +1,393 @@
+package mock
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/oncegate/oncegate/internal/tokens"
+)
+
+// The Gemini fakes (ai.google.dev/api/generate-content): the Gemini API's
+// generateContent and streamGenerateContent?alt=sse with the
+// x-goog-api-key header, and the same format on Vertex AI's
+// publishers/google models (vertex.go). Errors are google.rpc.Status
+// bodies: {"error": {"code", "message", "status", "details"}}.
+
+// DefaultGeminiAPIKey is the key the Gemini API fake accepts unless
+// Config.GeminiAPIKey says otherwise.
+const DefaultGeminiAPIKey = "gemini-mock-key"
+
+// gmRequest is the part of a GenerateContentRequest the mock reads.
+type gmRequest struct {
+	Contents []struct {
+		Role  string   `json:"role"`
+		Parts []gmPart `json:"parts"`
+	} `json:"contents"`
+	SystemInstruction *struct {
+		Parts []gmPart `json:"parts"`
+	} `json:"systemInstruction"`
+	Tools []struct {
+		FunctionDeclarations []struct {
+			Name string `json:"name"`
+		} `json:"functionDeclarations"`
+	} `json:"tools"`
+	ToolConfig *struct {
+		FunctionCallingConfig *struct {
+			Mode                 string   `json:"mode"`
+			AllowedFunctionNames []string `json:"allowedFunctionNames"`
+		} `json:"functionCallingConfig"`
+	} `json:"toolConfig"`
+	GenerationConfig *struct {
+		MaxOutputTokens int64 `json:"maxOutputTokens"`
+	} `json:"generationConfig"`
+}
+
+type gmPart struct {
+	Text         string `json:"text"`
+	FunctionCall *struct {
+		Name string          `json:"name"`
+		Args json.RawMessage `json:"args"`
+	} `json:"functionCall"`
+	FunctionResponse json.RawMessage `json:"functionResponse"`
+}
+
+// decodeGemini reads a GenerateContentRequest; an error is the message of
+// a 400 INVALID_ARGUMENT.
+func decodeGemini(body []byte, model string, stream bool) (*ask, error) {
+	var in gmRequest
+	if err := json.Unmarshal(body, &in); err != nil {
+		return nil, fmt.Errorf("Invalid JSON payload received. %v", err)
+	}
+	if len(in.Contents) == 0 {
+		return nil, fmt.Errorf("* GenerateContentRequest.contents: contents is not specified")
+	}
+	a := &ask{model: model, stream: stream}
+	n := int64(0)
+	if si := in.SystemInstruction; si != nil {
+		var parts []string
+		for _, p := range si.Parts {
+			parts = append(parts, p.Text)
+			n += tokens.Text(p.Text)
+		}
+		a.system = strings.Join(parts, "\n\n")
+	}
+	for _, c := range in.Contents {
+		t := turn{role: roleUser}
+		if c.Role == "model" {
+			t.role = roleAssistant
+		}
+		for _, p := range c.Parts {
+			t.text += p.Text
+			if p.FunctionCall != nil {
+				t.hasCalls = true
+				t.calls += p.FunctionCall.Name + string(p.FunctionCall.Args)
+			}
+			if len(p.FunctionResponse) > 0 {
+				t.role = roleTool
+				t.text += string(p.FunctionResponse)
+			}
+		}
+		n += tokens.Text(t.text+t.calls) + 1
+		a.turns = append(a.turns, t)
+	}
+	a.promptTokens = max(n, 1)
+	for _, tl := range in.Tools {
+		for _, f := range tl.FunctionDeclarations {
+			a.tools = append(a.tools, f.Name)
+		}
+	}
+	if tc := in.ToolConfig; tc != nil && tc.FunctionCallingConfig != nil {
+		switch fc := tc.FunctionCallingConfig; fc.Mode {
+		case "NONE":
+			a.toolMode = "none"
+		case "ANY":
+			a.toolMode = "required"
+			if len(fc.AllowedFunctionNames) > 0 {
+				a.toolMode, a.toolName = "tool", fc.AllowedFunctionNames[0]
+			}
+		}
+	}
+	if gc := in.GenerationConfig; gc != nil {
+		a.maxTokens = gc.MaxOutputTokens
+	}
+	return a, nil
+}
+
+// splitMethod splits "gemini-2.0-flash:generateContent" into the model and
+// the method.
+func splitMethod(s string) (model, method string) {
+	i := strings.LastIndexByte(s, ':')
+	if i < 0 {
+		return s, ""
+	}
+	return s[:i], s[i+1:]
+}
+
+// serveGemini answers the Gemini API: POST /v1beta/models/{model}:generateContent.
+func (m *Mock) serveGemini(w http.ResponseWriter, r *http.Request) {
+	model, method := splitMethod(r.PathValue("call"))
+	m.serveGeminiFormat(w, r, model, method, geminiCodec{key: m.geminiKey()})
+}
+
+func (m *Mock) serveGeminiFormat(w http.ResponseWriter, r *http.Request, model, method string, c codec) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 32<<20))
+	if err != nil {
+		return
+	}
+	var stream bool
+	switch method {
+	case "generateContent":
+	case "streamGenerateContent":
+		stream = true
+	default:
+		googleError(w, 404, "NOT_FOUND", "Method not found.", nil)
+		return
+	}
+	a, err := decodeGemini(body, model, stream)
+	if err != nil {
+		googleError(w, 400, "INVALID_ARGUMENT", err.Error(), nil)
+		return
+	}
+	x := m.begin(c, w, r, a)
+	x.finishServe()
+}
+
+func (m *Mock) geminiKey() string {
+	if m.cfg.GeminiAPIKey != "" {
+		return m.cfg.GeminiAPIKey
+	}
+	return DefaultGeminiAPIKey
+}
+
+// googleError writes a google.rpc.Status error body.
+func googleError(w http.ResponseWriter, code int, status, msg string, details []any) {
+	e := map[string]any{"code": code, "message": msg, "status": status}
+	if len(details) > 0 {
+		e["details"] = details
+	}
+	writeJSON(w, code, map[string]any{"error": e})
+}
+
+// errorInfo is a google.rpc.ErrorInfo detail.
+func errorInfo(reason, service string) map[string]any {
+	return map[string]any{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason, "domain": "googleapis.com",
+		"metadata": map[string]any{"service": service}}
+}
+
+// geminiCodec answers as the Gemini API (vertex false) or as Vertex AI's
+// Gemini models.
+type geminiCodec struct {
+	key    string
+	vertex *vertexAuth
+}
+
+func (g geminiCodec) authenticate(x *exchange, _ []byte) bool {
+	if g.vertex != nil {
+		return g.vertex.check(x)
+	}
+	k := x.r.Header.Get("x-goog-api-key")
+	if k == "" {
+		k = x.r.URL.Query().Get("key")
+	}
+	if k == g.key {
+		return true
+	}
+	if k == "" {
+		googleError(x.w, 403, "PERMISSION_DENIED", "Method doesn't allow unregistered callers (callers without established identity). Please use API Key or other form of API consumer identity to call this API.",
+			[]any{errorInfo("SERVICE_DISABLED", "generativelanguage.googleapis.com")})
+		return false
+	}
+	googleError(x.w, 400, "INVALID_ARGUMENT", "API key not valid. Please pass a valid API key.", []any{
+		errorInfo("API_KEY_INVALID", "generativelanguage.googleapis.com"),
+		map[string]any{"@type": "type.googleapis.com/google.rpc.LocalizedMessage", "locale": "en-US", "message": "API key not valid. Please pass a valid API key."}})
+	return false
+}
+
+func (g geminiCodec) toolPrefix() string { return "call_mock" }
+
+func (g geminiCodec) service() string {
+	if g.vertex != nil {
+		return "aiplatform.googleapis.com"
+	}
+	return "generativelanguage.googleapis.com"
+}
+
+func (g geminiCodec) fail(x *exchange, f *Fault) {
+	retryHeaders(x.w.Header(), f)
+	if f.Type == FaultAuth {
+		if g.vertex != nil {
+			vertexUnauthenticated(x.w)
+			return
+		}
+		googleError(x.w, 400, "INVALID_ARGUMENT", "API key not valid. Please pass a valid API key.",
+			[]any{errorInfo("API_KEY_INVALID", g.service())})
+		return
+	}
+	if f.Type == FaultContentPolicy {
+		// A blocked prompt is a 200 with promptFeedback and no candidates.
+		writeJSON(x.w, 200, map[string]any{"promptFeedback": map[string]any{"blockReason": "SAFETY",
+			"safetyRatings": []any{map[string]any{"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "probability": "HIGH", "blocked": true}}},
+			"usageMetadata": map[string]any{"promptTokenCount": x.prompt, "totalTokenCount": x.prompt}, "modelVersion": x.req.model})
+		return
+	}
+	code, status, msg := googleStatus(f)
+	var details []any
+	if code == 429 {
+		delay := "1s"
+		if f.RetryAfter != "" {
+			delay = f.RetryAfter + "s"
+		}
+		details = []any{map[string]any{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": delay}}
+	}
+	googleError(x.w, code, status, msg, details)
+}
+
+// googleStatus is the HTTP code, status and message of a fault, in
+// Google's canonical codes (cloud.google.com/apis/design/errors).
+func googleStatus(f *Fault) (int, string, string) {
+	code := f.Status
+	switch f.Type {
+	case FaultQuota:
+		code = 429
+	case FaultContextLength:
+		return 400, "INVALID_ARGUMENT", "The input token count (1200000) exceeds the maximum number of tokens allowed (1048576)."
+	}
+	if code == 0 {
+		code = 500
+	}
+	status, msg := "INTERNAL", "An internal error has occurred. Please retry or report in https://developers.generativeai.google/guide/troubleshooting"
+	switch code {
+	case 400:
+		status, msg = "INVALID_ARGUMENT", "Request contains an invalid argument."
+	case 401:
+		status, msg = "UNAUTHENTICATED", "Request had invalid authentication credentials."
+	case 403:
+		status, msg = "PERMISSION_DENIED", "The caller does not have permission"
+	case 404:
+		status, msg = "NOT_FOUND", "Requested entity was not found."
+	case 429:
+		status, msg = "RESOURCE_EXHAUSTED", "You exceeded your current quota, please check your plan and billing details. For more information on this error, head to: https://ai.google.dev/gemini-api/docs/rate-limits."
+	case 499:
+		status, msg = "CANCELLED", "The operation was cancelled."
+	case 503:
+		status, msg = "UNAVAILABLE", "The model is overloaded. Please try again later."
+	case 504:
+		status, msg = "DEADLINE_EXCEEDED", "Deadline expired before operation could complete."
+	}
+	if f.ErrorType != "" {
+		status = f.ErrorType
+	}
+	if f.Message != "" {
+		msg = f.Message
+	}
+	return code, status, msg
+}
+
+// gmFinish names a finish reason as Gemini does.
+func gmFinish(finish string) string {
+	switch finish {
+	case finishLength:
+		return "MAX_TOKENS"
+	}
+	return "STOP" // a function call also ends with STOP
+}
+
+func gmUsage(u usage) map[string]any {
+	m := map[string]any{"promptTokenCount": u.input, "candidatesTokenCount": u.output, "totalTokenCount": u.input + u.output,
+		"promptTokensDetails": []any{map[string]any{"modality": "TEXT", "tokenCount": u.input}}}
+	if u.cached > 0 {
+		m["cachedContentTokenCount"] = u.cached
+	}
+	return m
+}
+
+func (g geminiCodec) response(x *exchange, parts []any, finish string, u *usage) map[string]any {
+	cand := map[string]any{"content": map[string]any{"role": "model", "parts": parts}, "index": 0}
+	if finish != "" {
+		cand["finishReason"] = gmFinish(finish)
+	}
+	out := map[string]any{"candidates": []any{cand}, "modelVersion": x.req.model, "responseId": "mock-" + x.id}
+	if u != nil {
+		out["usageMetadata"] = gmUsage(*u)
+	}
+	if g.vertex != nil {
+		out["createTime"] = time.Now().UTC().Format(time.RFC3339Nano)
+	}
+	return out
+}
+
+func (g geminiCodec) body(x *exchange, a *answer) []byte {
+	var parts []any
+	if a.tool != nil {
+		parts = append(parts, map[string]any{"functionCall": map[string]any{"name": a.tool.name, "args": json.RawMessage(a.tool.args)}})
+	} else {
+		parts = append(parts, map[string]any{"text": a.text})
+	}
+	b, _ := json.Marshal(g.response(x, parts, a.finish, &a.usage))
+	return b
+}
+
+// gmStream is a streamGenerateContent?alt=sse answer: each chunk a whole
+// GenerateContentResponse in a data: line, the last with finishReason and
+// usageMetadata; no terminator.
+type gmStream struct {
+	g    geminiCodec
+	x    *exchange
+	name string
+	args string
+}
+
+func (g geminiCodec) streamer(x *exchange) streamer { return &gmStream{g: g, x: x} }
+
+func (s *gmStream) header(h http.Header) {
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+}
+
+func (s *gmStream) event(v any) []byte {
+	b, _ := json.Marshal(v)
+	return append(append([]byte("data: "), b...), "\r\n\r\n"...)
+}
+
+func (s *gmStream) start() []byte { return nil }
+
+func (s *gmStream) text(p string) []byte {
+	u := s.x.usage(0)
+	return s.event(s.g.response(s.x, []any{map[string]any{"text": p}}, "", &u))
+}
+
+func (s *gmStream) toolStart(_, name string) []byte { s.name = name; return nil }
+
+// toolArgs sends the function call whole, with its last piece: Gemini
+// does not stream a call's arguments.
+func (s *gmStream) toolArgs(p string, last bool) []byte {
+	s.args += p
+	if !last {
+		return nil
+	}
+	return s.event(s.g.response(s.x, []any{map[string]any{"functionCall": map[string]any{"name": s.name, "args": json.RawMessage(s.args)}}}, "", nil))
+}
+
+func (s *gmStream) finish(finish string, u usage, _ bool) []byte {
+	return s.event(s.g.response(s.x, []any{map[string]any{"text": ""}}, finish, &u))
+}
+
+func (s *gmStream) malformed() []byte {
+	return []byte("data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"garbage\r\n\r\n")
+}
+
+func (s *gmStream) fail(f *Fault) []byte {
+	code, status, msg := googleStatus(&Fault{Status: orInt(f.Status, 503), ErrorType: f.ErrorType, Message: f.Message})
+	return s.event(map[string]any{"error": map[string]any{"code": code, "message": msg, "status": status}})
+}
+
+func orInt(n, def int) int {
+	if n == 0 {
+		return def
+	}
+	return n
+}

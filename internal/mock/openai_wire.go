@@ -1,0 +1,277 @@
+package mock
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/oncegate/oncegate/internal/tokens"
+)
+
+// This file is the mock's own reading and writing of the OpenAI Chat
+// Completions wire format (platform.openai.com/docs/api-reference/chat),
+// written from the API reference and independent of internal/provider.
+
+// oaRequest is the part of a Chat Completions request the mock reads.
+type oaRequest struct {
+	Model    string `json:"model"`
+	Messages []struct {
+		Role      string          `json:"role"`
+		Content   json.RawMessage `json:"content"`
+		ToolCalls []struct {
+			Function struct {
+				Name      string `json:"name"`
+				Arguments string `json:"arguments"`
+			} `json:"function"`
+		} `json:"tool_calls"`
+		Prefix bool `json:"prefix"`
+	} `json:"messages"`
+	Stream        bool `json:"stream"`
+	StreamOptions *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+	MaxTokens           int64 `json:"max_tokens"`
+	MaxCompletionTokens int64 `json:"max_completion_tokens"`
+	Tools               []struct {
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	} `json:"tools"`
+	ToolChoice json.RawMessage `json:"tool_choice"`
+	Logprobs   bool            `json:"logprobs"`
+}
+
+// oaText is the text of a message's content: a string or an array of
+// parts, whose text parts it joins.
+func oaText(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	_ = json.Unmarshal(raw, &parts)
+	var b strings.Builder
+	for _, p := range parts {
+		if p.Type == "text" {
+			b.WriteString(p.Text)
+		}
+	}
+	return b.String()
+}
+
+// decodeOpenAI reads a Chat Completions request; an error is the message
+// of a 400.
+func decodeOpenAI(body []byte) (*ask, *oaRequest, error) {
+	var in oaRequest
+	if err := json.Unmarshal(body, &in); err != nil {
+		return nil, nil, fmt.Errorf("We could not parse the JSON body of your request. (HINT: This likely means you aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not valid JSON.)")
+	}
+	if len(in.Messages) == 0 {
+		return nil, nil, fmt.Errorf("[] is too short - 'messages'")
+	}
+	a := &ask{model: in.Model, stream: in.Stream, maxTokens: in.MaxCompletionTokens}
+	if a.maxTokens == 0 {
+		a.maxTokens = in.MaxTokens
+	}
+	var system []string
+	n := int64(tokens.PerRequest)
+	for _, m := range in.Messages {
+		text := oaText(m.Content)
+		n += tokens.PerMessage + tokens.Text(text)
+		if m.Role == "system" || m.Role == "developer" {
+			system = append(system, text)
+			continue
+		}
+		t := turn{role: m.Role, text: text, hasCalls: len(m.ToolCalls) > 0}
+		for _, c := range m.ToolCalls {
+			t.calls += c.Function.Name + c.Function.Arguments
+			n += tokens.Text(c.Function.Name + c.Function.Arguments)
+		}
+		a.turns = append(a.turns, t)
+	}
+	a.system = strings.Join(system, "\n\n")
+	a.promptTokens = n
+	for _, t := range in.Tools {
+		a.tools = append(a.tools, t.Function.Name)
+	}
+	var mode string
+	if json.Unmarshal(in.ToolChoice, &mode) == nil {
+		a.toolMode = mode
+	} else if len(in.ToolChoice) > 0 {
+		var named struct {
+			Function struct {
+				Name string `json:"name"`
+			} `json:"function"`
+		}
+		_ = json.Unmarshal(in.ToolChoice, &named)
+		a.toolMode, a.toolName = "tool", named.Function.Name
+	}
+	return a, &in, nil
+}
+
+// oaWire writes Chat Completions answers; azure adds Azure OpenAI's
+// content-filter annotations (learn.microsoft.com/azure/ai-foundry/openai/reference).
+type oaWire struct {
+	azure bool
+	// usage: a stream ends with a usage chunk (stream_options.include_usage).
+	usage bool
+}
+
+var oaFilterOK = map[string]any{
+	"hate":      map[string]any{"filtered": false, "severity": "safe"},
+	"self_harm": map[string]any{"filtered": false, "severity": "safe"},
+	"sexual":    map[string]any{"filtered": false, "severity": "safe"},
+	"violence":  map[string]any{"filtered": false, "severity": "safe"},
+}
+
+func oaUsage(u usage) map[string]any {
+	return map[string]any{
+		"prompt_tokens": u.input, "completion_tokens": u.output, "total_tokens": u.input + u.output,
+		"prompt_tokens_details":     map[string]any{"cached_tokens": u.cached, "audio_tokens": 0},
+		"completion_tokens_details": map[string]any{"reasoning_tokens": 0, "audio_tokens": 0, "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0},
+	}
+}
+
+func (o oaWire) toolPrefix() string { return "call_mock" }
+
+func (o oaWire) body(x *exchange, a *answer) []byte {
+	x.w.Header().Set("x-request-id", "req_mock"+x.id)
+	msg := map[string]any{"role": "assistant", "content": a.text, "refusal": nil}
+	if a.tool != nil {
+		msg["content"] = nil
+		msg["tool_calls"] = []any{map[string]any{"id": a.tool.id, "type": "function",
+			"function": map[string]any{"name": a.tool.name, "arguments": a.tool.args}}}
+	}
+	choice := map[string]any{"index": 0, "message": msg, "finish_reason": a.finish, "logprobs": nil}
+	out := map[string]any{"id": "chatcmpl-mock" + x.id, "object": "chat.completion", "created": time.Now().Unix(),
+		"model": x.req.model, "system_fingerprint": "fp_mock", "choices": []any{choice}, "usage": oaUsage(a.usage)}
+	if o.azure {
+		choice["content_filter_results"] = oaFilterOK
+		out["prompt_filter_results"] = []any{map[string]any{"prompt_index": 0, "content_filter_results": oaFilterOK}}
+	}
+	b, _ := json.Marshal(out)
+	return b
+}
+
+// oaStream writes a Chat Completions stream: one chunk per token, the
+// finish reason in a last delta, an optional usage chunk, then [DONE].
+type oaStream struct {
+	o       oaWire
+	x       *exchange
+	created int64
+	calls   bool
+}
+
+func (o oaWire) streamer(x *exchange) streamer {
+	return &oaStream{o: o, x: x, created: time.Now().Unix()}
+}
+
+func (s *oaStream) header(h http.Header) {
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("x-request-id", "req_mock"+s.x.id)
+}
+
+func (s *oaStream) chunk(choices []any, extra map[string]any) []byte {
+	c := map[string]any{"id": "chatcmpl-mock" + s.x.id, "object": "chat.completion.chunk", "created": s.created,
+		"model": s.x.req.model, "system_fingerprint": "fp_mock", "choices": choices}
+	for k, v := range extra {
+		c[k] = v
+	}
+	b, _ := json.Marshal(c)
+	return append(append([]byte("data: "), b...), '\n', '\n')
+}
+
+func (s *oaStream) delta(delta map[string]any, finish any) []byte {
+	ch := map[string]any{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": nil}
+	if s.o.azure {
+		ch["content_filter_results"] = map[string]any{}
+	}
+	return s.chunk([]any{ch}, nil)
+}
+
+func (s *oaStream) start() []byte {
+	var b []byte
+	if s.o.azure {
+		// Azure sends the prompt's filter results first, in a chunk
+		// without choices, id or model.
+		pf, _ := json.Marshal(map[string]any{"choices": []any{}, "created": 0, "id": "", "model": "", "object": "",
+			"prompt_filter_results": []any{map[string]any{"prompt_index": 0, "content_filter_results": oaFilterOK}}})
+		b = append(append(append(b, "data: "...), pf...), '\n', '\n')
+	}
+	return append(b, s.delta(map[string]any{"role": "assistant", "content": "", "refusal": nil}, nil)...)
+}
+
+func (s *oaStream) text(p string) []byte {
+	if s.x.logprobs {
+		ch := map[string]any{"index": 0, "delta": map[string]any{"content": p}, "finish_reason": nil, "logprobs": Logprobs(p)}
+		return s.chunk([]any{ch}, nil)
+	}
+	return s.delta(map[string]any{"content": p}, nil)
+}
+
+func (s *oaStream) toolStart(id, name string) []byte {
+	s.calls = true
+	return s.delta(map[string]any{"tool_calls": []any{map[string]any{"index": 0, "id": id, "type": "function",
+		"function": map[string]any{"name": name, "arguments": ""}}}}, nil)
+}
+
+func (s *oaStream) toolArgs(p string, _ bool) []byte {
+	return s.delta(map[string]any{"tool_calls": []any{map[string]any{"index": 0, "function": map[string]any{"arguments": p}}}}, nil)
+}
+
+func (s *oaStream) finish(finish string, u usage, terminate bool) []byte {
+	b := s.delta(map[string]any{}, finish)
+	if s.o.usage {
+		b = append(b, s.chunk([]any{}, map[string]any{"usage": oaUsage(u)})...)
+	}
+	if terminate {
+		b = append(b, "data: [DONE]\n\n"...)
+	}
+	return b
+}
+
+func (s *oaStream) malformed() []byte {
+	return []byte("data: {\"id\":\"chatcmpl-broken\",\"choices\":[{\"delta\":{\"content\":\"garbage\n\n")
+}
+
+func (s *oaStream) fail(f *Fault) []byte {
+	msg := f.Message
+	if msg == "" {
+		msg = "The server had an error while processing your request. Sorry about that!"
+	}
+	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": "server_error", "param": nil, "code": nil}})
+	return append(append([]byte("data: "), b...), '\n', '\n')
+}
+
+// oaError writes an error in OpenAI's shape.
+func oaError(w http.ResponseWriter, status int, typ, code, msg string) {
+	var c any
+	if code != "" {
+		c = code
+	}
+	writeJSON(w, status, map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": c}})
+}
+
+// writeJSON writes v as a JSON body with a status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// retryHeaders sets a fault's Retry-After and retry-after-ms headers.
+func retryHeaders(h http.Header, f *Fault) {
+	if f.RetryAfter != "" {
+		h.Set("Retry-After", f.RetryAfter)
+	}
+	if f.RetryAfterMS != "" {
+		h.Set("retry-after-ms", f.RetryAfterMS)
+	}
+}
