@@ -158,15 +158,20 @@ type TenantBudget struct {
 	MaxConcurrent int `yaml:"max_concurrent"`
 }
 
-// Provider is one upstream API endpoint.
+// Provider is one upstream API endpoint. Which keys beyond id, type,
+// timeouts, headers and query a provider may or must set depends on its
+// type (docs/providers.md); the policy asks the provider registry.
 type Provider struct {
 	// ID names the provider in routes and receipts. Required.
 	ID string `yaml:"id" required:"true"`
-	// Type is the wire protocol: "openai" (Chat Completions), "anthropic"
-	// (Messages) or "openai-responses". Required.
+	// Type is the provider type: "openai" (Chat Completions), "anthropic"
+	// (Messages), "openai-responses", "azure-openai", "bedrock", "gemini"
+	// or "vertex" (docs/providers.md). Required.
 	Type string `yaml:"type" required:"true"`
-	// BaseURL is the API root, e.g. "https://api.openai.com/v1". Required.
-	BaseURL string `yaml:"base_url" required:"true"`
+	// BaseURL is the API root, e.g. "https://api.openai.com/v1". Required
+	// by most types; a type with a well-known endpoint has a default
+	// (docs/providers.md).
+	BaseURL string `yaml:"base_url"`
 	// APIKeyEnv names the environment variable holding the provider key;
 	// at most one of api_key_env and api_key_file. Empty (default):
 	// requests carry no key (a local server or the mock).
@@ -175,6 +180,30 @@ type Provider struct {
 	// on every reload (a relative path is relative to the configuration
 	// file's directory).
 	APIKeyFile string `yaml:"api_key_file"`
+	// APIVersion is azure-openai's api-version query parameter. Empty
+	// (default): the v1 API (docs/providers.md).
+	APIVersion string `yaml:"api_version"`
+	// Region is bedrock's AWS region, e.g. "us-east-1".
+	Region string `yaml:"region"`
+	// AWSProfile names bedrock's shared-config profile. Empty (default):
+	// the AWS default credential chain.
+	AWSProfile string `yaml:"aws_profile"`
+	// Project is vertex's Google Cloud project id.
+	Project string `yaml:"project"`
+	// Location is vertex's region, e.g. "us-east5".
+	Location string `yaml:"location"`
+	// Publisher is vertex's model publisher: "google" or "anthropic".
+	Publisher string `yaml:"publisher"`
+	// CredentialsFileEnv names the environment variable holding the path
+	// of vertex's service-account JSON file.
+	CredentialsFileEnv string `yaml:"credentials_file_env"`
+	// Headers are extra request headers sent on every request to this
+	// provider; each value is a string, {env: NAME} or {file: PATH}, read
+	// at start and on every reload and never logged. Default: none.
+	Headers Values `yaml:"headers"`
+	// Query are extra query parameters sent on every request to this
+	// provider, in the same forms as headers. Default: none.
+	Query Values `yaml:"query"`
 	// Timeouts bound each phase of one attempt.
 	Timeouts Timeouts `yaml:"timeouts"`
 }

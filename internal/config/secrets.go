@@ -16,6 +16,12 @@ type Secrets struct {
 	TenantKeys map[string]string
 	// ProviderKeys maps a provider ID to its key ("" when none is set).
 	ProviderKeys map[string]string
+	// ProviderHeaders and ProviderQuery map a provider ID to the values of
+	// its extra headers and query parameters (headers:, query:), by name.
+	ProviderHeaders, ProviderQuery map[string]map[string]string
+	// ValueSecrets are the header and query values read from the
+	// environment or files: secrets to scrub, like the keys.
+	ValueSecrets []string
 	// GatewaySecret is the fingerprint HMAC secret ("" means: use the
 	// store's generated one).
 	GatewaySecret string
@@ -95,7 +101,8 @@ func tenantSources(i int, t Tenant) []secretSource {
 // It is called at start and on every reload, so a file's new content
 // takes effect on the next reload.
 func (c *Config) ResolveSecrets(lookup func(string) (string, bool)) (*Secrets, error) {
-	s := &Secrets{TenantKeys: map[string]string{}, ProviderKeys: map[string]string{}}
+	s := &Secrets{TenantKeys: map[string]string{}, ProviderKeys: map[string]string{},
+		ProviderHeaders: map[string]map[string]string{}, ProviderQuery: map[string]map[string]string{}}
 	var errs Errors
 	get := func(src secretSource) string {
 		v, err := c.readSecret(src, lookup)
@@ -121,6 +128,29 @@ func (c *Config) ResolveSecrets(lookup func(string) (string, bool)) (*Secrets, e
 			s.ProviderKeys[p.ID] = get(secretSource{path: fmt.Sprintf("providers[%d].api_key_env", i), env: p.APIKeyEnv})
 		case p.APIKeyFile != "":
 			s.ProviderKeys[p.ID] = get(secretSource{path: fmt.Sprintf("providers[%d].api_key_file", i), file: p.APIKeyFile})
+		}
+		values := func(section string, vs Values) map[string]string {
+			out := make(map[string]string, len(vs))
+			for _, v := range vs {
+				src := secretSource{path: fmt.Sprintf("providers[%d].%s.%s", i, section, v.Name), env: v.Env, file: v.File}
+				if !v.Secret {
+					out[v.Name] = v.Literal
+					continue
+				}
+				val, err := c.readSecret(src, lookup)
+				if err != nil {
+					errs = append(errs, &Error{File: c.file, Pos: v.Pos, Path: src.path, Msg: err.Error()})
+				}
+				out[v.Name] = val
+				s.ValueSecrets = append(s.ValueSecrets, val)
+			}
+			return out
+		}
+		if len(p.Headers) > 0 {
+			s.ProviderHeaders[p.ID] = values("headers", p.Headers)
+		}
+		if len(p.Query) > 0 {
+			s.ProviderQuery[p.ID] = values("query", p.Query)
 		}
 	}
 	switch {

@@ -208,7 +208,7 @@ func (c *call) rateLimited(wait time.Duration) {
 // single observes one unhedged attempt: its permit goes back, the engine
 // decides what follows, and both are logged.
 func (c *call) single(res *attemptResult, p *permit) (*attemptResult, retry.Decision, error) {
-	if c.turn != nil && res.route.Provider.Type == policy.TypeOpenAIResponses {
+	if c.turn != nil && res.route.Provider.Impl.Spec().Stateful {
 		res = c.reconcileAttempt(c.ctx, res)
 	}
 	c.release(p, res)
@@ -478,18 +478,12 @@ func (c *call) billed() gw.Usage {
 	return u
 }
 
-func upstreamProtocol(t policy.ProviderType) provider.Protocol {
-	if t == policy.TypeAnthropic {
-		return provider.Anthropic
+// op is the operation the call's attempts perform.
+func (c *call) op() provider.Op {
+	if c.proto == provider.Embeddings {
+		return provider.OpEmbeddings
 	}
-	return provider.OpenAI
-}
-
-func upstreamPath(t policy.ProviderType) string {
-	if t == policy.TypeAnthropic {
-		return "/v1/messages"
-	}
-	return "/chat/completions"
+	return provider.OpChat
 }
 
 // attempt makes physical attempt n on the decided route, started at
@@ -502,44 +496,40 @@ func (c *call) attempt(ctx context.Context, d retry.Decision, n int, p *permit, 
 	if p != nil {
 		res.obs.Breaker = receipt.BreakerState{State: p.ticket.State.String(), Generation: p.ticket.Generation}
 	}
-	if route.Provider.Type == policy.TypeOpenAIResponses {
+	if route.Provider.Impl.Spec().Stateful {
 		return c.statefulAttempt(ctx, res, n)
 	}
-	up, path := upstreamProtocol(route.Provider.Type), upstreamPath(route.Provider.Type)
-	if c.proto == provider.Embeddings {
-		up, path = provider.Embeddings, "/embeddings"
-	}
-	target := provider.Target{Protocol: up, Model: route.Model, Stream: c.stream,
+	target := provider.Target{Model: route.Model, Stream: c.stream,
 		MaxOutputTokens: route.Caps.MaxOutputTokens, Continuation: string(route.Caps.Continuation),
-		MaxTokens: c.outputLimit(route, d.Action == retry.ActionResume)}
+		MaxTokens: c.outputLimit(route, d.Action == retry.ActionResume), Beta: c.anthropicBeta}
 	var prefix *string
 	if d.Action == retry.ActionResume {
 		p := c.out.prefix()
 		prefix = &p
 	}
-	built, err := provider.BuildRequest(c.in, target, prefix)
+	out, err := c.live.clients[route.Provider.ID].ep.Request(c.in, target, prefix)
 	if err != nil {
 		return c.observe(res, gw.KindInvalidRequest, "", err.Error())
 	}
-	hdr := http.Header{}
-	hdr.Set("Idempotency-Key", "og-"+c.id)
-	if up == provider.Anthropic && c.proto == provider.Anthropic && c.anthropicBeta != "" {
-		hdr.Set("anthropic-beta", c.anthropicBeta)
+	hdr := out.Header.Clone()
+	if hdr == nil {
+		hdr = http.Header{}
 	}
-	return c.exchange(ctx, res, up, path, built, hdr)
+	hdr.Set("Idempotency-Key", "og-"+c.id)
+	return c.exchange(ctx, res, out, hdr)
 }
 
 // exchange sends one attempt's body and reads what comes back: a stream
 // relayed as it arrives, a whole answer, or a failure to classify.
-func (c *call) exchange(ctx context.Context, res *attemptResult, up provider.Protocol, path string, built *provider.Built, hdr http.Header) *attemptResult {
-	res.prompt = built.PromptTokens
+func (c *call) exchange(ctx context.Context, res *attemptResult, out *provider.Outbound, hdr http.Header) *attemptResult {
+	res.prompt = out.PromptTokens
 	hdr.Set("X-Oncegate-Request-Id", c.id)
 	hdr.Set("X-Oncegate-Attempt", strconv.Itoa(res.ordinal))
 	span := c.startAttemptSpan(res.route, res.ordinal, res.purpose, hdr)
 	defer func() { endAttemptSpan(span, res) }()
 	ctx, cancel := context.WithDeadline(ctx, c.deadline)
 	defer cancel()
-	resp, err := c.live.clients[res.route.Provider.ID].Do(ctx, &upstream.Request{Path: path, Body: built.Body, Header: hdr})
+	resp, err := c.live.clients[res.route.Provider.ID].Do(ctx, &upstream.Request{Method: out.Method, Path: out.Path, Body: out.Body, Header: hdr})
 	if err != nil {
 		return c.transportFailure(res, err)
 	}
@@ -553,9 +543,9 @@ func (c *call) exchange(ctx context.Context, res *attemptResult, up provider.Pro
 		return c.providerError(res, resp)
 	}
 	if c.stream {
-		return c.relay(ctx, res, resp, up, built)
+		return c.relay(ctx, res, resp, out)
 	}
-	return c.complete(res, resp, up, built)
+	return c.complete(res, resp, out)
 }
 
 // outputLimit is the output limit an attempt on route is sent with: what
@@ -596,8 +586,7 @@ func (c *call) transportFailure(res *attemptResult, err error) *attemptResult {
 // providerError reads and classifies a non-2xx response.
 func (c *call) providerError(res *attemptResult, resp *upstream.Response) *attemptResult {
 	body, _ := upstream.ReadAll(resp.Body, maxErrorBody)
-	ue := provider.ParseError(resp.Status, body)
-	k, cause := provider.Classify(ue)
+	ue, k, cause := c.live.clients[res.route.Provider.ID].ep.Fault(resp.Status, resp.Header, body)
 	if d, ok := retry.ParseRetryAfter(resp.Header, c.g.clock.Now()); ok {
 		d = receipt.HintFor(d)
 		res.obs.RetryAfter = &d
@@ -619,7 +608,7 @@ func (c *call) providerError(res *attemptResult, resp *upstream.Response) *attem
 
 // complete reads a non-streamed success and renders it for the client:
 // verbatim in the same protocol, translated otherwise.
-func (c *call) complete(res *attemptResult, resp *upstream.Response, up provider.Protocol, built *provider.Built) *attemptResult {
+func (c *call) complete(res *attemptResult, resp *upstream.Response, out *provider.Outbound) *attemptResult {
 	body, err := upstream.ReadAll(resp.Body, c.g.policy().Limits.MaxResponseBytes)
 	if err != nil {
 		var ue *upstream.Error
@@ -628,20 +617,24 @@ func (c *call) complete(res *attemptResult, resp *upstream.Response, up provider
 		}
 		return c.observe(res, gw.KindProtocolViolation, "", "response body: "+err.Error())
 	}
-	ir, err := provider.DecodeResponse(up, body)
+	spec := res.route.Provider.Impl.Spec()
+	ir, err := c.live.clients[res.route.Provider.ID].ep.Decode(c.op(), body)
 	if err != nil {
 		return c.observe(res, gw.KindProtocolViolation, "", err.Error())
 	}
 	res.obs.Usage = ir.Usage
-	if c.turn != nil && up == provider.Responses {
+	if c.turn != nil && spec.Stateful {
 		c.turn.upstreamID = ir.ID
 	}
 	if ir.Usage == (gw.Usage{}) {
-		res.obs.Usage, res.obs.UsageEstimated = gw.Usage{InputTokens: built.PromptTokens, OutputTokens: estimateOutput(ir)}, true
+		res.obs.Usage, res.obs.UsageEstimated = gw.Usage{InputTokens: out.PromptTokens, OutputTokens: estimateOutput(ir)}, true
 	}
 	res.obs.VisibleOutput = true
 	res.obs.EmittedTokens = res.obs.Usage.OutputTokens
-	if up == c.proto && c.turn == nil {
+	// The answer is already in the client's protocol: it goes verbatim
+	// (an embeddings list is the embeddings protocol's, from any type
+	// that serves it).
+	if c.turn == nil && (spec.Protocol == c.proto || c.op() == provider.OpEmbeddings) {
 		res.body = body
 	} else {
 		res.body = c.encodeResponse(ir)

@@ -316,7 +316,7 @@ func (c *call) droppable(h http.Header) ([]string, *apiError) {
 // droppedOn is what an attempt on route drops of the request: the
 // droppable fields, on a route of the other protocol; none on its own.
 func (c *call) droppedOn(route *policy.Route) []string {
-	if route == nil || upstreamProtocol(route.Provider.Type) == c.in.Protocol {
+	if route == nil || route.Provider.Impl.Spec().Protocol == c.in.Protocol {
 		return nil
 	}
 	return c.dropped

@@ -19,9 +19,6 @@ import (
 	"github.com/oncegate/oncegate/internal/upstream"
 )
 
-// maxEventBytes bounds one upstream SSE event.
-const maxEventBytes = 1 << 20
-
 // output is a logical request's stream to its client (docs/streaming.md). It holds
 // the response headers until the first visible output, so that every
 // earlier failure stays invisible; it keeps one encoder across resumed
@@ -249,29 +246,29 @@ func (o *output) interrupt(d retry.Decision) []byte {
 
 // relay reads one attempt's upstream stream, relaying visible output as it
 // arrives, and classifies how the stream ended.
-func (c *call) relay(ctx context.Context, res *attemptResult, resp *upstream.Response, up provider.Protocol, built *provider.Built) *attemptResult {
-	a := &attemptStream{route: res.route, ordinal: res.ordinal, race: res.race, input: built.PromptTokens}
+func (c *call) relay(ctx context.Context, res *attemptResult, resp *upstream.Response, out *provider.Outbound) *attemptResult {
+	a := &attemptStream{route: res.route, ordinal: res.ordinal, race: res.race, input: out.PromptTokens}
 	o := c.out
 	if o.buffer && res.race == nil {
 		o.enc, o.held = nil, o.held[:0]
 	}
-	rd := sse.NewReader(resp.Body, maxEventBytes)
-	dec := provider.NewDecoder(up)
+	rd := c.live.clients[res.route.Provider.ID].ep.Stream(resp.Body)
 	var evs []provider.Event
 	var endErr error
 read:
 	for {
-		ev, err := rd.Next()
+		var err error
+		evs, err = rd.Next(evs[:0])
+		if errors.Is(err, provider.ErrMalformedEvent) {
+			a.events++
+			a.warnings++ // a malformed event is skipped, never forwarded
+			continue
+		}
 		if err != nil {
 			endErr = err
 			break
 		}
 		a.events++
-		var derr error
-		if evs, derr = dec.Decode(ev, evs[:0]); derr != nil {
-			a.warnings++ // a malformed event is skipped, never forwarded
-			continue
-		}
 		for i := range evs {
 			e := &evs[i]
 			switch e.Kind {
@@ -334,15 +331,15 @@ read:
 		// of being closed.
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 	}
-	return c.endStream(res, a, endErr, built)
+	return c.endStream(res, a, endErr, out)
 }
 
 // endStream turns how a stream ended into the attempt's outcome.
-func (c *call) endStream(res *attemptResult, a *attemptStream, endErr error, built *provider.Built) *attemptResult {
+func (c *call) endStream(res *attemptResult, a *attemptStream, endErr error, out *provider.Outbound) *attemptResult {
 	res.obs.VisibleOutput, res.obs.EmittedTokens, res.obs.InToolCall, res.obs.ProtocolWarnings = a.visible, a.emitted, a.inTool, a.warnings
 	res.obs.Usage = a.usage
 	if !a.hasUsage {
-		res.obs.Usage, res.obs.UsageEstimated = gw.Usage{InputTokens: built.PromptTokens, OutputTokens: a.tokens}, true
+		res.obs.Usage, res.obs.UsageEstimated = gw.Usage{InputTokens: out.PromptTokens, OutputTokens: a.tokens}, true
 	}
 	var ue *upstream.Error
 	isUpstream := errors.As(endErr, &ue)
@@ -375,13 +372,13 @@ func (c *call) endStream(res *attemptResult, a *attemptStream, endErr error, bui
 		}
 		return c.observe(res, gw.KindStreamInterruptedAfterOutput, cause, detail)
 	case a.streamErr != nil:
-		k, cause := provider.ClassifyStreamError(a.streamErr)
+		k, cause := c.live.clients[res.route.Provider.ID].ep.StreamFault(a.streamErr)
 		res.upstreamErr = a.streamErr
 		return c.observe(res, k, cause, "provider error in stream: "+a.streamErr.Message)
 	case isUpstream:
 		k, cause := ue.Kind()
 		return c.observe(res, k, cause, ue.Error())
-	case errors.Is(endErr, sse.ErrTooLarge):
+	case errors.Is(endErr, provider.ErrFrameTooLarge):
 		return c.observe(res, gw.KindProtocolViolation, "", endErr.Error())
 	case a.events > 0 && a.warnings == a.events:
 		return c.observe(res, gw.KindProtocolViolation, "", "the stream had no valid events")

@@ -1,10 +1,17 @@
 package gateway
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
-	"reflect"
+	"net/url"
+	"os"
 	"strings"
+	"time"
 
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/policy"
@@ -21,7 +28,7 @@ import (
 type live struct {
 	pol       *policy.Policy
 	keys      []tenantKey
-	clients   map[string]*upstream.Client
+	clients   map[string]*upstreamClient
 	scrub     *scrubber // every configured secret, scrubbed from provider text
 	adminKey  string    // reads /metrics on the API port ("" when none)
 	logBodies bool
@@ -33,10 +40,22 @@ type live struct {
 // policy is the configuration in force.
 func (g *Gateway) policy() *policy.Policy { return g.cur.Load().pol }
 
+// upstreamClient is one provider's client and the Endpoint its type
+// opened (docs/providers.md): how each attempt is built, authenticated and
+// read.
+type upstreamClient struct {
+	*upstream.Client
+	ep provider.Endpoint
+	// made is what it was made from: the provider's settings and
+	// secrets. A reload that leaves them alone keeps the client, its
+	// connections and its credential's cache.
+	made string
+}
+
 // newLive builds the live configuration for a policy; prev's clients are
-// reused for providers whose settings and key did not change.
+// reused for providers whose settings and secrets did not change.
 func (g *Gateway) newLive(pol *policy.Policy, secrets *config.Secrets, prev *live) (*live, error) {
-	l := &live{pol: pol, clients: map[string]*upstream.Client{}, scrub: newScrubber(secretsOf(secrets)), adminKey: secrets.AdminKey,
+	l := &live{pol: pol, clients: map[string]*upstreamClient{}, scrub: newScrubber(secretsOf(secrets)), adminKey: secrets.AdminKey,
 		logBodies: pol.Config.Log.Bodies, gatewaySecret: secrets.GatewaySecret}
 	for key, id := range secrets.TenantKeys {
 		t := pol.Tenant(id)
@@ -46,40 +65,77 @@ func (g *Gateway) newLive(pol *policy.Policy, secrets *config.Secrets, prev *liv
 		l.keys = append(l.keys, tenantKey{key: []byte(key), tenant: t})
 	}
 	for _, p := range pol.Providers {
-		cfg := upstream.Config{BaseURL: p.BaseURL, Connect: p.Connect, FirstByte: p.FirstByte, Idle: p.Idle,
-			Headers: providerHeaders(p, secrets.ProviderKeys[p.ID]), Dial: g.dial}
+		made := madeFrom(p, secrets)
 		if prev != nil {
-			if c, ok := prev.clients[p.ID]; ok && sameClient(c.Config(), cfg) {
+			if c, ok := prev.clients[p.ID]; ok && c.made == made {
 				l.clients[p.ID] = c
 				continue
 			}
 		}
-		l.clients[p.ID] = upstream.New(cfg)
+		c, err := openProvider(p, secrets, os.LookupEnv, g.dial)
+		if err != nil {
+			return nil, err
+		}
+		c.made = made
+		l.clients[p.ID] = c
 	}
 	return l, nil
 }
 
-// providerHeaders are what every request to a provider carries.
-func providerHeaders(p *policy.Provider, key string) http.Header {
+// openProvider opens p with its type (docs/providers.md) and makes its
+// client: the endpoint's base URL and auth step, the provider's extra
+// headers and query parameters.
+func openProvider(p *policy.Provider, secrets *config.Secrets, lookup func(string) (string, bool),
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)) (*upstreamClient, error) {
+	ep, err := p.Impl.Open(provider.Config{Provider: p.Config, APIKey: secrets.ProviderKeys[p.ID], KeySource: keySource(p.Config), Lookup: lookup})
+	if err != nil {
+		return nil, fmt.Errorf("provider %s: %w", p.ID, err)
+	}
 	h := http.Header{}
 	h.Set("User-Agent", "oncegate/1")
-	switch p.Type {
-	case policy.TypeAnthropic:
-		h.Set("anthropic-version", provider.AnthropicVersion)
-		if key != "" {
-			h.Set("x-api-key", key)
-		}
-	default:
-		if key != "" {
-			h.Set("Authorization", "Bearer "+key)
-		}
+	for name, v := range secrets.ProviderHeaders[p.ID] {
+		h.Set(name, v)
 	}
-	return h
+	var q url.Values
+	for name, v := range secrets.ProviderQuery[p.ID] {
+		if q == nil {
+			q = url.Values{}
+		}
+		q.Set(name, v)
+	}
+	cfg := upstream.Config{BaseURL: ep.BaseURL(), Connect: p.Connect, FirstByte: p.FirstByte, Idle: p.Idle, Headers: h, Query: q, Dial: dial}
+	if a := ep.Auth(); a != nil {
+		cfg.Auth = a
+	}
+	return &upstreamClient{Client: upstream.New(cfg), ep: ep}, nil
 }
 
-func sameClient(a, b upstream.Config) bool {
-	return a.BaseURL == b.BaseURL && a.Connect == b.Connect && a.FirstByte == b.FirstByte && a.Idle == b.Idle &&
-		reflect.DeepEqual(a.Headers, b.Headers)
+// keySource names where a provider's key comes from, for messages.
+func keySource(p *config.Provider) string {
+	switch {
+	case p.APIKeyEnv != "":
+		return p.APIKeyEnv
+	case p.APIKeyFile != "":
+		return "file " + p.APIKeyFile
+	}
+	return ""
+}
+
+// madeFrom sums up what a provider's client is made from: its settings
+// and its secrets (hashed: the sum is kept, never shown).
+func madeFrom(p *policy.Provider, secrets *config.Secrets) string {
+	cfg := *p.Config
+	cfg.Headers, cfg.Query = nil, nil // their values, not their positions, count
+	b, _ := json.Marshal(struct {
+		Cfg            config.Provider
+		Connect        time.Duration
+		FirstByte      time.Duration
+		Idle           time.Duration
+		Key            string
+		Headers, Query map[string]string
+	}{cfg, p.Connect, p.FirstByte, p.Idle, secrets.ProviderKeys[p.ID], secrets.ProviderHeaders[p.ID], secrets.ProviderQuery[p.ID]})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // serveReload handles POST /v1/admin/reload (the admin key only):

@@ -49,6 +49,9 @@ func secretsOf(s *config.Secrets) []string {
 	for _, k := range s.ProviderKeys {
 		add(k)
 	}
+	for _, v := range s.ValueSecrets {
+		add(v)
+	}
 	add(s.GatewaySecret)
 	add(s.AdminKey)
 	return out

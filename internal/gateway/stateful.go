@@ -95,7 +95,7 @@ func (c *call) statefulAttempt(ctx context.Context, res *attemptResult, n int) *
 	// One key for every try of the turn: an upstream that honours it
 	// dedupes them itself.
 	hdr.Set("Idempotency-Key", "og-"+tc.turn.ResponseID)
-	return c.exchange(ctx, res, provider.Responses, "/responses", &provider.Built{Body: body, PromptTokens: c.in.PromptTokens}, hdr)
+	return c.exchange(ctx, res, &provider.Outbound{Path: "/responses", Body: body, PromptTokens: c.in.PromptTokens}, hdr)
 }
 
 // upstreamConversation returns the upstream conversation a turn goes into

@@ -113,7 +113,7 @@ func (g *Gateway) takeRate(t *policy.Tenant) *apiError {
 func countRoute(a *policy.Alias, t *policy.Tenant) *policy.Route {
 	out := a.Ineligible(policy.Needs{}, t.MaxBoundary)
 	for _, r := range a.Routes {
-		if _, no := out[r.ID]; !no && r.Provider.Type == policy.TypeAnthropic {
+		if _, no := out[r.ID]; !no && r.Provider.Impl.Spec().CountTokens {
 			return r
 		}
 	}
@@ -151,15 +151,16 @@ func (g *Gateway) providerCount(ctx context.Context, route *policy.Route, body [
 // askCount makes the call and classifies what came back as an attempt's
 // outcome would be.
 func (g *Gateway) askCount(ctx context.Context, route *policy.Route, body []byte, beta string) (int64, gw.Kind, gw.Cause) {
-	b, err := provider.WithModel(body, route.Model)
+	uc := g.cur.Load().clients[route.Provider.ID]
+	counter, ok := uc.ep.(provider.TokenCounter)
+	if !ok {
+		return 0, gw.KindInvalidRequest, ""
+	}
+	out, err := counter.CountRequest(body, route.Model, beta)
 	if err != nil {
 		return 0, gw.KindInvalidRequest, ""
 	}
-	hdr := http.Header{}
-	if beta != "" {
-		hdr.Set("anthropic-beta", beta)
-	}
-	resp, err := g.cur.Load().clients[route.Provider.ID].Do(ctx, &upstream.Request{Path: "/v1/messages/count_tokens", Body: b, Header: hdr})
+	resp, err := uc.Do(ctx, &upstream.Request{Method: out.Method, Path: out.Path, Body: out.Body, Header: out.Header})
 	if err != nil {
 		var ue *upstream.Error
 		if errors.As(err, &ue) {
@@ -171,7 +172,7 @@ func (g *Gateway) askCount(ctx context.Context, route *policy.Route, body []byte
 	defer resp.Body.Close()
 	data, err := upstream.ReadAll(resp.Body, 1<<20)
 	if resp.Status != http.StatusOK {
-		k, cause := provider.Classify(provider.ParseError(resp.Status, data))
+		_, k, cause := uc.ep.Fault(resp.Status, resp.Header, data)
 		return 0, k, cause
 	}
 	var c struct {

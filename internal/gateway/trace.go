@@ -86,7 +86,7 @@ func (c *call) startAttemptSpan(route *policy.Route, n int, purpose string, hdr 
 	ctx, span := c.g.tracer.Start(parent, "attempt "+strconv.Itoa(n)+" "+route.ID, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.Int("oncegate.attempt", n), attribute.String("oncegate.route", route.ID),
 			attribute.String("oncegate.purpose", purpose), attribute.String("oncegate.provider", route.Provider.ID),
-			attribute.String("gen_ai.system", string(route.Provider.Type)), attribute.String("gen_ai.request.model", route.Model)))
+			attribute.String("gen_ai.system", route.Provider.Type), attribute.String("gen_ai.request.model", route.Model)))
 	propagator.Inject(ctx, propagation.HeaderCarrier(hdr))
 	return span
 }

@@ -267,7 +267,7 @@ func (m *Mock) serveVertexAnthropic(w http.ResponseWriter, r *http.Request, mode
 	case err != nil:
 		anError(w, 400, "invalid_request_error", err.Error())
 		return
-	case in.AnthropicVersion != "vertex-2023-10-16":
+	case !vertexVersion(in.AnthropicVersion):
 		anError(w, 400, "invalid_request_error", "anthropic_version: Input should be 'vertex-2023-10-16'")
 		return
 	case in.Model != "":
@@ -325,4 +325,16 @@ func anMessage(status int) string {
 		return "Overloaded"
 	}
 	return orDefault(http.StatusText(status), "Error")
+}
+
+// vertexVersion reports whether a body's anthropic_version is one Vertex
+// takes: vertex-2023-10-16 (Vertex's documented value), or the dated API
+// version anthropic-sdk-go's vertex option moves there from its
+// anthropic-version header.
+func vertexVersion(v string) bool {
+	if v == "vertex-2023-10-16" {
+		return true
+	}
+	_, err := time.Parse("2006-01-02", v)
+	return err == nil
 }

@@ -82,7 +82,7 @@ func aliasDigest(a *Alias) (string, error) {
 			t := e.Routes[j].Tier
 			tier, weight = &t, r.Weight
 		}
-		doc.Routes = append(doc.Routes, routeDoc{Tier: tier, Weight: weight, RPM: r.RPM, TPM: r.TPM, ID: r.ID, Provider: p.ID, ProviderType: string(p.Type), BaseURL: p.BaseURL,
+		doc.Routes = append(doc.Routes, routeDoc{Tier: tier, Weight: weight, RPM: r.RPM, TPM: r.TPM, ID: r.ID, Provider: p.ID, ProviderType: p.Type, BaseURL: p.BaseURL,
 			Model: r.Model, Release: r.Release, Input: r.Caps.Input, Tools: r.Caps.Tools, JSONSchema: r.Caps.JSONSchema,
 			Streaming: r.Caps.Streaming, MaxContextTokens: r.Caps.MaxContextTokens, MaxOutputTokens: r.Caps.MaxOutputTokens,
 			Continuation: string(r.Caps.Continuation), BehaviorClass: r.BehaviorClass, DataBoundary: r.Boundary.String(),

@@ -41,10 +41,10 @@ func (a *Alias) Ineligible(n Needs, maxBoundary gw.DataBoundary) map[string]stri
 		switch {
 		case r.Boundary > maxBoundary:
 			out[r.ID] = fmt.Sprintf("data boundary %s exceeds the tenant's %s", r.Boundary, maxBoundary)
-		case n.Embeddings && r.Provider.Type != TypeOpenAI:
-			out[r.ID] = fmt.Sprintf("embeddings need an openai provider, not %s", r.Provider.Type)
-		case len(n.NativeOnly) > 0 && string(r.Provider.Type) != n.Protocol:
-			out[r.ID] = fmt.Sprintf("%s cannot be carried to the %s protocol", strings.Join(n.NativeOnly, ", "), r.Provider.Type)
+		case n.Embeddings && !r.Provider.Impl.Spec().Embeddings:
+			out[r.ID] = fmt.Sprintf("embeddings need a provider that serves them, not %s", r.Provider.Type)
+		case len(n.NativeOnly) > 0 && string(r.Provider.Impl.Spec().Protocol) != n.Protocol:
+			out[r.ID] = fmt.Sprintf("%s cannot be carried to the %s protocol", strings.Join(n.NativeOnly, ", "), r.Provider.Impl.Spec().Protocol)
 		case n.Images && !r.Caps.Accepts(InputImage):
 			out[r.ID] = "no image input"
 		case n.Audio && !r.Caps.Accepts(InputAudio):

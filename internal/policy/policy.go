@@ -15,17 +15,8 @@ import (
 
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/gw"
+	"github.com/oncegate/oncegate/internal/provider"
 	"github.com/oncegate/oncegate/internal/retry"
-)
-
-// ProviderType is an upstream wire protocol.
-type ProviderType string
-
-// The provider types.
-const (
-	TypeOpenAI          ProviderType = "openai"
-	TypeAnthropic       ProviderType = "anthropic"
-	TypeOpenAIResponses ProviderType = "openai-responses"
 )
 
 // Modalities a route may accept.
@@ -64,8 +55,15 @@ type Tenant struct {
 
 // Provider is an upstream endpoint.
 type Provider struct {
-	ID        string
-	Type      ProviderType
+	ID string
+	// Type is the configuration's type name; Impl its implementation,
+	// from the provider registry (docs/providers.md). Nothing outside the
+	// registry tells types apart by name: ask Impl.Spec().
+	Type string
+	Impl provider.Type
+	// Config is the provider's configuration as written, which Impl
+	// opens (with its secrets) at start and at every reload.
+	Config    *config.Provider
 	BaseURL   string
 	APIKeyEnv string
 	Connect   time.Duration

@@ -11,6 +11,7 @@ import (
 	rediscoord "github.com/oncegate/oncegate/internal/coord/redis"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/provider"
+	"github.com/oncegate/oncegate/internal/provider/registry"
 	"github.com/oncegate/oncegate/internal/retry"
 	"github.com/redis/go-redis/v9"
 )
@@ -130,14 +131,17 @@ func (v *validator) providers() []*Provider {
 			v.fail(path+".id", "duplicate provider id %q (first at %s)", p.ID, prev)
 		}
 		seen[p.ID] = path
-		v.oneOf(path+".type", p.Type, string(TypeOpenAI), string(TypeAnthropic), string(TypeOpenAIResponses))
-		if err := validURL(p.BaseURL); err != nil {
-			v.fail(path+".base_url", "%v", err)
+		impl := v.providerType(i, &v.cfg.Providers[i])
+		base := strings.TrimRight(p.BaseURL, "/")
+		if p.BaseURL != "" {
+			if err := validURL(p.BaseURL); err != nil {
+				v.fail(path+".base_url", "%v", err)
+			}
 		}
 		v.positive(path+".timeouts.connect", float64(p.Timeouts.Connect))
 		v.positive(path+".timeouts.first_byte", float64(p.Timeouts.FirstByte))
 		v.positive(path+".timeouts.idle", float64(p.Timeouts.Idle))
-		out = append(out, &Provider{ID: p.ID, Type: ProviderType(p.Type), BaseURL: strings.TrimRight(p.BaseURL, "/"),
+		out = append(out, &Provider{ID: p.ID, Type: p.Type, Impl: impl, Config: &v.cfg.Providers[i], BaseURL: base,
 			APIKeyEnv: p.APIKeyEnv, Connect: p.Timeouts.Connect.D(), FirstByte: p.Timeouts.FirstByte.D(), Idle: p.Timeouts.Idle.D()})
 	}
 	return out
@@ -165,6 +169,12 @@ func (v *validator) routes(providers []*Provider) []*Route {
 		v.modalities(path+".capabilities.input", caps.Input)
 		v.oneOf(path+".capabilities.continuation", caps.Continuation, string(retry.ContinuationNone),
 			string(retry.ContinuationPrefill), string(retry.ContinuationPrefixFlag), string(retry.ContinuationContinueMsg))
+		if c := caps.Continuation; prov != nil && prov.Impl != nil && c != "" && c != string(retry.ContinuationNone) {
+			if spec := prov.Impl.Spec(); !spec.Stateful && !slices.Contains(spec.Continuations, c) {
+				v.fail(path+".capabilities.continuation", "a route of provider type %s cannot continue by %s (it can: %s)", prov.Type, c,
+					strings.Join(append([]string{string(retry.ContinuationNone)}, spec.Continuations...), ", "))
+			}
+		}
 		v.positive(path+".capabilities.max_context_tokens", float64(caps.MaxContextTokens))
 		v.positive(path+".capabilities.max_output_tokens", float64(caps.MaxOutputTokens))
 		if r.MaxAttempts < 1 {
@@ -306,23 +316,23 @@ func (v *validator) mayDrop(path string, names []string) []string {
 func (v *validator) stateful(a *Alias, path string) {
 	n := 0
 	for j, r := range a.Routes {
-		if r.Provider == nil || r.Provider.Type != TypeOpenAIResponses {
+		if r.Provider == nil || r.Provider.Impl == nil || !r.Provider.Impl.Spec().Stateful {
 			continue
 		}
 		n++
 		if r.Caps.Continuation != "" && r.Caps.Continuation != retry.ContinuationNone {
-			v.fail(fmt.Sprintf("%s.routes[%d]", path, j), "route %q is an openai-responses route: its conversation lives upstream, so it cannot be continued by %s (use continuation: none)",
-				r.ID, r.Caps.Continuation)
+			v.fail(fmt.Sprintf("%s.routes[%d]", path, j), "route %q is a stateful route (%s): its conversation lives upstream, so it cannot be continued by %s (use continuation: none)",
+				r.ID, r.Provider.Type, r.Caps.Continuation)
 		}
 	}
 	switch {
 	case n == 0:
 	case n < len(a.Routes):
-		v.fail(path+".routes", "alias %q mixes openai-responses routes with others: a stateful alias keeps its conversations upstream, so all its routes must be openai-responses", a.Name)
+		v.fail(path+".routes", "alias %q mixes stateful routes (openai-responses) with others: a stateful alias keeps its conversations upstream, so all its routes must be stateful", a.Name)
 	default:
 		a.Stateful = true
 		if a.HedgeAfter > 0 {
-			v.fail(path+".hedge.after", "alias %q is stateful (openai-responses): a hedge would append the turn twice", a.Name)
+			v.fail(path+".hedge.after", "alias %q is stateful (its routes keep conversations upstream): a hedge would append the turn twice", a.Name)
 		}
 	}
 }
@@ -448,4 +458,33 @@ func (v *validator) coordination(s, store string) {
 	default:
 		v.fail("coordination", "want local or redis://…, found %q", s)
 	}
+}
+
+// providerType looks up providers[i]'s type in the registry and holds its
+// keys to what the type declares (docs/providers.md): every required key
+// set, no key the type does not know. The type then opens the provider
+// without its secrets, to find what only it can check.
+func (v *validator) providerType(i int, p *config.Provider) provider.Type {
+	path := fmt.Sprintf("providers[%d]", i)
+	impl, ok := registry.Lookup(p.Type)
+	if !ok {
+		v.fail(path+".type", "unknown provider type %q (want one of: %s)", p.Type, strings.Join(registry.Names(), ", "))
+		return nil
+	}
+	spec := impl.Spec()
+	for _, key := range registry.Keys() {
+		if v.cfg.Has(path+"."+key) && !slices.Contains(spec.Allowed, key) {
+			v.fail(path+"."+key, "provider type %s has no key %q (its keys: %s)", p.Type, key, strings.Join(spec.Allowed, ", "))
+		}
+	}
+	for _, req := range spec.Required {
+		alts := registry.Alternatives(req)
+		if !slices.ContainsFunc(alts, func(k string) bool { return v.cfg.Has(path + "." + k) }) {
+			v.fail(path, "provider type %s needs %s", p.Type, strings.Join(alts, " or "))
+		}
+	}
+	if _, err := impl.Open(provider.Config{Provider: p, Lookup: func(string) (string, bool) { return "", false }}); err != nil {
+		v.fail(path, "%v", err)
+	}
+	return impl
 }

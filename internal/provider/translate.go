@@ -67,6 +67,9 @@ type Target struct {
 	// MaxTokens, when not 0, is the output limit the attempt is sent with,
 	// whatever the client asked: what its cost reservation assumed.
 	MaxTokens int64
+	// Beta is the client's anthropic-beta header, which a route of the
+	// Anthropic protocol passes on to an Anthropic client's request.
+	Beta string
 }
 
 // Built is one attempt's upstream request body and its prompt estimate.

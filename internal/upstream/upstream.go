@@ -20,7 +20,9 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
+	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -112,11 +114,24 @@ type Config struct {
 	Connect   time.Duration
 	FirstByte time.Duration
 	Idle      time.Duration
-	// Headers are sent on every request (authentication, API version).
+	// Headers are sent on every request (the user agent, a provider's
+	// extra headers).
 	Headers http.Header
+	// Query holds extra query parameters sent on every request.
+	Query url.Values
+	// Auth, when set, authenticates every request just before it is sent
+	// (a key header, a token, a signature); its error fails the attempt
+	// in the connect phase: nothing was sent.
+	Auth Authenticator
 	// Dial, when set, opens the connections instead of the system's
 	// network (tests use an in-memory one); Connect still bounds it.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// Authenticator adds a provider's credential to a request whose body is
+// body (provider.Auth is one).
+type Authenticator interface {
+	Authenticate(ctx context.Context, req *http.Request, body []byte) error
 }
 
 // Client sends attempts to one provider. It is safe for concurrent use.
@@ -194,7 +209,15 @@ func (c *Client) Do(ctx context.Context, r *Request) (*Response, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	b := &onceBody{data: r.Body}
 	method := cmp.Or(r.Method, http.MethodPost)
-	req, err := http.NewRequestWithContext(ctx, method, c.cfg.BaseURL+r.Path, nil)
+	target := c.cfg.BaseURL + r.Path
+	if len(c.cfg.Query) > 0 {
+		sep := "?"
+		if strings.Contains(r.Path, "?") {
+			sep = "&"
+		}
+		target += sep + c.cfg.Query.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, nil)
 	if err != nil {
 		cancel(nil)
 		return nil, &Error{Phase: PhaseConnect, Err: err}
@@ -209,6 +232,12 @@ func (c *Client) Do(ctx context.Context, r *Request) (*Response, error) {
 		req.Header[k] = v
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if c.cfg.Auth != nil {
+		if err := c.cfg.Auth.Authenticate(ctx, req, r.Body); err != nil {
+			cancel(nil)
+			return nil, &Error{Phase: PhaseConnect, Err: fmt.Errorf("authenticate: %w", err)}
+		}
+	}
 
 	var wrote atomic.Bool
 	var wroteAt atomic.Int64
