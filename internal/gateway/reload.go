@@ -117,6 +117,8 @@ func keySource(p *config.Provider) string {
 		return p.APIKeyEnv
 	case p.APIKeyFile != "":
 		return "file " + p.APIKeyFile
+	case p.CredentialsFileEnv != "":
+		return p.CredentialsFileEnv
 	}
 	return ""
 }

@@ -14,7 +14,9 @@ import (
 	"github.com/oncegate/oncegate/internal/provider"
 	"github.com/oncegate/oncegate/internal/provider/anthropic"
 	"github.com/oncegate/oncegate/internal/provider/azure"
+	"github.com/oncegate/oncegate/internal/provider/gemini"
 	"github.com/oncegate/oncegate/internal/provider/openai"
+	"github.com/oncegate/oncegate/internal/provider/vertex"
 )
 
 // types maps a configuration's `type` to its implementation.
@@ -23,6 +25,8 @@ var types = map[string]provider.Type{
 	"openai-responses": openai.Responses,
 	"anthropic":        anthropic.Messages,
 	"azure-openai":     azure.OpenAI,
+	"gemini":           gemini.API,
+	"vertex":           vertex.AI,
 }
 
 // Lookup returns the type named name.

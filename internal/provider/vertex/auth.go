@@ -29,7 +29,9 @@ const (
 // ErrTokenRefused is wrapped by a token error when the token endpoint
 // answered and refused the credential (a revoked key, a deleted service
 // account, a bad signature): the route's account is refused.
-var ErrTokenRefused = errors.New("vertex: the token endpoint refused the service account")
+// It wraps gw.ErrCredentialRefused, which the gateway's transport
+// classifies as the route's account refused.
+var ErrTokenRefused = fmt.Errorf("vertex: the token endpoint refused the service account: %w", gw.ErrCredentialRefused)
 
 // Tokens hands out OAuth2 access tokens for a service account. Tokens
 // come from golang.org/x/oauth2/google (which signs the JWT assertion and
