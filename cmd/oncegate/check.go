@@ -41,6 +41,9 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "oncegate check: %v\n", err)
 		return 1
 	}
+	for _, w := range p.Warnings {
+		fmt.Fprintf(stdout, "\nwarning: %v\n", w)
+	}
 	if _, err := p.Config.ResolveSecrets(os.LookupEnv); err != nil {
 		fmt.Fprintf(stdout, "\nnote: `serve` will need these secrets, which cannot be read here:\n%v\n", err)
 	}

@@ -42,6 +42,7 @@ var verbs = map[string]func(ctx context.Context, args []string, stdout, stderr i
 	"version":  versionCmd,
 	"reload":   reloadCmd,
 	"health":   health,
+	"models":   modelsCmd,
 }
 
 const usage = `oncegate — an LLM gateway that owns retries
@@ -60,6 +61,7 @@ usage:
   oncegate reload  --config FILE --url URL    have a running gateway re-read its configuration (or send it SIGHUP)
   oncegate health  [--url URL] [--ready]      ask a running gateway whether it is alive (/healthz) or ready (/readyz);
                                               exit 0 on 200, 1 otherwise (a container's HEALTHCHECK)
+  oncegate models  [--json] [--family F]      list the model catalogue: prices, context windows, output limits
   oncegate version                            print the version and build information
 
 oncegate VERB -h names a verb's arguments, flags and the environment variables it reads.

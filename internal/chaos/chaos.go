@@ -113,7 +113,8 @@ const (
 // configTemplate is the gateway under test: two routes on two protocols
 // (so resume and fallback translate) and a private one, three attempts,
 // short timeouts so that hangs end, and a short lease so that recovery is
-// quick; chat-metered caps each request's cost, and chat-stateful keeps
+// quick; chat-metered caps each request's cost, chat-spread spreads its
+// requests over a weighted tier, and chat-stateful keeps
 // its conversations at the provider.
 const configTemplate = `
 listen: 127.0.0.1:0
@@ -130,7 +131,7 @@ providers:
 routes:
   - {id: primary, provider: oa, model: m-primary, behavior_class: c, data_boundary: external, max_attempts: 2,
      capabilities: {streaming: true, max_context_tokens: 100000, max_output_tokens: 4096}, price: {input_usd_per_mtok: 1, output_usd_per_mtok: 2}}
-  - {id: fallback, provider: an, model: m-fallback, behavior_class: c, data_boundary: external, max_attempts: 2,
+  - {id: fallback, provider: an, model: m-fallback, behavior_class: c, data_boundary: external, max_attempts: 2, weight: 2,
      capabilities: {streaming: true, max_context_tokens: 100000, max_output_tokens: 4096}, price: {input_usd_per_mtok: 1, output_usd_per_mtok: 2}}
   - {id: inhouse, provider: oa, model: m-inhouse, behavior_class: c, data_boundary: private, max_attempts: 2,
      capabilities: {streaming: true, max_context_tokens: 100000, max_output_tokens: 4096}, price: {input_usd_per_mtok: 1, output_usd_per_mtok: 2}}
@@ -148,6 +149,11 @@ models:
     retry: {max_attempts: 3, base_delay: 50ms, max_delay: 200ms, deadline: 20s, max_cost_usd: 0.00009}
     stream: {after_output: resume}
     accept_unreachable_routes: true # its clients send max_tokens: 30
+  - name: chat-spread
+    routes: [[primary, fallback], inhouse]
+    strategy: weighted
+    retry: {max_attempts: 3, base_delay: 50ms, max_delay: 200ms, deadline: 20s}
+    stream: {after_output: resume}
   - name: chat-stateful
     routes: [rs-a, rs-b]
     retry: {max_attempts: 3, base_delay: 50ms, max_delay: 200ms, deadline: 20s}

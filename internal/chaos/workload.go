@@ -50,7 +50,10 @@ var (
 		p      profile
 		weight int
 	}{
-		{plain, 64},
+		{plain, 50},
+		// A weighted tier of two routes on two protocols, then the
+		// private route (docs/routing.md).
+		{profile{name: "spread", apiKey: apiKey, model: "chat-spread"}, 14},
 		// A client deadline of 50 ms to 1.05 s (drawn per request).
 		{profile{name: "deadline", apiKey: apiKey, model: "chat", timeoutMS: -1}, 12},
 		// A per-request cost cap that binds once an attempt has cost

@@ -244,7 +244,9 @@ type Route struct {
 	// MaxAttempts caps attempts on this route per logical request; at
 	// least 1. Required.
 	MaxAttempts int `yaml:"max_attempts" required:"true"`
-	// Price is what the route charges. Default 0 (free, e.g. local).
+	// Price is what the route charges. Default: the model catalogue's
+	// price for model (oncegate models; docs/routing.md), else 0 (free, e.g.
+	// local), which check warns of.
 	Price Price `yaml:"price"`
 	// Weight is the route's share of its tier's traffic under strategy
 	// weighted. Default 1.
@@ -297,9 +299,11 @@ type Capabilities struct {
 	JSONSchema bool `yaml:"json_schema"`
 	// Streaming: the route can stream (SSE).
 	Streaming bool `yaml:"streaming"`
-	// MaxContextTokens is the route's context window. Default 8192.
+	// MaxContextTokens is the route's context window. Default: the model
+	// catalogue's for the route's model, else 8192.
 	MaxContextTokens int64 `yaml:"max_context_tokens" default:"8192"`
-	// MaxOutputTokens caps one generation. Default 4096.
+	// MaxOutputTokens caps one generation. Default: the model
+	// catalogue's for the route's model, else 4096.
 	MaxOutputTokens int64 `yaml:"max_output_tokens" default:"4096"`
 	// Continuation is how the route continues a partial answer (
 	// docs/streaming.md): none, assistant_prefill, prefix_flag, continue_final_message.

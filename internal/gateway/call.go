@@ -536,6 +536,7 @@ func (c *call) exchange(ctx context.Context, res *attemptResult, out *provider.O
 		return c.transportFailure(res, err)
 	}
 	defer resp.Body.Close()
+	c.g.load.Headers(res.route.ID, resp.Header)
 	// The transport times the first byte on the wall clock; the receipt
 	// keeps every time on the gateway's clock.
 	fb := res.race.sawFirstByte(c.g.clock.Now().Add(-time.Since(resp.FirstByteAt)))

@@ -133,6 +133,17 @@ type liveBreaker struct {
 	Generation int64  `json:"generation"`
 }
 
+// liveRoute is a route's load in the live panel: its share of the
+// attempts this process dispatched, its attempts in flight across the
+// fleet, its recent time to first token and its rate-limit headroom.
+type liveRoute struct {
+	Route    string  `json:"route"`
+	Share    float64 `json:"share"`
+	InFlight int     `json:"in_flight"`
+	TTFTMS   int64   `json:"ttft_ms"`
+	Headroom float64 `json:"headroom"`
+}
+
 // liveView is the live panel's answer.
 type liveView struct {
 	metrics.Live
@@ -140,6 +151,7 @@ type liveView struct {
 	Tenant             string        `json:"tenant,omitempty"`
 	AttemptsPerRequest float64       `json:"attempts_per_logical_request"`
 	Breakers           []liveBreaker `json:"breakers"`
+	Routes             []liveRoute   `json:"routes"`
 	// Budget is the fleet retry budget's headroom: for the admin key, and
 	// only where this process keeps it (not in Redis).
 	Budget map[string]any `json:"retry_budget"`
@@ -168,11 +180,37 @@ func (g *Gateway) serveConsoleLive(w http.ResponseWriter, _ *http.Request, s rea
 			}
 		})
 	}
+	out.Routes = g.liveRoutes(routes)
 	if b, ok := g.budget.(interface{ Headroom() (float64, float64) }); ok && s.admin {
 		taken, allowed := b.Headroom()
 		out.Budget = map[string]any{"retries": taken, "allowed": allowed}
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// liveRoutes is the load of the policy's routes (of those in only, when
+// not nil), in the policy's order.
+func (g *Gateway) liveRoutes(only map[string]bool) []liveRoute {
+	pol := g.policy()
+	out := []liveRoute{}
+	var total int64
+	for _, r := range pol.Routes {
+		if only == nil || only[r.ID] {
+			total += g.load.Dispatched(r.ID)
+		}
+	}
+	for _, r := range pol.Routes {
+		if only != nil && !only[r.ID] {
+			continue
+		}
+		f := g.load.Figures(r.ID)
+		lr := liveRoute{Route: r.ID, InFlight: f.InFlight, TTFTMS: f.TTFT.Milliseconds(), Headroom: f.Headroom}
+		if total > 0 {
+			lr.Share = float64(g.load.Dispatched(r.ID)) / float64(total)
+		}
+		out = append(out, lr)
+	}
+	return out
 }
 
 // usableRoutes are the routes of every alias that tenant t may send to:

@@ -90,6 +90,39 @@ routes:
     data_boundary: external
     max_attempts: 1
     price: {input_usd_per_mtok: 3, output_usd_per_mtok: 15, cached_input_usd_per_mtok: 0.3, cache_write_usd_per_mtok: 3.75}
+  - id: east
+    provider: mock-primary
+    model: east-model
+    capabilities: {input: [text], tools: true, streaming: true, max_context_tokens: 8000, max_output_tokens: 1000, continuation: assistant_prefill}
+    behavior_class: chat-v1
+    data_boundary: private
+    max_attempts: 2
+    weight: 3
+    price: {input_usd_per_mtok: 1, output_usd_per_mtok: 2}
+  - id: west
+    provider: mock-fallback
+    model: west-model
+    capabilities: {input: [text], tools: true, streaming: true, max_context_tokens: 8000, max_output_tokens: 1000, continuation: assistant_prefill}
+    behavior_class: chat-v1
+    data_boundary: private
+    max_attempts: 2
+    weight: 1
+    price: {input_usd_per_mtok: 1, output_usd_per_mtok: 2}
+  - id: catalogued
+    provider: mock-primary
+    model: gpt-4o-mini # no price, no context window: the catalogue's
+    capabilities: {input: [text], streaming: true}
+    behavior_class: chat-v1
+    data_boundary: private
+    max_attempts: 1
+  - id: catalogued-override
+    provider: mock-primary
+    model: gpt-4o-mini
+    capabilities: {input: [text], streaming: true, max_output_tokens: 500}
+    behavior_class: chat-v1
+    data_boundary: private
+    max_attempts: 1
+    price: {input_usd_per_mtok: 0.2, output_usd_per_mtok: 0.8}
   - id: stateful
     provider: mock-stateful
     model: stateful-model
@@ -159,6 +192,32 @@ models:
     routes: [primary]
     default_output_tokens: 64
     retry: {max_attempts: 3, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s}
+  - name: spread
+    routes: [[east, west]]
+    strategy: weighted
+    retry: {max_attempts: 3, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s}
+  - name: spread-tiers
+    routes: [[east, west], claude]
+    strategy: weighted
+    retry: {max_attempts: 3, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s}
+  - name: least-busy
+    routes: [[east, west]]
+    strategy: least_busy
+    retry: {max_attempts: 3, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 30s}
+  - name: fastest
+    routes: [[east, west]]
+    strategy: latency
+    retry: {max_attempts: 3, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s}
+  - name: headroom
+    routes: [[east, west]]
+    strategy: quota
+    retry: {max_attempts: 3, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s}
+  - name: catalogued
+    routes: [catalogued]
+    retry: {max_attempts: 1, jitter: none, deadline: 10s}
+  - name: catalogued-override
+    routes: [catalogued-override]
+    retry: {max_attempts: 1, jitter: none, deadline: 10s}
   - name: capped
     routes: [primary]
     accept_unreachable_routes: true # its tests send max_tokens
@@ -233,6 +292,8 @@ type envOptions struct {
 	// front, when set, stands in front of the primary mock: what it
 	// answers itself, the mock never sees.
 	front func(mock http.Handler) http.Handler
+	// fallbackFront is front for the fallback mock.
+	fallbackFront func(mock http.Handler) http.Handler
 }
 
 func newEnvOpts(t *testing.T, o envOptions) *env {
@@ -260,6 +321,9 @@ func newEnvOpts(t *testing.T, o envOptions) *env {
 		var h http.Handler = m
 		if i == 0 && o.front != nil {
 			h = o.front(m)
+		}
+		if i == 1 && o.fallbackFront != nil {
+			h = o.fallbackFront(m)
 		}
 		if e.mem == nil {
 			srv := httptest.NewServer(h)

@@ -32,6 +32,7 @@ import (
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/memory"
+	"github.com/oncegate/oncegate/internal/load"
 	"github.com/oncegate/oncegate/internal/metrics"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/provider"
@@ -82,6 +83,11 @@ type Options struct {
 	// Tenants enforce tenant rates and cost ceilings (default: in this
 	// process, each tenant's budget).
 	Tenants TenantLimits
+	// Load is the routes' load that a tier's strategy chooses by
+	// (docs/routing.md): attempts in flight, time to first token and
+	// rate-limit headroom (default: this process's view alone; replicas
+	// share theirs through the coordination).
+	Load *load.Table
 	// Metrics receives the gateway's metrics (default: a registry of its
 	// own, served at /metrics).
 	Metrics *metrics.Metrics
@@ -155,6 +161,7 @@ type Gateway struct {
 	breakers    Breakers
 	budget      RetryBudget
 	tenants     TenantLimits
+	load        *load.Table
 	metrics     *metrics.Metrics
 	// reload re-reads the configuration (Options.Reload).
 	reload func() error
@@ -334,9 +341,13 @@ func (g *Gateway) guards(pol *policy.Policy, opts Options) {
 	if g.tenants == nil {
 		g.tenants = quota.New(g.clock, TenantLimitsOf(pol))
 	}
+	if g.load = opts.Load; g.load == nil {
+		g.load = load.New(g.clock, LoadLimitsOf(pol))
+	}
 	if g.metrics == nil {
 		g.metrics = metrics.New(nil)
 	}
+	g.metrics.RegisterRouteLoad(g.load.InFlights)
 	if bs, ok := g.breakers.(breakerStates); ok {
 		g.metrics.RegisterBreakers(func(f func(string, int, int64)) {
 			bs.States(func(route string, st breaker.State, gen int64) { f(route, int(st), gen) })

@@ -6,6 +6,7 @@ import (
 	"github.com/oncegate/oncegate/internal/breaker"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/load"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/quota"
 	"github.com/oncegate/oncegate/internal/retry"
@@ -97,7 +98,32 @@ func (c *call) admission(retrying bool) retry.Admission {
 		}
 	}
 	adm.TenantAllowance, adm.TenantCapped = c.g.tenants.Allowance(c.tenant.ID)
+	if choosesByLoad(c.alias) {
+		adm.Figures = make(map[string]retry.Figures, len(c.alias.Routes))
+		for _, r := range c.alias.Routes {
+			adm.Figures[r.ID] = c.g.load.Figures(r.ID)
+		}
+	}
 	return adm
+}
+
+// choosesByLoad reports whether the alias's strategy chooses within a
+// tier by the routes' load, so that the admission must carry their
+// figures (and the receipt records them).
+func choosesByLoad(a *policy.Alias) bool {
+	switch a.Engine.Strategy {
+	case retry.StrategyLeastBusy, retry.StrategyLatency, retry.StrategyQuota:
+		return a.Engine.Tiered
+	}
+	return false
+}
+
+// strategyOf is the alias's strategy as the metrics name it.
+func strategyOf(a *policy.Alias) string {
+	if a.Engine.Strategy == "" {
+		return string(retry.StrategyOrdered)
+	}
+	return string(a.Engine.Strategy)
 }
 
 // acquire takes what dispatching d needs: the route's breaker ticket, the
@@ -138,6 +164,8 @@ func (c *call) acquire(d retry.Decision, first bool, adm *retry.Admission, inFli
 	} else if !first {
 		c.g.budget.First(prov) // a fallback: a first attempt on this provider
 	}
+	c.g.load.Begin(d.Route)
+	c.g.metrics.ObserveRouteSelected(c.alias.Name, d.Route, strategyOf(c.alias))
 	return &permit{route: d.Route, ticket: t, reserved: res}, true
 }
 
@@ -191,11 +219,16 @@ func (c *call) release(p *permit, res *attemptResult) {
 	if p == nil {
 		return
 	}
-	outcome, cost := breaker.Ignore, gw.NanoUSD(0)
+	outcome, cost, tokens := breaker.Ignore, gw.NanoUSD(0), int64(0)
 	if res != nil {
 		outcome = breakerOutcome(res.obs.Kind)
 		cost = res.route.Price.Cost(res.obs.Usage)
+		tokens = res.obs.Usage.InputTokens + res.obs.Usage.OutputTokens
+		if fb := res.obs.FirstByteAt; fb != nil && res.obs.Kind == gw.KindOK {
+			c.g.load.TTFT(p.route, fb.Sub(res.obs.StartedAt))
+		}
 	}
+	c.g.load.End(p.route, tokens)
 	c.g.breakers.Done(p.route, p.ticket, outcome)
 	c.g.tenants.Settle(p.reserved, cost)
 }
@@ -238,6 +271,25 @@ func RouteIDs(pol *policy.Policy) []string {
 		ids[i] = r.ID
 	}
 	return ids
+}
+
+// LoadLimitsOf is each route's own rate limits as the load table takes
+// them, and whether a strategy chooses by its load.
+func LoadLimitsOf(pol *policy.Policy) map[string]load.Limits {
+	lim := map[string]load.Limits{}
+	for _, r := range pol.Routes {
+		lim[r.ID] = load.Limits{RPM: r.RPM, TPM: r.TPM}
+	}
+	for _, a := range pol.Aliases {
+		if choosesByLoad(a) {
+			for _, r := range a.Routes {
+				l := lim[r.ID]
+				l.Share = true
+				lim[r.ID] = l
+			}
+		}
+	}
+	return lim
 }
 
 // TenantLimitsOf is each tenant's budget as the limits take it.

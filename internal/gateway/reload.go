@@ -197,6 +197,7 @@ func (g *Gateway) Reload(pol *policy.Policy, secrets *config.Secrets) error {
 	}); ok {
 		t.SetLimits(TenantLimitsOf(pol))
 	}
+	g.load.SetLimits(LoadLimitsOf(pol))
 	g.cur.Store(l)
 	g.log.Info("configuration reloaded", "policy", pol.Digest[:12], "tenants", len(pol.Tenants), "models", len(pol.Aliases))
 	return nil

@@ -15,9 +15,12 @@ import (
 	"github.com/oncegate/oncegate/internal/retry"
 )
 
-// Limits are a route's own rate limits (0: none).
+// Limits are a route's own rate limits (0: none), and whether a
+// strategy chooses by its load (Share): only those routes' figures are
+// worth sharing with other replicas.
 type Limits struct {
 	RPM, TPM int
+	Share    bool
 }
 
 // Table is the routes' load as this process sees it.
@@ -30,7 +33,8 @@ type Table struct {
 type route struct {
 	lim      Limits
 	inFlight int
-	remote   int // the other replicas' attempts in flight, as last shared
+	begun    int64 // attempts dispatched here since the process started
+	remote   int   // the other replicas' attempts in flight, as last shared
 	ttft     float64
 	measured bool
 	header   headroom // from the provider's rate-limit headers, here
@@ -87,6 +91,7 @@ func (t *Table) Begin(id string) {
 	t.mu.Lock()
 	r := t.get(id)
 	r.inFlight++
+	r.begun++
 	r.minute.add(t.clock.Now(), 1, 0)
 	t.mu.Unlock()
 }
@@ -145,6 +150,41 @@ func (t *Table) Learned(id string) (left float64, until time.Time) {
 	defer t.mu.Unlock()
 	h := t.get(id).header
 	return h.left, h.until
+}
+
+// Shared lists the routes whose load a strategy chooses by (Limits.Share).
+func (t *Table) Shared() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var ids []string
+	for id, r := range t.routes {
+		if r.lim.Share {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// InFlights calls f with every route's attempts in flight in this
+// process.
+func (t *Table) InFlights(f func(route string, inFlight int)) {
+	t.mu.Lock()
+	counts := make(map[string]int, len(t.routes))
+	for id, r := range t.routes {
+		counts[id] = r.inFlight
+	}
+	t.mu.Unlock()
+	for id, n := range counts {
+		f(id, n)
+	}
+}
+
+// Dispatched is how many attempts this process dispatched on route since
+// it started.
+func (t *Table) Dispatched(id string) int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.get(id).begun
 }
 
 // InFlight is this process's attempts in flight on route.

@@ -35,6 +35,7 @@ type Metrics struct {
 	budgetRejections prometheus.Counter
 	tenantRejections *prometheus.CounterVec
 	hedges           *prometheus.CounterVec
+	selected         *prometheus.CounterVec
 	billable         *prometheus.CounterVec
 	cost             *prometheus.CounterVec
 	errorResponses   *prometheus.CounterVec
@@ -140,6 +141,7 @@ func New(reg *prometheus.Registry) *Metrics {
 	m.budgetRejections = scalar("retry_budget_rejections_total", "Logical requests stopped because the fleet retry budget was spent.")
 	m.tenantRejections = counter("tenant_rejections_total", "Requests refused by a tenant limit.", "tenant", "code")
 	m.hedges = counter("hedges_total", "Hedged attempts by which of the pair won.", "winner")
+	m.selected = counter("route_selected_total", "Attempts dispatched to a route, by alias, route and the alias's strategy.", "alias", "route", "strategy")
 	m.billable = counter("billable_tokens_total", "Tokens charged, by tenant, route and type (input, output).", "tenant", "route", "type")
 	m.cost = counter("cost_usd_total", "USD charged, by tenant and route.", "tenant", "route")
 	m.errorResponses = counter("error_responses_total", "Answers that were a gateway error, by code and status: refusals (401, 400, 404, 413, 429, an open circuit, a budget) and failures.", "code", "status")
@@ -278,6 +280,33 @@ func (c *liveCounts) ratio() float64 {
 // ObserveHedge counts a hedged pair by its winner: "primary", "hedge" or
 // "neither".
 func (m *Metrics) ObserveHedge(winner string) { m.hedges.WithLabelValues(winner).Inc() }
+
+// ObserveRouteSelected counts an attempt dispatched to route of alias,
+// chosen by strategy.
+func (m *Metrics) ObserveRouteSelected(alias, route, strategy string) {
+	m.selected.WithLabelValues(alias, route, strategy).Inc()
+}
+
+// RouteLoad is a source of every route's attempts in flight in this
+// process, read at each scrape: it calls f for each route.
+type RouteLoad func(f func(route string, inFlight int))
+
+// RegisterRouteLoad exports oncegate_route_inflight{route} from src.
+func (m *Metrics) RegisterRouteLoad(src RouteLoad) {
+	m.reg.MustRegister(&routeLoadCollector{src: src})
+}
+
+var routeInflightDesc = prometheus.NewDesc("oncegate_route_inflight", "Attempts in flight per route, in this process.", []string{"route"}, nil)
+
+type routeLoadCollector struct{ src RouteLoad }
+
+func (c *routeLoadCollector) Describe(ch chan<- *prometheus.Desc) { ch <- routeInflightDesc }
+
+func (c *routeLoadCollector) Collect(ch chan<- prometheus.Metric) {
+	c.src(func(route string, n int) {
+		ch <- prometheus.MustNewConstMetric(routeInflightDesc, prometheus.GaugeValue, float64(n), route)
+	})
+}
 
 // ObserveDedup counts one arrival of tenant's: "miss", "joined" or
 // "replayed".

@@ -41,6 +41,10 @@ type Policy struct {
 	Breaker       config.Breaker
 	Limits        config.Limits
 	Config        *config.Config
+	// Warnings are what `check` points out without refusing the
+	// configuration: a route that bills $0 for want of a price, or whose
+	// price is far from the catalogue's.
+	Warnings []*config.Error
 }
 
 // Tenant is an authenticated caller's limits.
@@ -178,6 +182,7 @@ func Compile(cfg *config.Config) (*Policy, error) {
 	if len(v.errs) > 0 {
 		return nil, v.errs
 	}
+	p.Warnings = v.warnings
 	for _, a := range p.Aliases {
 		d, err := aliasDigest(a)
 		if err != nil {

@@ -265,3 +265,38 @@ func TestIneligible(t *testing.T) {
 		})
 	}
 }
+
+// The model catalogue prices a route that states no price and fills the
+// capabilities it leaves out; what a route states wins; check warns, with
+// the position, of a route that bills $0 for want of a price and of a
+// stated price more than twice or under half the catalogue's.
+func TestTheCatalogueFillsWhatARouteLeavesOut(t *testing.T) {
+	yaml := strings.Replace(base, "model: m, behavior_class: c, data_boundary: private", "model: gpt-4o-mini, behavior_class: c, data_boundary: private", 1)
+	yaml = strings.Replace(yaml, "max_context_tokens: 8000}}", "max_output_tokens: 100}}", 1)
+	p, err := Parse("x.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := p.Route("a")
+	if a.PriceUSDPerMTok != [2]float64{0.15, 0.6} || a.Caps.MaxContextTokens != 128000 || a.Caps.MaxOutputTokens != 100 {
+		t.Fatalf("route a: price %v, capabilities %+v", a.PriceUSDPerMTok, a.Caps)
+	}
+	if got := a.Price.Cost(gw.Usage{InputTokens: 1_000_000, CachedTokens: 1_000_000}); got != gw.NanoFromUSD(0.075) {
+		t.Fatalf("a million cached tokens cost %v, want the catalogue's $0.075", got.USD())
+	}
+	if len(p.Warnings) != 1 || p.Warnings[0].Pos.Line != 7 || !strings.Contains(p.Warnings[0].Error(), `routes[1].model: model "m" is not in the model catalogue and the route states no price: it bills $0`) {
+		t.Fatalf("warnings %v", p.Warnings)
+	}
+	over := strings.Replace(yaml, "max_output_tokens: 100}}", "max_output_tokens: 100}, price: {input_usd_per_mtok: 1.5, output_usd_per_mtok: 0.6}}", 1)
+	over = strings.Replace(over, "data_boundary: external, max_attempts: 1,", "data_boundary: external, max_attempts: 1, price: {input_usd_per_mtok: 0, output_usd_per_mtok: 0},", 1)
+	p, err = Parse("x.yaml", []byte(over))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := p.Route("a"); a.PriceUSDPerMTok != [2]float64{1.5, 0.6} {
+		t.Fatalf("a stated price lost to the catalogue: %v", a.PriceUSDPerMTok)
+	}
+	if len(p.Warnings) != 1 || !strings.Contains(p.Warnings[0].Error(), "routes[0].price.input_usd_per_mtok: 1.5 differs from the catalogue's 0.15 for gpt-4o-mini by more than a factor of two") {
+		t.Fatalf("warnings %v", p.Warnings)
+	}
+}

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"github.com/oncegate/oncegate/internal/catalog"
 	"net/url"
 	"slices"
 	"strings"
@@ -18,8 +19,14 @@ import (
 
 // validator collects every violation in one pass over the configuration.
 type validator struct {
-	cfg  *config.Config
-	errs config.Errors
+	cfg      *config.Config
+	errs     config.Errors
+	warnings []*config.Error
+}
+
+// warn records what check points out without refusing the configuration.
+func (v *validator) warn(path, format string, args ...any) {
+	v.warnings = append(v.warnings, v.cfg.ErrorAt(path, format, args...))
 }
 
 func (v *validator) fail(path, format string, args ...any) {
@@ -166,6 +173,7 @@ func (v *validator) routes(providers []*Provider) []*Route {
 			v.fail(path+".provider", "no provider with id %q", r.Provider)
 		}
 		caps := r.Capabilities
+		price := v.price(path, r.Model, r.Price, &caps)
 		v.modalities(path+".capabilities.input", caps.Input)
 		v.oneOf(path+".capabilities.continuation", caps.Continuation, string(retry.ContinuationNone),
 			string(retry.ContinuationPrefill), string(retry.ContinuationPrefixFlag), string(retry.ContinuationContinueMsg))
@@ -180,12 +188,12 @@ func (v *validator) routes(providers []*Provider) []*Route {
 		if r.MaxAttempts < 1 {
 			v.fail(path+".max_attempts", "must be at least 1, found %d", r.MaxAttempts)
 		}
-		v.nonNegative(path+".price.input_usd_per_mtok", r.Price.InputUSDPerMTok)
-		v.nonNegative(path+".price.output_usd_per_mtok", r.Price.OutputUSDPerMTok)
-		if c := r.Price.CachedInputUSDPerMTok; c != nil {
+		v.nonNegative(path+".price.input_usd_per_mtok", price.InputUSDPerMTok)
+		v.nonNegative(path+".price.output_usd_per_mtok", price.OutputUSDPerMTok)
+		if c := price.CachedInputUSDPerMTok; c != nil {
 			v.nonNegative(path+".price.cached_input_usd_per_mtok", *c)
 		}
-		if c := r.Price.CacheWriteUSDPerMTok; c != nil {
+		if c := price.CacheWriteUSDPerMTok; c != nil {
 			v.nonNegative(path+".price.cache_write_usd_per_mtok", *c)
 		}
 		out = append(out, &Route{
@@ -195,9 +203,9 @@ func (v *validator) routes(providers []*Provider) []*Route {
 				Continuation: retry.Continuation(caps.Continuation)},
 			Boundary:            v.boundary(path+".data_boundary", r.DataBoundary),
 			SupportsIdempotency: r.SupportsIdempotency, MaxAttempts: r.MaxAttempts,
-			Price: gw.PriceFromPerMTok(r.Price.InputUSDPerMTok, r.Price.OutputUSDPerMTok).
-				WithCachePrices(r.Price.CachedInputUSDPerMTok, r.Price.CacheWriteUSDPerMTok),
-			PriceUSDPerMTok: [2]float64{r.Price.InputUSDPerMTok, r.Price.OutputUSDPerMTok},
+			Price: gw.PriceFromPerMTok(price.InputUSDPerMTok, price.OutputUSDPerMTok).
+				WithCachePrices(price.CachedInputUSDPerMTok, price.CacheWriteUSDPerMTok),
+			PriceUSDPerMTok: [2]float64{price.InputUSDPerMTok, price.OutputUSDPerMTok},
 			Weight:          r.Weight, RPM: r.RPM, TPM: r.TPM,
 		})
 		if r.Weight < 1 {
@@ -506,4 +514,47 @@ func (v *validator) providerType(i int, p *config.Provider) provider.Type {
 		v.fail(path, "%v", err)
 	}
 	return impl
+}
+
+// price is a route's price: the one it states, else the model
+// catalogue's for its model (docs/routing.md), which also fills the
+// context window and output limit the route leaves out. It warns when a
+// route bills nothing for want of a price, and when a stated price is
+// more than twice or less than half the catalogue's.
+func (v *validator) price(path, model string, stated config.Price, caps *config.Capabilities) config.Price {
+	entry, known := catalog.Lookup(model)
+	if known {
+		if !v.cfg.Has(path + ".capabilities.max_context_tokens") {
+			caps.MaxContextTokens = entry.Context
+		}
+		if !v.cfg.Has(path + ".capabilities.max_output_tokens") {
+			caps.MaxOutputTokens = entry.MaxOutput
+		}
+	}
+	if !v.cfg.Has(path + ".price") {
+		if !known {
+			v.warn(path+".model", "model %q is not in the model catalogue and the route states no price: it bills $0 (run `oncegate models` for the catalogue, or add price)", model)
+			return stated
+		}
+		p := config.Price{InputUSDPerMTok: entry.Input, OutputUSDPerMTok: entry.Output}
+		if entry.CachedInput > 0 {
+			p.CachedInputUSDPerMTok = &entry.CachedInput
+		}
+		if entry.CacheWrite > 0 {
+			p.CacheWriteUSDPerMTok = &entry.CacheWrite
+		}
+		return p
+	}
+	if known {
+		for _, c := range []struct {
+			field          string
+			stated, listed float64
+		}{{"input_usd_per_mtok", stated.InputUSDPerMTok, entry.Input}, {"output_usd_per_mtok", stated.OutputUSDPerMTok, entry.Output}} {
+			if c.listed > 0 && (c.stated > 2*c.listed || c.stated < c.listed/2) {
+				v.warn(path+".price."+c.field, "%g differs from the catalogue's %g for %s by more than a factor of two (catalogue compiled %s)",
+					c.stated, c.listed, entry.Name, catalog.Compiled)
+			}
+		}
+	}
+	return stated
 }

@@ -8,15 +8,17 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/oncegate/oncegate/internal/clock"
 	"github.com/oncegate/oncegate/internal/coord/redis"
 	"github.com/oncegate/oncegate/internal/gateway"
 	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/load"
 	"github.com/oncegate/oncegate/internal/policy"
 )
 
 // Share connects to the coordination at url and makes opts use it:
 // in-flight claims and joins across gateways (opts.Flights), its health
-// (opts.Coordination), shared breakers, retry budget and tenant limits,
+// (opts.Coordination), shared breakers, retry budget, tenant limits and routes' load,
 // the tenants' day seeded from store when Redis lacks it. opts.Owner
 // must be set: it is how other replicas reach this one. The caller
 // closes the coordinator after the gateway.
@@ -30,6 +32,12 @@ func Share(ctx context.Context, pol *policy.Policy, url string, store ledger.Sto
 	opts.Breakers = co.NewBreakers(gateway.BreakerConfig(pol), gateway.RouteIDs(pol))
 	opts.RetryBudget = co.NewBudget(gateway.BudgetConfig(pol))
 	opts.Tenants = co.NewTenants(gateway.TenantLimitsOf(pol), seedSpend(store))
+	clk := opts.Clock
+	if clk == nil {
+		clk = clock.System{}
+	}
+	opts.Load = load.New(clk, gateway.LoadLimitsOf(pol))
+	co.NewLoads(opts.Load)
 	return co, nil
 }
 

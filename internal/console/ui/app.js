@@ -86,7 +86,13 @@ async function loadLive() {
     for (const [k, v] of Object.entries(l.dedup || {}).sort()) add("dedup " + k, v);
     add("turn ratio", l.user_turns ? l.turn_ratio.toFixed(3) : "–");
     add("retry budget", budgetText(l));
-    const rows = l.breakers.map((b) => el("tr", {}, el("td", {}, b.route), el("td", { class: "s-" + b.state }, b.state), el("td", {}, b.generation)));
+    const load = Object.fromEntries((l.routes || []).map((r) => [r.route, r]));
+    const rows = l.breakers.map((b) => {
+      const r = load[b.route];
+      return el("tr", {}, el("td", {}, b.route), el("td", { class: "s-" + b.state }, b.state), el("td", {}, b.generation),
+        el("td", {}, r ? (100 * r.share).toFixed(1) + "%" : "–"), el("td", {}, r ? r.in_flight : "–"),
+        el("td", {}, r && r.ttft_ms ? r.ttft_ms + " ms" : "–"), el("td", {}, r ? (100 * r.headroom).toFixed(0) + "%" : "–"));
+    });
     $("#breakers tbody").replaceChildren(...rows);
     showError();
   } catch (e) { failed(e); }

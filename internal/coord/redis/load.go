@@ -19,18 +19,19 @@ import (
 // and the headroom its provider's headers last gave; it reads the
 // others' back into the table. Safe for concurrent use.
 type Loads struct {
-	c      *Coordinator
-	t      *load.Table
-	routes []string
+	c *Coordinator
+	t *load.Table
 }
 
 // loadTTL is how long a replica's count of attempts in flight is believed
 // without being written again.
 const loadTTL = 3 * time.Second
 
-// NewLoads shares routes' load kept in t.
-func (c *Coordinator) NewLoads(t *load.Table, routes []string) *Loads {
-	l := &Loads{c: c, t: t, routes: routes}
+// NewLoads shares the load kept in t of the routes a strategy chooses
+// by (load.Table.Shared, read at every sync, so a reload's new routes
+// are shared too).
+func (c *Coordinator) NewLoads(t *load.Table) *Loads {
+	l := &Loads{c: c, t: t}
 	c.addSyncer(l)
 	return l
 }
@@ -42,12 +43,16 @@ func (l *Loads) keys(route string) (inflight, quota string) {
 
 func (l *Loads) sync(ctx context.Context, pipe goredis.Pipeliner) func() {
 	now := l.c.clock.Now()
+	routes := l.t.Shared()
+	if len(routes) == 0 {
+		return func() {}
+	}
 	type cmds struct {
 		inflight *goredis.MapStringStringCmd
 		quota    *goredis.StringCmd
 	}
-	got := make([]cmds, len(l.routes))
-	for i, route := range l.routes {
+	got := make([]cmds, len(routes))
+	for i, route := range routes {
 		kIn, kQ := l.keys(route)
 		pipe.HSet(ctx, kIn, l.c.cfg.Owner, strconv.Itoa(l.t.InFlight(route))+":"+strconv.FormatInt(now.Add(loadTTL).UnixMilli(), 10))
 		pipe.PExpire(ctx, kIn, 10*loadTTL)
@@ -61,7 +66,7 @@ redis.call('SET', KEYS[1], ARGV[1] .. ':' .. ARGV[2], 'PX', ARGV[3]) return 1`,
 		got[i] = cmds{pipe.HGetAll(ctx, kIn), pipe.Get(ctx, kQ)}
 	}
 	return func() {
-		for i, route := range l.routes {
+		for i, route := range routes {
 			others := 0
 			for owner, v := range got[i].inflight.Val() {
 				n, exp, ok := strings.Cut(v, ":")

@@ -5,15 +5,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/oncegate/oncegate/internal/breaker"
+	"github.com/oncegate/oncegate/internal/clock"
 	"github.com/oncegate/oncegate/internal/coord"
 	"github.com/oncegate/oncegate/internal/coord/redis/redistest"
 	"github.com/oncegate/oncegate/internal/gw"
+	"github.com/oncegate/oncegate/internal/load"
 	"github.com/oncegate/oncegate/internal/quota"
 )
 
@@ -538,4 +541,36 @@ func TestALapsedClaimIsNotRenewed(t *testing.T) {
 	}
 	lost.Flight.Finish(nil, nil)
 	kept.Flight.Finish(nil, nil)
+}
+
+// Routes' load is fleet-wide: one gateway's attempts in flight and the
+// rate-limit headroom its provider's headers gave are in the other's
+// figures within a sync, and a gateway's attempts leave them when they
+// end.
+func TestRoutesLoadIsSharedAcrossGateways(t *testing.T) {
+	a, b := pair(t, redistest.URL(t), 5*time.Second)
+	limits := map[string]load.Limits{"east": {Share: true}, "west": {Share: true}}
+	ta, tb := load.New(clock.System{}, limits), load.New(clock.System{}, limits)
+	a.NewLoads(ta)
+	b.NewLoads(tb)
+	ta.Begin("east")
+	ta.Begin("east")
+	tb.Begin("west")
+	waitFor(t, "a's attempts in b's figures", func() bool { return tb.Figures("east").InFlight == 2 })
+	waitFor(t, "b's attempt in a's figures", func() bool { return ta.Figures("west").InFlight == 1 })
+	if f := tb.Figures("west"); f.InFlight != 1 {
+		t.Fatalf("b counts its own attempt as %d", f.InFlight)
+	}
+	h := http.Header{}
+	h.Set("x-ratelimit-limit-requests", "100")
+	h.Set("x-ratelimit-remaining-requests", "0")
+	h.Set("x-ratelimit-reset-requests", "30s")
+	ta.Headers("west", h)
+	waitFor(t, "a's learned headroom in b's figures", func() bool { return tb.Figures("west").Headroom == 0 })
+	if f := tb.Figures("east"); f.Headroom != 1 {
+		t.Fatalf("east's headroom %v: only west was learned", f.Headroom)
+	}
+	ta.End("east", 10)
+	ta.End("east", 10)
+	waitFor(t, "a's ended attempts leave b's figures", func() bool { return tb.Figures("east").InFlight == 0 })
 }
