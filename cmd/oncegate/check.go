@@ -14,18 +14,20 @@ import (
 	"github.com/oncegate/oncegate/internal/ledger/postgres"
 	"github.com/oncegate/oncegate/internal/ledger/sqlite"
 	"github.com/oncegate/oncegate/internal/policy"
+	"github.com/oncegate/oncegate/internal/provider/registry"
 )
 
 // check validates a configuration (docs/configuration.md) and prints its route
 // tables and policy digests. Exit 1 lists every violation. With
-// --connect it also reaches the store and the coordination and says what
-// it found; exit 1 if either cannot be reached.
+// --connect it also reaches the store and the coordination, reads every
+// secret and obtains each provider's credential, and says what it found;
+// exit 1 if any cannot be reached or read.
 func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("check", "--config FILE [--connect]",
-		"Validate a configuration whole and print every model's route table; with --connect, also reach its store and coordination.",
+		"Validate a configuration whole and print every model's route table; with --connect, also reach its store and coordination and obtain each provider's credential.",
 		configEnv, stderr)
 	path := fs.String("config", "", "configuration file (required)")
-	connect := fs.Bool("connect", false, "also reach the store and the coordination, and report what they are")
+	connect := fs.Bool("connect", false, "also reach the store and the coordination, obtain each provider's credential, and report what they are")
 	if err := fs.Parse(args); err != nil {
 		return parseFailed(err)
 	}
@@ -64,12 +66,73 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 			fmt.Fprintln(stdout, line)
 		}
+		if secrets, err := p.Config.ResolveProviderSecrets(os.LookupEnv); err != nil {
+			// A provider's credential cannot be read: it cannot be reached.
+			reportConfigError(stderr, *path, err)
+			failed = true
+		} else if !probeProviders(ctx, p, secrets, stdout, stderr) {
+			failed = true
+		}
 		if failed {
 			return 1
 		}
 	}
 	fmt.Fprintln(stdout, "\nconfiguration OK")
 	return 0
+}
+
+// probeProviders opens every provider with its credentials, as serve
+// would, obtains a credential from each auth step (a token, the AWS
+// chain; a static key at once) and says which one it used — never a
+// secret. It reports false if any failed.
+func probeProviders(ctx context.Context, p *policy.Policy, secrets *config.Secrets, stdout, stderr io.Writer) bool {
+	ok := true
+	for _, pr := range p.Providers {
+		line := fmt.Sprintf("provider %s (%s)", pr.ID, pr.Type)
+		ep, err := registry.Open(pr.Config, secrets.ProviderKeys[pr.ID], os.LookupEnv)
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", line, err)
+			ok = false
+			continue
+		}
+		line += " at " + ep.BaseURL()
+		auth := ep.Auth()
+		if auth == nil {
+			fmt.Fprintf(stdout, "%s: no credential (requests carry none)%s\n", line, extraSources(pr.Config))
+			continue
+		}
+		if err := auth.Ready(ctx); err != nil {
+			fmt.Fprintf(stderr, "%s: %s: %v\n", line, auth.Describe(), err)
+			ok = false
+			continue
+		}
+		fmt.Fprintf(stdout, "%s: %s%s\n", line, auth.Describe(), extraSources(pr.Config))
+	}
+	return ok
+}
+
+// extraSources says where a provider's extra headers and query
+// parameters come from: the literal text, or an env or file's name.
+func extraSources(c *config.Provider) string {
+	var parts []string
+	for _, v := range c.Headers {
+		if v.Secret {
+			parts = append(parts, "header "+v.Name+" from "+v.Source())
+		} else {
+			parts = append(parts, "header "+v.Name)
+		}
+	}
+	for _, v := range c.Query {
+		if v.Secret {
+			parts = append(parts, "query "+v.Name+" from "+v.Source())
+		} else {
+			parts = append(parts, "query "+v.Name)
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(parts, ", ")
 }
 
 // probeStore reaches the configured store and describes it.

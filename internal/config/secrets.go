@@ -122,48 +122,7 @@ func (c *Config) ResolveSecrets(lookup func(string) (string, bool)) (*Secrets, e
 			}
 		}
 	}
-	for i, p := range c.Providers {
-		switch {
-		case p.APIKeyEnv != "":
-			s.ProviderKeys[p.ID] = get(secretSource{path: fmt.Sprintf("providers[%d].api_key_env", i), env: p.APIKeyEnv})
-		case p.APIKeyFile != "":
-			s.ProviderKeys[p.ID] = get(secretSource{path: fmt.Sprintf("providers[%d].api_key_file", i), file: p.APIKeyFile})
-		case p.CredentialsFileEnv != "":
-			// vertex: the variable names a service-account key file, whose
-			// JSON is the provider's key.
-			path := fmt.Sprintf("providers[%d].credentials_file_env", i)
-			if file := get(secretSource{path: path, env: p.CredentialsFileEnv}); file != "" {
-				v, err := readCredentialsFile(file)
-				if err != nil {
-					errs = append(errs, c.ErrorAt(path, "%v", err))
-				}
-				s.ProviderKeys[p.ID] = v
-			}
-		}
-		values := func(section string, vs Values) map[string]string {
-			out := make(map[string]string, len(vs))
-			for _, v := range vs {
-				src := secretSource{path: fmt.Sprintf("providers[%d].%s.%s", i, section, v.Name), env: v.Env, file: v.File}
-				if !v.Secret {
-					out[v.Name] = v.Literal
-					continue
-				}
-				val, err := c.readSecret(src, lookup)
-				if err != nil {
-					errs = append(errs, &Error{File: c.file, Pos: v.Pos, Path: src.path, Msg: err.Error()})
-				}
-				out[v.Name] = val
-				s.ValueSecrets = append(s.ValueSecrets, val)
-			}
-			return out
-		}
-		if len(p.Headers) > 0 {
-			s.ProviderHeaders[p.ID] = values("headers", p.Headers)
-		}
-		if len(p.Query) > 0 {
-			s.ProviderQuery[p.ID] = values("query", p.Query)
-		}
-	}
+	errs = append(errs, c.providerSecrets(s, lookup)...)
 	switch {
 	case c.SecretEnv != "":
 		s.GatewaySecret, _ = lookup(c.SecretEnv) // unset: generated and kept in the store
@@ -259,4 +218,71 @@ func readSecretFile(path string) (string, error) {
 		return "", fmt.Errorf("secret file %s holds more than one line: one secret a file", path)
 	}
 	return v, nil
+}
+
+// ResolveProviderSecrets reads the providers' secrets only — their keys,
+// and the headers and query values from the environment or files — as
+// ResolveSecrets does: what `oncegate check --connect` needs to reach
+// the providers.
+func (c *Config) ResolveProviderSecrets(lookup func(string) (string, bool)) (*Secrets, error) {
+	s := &Secrets{ProviderKeys: map[string]string{}, ProviderHeaders: map[string]map[string]string{}, ProviderQuery: map[string]map[string]string{}}
+	if errs := c.providerSecrets(s, lookup); len(errs) > 0 {
+		return nil, errs
+	}
+	return s, nil
+}
+
+// providerSecrets reads every provider's secrets into s.
+func (c *Config) providerSecrets(s *Secrets, lookup func(string) (string, bool)) Errors {
+	var errs Errors
+	get := func(src secretSource) string {
+		v, err := c.readSecret(src, lookup)
+		if err != nil {
+			errs = append(errs, c.ErrorAt(src.path, "%v", err))
+		}
+		return v
+	}
+	for i, p := range c.Providers {
+		switch {
+		case p.APIKeyEnv != "":
+			s.ProviderKeys[p.ID] = get(secretSource{path: fmt.Sprintf("providers[%d].api_key_env", i), env: p.APIKeyEnv})
+		case p.APIKeyFile != "":
+			s.ProviderKeys[p.ID] = get(secretSource{path: fmt.Sprintf("providers[%d].api_key_file", i), file: p.APIKeyFile})
+		case p.CredentialsFileEnv != "":
+			// vertex: the variable names a service-account key file, whose
+			// JSON is the provider's key.
+			path := fmt.Sprintf("providers[%d].credentials_file_env", i)
+			if file := get(secretSource{path: path, env: p.CredentialsFileEnv}); file != "" {
+				v, err := readCredentialsFile(file)
+				if err != nil {
+					errs = append(errs, c.ErrorAt(path, "%v", err))
+				}
+				s.ProviderKeys[p.ID] = v
+			}
+		}
+		values := func(section string, vs Values) map[string]string {
+			out := make(map[string]string, len(vs))
+			for _, v := range vs {
+				src := secretSource{path: fmt.Sprintf("providers[%d].%s.%s", i, section, v.Name), env: v.Env, file: v.File}
+				if !v.Secret {
+					out[v.Name] = v.Literal
+					continue
+				}
+				val, err := c.readSecret(src, lookup)
+				if err != nil {
+					errs = append(errs, &Error{File: c.file, Pos: v.Pos, Path: src.path, Msg: err.Error()})
+				}
+				out[v.Name] = val
+				s.ValueSecrets = append(s.ValueSecrets, val)
+			}
+			return out
+		}
+		if len(p.Headers) > 0 {
+			s.ProviderHeaders[p.ID] = values("headers", p.Headers)
+		}
+		if len(p.Query) > 0 {
+			s.ProviderQuery[p.ID] = values("query", p.Query)
+		}
+	}
+	return errs
 }

@@ -294,6 +294,9 @@ type envOptions struct {
 	front func(mock http.Handler) http.Handler
 	// fallbackFront is front for the fallback mock.
 	fallbackFront func(mock http.Handler) http.Handler
+	// config, when set, replaces testConfig (PRIMARY, FALLBACK and
+	// ANTHROPIC stand for the three mocks' URLs).
+	config string
 }
 
 func newEnvOpts(t *testing.T, o envOptions) *env {
@@ -341,7 +344,11 @@ func newEnvOpts(t *testing.T, o envOptions) *env {
 		t.Cleanup(func() { _ = srv.Close() })
 		urls[i] = "http://" + name
 	}
-	yaml := strings.NewReplacer("PRIMARY", urls[0], "FALLBACK", urls[1], "ANTHROPIC", urls[2]).Replace(testConfig) + extraYAML
+	base := testConfig
+	if o.config != "" {
+		base = o.config
+	}
+	yaml := strings.NewReplacer("PRIMARY", urls[0], "FALLBACK", urls[1], "ANTHROPIC", urls[2]).Replace(base) + extraYAML
 	var err error
 	e.pol, err = policy.Parse("test.yaml", []byte(yaml))
 	if err != nil {
@@ -517,7 +524,8 @@ func (e *env) storePath() string { return e.dbPath }
 // envKeys are the environment the test configuration's secrets come from.
 func (e *env) envKeys() map[string]string {
 	return map[string]string{"KEY_ACME": keyAcme, "KEY_GLOBEX": keyGlobex, "KEY_INITECH": keyInitech, "KEY_HOOLI": keyHooli, "KEY_UMBRELLA": keyUmbrella,
-		"KEY_SPENDER": keySpender, "KEY_UPSTREAM_ONE": primaryProviderKey, "KEY_ADMIN": keyAdmin}
+		"KEY_SPENDER": keySpender, "KEY_UPSTREAM_ONE": primaryProviderKey, "KEY_ADMIN": keyAdmin,
+		"KEY_AZURE": mock.DefaultAzureAPIKey, "KEY_AZURE_BAD": azureBadKey, "KEY_TAG": azureTagSecret}
 }
 
 func oaParams(model, text string) openai.ChatCompletionNewParams {

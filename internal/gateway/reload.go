@@ -16,6 +16,7 @@ import (
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/provider"
+	"github.com/oncegate/oncegate/internal/provider/registry"
 	"github.com/oncegate/oncegate/internal/quota"
 	"github.com/oncegate/oncegate/internal/upstream"
 )
@@ -87,7 +88,7 @@ func (g *Gateway) newLive(pol *policy.Policy, secrets *config.Secrets, prev *liv
 // headers and query parameters.
 func openProvider(p *policy.Provider, secrets *config.Secrets, lookup func(string) (string, bool),
 	dial func(ctx context.Context, network, addr string) (net.Conn, error)) (*upstreamClient, error) {
-	ep, err := p.Impl.Open(provider.Config{Provider: p.Config, APIKey: secrets.ProviderKeys[p.ID], KeySource: keySource(p.Config), Lookup: lookup})
+	ep, err := registry.Open(p.Config, secrets.ProviderKeys[p.ID], lookup)
 	if err != nil {
 		return nil, fmt.Errorf("provider %s: %w", p.ID, err)
 	}
@@ -108,19 +109,6 @@ func openProvider(p *policy.Provider, secrets *config.Secrets, lookup func(strin
 		cfg.Auth = a
 	}
 	return &upstreamClient{Client: upstream.New(cfg), ep: ep}, nil
-}
-
-// keySource names where a provider's key comes from, for messages.
-func keySource(p *config.Provider) string {
-	switch {
-	case p.APIKeyEnv != "":
-		return p.APIKeyEnv
-	case p.APIKeyFile != "":
-		return "file " + p.APIKeyFile
-	case p.CredentialsFileEnv != "":
-		return p.CredentialsFileEnv
-	}
-	return ""
 }
 
 // madeFrom sums up what a provider's client is made from: its settings

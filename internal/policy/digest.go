@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/identity"
 )
@@ -35,10 +36,18 @@ type routeDoc struct {
 	// Tier, Weight, RPM and TPM shape how a tiered alias spreads load;
 	// omitted when untiered (and at their defaults), so that other
 	// policies keep their digests.
-	Tier   *int `json:"tier,omitempty"`
-	Weight int  `json:"weight,omitempty"`
-	RPM    int  `json:"rpm,omitempty"`
-	TPM    int  `json:"tpm,omitempty"`
+	// Settings are the provider's keys that say where a request goes
+	// (api_version, region, project, location, publisher), and Headers
+	// and Query the names — never the values — of its extra headers and
+	// query parameters; omitted when none, so that other policies keep
+	// their digests.
+	Settings map[string]string `json:"provider_settings,omitempty"`
+	Headers  []string          `json:"header_names,omitempty"`
+	Query    []string          `json:"query_names,omitempty"`
+	Tier     *int              `json:"tier,omitempty"`
+	Weight   int               `json:"weight,omitempty"`
+	RPM      int               `json:"rpm,omitempty"`
+	TPM      int               `json:"tpm,omitempty"`
 }
 
 type aliasDoc struct {
@@ -89,7 +98,8 @@ func aliasDigest(a *Alias) (string, error) {
 			SupportsIdempotency: r.SupportsIdempotency, MaxAttempts: r.MaxAttempts,
 			PriceNanoPerToken:      [2]int64{int64(r.Price.InputPerToken), int64(r.Price.OutputPerToken)},
 			Timeouts:               [3]float64{p.Connect.Seconds(), p.FirstByte.Seconds(), p.Idle.Seconds()},
-			CachePriceNanoPerToken: cachePriceDoc(r.Price)})
+			CachePriceNanoPerToken: cachePriceDoc(r.Price),
+			Settings:               settingsDoc(p), Headers: valueNames(p.Config.Headers), Query: valueNames(p.Config.Query)})
 	}
 	return identity.CanonicalSHA256(doc)
 }
@@ -131,4 +141,29 @@ func policyDigest(p *Policy) (string, error) {
 		doc.Tenants = append(doc.Tenants, tenantDoc{t.ID, t.MaxBoundary.String(), t.RequestsPerMinute, int64(t.CostPerDay), t.MaxConcurrent})
 	}
 	return identity.CanonicalSHA256(doc)
+}
+
+// settingsDoc lists the provider keys that say where its requests go.
+func settingsDoc(p *Provider) map[string]string {
+	c := p.Config
+	out := map[string]string{}
+	for k, v := range map[string]string{"api_version": c.APIVersion, "region": c.Region, "project": c.Project,
+		"location": c.Location, "publisher": c.Publisher} {
+		if v != "" {
+			out[k] = v
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// valueNames lists the names of headers or query parameters.
+func valueNames(vs config.Values) []string {
+	var out []string
+	for _, v := range vs {
+		out = append(out, v.Name)
+	}
+	return out
 }

@@ -154,6 +154,7 @@ func TestValidationRules(t *testing.T) {
 		{"bad boundary", "data_boundary: external", "data_boundary: public", "unknown data boundary"},
 		{"bad provider type", "type: openai", "type: cohere", `unknown provider type "cohere"`},
 		{"key another type owns", "type: openai,", "type: openai, region: us-east-1,", `providers[0].region: provider type openai has no key "region"`},
+		{"header the gateway sets", "type: openai,", "type: openai, headers: {content-type: text/plain},", `providers[0].headers.content-type: the gateway sets Content-Type itself`},
 		{"required key missing", "type: openai,", "type: azure-openai,", `providers[0]: provider type azure-openai needs api_key_env or api_key_file`},
 		{"bad base url", `"http://127.0.0.1:1/v1"`, `"ftp://x"`, "scheme must be http or https"},
 		{"credentials in url", `"http://127.0.0.1:1/v1"`, `"http://u:p@x/v1"`, "credentials in the URL"},

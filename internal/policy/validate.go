@@ -2,12 +2,13 @@ package policy
 
 import (
 	"fmt"
-	"github.com/oncegate/oncegate/internal/catalog"
+	"net/http"
 	"net/url"
 	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/oncegate/oncegate/internal/catalog"
 	"github.com/oncegate/oncegate/internal/config"
 	rediscoord "github.com/oncegate/oncegate/internal/coord/redis"
 	"github.com/oncegate/oncegate/internal/gw"
@@ -145,6 +146,7 @@ func (v *validator) providers() []*Provider {
 				v.fail(path+".base_url", "%v", err)
 			}
 		}
+		v.headerNames(path+".headers", p.Headers)
 		v.positive(path+".timeouts.connect", float64(p.Timeouts.Connect))
 		v.positive(path+".timeouts.first_byte", float64(p.Timeouts.FirstByte))
 		v.positive(path+".timeouts.idle", float64(p.Timeouts.Idle))
@@ -514,6 +516,21 @@ func (v *validator) providerType(i int, p *config.Provider) provider.Type {
 		v.fail(path, "%v", err)
 	}
 	return impl
+}
+
+// headerNames checks a provider's extra headers: each a valid field name,
+// none of those the gateway or the transport sets itself.
+func (v *validator) headerNames(path string, hs config.Values) {
+	for _, h := range hs {
+		c := http.CanonicalHeaderKey(h.Name)
+		switch {
+		case strings.IndexFunc(h.Name, func(r rune) bool { return r <= ' ' || r >= 0x7f || strings.ContainsRune("\"(),/:;<=>?@[\\]{}", r) }) >= 0:
+			v.fail(path+"."+h.Name, "%q is not a header name", h.Name)
+		case c == "Host" || c == "Content-Type" || c == "Content-Length" || c == "Transfer-Encoding" || c == "Connection" ||
+			c == "Idempotency-Key" || strings.HasPrefix(c, "X-Oncegate-"):
+			v.fail(path+"."+h.Name, "the gateway sets %s itself", c)
+		}
+	}
 }
 
 // price is a route's price: the one it states, else the model

@@ -7,7 +7,9 @@
 // fields oncegate does not model still reach the provider.
 //
 // Translators never mutate their input: the retry engine runs them again on
-// every attempt. classify.go holds all knowledge of provider errors.
+// every attempt. classify.go holds the error rules the OpenAI and
+// Anthropic protocols share; seam.go is the interface each provider type
+// implements (docs/providers.md), in its own package.
 package provider
 
 import (

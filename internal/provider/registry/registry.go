@@ -6,6 +6,7 @@
 package registry
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -66,3 +67,26 @@ func Keys() []string {
 // Alternatives splits a Spec.Required entry into the keys any one of
 // which satisfies it ("api_key_env|api_key_file").
 func Alternatives(required string) []string { return strings.Split(required, "|") }
+
+// Open opens the provider p describes with its key (read from api_key_env
+// or api_key_file; "" when none) and the environment.
+func Open(p *config.Provider, key string, lookup func(string) (string, bool)) (provider.Endpoint, error) {
+	t, ok := Lookup(p.Type)
+	if !ok {
+		return nil, fmt.Errorf("unknown provider type %q", p.Type)
+	}
+	return t.Open(provider.Config{Provider: p, APIKey: key, KeySource: keySource(p), Lookup: lookup})
+}
+
+// keySource names where a provider's key comes from, for messages.
+func keySource(p *config.Provider) string {
+	switch {
+	case p.APIKeyEnv != "":
+		return p.APIKeyEnv
+	case p.APIKeyFile != "":
+		return "file " + p.APIKeyFile
+	case p.CredentialsFileEnv != "":
+		return p.CredentialsFileEnv
+	}
+	return ""
+}
