@@ -174,9 +174,6 @@ func (a *tokenAuth) Describe() string {
 
 // Path is a model's method path under the base URL.
 func (r Route) Path(model string, stream bool) string {
-	base := r.BaseURL
-	r.BaseURL = "/"
-	u := r.URL(model, stream)
-	r.BaseURL = base
-	return u
+	r.BaseURL = "/" // r is a copy: the path alone
+	return r.URL(model, stream)
 }
