@@ -43,6 +43,7 @@ routes:
   - {id: vertex-gemini, provider: vertex-google, model: gemini-2.5-pro, capabilities: {input: [text], tools: true, streaming: true, max_context_tokens: 1000000, max_output_tokens: 1000}, behavior_class: chat-v1, data_boundary: external, max_attempts: 2, price: {input_usd_per_mtok: 1.25, output_usd_per_mtok: 10}}
   - {id: vertex-claude, provider: vertex-claude, model: claude-sonnet-vertex, capabilities: {input: [text], tools: true, streaming: true, max_context_tokens: 200000, max_output_tokens: 1000}, behavior_class: chat-v1, data_boundary: external, max_attempts: 2, price: {input_usd_per_mtok: 3, output_usd_per_mtok: 15}}
   - {id: vertex-stranger, provider: vertex-stranger, model: claude-stranger, capabilities: {input: [text], tools: true, streaming: true, max_context_tokens: 200000, max_output_tokens: 1000}, behavior_class: chat-v1, data_boundary: external, max_attempts: 2, price: {input_usd_per_mtok: 3, output_usd_per_mtok: 15}}
+  - {id: vertex-claude-resume, provider: vertex-claude, model: claude-resume-vertex, capabilities: {input: [text], tools: true, streaming: true, max_context_tokens: 200000, max_output_tokens: 1000, continuation: assistant_prefill}, behavior_class: chat-v1, data_boundary: external, max_attempts: 3, price: {input_usd_per_mtok: 3, output_usd_per_mtok: 15}}
   - {id: azure, provider: azure, model: gpt-deployment, capabilities: {input: [text], tools: true, streaming: true, max_context_tokens: 128000, max_output_tokens: 1000}, behavior_class: chat-v1, data_boundary: external, max_attempts: 2, price: {input_usd_per_mtok: 2.5, output_usd_per_mtok: 10}}
   - {id: openai, provider: openai, model: gpt-openai, capabilities: {input: [text], tools: true, streaming: true, max_context_tokens: 128000, max_output_tokens: 1000}, behavior_class: chat-v1, data_boundary: external, max_attempts: 2, price: {input_usd_per_mtok: 2.5, output_usd_per_mtok: 10}}
 models:
@@ -55,6 +56,7 @@ models:
   - {name: badkey, routes: [gemini-badkey], retry: {max_attempts: 3, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s}}
   - {name: stranger, routes: [vertex-stranger], retry: {max_attempts: 3, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s}}
   - {name: stranger-then-claude, routes: [vertex-stranger, vertex-claude], retry: {max_attempts: 4, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s}}
+  - {name: vertex-claude-resume, routes: [vertex-claude-resume], retry: {max_attempts: 3, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s}}
   - {name: gemini-or-openai, routes: [gemini, openai], retry: {max_attempts: 4, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s}}
 `
 
@@ -393,5 +395,39 @@ func TestGeminiFieldTable(t *testing.T) {
 	res, body = g.post("/v1/chat/completions", `{"model":"gemini","user":"u-1","messages":[{"role":"user","content":"hi"}]}`, nil)
 	if res.StatusCode != 400 || !strings.Contains(string(body), "user") {
 		t.Fatalf("user not droppable without leave: %d %s", res.StatusCode, body)
+	}
+}
+
+// A Claude stream on Vertex that breaks after visible output is resumed
+// by prefill on the same route (streamRawPredict with the partial answer
+// as a trailing assistant message): the client reads one seamless answer.
+func TestVertexClaudeStreamResumes(t *testing.T) {
+	t.Parallel()
+	g := newGoogleEnv(t, 12)
+	g.mock.SetScript(rules(mock.Rule{Model: "claude-resume-vertex", Calls: []int{1}, Fault: mock.Fault{Type: mock.FaultDropAfter, After: 4}}))
+	var h http.Header
+	client := g.openai(&h)
+	st := client.Chat.Completions.NewStreaming(context.Background(), oaParams("vertex-claude-resume", "What is a logical request?"))
+	text := ""
+	for st.Next() {
+		if ch := st.Current(); len(ch.Choices) > 0 {
+			text += ch.Choices[0].Delta.Content
+		}
+	}
+	if err := st.Err(); err != nil || text == "" {
+		t.Fatalf("stream %q: %v", text, err)
+	}
+	s := g.mock.Stats().ByModel["claude-resume-vertex"]
+	if s.Requests != 2 || s.Continuations != 1 {
+		t.Fatalf("upstream %+v, want 2 requests, 1 continuation", s)
+	}
+	r := g.receipt(h.Get("X-Oncegate-Request-Id"))
+	if len(r.Attempts) != 2 || r.Attempts[0].Kind != "stream_interrupted_after_output" || r.Attempts[1].Kind != "ok" {
+		t.Fatalf("attempts %+v", r.Attempts)
+	}
+	// The same question unbroken: the resumed stream read the same.
+	res, err := client.Chat.Completions.New(context.Background(), oaParams("vertex-claude-resume", "What is a logical request?"))
+	if err != nil || res.Choices[0].Message.Content != text {
+		t.Fatalf("resumed %q, whole %q (%v)", text, res.Choices[0].Message.Content, err)
 	}
 }
