@@ -3,6 +3,7 @@ package mock
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 
@@ -25,7 +26,9 @@ type anRequest struct {
 	MaxTokens int64 `json:"max_tokens"`
 	Stream    bool  `json:"stream"`
 	Tools     []struct {
-		Name string `json:"name"`
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		InputSchema json.RawMessage `json:"input_schema"`
 	} `json:"tools"`
 	ToolChoice *struct {
 		Type string `json:"type"`
@@ -36,12 +39,31 @@ type anRequest struct {
 	} `json:"thinking"`
 }
 
-// anBlocks reads content that is a string or an array of blocks: its
-// text, and its tool calls' names and inputs.
-func anBlocks(raw json.RawMessage) (text, calls string, hasCalls bool) {
+// anText reads a field that is a string or an array of text blocks, the
+// blocks' text joined with sep.
+func anText(raw json.RawMessage, sep string) string {
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
-		return s, "", false
+		return s
+	}
+	var blocks []struct {
+		Text string `json:"text"`
+	}
+	_ = json.Unmarshal(raw, &blocks)
+	parts := make([]string, len(blocks))
+	for i, b := range blocks {
+		parts[i] = b.Text
+	}
+	return strings.Join(parts, sep)
+}
+
+// anTurns reads one message: a user message's tool_result blocks become
+// tool turns of their own, ahead of what else it says. n is its size in
+// the mock's count.
+func anTurns(role string, raw json.RawMessage) (turns []turn, n int64) {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return []turn{{role: role, text: s}}, tokens.PerMessage + tokens.Text(s)
 	}
 	var blocks []struct {
 		Type    string          `json:"type"`
@@ -51,47 +73,75 @@ func anBlocks(raw json.RawMessage) (text, calls string, hasCalls bool) {
 		Content json.RawMessage `json:"content"`
 	}
 	_ = json.Unmarshal(raw, &blocks)
-	var b strings.Builder
-	for _, bl := range blocks {
-		switch bl.Type {
+	cur := turn{role: role}
+	var size int64
+	parts := 0
+	for _, b := range blocks {
+		switch b.Type {
 		case "text":
-			b.WriteString(bl.Text)
+			cur.text += b.Text
+			size += tokens.Text(b.Text)
+			parts++
+		case "image", "document":
+			size += tokens.PerImage
+			parts++
 		case "tool_use":
-			calls += bl.Name + string(bl.Input)
-			hasCalls = true
+			args := string(b.Input)
+			if args == "" {
+				args = "{}"
+			}
+			cur.calls += b.Name + args
+			cur.hasCalls = true
+			size += tokens.Text(b.Name) + tokens.Text(args)
 		case "tool_result":
-			t, _, _ := anBlocks(bl.Content)
-			b.WriteString(t)
+			t := anText(b.Content, "")
+			turns = append(turns, turn{role: roleTool, text: t})
+			n += tokens.PerMessage + tokens.Text(t)
 		}
 	}
-	return b.String(), calls, hasCalls
+	if parts > 0 || cur.hasCalls || len(turns) == 0 {
+		turns = append(turns, cur)
+		n += tokens.PerMessage + size
+	}
+	return turns, n
 }
 
 // decodeAnthropic reads a Messages request; an error is the message of
-// a 400 invalid_request_error.
+// a 400 invalid_request_error. The prompt is counted as for OpenAI
+// (docs/mock.md).
 func decodeAnthropic(body []byte) (*ask, *anRequest, error) {
+	return decodeAnthropicPrompt(body, true)
+}
+
+// decodeAnthropicPrompt reads a Messages or count_tokens request (which
+// has no max_tokens).
+func decodeAnthropicPrompt(body []byte, generate bool) (*ask, *anRequest, error) {
 	var in anRequest
 	if err := json.Unmarshal(body, &in); err != nil {
-		return nil, nil, fmt.Errorf("invalid request: %v", err)
+		return nil, nil, fmt.Errorf("invalid request: %w", err)
 	}
-	if in.MaxTokens <= 0 {
-		return nil, nil, fmt.Errorf("max_tokens: Field required")
+	if generate && in.MaxTokens <= 0 {
+		return nil, nil, refusal("max_tokens: Field required")
 	}
 	if len(in.Messages) == 0 {
-		return nil, nil, fmt.Errorf("messages: at least one message is required")
+		return nil, nil, refusal("messages: at least one message is required")
 	}
 	a := &ask{model: in.Model, stream: in.Stream, maxTokens: in.MaxTokens}
-	a.system, _, _ = anBlocks(in.System)
-	n := tokens.Text(a.system)
-	for _, m := range in.Messages {
-		text, calls, has := anBlocks(m.Content)
-		a.turns = append(a.turns, turn{role: m.Role, text: text, calls: calls, hasCalls: has})
-		n += tokens.PerMessage + tokens.Text(text+calls)
+	a.system = anText(in.System, "\n\n")
+	n := int64(tokens.PerRequest)
+	if a.system != "" {
+		n += tokens.PerMessage + tokens.Text(a.system)
 	}
-	a.promptTokens = n
+	for _, m := range in.Messages {
+		ts, size := anTurns(m.Role, m.Content)
+		a.turns = append(a.turns, ts...)
+		n += size
+	}
 	for _, t := range in.Tools {
 		a.tools = append(a.tools, t.Name)
+		n += tokens.Text(t.Name) + tokens.Text(t.Description) + tokens.Text(string(t.InputSchema))
 	}
+	a.promptTokens = n
 	if tc := in.ToolChoice; tc != nil {
 		switch tc.Type {
 		case "none":
@@ -258,4 +308,48 @@ func anErrorType(status int) string {
 		return "overloaded_error"
 	}
 	return "api_error"
+}
+
+// anCodec answers as Anthropic's Messages API.
+type anCodec struct{ anWire }
+
+// serveAnthropic answers POST /v1/messages.
+func (m *Mock) serveAnthropic(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 32<<20))
+	if err != nil {
+		return
+	}
+	a, in, err := decodeAnthropic(body)
+	if err == nil && in.Model == "" {
+		err = refusal("model: Field required")
+	}
+	if err != nil {
+		anError(w, 400, "invalid_request_error", err.Error())
+		return
+	}
+	if a.thinking && a.continuation() {
+		anError(w, 400, "invalid_request_error", "assistant message prefill is not supported when thinking is enabled")
+		return
+	}
+	x := m.begin(anCodec{}, w, r, a)
+	x.finishServe()
+}
+
+func (anCodec) fail(x *exchange, f *Fault) {
+	retryHeaders(x.w.Header(), f)
+	status, typ, msg := f.Status, f.ErrorType, f.Message
+	switch f.Type {
+	case FaultAuth:
+		status, typ, msg = 401, "authentication_error", orDefault(msg, "invalid x-api-key")
+	case FaultContextLength:
+		status, typ, msg = 400, "invalid_request_error", "prompt is too long: 210000 tokens > 200000 maximum"
+	case FaultContentPolicy:
+		status, typ, msg = 400, "invalid_request_error", "Output blocked by content filtering policy"
+	case FaultQuota:
+		status, typ, msg = 429, "insufficient_quota", "You exceeded your current quota, please check your plan and billing details."
+	case FaultRejectPrefill:
+		status, typ, msg = 400, "invalid_request_error", "This model does not support assistant message prefill. The conversation must end with a user message."
+	}
+	status = orInt(status, 500)
+	anError(x.w, status, orDefault(typ, anErrorType(status)), orDefault(msg, anMessage(status)))
 }

@@ -77,3 +77,8 @@ func (a *ask) tool() (string, bool) {
 type usage struct {
 	input, output, cached, cacheWrite int64
 }
+
+// refusal is a request the fake refuses, in the provider's own words.
+type refusal string
+
+func (r refusal) Error() string { return string(r) }

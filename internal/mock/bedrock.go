@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -84,10 +83,10 @@ type cvBlock struct {
 func decodeConverse(body []byte, model string, stream bool) (*ask, error) {
 	var in cvRequest
 	if err := json.Unmarshal(body, &in); err != nil {
-		return nil, fmt.Errorf("Malformed input request, please reformat your input and try again.")
+		return nil, refusal("Malformed input request, please reformat your input and try again.")
 	}
 	if len(in.Messages) == 0 {
-		return nil, fmt.Errorf("A conversation must start with a user message. Try again with a conversation that starts with a user message.")
+		return nil, refusal("A conversation must start with a user message. Try again with a conversation that starts with a user message.")
 	}
 	a := &ask{model: model, stream: stream}
 	var sys []string

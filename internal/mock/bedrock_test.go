@@ -188,3 +188,22 @@ func TestBedrockSigV4AndErrors(t *testing.T) {
 		t.Fatalf("requests %d, want 12 (refused signatures count)", got)
 	}
 }
+
+// TestBedrockSessionToken checks temporary credentials: the SDK's
+// X-Amz-Security-Token is signed and required when the mock has one.
+func TestBedrockSessionToken(t *testing.T) {
+	creds := mock.DefaultAWS
+	creds.SessionToken = "mock-session-token"
+	_, url := start(t, mock.Config{Tokens: 3, AWS: creds})
+	ctx := context.Background()
+	with := bedrockruntime.New(bedrockruntime.Options{Region: creds.Region, BaseEndpoint: aws.String(url), Retryer: aws.NopRetryer{},
+		Credentials: credentials.NewStaticCredentialsProvider(creds.AccessKeyID, creds.SecretAccessKey, creds.SessionToken)})
+	if _, err := with.Converse(ctx, converseInput("m")); err != nil {
+		t.Fatal(err)
+	}
+	without := bedrockClient(url, creds.SecretAccessKey)
+	var apiErr smithy.APIError
+	if _, err := without.Converse(ctx, converseInput("m")); !errors.As(err, &apiErr) || apiErr.ErrorCode() != "UnrecognizedClientException" {
+		t.Fatalf("no session token: %v", err)
+	}
+}

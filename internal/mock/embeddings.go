@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/oncegate/oncegate/internal/provider"
 	"github.com/oncegate/oncegate/internal/tokens"
 )
 
@@ -36,10 +35,10 @@ func (m *Mock) serveEmbeddings(w http.ResponseWriter, r *http.Request) {
 	}
 	model, e, prompt, msg := parseEmbeddings(body, false)
 	if msg != "" {
-		writeError(w, provider.OpenAI, 400, "invalid_request_error", "", msg, nil)
+		oaError(w, 400, "invalid_request_error", "", msg)
 		return
 	}
-	x := m.begin(legacyCodec{provider.Embeddings}, w, r, &ask{model: model, promptTokens: prompt})
+	x := m.begin(oaCodec{}, w, r, &ask{model: model, promptTokens: prompt})
 	x.emb = e
 	x.finishServe()
 }
@@ -128,13 +127,16 @@ func (m *Mock) countTokens(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
-	ir, err := provider.ParseCountTokens(body)
+	a, in, err := decodeAnthropicPrompt(body, false)
+	if err == nil && in.Model == "" {
+		err = refusal("model: Field required")
+	}
 	if err != nil {
-		writeError(w, provider.Anthropic, 400, "invalid_request_error", "", err.Error(), nil)
+		anError(w, 400, "invalid_request_error", err.Error())
 		return
 	}
-	if f := m.countFault(ir.Model, r.Header.Get("Idempotency-Key")); f != nil {
-		x := &exchange{m: m, c: legacyCodec{provider.Anthropic}, w: w, r: r}
+	if f := m.countFault(in.Model, r.Header.Get("Idempotency-Key")); f != nil {
+		x := &exchange{m: m, c: anCodec{}, w: w, r: r}
 		switch f.Type {
 		case FaultStatus:
 			x.c.fail(x, f)
@@ -148,7 +150,7 @@ func (m *Mock) countTokens(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]int64{"input_tokens": provider.PromptTokens(ir) + CountOverhead})
+	_ = json.NewEncoder(w).Encode(map[string]int64{"input_tokens": a.promptTokens + CountOverhead})
 }
 
 // countFault is the fault of the first count_tokens rule matching a

@@ -2,7 +2,6 @@ package mock
 
 import (
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -60,10 +59,10 @@ type gmPart struct {
 func decodeGemini(body []byte, model string, stream bool) (*ask, error) {
 	var in gmRequest
 	if err := json.Unmarshal(body, &in); err != nil {
-		return nil, fmt.Errorf("Invalid JSON payload received. %v", err)
+		return nil, refusal("Invalid JSON payload received. " + err.Error())
 	}
 	if len(in.Contents) == 0 {
-		return nil, fmt.Errorf("* GenerateContentRequest.contents: contents is not specified")
+		return nil, refusal("* GenerateContentRequest.contents: contents is not specified")
 	}
 	a := &ask{model: model, stream: stream}
 	n := int64(0)
@@ -235,6 +234,9 @@ func (g geminiCodec) fail(x *exchange, f *Fault) {
 		return
 	}
 	code, status, msg := googleStatus(f)
+	if g.vertex != nil && code == 429 && f.Message == "" {
+		msg = "Resource exhausted. Please try again later. Please refer to https://cloud.google.com/vertex-ai/generative-ai/docs/error-code-429 for more details."
+	}
 	var details []any
 	if code == 429 {
 		delay := "1s"

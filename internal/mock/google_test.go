@@ -169,7 +169,7 @@ func vertexAnthropicClient(t *testing.T, url string, scopes ...string) anthropic
 	if len(scopes) == 0 {
 		scopes = []string{"https://www.googleapis.com/auth/cloud-platform"}
 	}
-	creds, err := google.CredentialsFromJSON(context.Background(), mock.ServiceAccountJSON(url), scopes...)
+	creds, err := google.CredentialsFromJSONWithType(context.Background(), mock.ServiceAccountJSON(url), google.ServiceAccount, scopes...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,6 +221,13 @@ func TestVertexAnthropicSDKAgainstTheMock(t *testing.T) {
 	}
 	if got := m.Stats().ByModel[model].Requests; got != 3 {
 		t.Fatalf("requests %d, want 3", got)
+	}
+
+	// count_tokens goes to count-tokens:rawPredict with the model in the body.
+	count, err := c.Messages.CountTokens(ctx, anthropic.MessageCountTokensParams{Model: anthropic.Model(model),
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock(question))}})
+	if err != nil || count.InputTokens <= mock.CountOverhead {
+		t.Fatalf("count tokens %+v %v", count, err)
 	}
 
 	// Errors: Vertex's own for quota, Anthropic's for the model.

@@ -2,7 +2,6 @@ package mock
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -23,38 +22,6 @@ func (l legacyCodec) toolPrefix() string {
 		return "toolu_mock"
 	}
 	return "call_mock"
-}
-
-func (m *Mock) serve(l legacyCodec, w http.ResponseWriter, r *http.Request) {
-	proto := l.proto
-	body, err := io.ReadAll(io.LimitReader(r.Body, 32<<20))
-	if err != nil {
-		return
-	}
-	cr, err := provider.ParseRequest(proto, body)
-	if err != nil {
-		writeError(w, proto, 400, "invalid_request_error", "", err.Error(), nil)
-		return
-	}
-	var asked struct {
-		Logprobs bool `json:"logprobs"`
-	}
-	_ = json.Unmarshal(body, &asked)
-	if cr.IR.Thinking && prefilled(cr.IR) {
-		// As Anthropic: extended thinking takes no prefill.
-		writeError(w, proto, 400, "invalid_request_error", "", "assistant message prefill is not supported when thinking is enabled", nil)
-		return
-	}
-	x := m.begin(l, w, r, askOf(cr.IR, cr.PromptTokens))
-	x.logprobs = asked.Logprobs && proto == provider.OpenAI
-	x.finishServe()
-}
-
-// prefilled reports whether a request ends with an assistant message: a
-// prefill the model is to continue.
-func prefilled(r *provider.Request) bool {
-	n := len(r.Messages)
-	return n > 0 && r.Messages[n-1].Role == provider.RoleAssistant && len(r.Messages[n-1].ToolCalls) == 0
 }
 
 // askOf is what the mock needs of a parsed request.

@@ -13,8 +13,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/oncegate/oncegate/internal/provider"
 )
 
 // Config sets the mock's defaults.
@@ -81,8 +79,8 @@ func New(cfg Config) *Mock {
 	m := &Mock{cfg: cfg, stats: newStats(), script: cfg.Script, setAt: time.Now(), calls: map[string]int{}, counts: map[string]int{}, closing: make(chan struct{}),
 		state: newRSState(), traceparents: map[string]string{}, vertex: newVertexAuth(&cfg)}
 	m.mux = http.NewServeMux()
-	m.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { m.serve(legacyCodec{provider.OpenAI}, w, r) })
-	m.mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { m.serve(legacyCodec{provider.Anthropic}, w, r) })
+	m.mux.HandleFunc("POST /v1/chat/completions", m.serveOpenAI)
+	m.mux.HandleFunc("POST /v1/messages", m.serveAnthropic)
 	m.mux.HandleFunc("POST /v1/responses", m.serveResponses)
 	m.mux.HandleFunc("POST /v1/embeddings", m.serveEmbeddings)
 	m.mux.HandleFunc("POST /v1/messages/count_tokens", m.countTokens)

@@ -2,7 +2,7 @@ package mock
 
 import (
 	"encoding/json"
-	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -26,7 +26,6 @@ type oaRequest struct {
 				Arguments string `json:"arguments"`
 			} `json:"function"`
 		} `json:"tool_calls"`
-		Prefix bool `json:"prefix"`
 	} `json:"messages"`
 	Stream        bool `json:"stream"`
 	StreamOptions *struct {
@@ -36,19 +35,22 @@ type oaRequest struct {
 	MaxCompletionTokens int64 `json:"max_completion_tokens"`
 	Tools               []struct {
 		Function struct {
-			Name string `json:"name"`
+			Name        string          `json:"name"`
+			Description string          `json:"description"`
+			Parameters  json.RawMessage `json:"parameters"`
 		} `json:"function"`
 	} `json:"tools"`
 	ToolChoice json.RawMessage `json:"tool_choice"`
 	Logprobs   bool            `json:"logprobs"`
 }
 
-// oaText is the text of a message's content: a string or an array of
-// parts, whose text parts it joins.
-func oaText(raw json.RawMessage) string {
+// oaContent is a message's content, a string or an array of parts: its
+// text (the text parts joined) and its size in the mock's count (each
+// text part counted apart, an image, audio or file part as one image).
+func oaContent(raw json.RawMessage) (string, int64) {
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
-		return s
+		return s, tokens.Text(s)
 	}
 	var parts []struct {
 		Type string `json:"type"`
@@ -56,23 +58,29 @@ func oaText(raw json.RawMessage) string {
 	}
 	_ = json.Unmarshal(raw, &parts)
 	var b strings.Builder
+	var n int64
 	for _, p := range parts {
 		if p.Type == "text" {
 			b.WriteString(p.Text)
+			n += tokens.Text(p.Text)
+		} else {
+			n += tokens.PerImage
 		}
 	}
-	return b.String()
+	return b.String(), n
 }
 
 // decodeOpenAI reads a Chat Completions request; an error is the message
-// of a 400.
+// of a 400. The prompt is counted as docs/mock.md says: per request, per
+// message (the system messages joined as one) and per part, tool calls
+// and tools by their text.
 func decodeOpenAI(body []byte) (*ask, *oaRequest, error) {
 	var in oaRequest
 	if err := json.Unmarshal(body, &in); err != nil {
-		return nil, nil, fmt.Errorf("We could not parse the JSON body of your request. (HINT: This likely means you aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not valid JSON.)")
+		return nil, nil, refusal("We could not parse the JSON body of your request. (HINT: This likely means you aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not valid JSON.)")
 	}
 	if len(in.Messages) == 0 {
-		return nil, nil, fmt.Errorf("[] is too short - 'messages'")
+		return nil, nil, refusal("[] is too short - 'messages'")
 	}
 	a := &ask{model: in.Model, stream: in.Stream, maxTokens: in.MaxCompletionTokens}
 	if a.maxTokens == 0 {
@@ -81,24 +89,28 @@ func decodeOpenAI(body []byte) (*ask, *oaRequest, error) {
 	var system []string
 	n := int64(tokens.PerRequest)
 	for _, m := range in.Messages {
-		text := oaText(m.Content)
-		n += tokens.PerMessage + tokens.Text(text)
+		text, size := oaContent(m.Content)
 		if m.Role == "system" || m.Role == "developer" {
 			system = append(system, text)
 			continue
 		}
+		n += tokens.PerMessage + size
 		t := turn{role: m.Role, text: text, hasCalls: len(m.ToolCalls) > 0}
 		for _, c := range m.ToolCalls {
 			t.calls += c.Function.Name + c.Function.Arguments
-			n += tokens.Text(c.Function.Name + c.Function.Arguments)
+			n += tokens.Text(c.Function.Name) + tokens.Text(c.Function.Arguments)
 		}
 		a.turns = append(a.turns, t)
 	}
 	a.system = strings.Join(system, "\n\n")
-	a.promptTokens = n
+	if a.system != "" {
+		n += tokens.PerMessage + tokens.Text(a.system)
+	}
 	for _, t := range in.Tools {
 		a.tools = append(a.tools, t.Function.Name)
+		n += tokens.Text(t.Function.Name) + tokens.Text(t.Function.Description) + tokens.Text(string(t.Function.Parameters))
 	}
+	a.promptTokens = n
 	var mode string
 	if json.Unmarshal(in.ToolChoice, &mode) == nil {
 		a.toolMode = mode
@@ -241,11 +253,9 @@ func (s *oaStream) malformed() []byte {
 }
 
 func (s *oaStream) fail(f *Fault) []byte {
-	msg := f.Message
-	if msg == "" {
-		msg = "The server had an error while processing your request. Sorry about that!"
-	}
-	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": "server_error", "param": nil, "code": nil}})
+	typ := orDefault(f.ErrorType, "overloaded_error")
+	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": orDefault(f.Message, "Overloaded"), "type": typ, "param": nil,
+		"code": orDefault(f.ErrorCode, typ)}})
 	return append(append([]byte("data: "), b...), '\n', '\n')
 }
 
@@ -274,4 +284,60 @@ func retryHeaders(h http.Header, f *Fault) {
 	if f.RetryAfterMS != "" {
 		h.Set("retry-after-ms", f.RetryAfterMS)
 	}
+}
+
+// oaCodec answers as OpenAI's Chat Completions API.
+type oaCodec struct{ oaWire }
+
+// serveOpenAI answers POST /v1/chat/completions.
+func (m *Mock) serveOpenAI(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 32<<20))
+	if err != nil {
+		return
+	}
+	a, in, err := decodeOpenAI(body)
+	if err == nil && a.model == "" {
+		err = refusal("you must provide a model parameter")
+	}
+	if err != nil {
+		oaError(w, 400, "invalid_request_error", "", err.Error())
+		return
+	}
+	x := m.begin(oaCodec{oaWire{usage: in.StreamOptions != nil && in.StreamOptions.IncludeUsage}}, w, r, a)
+	x.logprobs = in.Logprobs
+	x.finishServe()
+}
+
+func (oaCodec) fail(x *exchange, f *Fault) {
+	retryHeaders(x.w.Header(), f)
+	status, typ, code, msg := f.Status, f.ErrorType, f.ErrorCode, f.Message
+	switch f.Type {
+	case FaultAuth:
+		status, typ, code = 401, "invalid_request_error", "invalid_api_key"
+		msg = orDefault(msg, "Incorrect API key provided. You can find your API key at https://platform.openai.com/account/api-keys.")
+	case FaultContextLength:
+		status, typ, code = 400, "invalid_request_error", "context_length_exceeded"
+		msg = "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens. Please reduce the length of the messages."
+	case FaultContentPolicy:
+		status, typ, code = 400, "invalid_request_error", "content_policy_violation"
+		msg = "Your request was rejected as a result of our safety system. Your prompt may contain text that is not allowed by our safety system."
+	case FaultQuota:
+		status, typ, code = 429, "insufficient_quota", "insufficient_quota"
+		msg = "You exceeded your current quota, please check your plan and billing details."
+	case FaultRejectPrefill:
+		status, typ = 400, "invalid_request_error"
+		msg = "This model does not support assistant message prefill. The conversation must end with a user message."
+	}
+	status = orInt(status, 500)
+	if typ == "" {
+		switch {
+		case status == 429:
+			typ, code = "requests", "rate_limit_exceeded"
+		case status >= 500:
+			typ = "server_error"
+		default:
+			typ = "invalid_request_error"
+		}
+	}
+	oaError(x.w, status, typ, code, orDefault(msg, anMessage(status)))
 }

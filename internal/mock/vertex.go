@@ -262,6 +262,10 @@ func (m *Mock) serveVertexAnthropic(w http.ResponseWriter, r *http.Request, mode
 		googleError(w, 404, "NOT_FOUND", "Method not found.", nil)
 		return
 	}
+	if model == "count-tokens" && method == "rawPredict" {
+		m.vertexCountTokens(w, r, body)
+		return
+	}
 	a, in, err := decodeAnthropic(body)
 	switch {
 	case err != nil:
@@ -337,4 +341,37 @@ func vertexVersion(v string) bool {
 	}
 	_, err := time.Parse("2006-01-02", v)
 	return err == nil
+}
+
+// vertexCountTokens answers count-tokens:rawPredict, Vertex's
+// count_tokens for Anthropic models: the body names the model. Like
+// POST /v1/messages/count_tokens it is a lookup, with its own rules.
+func (m *Mock) vertexCountTokens(w http.ResponseWriter, r *http.Request, body []byte) {
+	m.lookup()
+	x := &exchange{m: m, c: vertexAnthropic{v: m.vertex}, w: w, r: r}
+	if !m.vertex.check(x) {
+		return
+	}
+	a, in, err := decodeAnthropicPrompt(body, false)
+	if err == nil && in.Model == "" {
+		err = refusal("model: Field required")
+	}
+	if err != nil {
+		anError(w, 400, "invalid_request_error", err.Error())
+		return
+	}
+	if f := m.countFault(in.Model, r.Header.Get("Idempotency-Key")); f != nil {
+		switch f.Type {
+		case FaultStatus, FaultAuth:
+			x.c.fail(x, f)
+			return
+		case FaultReset:
+			reset(w)
+			return
+		case FaultHang:
+			x.block(nil)
+			return
+		}
+	}
+	writeJSON(w, 200, map[string]int64{"input_tokens": a.promptTokens + CountOverhead})
 }
