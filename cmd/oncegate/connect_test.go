@@ -59,6 +59,7 @@ func TestCheckConnectNamesWhatIsUnreachable(t *testing.T) {
 // anything (no dead options: a flag is checked like the file).
 func TestServeRefusesWhatItCannotServe(t *testing.T) {
 	t.Setenv("ONCEGATE_KEY_DEV", "sk-dev")
+	t.Setenv("ONCEGATE_ADMIN_KEY", "sk-admin")
 	for _, c := range []struct {
 		args []string
 		want string

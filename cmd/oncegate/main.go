@@ -10,6 +10,7 @@
 //	oncegate check   --config FILE            validate and print the route tables
 //	oncegate verify  --config FILE RECEIPT    re-run the retry engine over a receipt
 //	oncegate migrate --config FILE            apply the store's schema migrations
+//	oncegate spend   --config FILE --url URL  print the spend report of a running gateway
 //	oncegate health  [--url URL] [--ready]    ask a running gateway whether it is alive (or ready)
 //	oncegate version                          print the version and build information
 package main
@@ -42,6 +43,7 @@ var verbs = map[string]func(ctx context.Context, args []string, stdout, stderr i
 	"version":  versionCmd,
 	"reload":   reloadCmd,
 	"health":   health,
+	"spend":    spendCmd,
 	"models":   modelsCmd,
 }
 
@@ -58,6 +60,8 @@ usage:
   oncegate verify  --config FILE RECEIPT.json re-run the retry engine over a receipt; exit 1 on drift
   oncegate receipts --config FILE [--tenant T] [ID]
                                               list a tenant's receipts, or print one
+  oncegate spend   --config FILE --url URL [--group-by tenant|key|model|route|day] [--from T] [--to T] [--format table|json|csv]
+                                              print a running gateway's spend report, computed from its receipts
   oncegate reload  --config FILE --url URL    have a running gateway re-read its configuration (or send it SIGHUP)
   oncegate health  [--url URL] [--ready]      ask a running gateway whether it is alive (/healthz) or ready (/readyz);
                                               exit 0 on 200, 1 otherwise (a container's HEALTHCHECK)

@@ -132,10 +132,18 @@ func TestEveryVerbExplainsItself(t *testing.T) {
 // its position; a secret file check cannot read is listed with its
 // position, for serve will need it.
 func TestCheckHoldsSecretsToOneSource(t *testing.T) {
-	example, err := os.ReadFile("../../examples/quickstart.yaml")
+	raw, err := os.ReadFile("../../examples/quickstart.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The example's own admin key goes: this test names one twice.
+	var kept []string
+	for _, l := range strings.Split(string(raw), "\n") {
+		if !strings.HasPrefix(l, "admin_key_env:") {
+			kept = append(kept, l)
+		}
+	}
+	example := strings.Join(kept, "\n")
 	dir := t.TempDir()
 	path := filepath.Join(dir, "gw.yaml")
 	both := "admin_key_env: ONCEGATE_ADMIN\nadmin_key_file: admin.key\n" + string(example)

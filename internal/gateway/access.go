@@ -30,6 +30,17 @@ type accessLog struct {
 	body      string // the request body, with log.bodies only
 	// tokenCount is where a token count came from: provider, estimate.
 	tokenCount string
+	// vkey is the virtual key the request authenticated with (nil: a
+	// tenant's key from the configuration, or none).
+	vkey *liveKey
+}
+
+// keyOf is the virtual key a request authenticated with (nil if none).
+func keyOf(ctx context.Context) *liveKey {
+	a := accessOf(ctx)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.vkey
 }
 
 type accessKey struct{}
@@ -138,6 +149,9 @@ func (g *Gateway) logAccess(r *http.Request, w *logWriter, d time.Duration) {
 	}
 	add("request_id", firstNonEmpty(a.requestID, w.Header().Get("X-Oncegate-Request-Id")))
 	add("tenant", a.tenant)
+	if a.vkey != nil {
+		add("key_id", a.vkey.k.ID)
+	}
 	add("model", a.model)
 	add("code", a.code)
 	add("dedup", w.Header().Get("X-Oncegate-Dedup"))

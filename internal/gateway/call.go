@@ -70,6 +70,8 @@ type call struct {
 	// turn is the conversation turn this request is a try of (POST
 	// /v1/responses); nil for chat.
 	turn *turnCall
+	// key is the request's virtual key (docs/keys.md); nil for none.
+	key *keyCall
 	// rateTaken: the tenant's rate was counted when the flight was
 	// placed (a shared coordinator does it with the claim).
 	rateTaken bool
@@ -462,7 +464,7 @@ func (c *call) commit(state ledger.State, stored *ledger.Response) error {
 		}
 	}
 	return storeErr(c.g.ledger.Finish(context.Background(), &ledger.Finish{Identity: c.identity, RequestID: c.id, Generation: c.log.gen,
-		State: state, Response: stored, At: now, Events: append(c.log.take(true), term), Receipt: body, Tenant: c.tenant.ID,
+		State: state, Response: stored, At: now, Events: append(c.log.take(true), term), Receipt: body, Tenant: c.tenant.ID, Key: r.KeyID,
 		Charge: int64(gw.NanoFromUSD(r.Totals.CostUSD)), Release: release}))
 }
 

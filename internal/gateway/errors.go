@@ -19,21 +19,27 @@ import (
 // Client-facing error codes (docs/errors.md): a closed vocabulary, separate
 // from outcome kinds, that sets the status and x-should-retry.
 const (
-	CodeInvalidRequest      = "invalid_request"
-	CodeInvalidKey          = "invalid_idempotency_key"
-	CodeUnauthorized        = "unauthorized"
-	CodeModelNotFound       = "model_not_found"
-	CodeReceiptNotFound     = "receipt_not_found"
-	CodeUpstreamAuthFailed  = "upstream_auth_failed"
-	CodeNotFound            = "not_found"
-	CodeMethodNotAllowed    = "method_not_allowed"
-	CodeKeyInUse            = "idempotency_key_in_use"
-	CodeKeyExpired          = "idempotency_key_expired"
-	CodeKeyReused           = "idempotency_key_reused"
-	CodeTenantRateLimited   = "tenant_rate_limited"
-	CodeTenantBudget        = "tenant_budget_exceeded"
-	CodeTenantPending       = "tenant_budget_pending"
-	CodeTenantConcurrency   = "tenant_concurrency_limited"
+	CodeInvalidRequest     = "invalid_request"
+	CodeInvalidKey         = "invalid_idempotency_key"
+	CodeUnauthorized       = "unauthorized"
+	CodeModelNotFound      = "model_not_found"
+	CodeReceiptNotFound    = "receipt_not_found"
+	CodeUpstreamAuthFailed = "upstream_auth_failed"
+	CodeNotFound           = "not_found"
+	CodeMethodNotAllowed   = "method_not_allowed"
+	CodeKeyInUse           = "idempotency_key_in_use"
+	CodeKeyExpired         = "idempotency_key_expired"
+	CodeKeyReused          = "idempotency_key_reused"
+	CodeTenantRateLimited  = "tenant_rate_limited"
+	CodeTenantBudget       = "tenant_budget_exceeded"
+	CodeTenantPending      = "tenant_budget_pending"
+	CodeTenantConcurrency  = "tenant_concurrency_limited"
+	// A virtual key's own limits (docs/keys.md).
+	CodeModelNotAllowed     = "model_not_allowed"
+	CodeKeyRateLimited      = "key_rate_limited"
+	CodeKeyBudget           = "key_budget_exceeded"
+	CodeKeyConcurrency      = "key_concurrency_limited"
+	CodeForbidden           = "forbidden"
 	CodeOutcomeUnknown      = "outcome_unknown"
 	CodeUpstreamUnavailable = "upstream_unavailable"
 	CodeCircuitOpen         = "circuit_open"
@@ -78,6 +84,11 @@ var codeStatus = map[string]struct {
 	CodeTenantBudget:            {429, false, "rate_limit_error", "rate_limit_error"},
 	CodeTenantPending:           {429, true, "rate_limit_error", "rate_limit_error"},
 	CodeTenantConcurrency:       {429, true, "rate_limit_error", "rate_limit_error"},
+	CodeModelNotAllowed:         {403, false, "permission_error", "permission_error"},
+	CodeForbidden:               {403, false, "permission_error", "permission_error"},
+	CodeKeyRateLimited:          {429, true, "rate_limit_error", "rate_limit_error"},
+	CodeKeyBudget:               {429, false, "rate_limit_error", "rate_limit_error"},
+	CodeKeyConcurrency:          {429, true, "rate_limit_error", "rate_limit_error"},
 	CodeOutcomeUnknown:          {502, false, "api_error", "api_error"},
 	CodeProtocolViolation:       {502, false, "api_error", "api_error"},
 	CodeUpstreamUnavailable:     {503, false, "api_error", "overloaded_error"},
@@ -179,6 +190,9 @@ func setIDHeaders(h http.Header, requestID string, attempts int) {
 // request that already made attempts has its terminal replayed to its
 // key, so it is not told to come back: 503 upstream_unavailable.
 func (c *call) tenantBudgetError(n int) *apiError {
+	if e := c.keyBudgetError(n); e != nil {
+		return e
+	}
 	ceiling, next := c.tenant.CostPerDay, c.cheapestAttempt()
 	charged := c.g.tenants.Charged(c.tenant.ID)
 	switch {

@@ -83,6 +83,11 @@ type Options struct {
 	// Tenants enforce tenant rates and cost ceilings (default: in this
 	// process, each tenant's budget).
 	Tenants TenantLimits
+	// KeyLimits enforce the virtual keys' own limits (default: in this
+	// process); KeyFeed, when set, tells the other replicas which keys
+	// changed, and this one what changed elsewhere (docs/keys.md).
+	KeyLimits KeyLimits
+	KeyFeed   KeyFeed
 	// Load is the routes' load that a tier's strategy chooses by
 	// (docs/routing.md): attempts in flight, time to first token and
 	// rate-limit headroom (default: this process's view alone; replicas
@@ -161,6 +166,7 @@ type Gateway struct {
 	breakers    Breakers
 	budget      RetryBudget
 	tenants     TenantLimits
+	keys        *keyState
 	load        *load.Table
 	metrics     *metrics.Metrics
 	// reload re-reads the configuration (Options.Reload).
@@ -272,6 +278,7 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 		g.drain = 30 * time.Second
 	}
 	g.guards(pol, opts)
+	g.initKeys(opts)
 	g.metricsHTTP = g.metrics.Handler()
 	// What requests left in progress reserved matters only under a
 	// daily ceiling; without one, start-up does not read them.
@@ -584,6 +591,7 @@ func (g *Gateway) routes() {
 	m.HandleFunc("GET /metrics", g.serveMetrics)
 	m.HandleFunc("POST /v1/admin/reload", g.serveReload)
 	g.consoleRoutes(m)
+	g.adminRoutes(m)
 	// Every other answer is an error in the caller's protocol too: an
 	// unknown path (404 not_found), a known one with another method (405).
 	for path, allow := range map[string]string{"/v1/chat/completions": "POST", "/v1/messages": "POST", "/v1/models": "GET",
@@ -715,8 +723,12 @@ func (g *Gateway) tenant(r *http.Request) *policy.Tenant {
 			found = k.tenant
 		}
 	}
+	var lk *liveKey
+	if found == nil {
+		found, lk = g.virtualTenant(r.Context(), key)
+	}
 	if found != nil {
-		accessOf(r.Context()).set(func(a *accessLog) { a.tenant = found.ID })
+		accessOf(r.Context()).set(func(a *accessLog) { a.tenant, a.vkey = found.ID, lk })
 	}
 	return found
 }

@@ -76,6 +76,7 @@ type permit struct {
 	route    string
 	ticket   breaker.Ticket
 	reserved quota.Reservation
+	key      keyReservations // under the request's virtual key
 }
 
 // admission snapshots the fleet's state for the engine: open breakers,
@@ -98,6 +99,7 @@ func (c *call) admission(retrying bool) retry.Admission {
 		}
 	}
 	adm.TenantAllowance, adm.TenantCapped = c.g.tenants.Allowance(c.tenant.ID)
+	c.keyAdmission(&adm)
 	if choosesByLoad(c.alias) {
 		adm.Figures = make(map[string]retry.Figures, len(c.alias.Routes))
 		for _, r := range c.alias.Routes {
@@ -151,10 +153,22 @@ func (c *call) acquire(d retry.Decision, first bool, adm *retry.Admission, inFli
 		adm.TenantCapped, adm.TenantAllowance = true, min(a, max(0, d.Reserve-1))
 		return nil, false
 	}
+	kres, ok := c.reserveKey(d.Reserve, c.deadline.Add(c.g.lease))
+	if !ok {
+		c.g.breakers.Done(d.Route, t, breaker.Ignore)
+		c.g.tenants.Settle(res, 0)
+		a := adm.TenantAllowance
+		if !adm.TenantCapped {
+			a = d.Reserve
+		}
+		adm.TenantCapped, adm.TenantAllowance = true, min(a, max(0, d.Reserve-1))
+		return nil, false
+	}
 	if prov := c.providerOf(d.Route); !first && c.triedProvider(prov, inFlight...) {
 		if !c.g.budget.Retry(prov) {
 			c.g.breakers.Done(d.Route, t, breaker.Ignore)
 			c.g.tenants.Settle(res, 0)
+			c.settleKey(kres, 0, gw.Usage{})
 			if adm.RetryRefused == nil {
 				adm.RetryRefused = map[string]bool{}
 			}
@@ -166,7 +180,7 @@ func (c *call) acquire(d retry.Decision, first bool, adm *retry.Admission, inFli
 	}
 	c.g.load.Begin(d.Route)
 	c.g.metrics.ObserveRouteSelected(c.alias.Name, d.Route, strategyOf(c.alias))
-	return &permit{route: d.Route, ticket: t, reserved: res}, true
+	return &permit{route: d.Route, ticket: t, reserved: res, key: kres}, true
 }
 
 // providerOf is the provider of one of the alias's routes.
@@ -219,10 +233,10 @@ func (c *call) release(p *permit, res *attemptResult) {
 	if p == nil {
 		return
 	}
-	outcome, cost, tokens := breaker.Ignore, gw.NanoUSD(0), int64(0)
+	outcome, cost, tokens, usage := breaker.Ignore, gw.NanoUSD(0), int64(0), gw.Usage{}
 	if res != nil {
 		outcome = breakerOutcome(res.obs.Kind)
-		cost = res.route.Price.Cost(res.obs.Usage)
+		cost, usage = res.route.Price.Cost(res.obs.Usage), res.obs.Usage
 		tokens = res.obs.Usage.InputTokens + res.obs.Usage.OutputTokens
 		if fb := res.obs.FirstByteAt; fb != nil && res.obs.Kind == gw.KindOK {
 			c.g.load.TTFT(p.route, fb.Sub(res.obs.StartedAt))
@@ -231,6 +245,7 @@ func (c *call) release(p *permit, res *attemptResult) {
 	c.g.load.End(p.route, tokens)
 	c.g.breakers.Done(p.route, p.ticket, outcome)
 	c.g.tenants.Settle(p.reserved, cost)
+	c.settleKey(p.key, cost, usage)
 }
 
 // breakerOutcome is what an attempt says about its route's health. A

@@ -41,7 +41,19 @@ func (g *Gateway) serveChat(p provider.Protocol) http.HandlerFunc {
 			return
 		}
 		defer release()
+		lk := keyOf(r.Context())
+		if lk != nil {
+			releaseKey, apiErr := g.enterKey(lk)
+			if apiErr != nil {
+				apiErr.write(w, p, meta{})
+				return
+			}
+			defer releaseKey()
+		}
 		c, apiErr := g.admit(w, r, p, t)
+		if apiErr == nil {
+			apiErr = c.admitKey(lk)
+		}
 		if apiErr != nil {
 			apiErr.write(w, p, meta{})
 			return
@@ -247,7 +259,7 @@ func (g *Gateway) newCall(r *http.Request, p provider.Protocol, t *policy.Tenant
 		anthropicBeta: r.Header.Get("anthropic-beta"),
 		clientRetries: clientRetryCount(r.Header),
 	}
-	h := receipt.Receipt{RequestID: c.id, Tenant: t.ID, Operation: p.Operation(), Model: alias.Name,
+	h := receipt.Receipt{RequestID: c.id, Tenant: t.ID, KeyID: keyIDOf(r), Operation: p.Operation(), Model: alias.Name,
 		RequestSHA256: c.requestSHA, CreatedAt: created, Deadline: c.deadline, Stream: c.stream, ClientRetryCount: c.clientRetries}
 	join, apiErr := joinsOf(r.Header, g.policy().Idempotency.KeylessJoin)
 	if apiErr != nil {

@@ -82,7 +82,7 @@ func (g *Gateway) recoveredReceipt(ctx context.Context, tenant, id string) (*rec
 		return nil, err
 	}
 	return r, g.ledger.PutReceipt(ctx, &ledger.StoredReceipt{Tenant: r.Tenant, RequestID: id, Body: body,
-		Charge: int64(gw.NanoFromUSD(r.Totals.CostUSD)), At: g.clock.Now()})
+		Charge: int64(gw.NanoFromUSD(r.Totals.CostUSD)), At: g.clock.Now(), Key: r.KeyID})
 }
 
 // settleOne settles a single request whose owner's lease lapsed while this
@@ -133,6 +133,7 @@ func (g *Gateway) settlement(rec *ledger.Record, evs []ledger.Event, now time.Ti
 	r, _ := g.rebuild(append(evs, term))
 	var body []byte
 	var charge int64
+	var key string
 	if r != nil && pending && seen.Joined > 0 {
 		r.Dedup.Joined += seen.Joined
 		if n := len(r.Attempts); n > 0 {
@@ -145,10 +146,10 @@ func (g *Gateway) settlement(rec *ledger.Record, evs []ledger.Event, now time.Ti
 	}
 	if r != nil {
 		body, _ = json.Marshal(r)
-		charge = int64(gw.NanoFromUSD(r.Totals.CostUSD))
+		charge, key = int64(gw.NanoFromUSD(r.Totals.CostUSD)), r.KeyID
 	}
 	return &ledger.Finish{Identity: rec.Identity, RequestID: rec.RequestID, Generation: rec.Generation, State: state, At: now,
-		Events: []ledger.Event{term}, Receipt: body, Tenant: rec.Tenant, Charge: charge, Takeover: true, Release: !pending}
+		Events: []ledger.Event{term}, Receipt: body, Tenant: rec.Tenant, Charge: charge, Key: key, Takeover: true, Release: !pending}
 }
 
 // rebuild reconstructs the receipt of a request recovery settled, from its

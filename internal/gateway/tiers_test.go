@@ -33,18 +33,19 @@ func (e *env) postOK(alias string, i int) *http.Response {
 	return res
 }
 
-// A weighted tier spreads requests by its routes' weights (east 3, west 1):
-// over 4,000 requests each route's share is within 2.5 points of its
-// weight's (the draws are seeded by random request ids: that is 5
-// standard deviations), every choice is recorded in its receipt and
-// verifies, and /metrics counts the selections.
+// A weighted tier spreads requests by its routes' weights (east 3, west 1)
+// end to end: over 600 requests each route's share is within 7 points of
+// its weight's (the draws are seeded by random request ids: that is 4
+// standard deviations; the engine's own test holds 10,000 draws to 2
+// points), every choice verifies, and /metrics and the console count the
+// selections.
 func TestAWeightedTierSpreadsByWeight(t *testing.T) {
 	t.Parallel()
 	inBubble(t, envOptions{mock: mock.Config{Tokens: 2}}, func(t *testing.T, e *env) {
-		const n = 4000
+		const n = 600
 		for i := range n {
 			res := e.postOK("spread", i)
-			if i%500 == 0 {
+			if i%100 == 0 {
 				e.receipt(res.Header.Get("X-Oncegate-Request-Id")) // verifies it
 			}
 		}
@@ -54,8 +55,8 @@ func TestAWeightedTierSpreadsByWeight(t *testing.T) {
 		}
 		share := float64(east) / n
 		t.Logf("east %d (%.2f%%), west %d: weights 3:1", east, 100*share, west)
-		if share < 0.725 || share > 0.775 {
-			t.Fatalf("east's share %.4f, want 0.75 ± 0.025", share)
+		if share < 0.68 || share > 0.82 {
+			t.Fatalf("east's share %.4f, want 0.75 ± 0.07", share)
 		}
 		// The console's live panel shows each route's share.
 		req, _ := http.NewRequest("GET", e.url+"/v1/console/live", nil)
@@ -238,7 +239,7 @@ func rateLimited(limit int, fixed int, tooMany *atomic.Int64) func(http.Handler)
 			if remaining < 0 {
 				tooMany.Add(1)
 				w.Header().Set("Retry-After", "60")
-				http.Error(w, `{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}`, 429)
+				http.Error(w, `{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}`, http.StatusTooManyRequests)
 				return
 			}
 			w.Header().Set("x-ratelimit-limit-requests", strconv.Itoa(limit))

@@ -55,6 +55,9 @@ func (c *call) startRequestSpan(h http.Header) {
 		trace.WithAttributes(attribute.String("oncegate.request_id", c.id), attribute.String("oncegate.tenant", c.tenant.ID),
 			attribute.String("oncegate.operation", c.proto.Operation()), attribute.String("gen_ai.operation.name", op),
 			attribute.String("gen_ai.request.model", c.alias.Name), attribute.Bool("oncegate.stream", c.stream)))
+	if id := c.rec.R.KeyID; id != "" {
+		span.SetAttributes(attribute.String("oncegate.key_id", id)) // docs/keys.md
+	}
 	c.spanCtx, c.span = ctx, span
 }
 

@@ -118,6 +118,9 @@ type Finish struct {
 	// the tenant's spend for the UTC day of At in the same commit, so the
 	// day's spend survives a restart (see Spend).
 	Charge int64
+	// Key is the virtual key the request used ("" for none): the charge
+	// is added to its spend too (see KeySpend).
+	Key string
 	// Release deletes the record instead of finishing it (the caller gave
 	// up before any answer: the key may be used again); the events and the
 	// receipt stay.
@@ -135,6 +138,7 @@ type StoredReceipt struct {
 	Body      []byte
 	Charge    int64 // nano-USD
 	At        time.Time
+	Key       string // the virtual key charged too ("" for none)
 }
 
 // Errors the store returns.
@@ -155,6 +159,7 @@ var (
 // share a store need clocks that agree to well within a lease.
 type Store interface {
 	TurnStore
+	KeyStore
 	// Claim creates rec (state in_progress, generation 1) with its first
 	// events in one durable commit, unless a record for rec.Identity
 	// exists: then it returns that record and created false, writing

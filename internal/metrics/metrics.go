@@ -34,6 +34,7 @@ type Metrics struct {
 	deadline         prometheus.Counter
 	budgetRejections prometheus.Counter
 	tenantRejections *prometheus.CounterVec
+	adminActions     *prometheus.CounterVec
 	hedges           *prometheus.CounterVec
 	selected         *prometheus.CounterVec
 	billable         *prometheus.CounterVec
@@ -140,6 +141,7 @@ func New(reg *prometheus.Registry) *Metrics {
 	m.deadline = scalar("deadline_exceeded_total", "Logical requests that ended at their deadline.")
 	m.budgetRejections = scalar("retry_budget_rejections_total", "Logical requests stopped because the fleet retry budget was spent.")
 	m.tenantRejections = counter("tenant_rejections_total", "Requests refused by a tenant limit.", "tenant", "code")
+	m.adminActions = counter("admin_actions_total", "Actions taken through the admin API, by action (issue, update, revoke, rotate).", "action")
 	m.hedges = counter("hedges_total", "Hedged attempts by which of the pair won.", "winner")
 	m.selected = counter("route_selected_total", "Attempts dispatched to a route, by alias, route and the alias's strategy.", "alias", "route", "strategy")
 	m.billable = counter("billable_tokens_total", "Tokens charged, by tenant, route and type (input, output).", "tenant", "route", "type")
@@ -325,6 +327,11 @@ func (m *Metrics) ObserveClientRetry() { m.clientRetries.Inc() }
 // error code it got.
 func (m *Metrics) ObserveTenantRejection(tenant, code string) {
 	m.tenantRejections.WithLabelValues(tenant, code).Inc()
+}
+
+// ObserveAdminAction counts an action taken through the admin API.
+func (m *Metrics) ObserveAdminAction(action string) {
+	m.adminActions.WithLabelValues(action).Inc()
 }
 
 // BreakerStates is a source of every route's breaker state, read at each

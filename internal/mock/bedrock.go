@@ -313,6 +313,10 @@ func bedrockFault(f *Fault) (int, string, string) {
 
 func (b bedrockCodec) fail(x *exchange, f *Fault) {
 	retryHeaders(x.w.Header(), f)
+	if f.Type == FaultContentPolicy && (f.ErrorType == "guardrail_intervened" || f.ErrorType == "content_filtered") {
+		b.stopped(x, f.ErrorType)
+		return
+	}
 	status, typ, msg := bedrockFault(f)
 	bedrockError(x.w, status, typ, msg)
 }
@@ -440,4 +444,25 @@ func (s *cvStream) fail(f *Fault) []byte {
 		v["originalMessage"] = "Overloaded"
 	}
 	return s.frame("exception", typ, v)
+}
+
+// stopped answers 200 with no content and a stop reason: a guardrail or
+// content filter that intervened (stopReason guardrail_intervened or
+// content_filtered), in a Converse body or a ConverseStream.
+func (b bedrockCodec) stopped(x *exchange, reason string) {
+	x.billPrompt()
+	u := x.usage(0)
+	if !x.req.stream {
+		x.w.Header().Set("x-amzn-RequestId", "mock-"+x.id)
+		writeJSON(x.w, 200, map[string]any{"output": map[string]any{"message": map[string]any{"role": "assistant", "content": []any{}}},
+			"stopReason": reason, "usage": cvUsage(u), "metrics": map[string]any{"latencyMs": 1}})
+		return
+	}
+	s := b.streamer(x).(*cvStream)
+	s.header(x.w.Header())
+	x.w.WriteHeader(200)
+	out := s.start()
+	out = append(out, s.frame("event", "messageStop", map[string]any{"stopReason": reason})...)
+	out = append(out, s.frame("event", "metadata", map[string]any{"usage": cvUsage(u), "metrics": map[string]any{"latencyMs": 1}})...)
+	_, _ = x.w.Write(out)
 }

@@ -175,6 +175,15 @@ func TestBedrockSigV4AndErrors(t *testing.T) {
 			t.Fatalf("%s: text %q err %T %v", typ, text, err, err)
 		}
 	}
+	// A guardrail that intervened: 200, no content, its stop reason.
+	m.SetScript(mock.Script{Rules: []mock.Rule{{Fault: mock.Fault{Type: mock.FaultContentPolicy, ErrorType: "guardrail_intervened"}}}})
+	gout, err := c.ConverseStream(ctx, streamInput(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text, _, _, stop, _, err := readStream(t, gout); err != nil || text != "" || stop != types.StopReasonGuardrailIntervened {
+		t.Fatalf("guardrail: %q %q %v", text, stop, err)
+	}
 	// A frame with a bad checksum is malformed.
 	m.SetScript(mock.Script{Rules: []mock.Rule{{Fault: mock.Fault{Type: mock.FaultMalformedAfter, After: 1}}}})
 	out, err := c.ConverseStream(ctx, streamInput(in))
@@ -184,8 +193,8 @@ func TestBedrockSigV4AndErrors(t *testing.T) {
 	if _, _, _, _, _, err := readStream(t, out); err == nil {
 		t.Fatal("a corrupt frame was read without error")
 	}
-	if got := m.Stats().ByModel["m"].Requests; got != 12 {
-		t.Fatalf("requests %d, want 12 (refused signatures count)", got)
+	if got := m.Stats().ByModel["m"].Requests; got != 13 {
+		t.Fatalf("requests %d, want 13 (refused signatures count)", got)
 	}
 }
 

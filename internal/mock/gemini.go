@@ -227,10 +227,7 @@ func (g geminiCodec) fail(x *exchange, f *Fault) {
 		return
 	}
 	if f.Type == FaultContentPolicy {
-		// A blocked prompt is a 200 with promptFeedback and no candidates.
-		writeJSON(x.w, 200, map[string]any{"promptFeedback": map[string]any{"blockReason": "SAFETY",
-			"safetyRatings": []any{map[string]any{"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "probability": "HIGH", "blocked": true}}},
-			"usageMetadata": map[string]any{"promptTokenCount": x.prompt, "totalTokenCount": x.prompt}, "modelVersion": x.req.model})
+		g.blocked(x, f)
 		return
 	}
 	code, status, msg := googleStatus(f)
@@ -336,22 +333,42 @@ func (g geminiCodec) body(x *exchange, a *answer) []byte {
 // gmStream is a streamGenerateContent?alt=sse answer: each chunk a whole
 // GenerateContentResponse in a data: line, the last with finishReason and
 // usageMetadata; no terminator.
+//
+// Without alt=sse the answer is, as Google sends it, one JSON array of
+// those responses, written as they come.
 type gmStream struct {
 	g    geminiCodec
 	x    *exchange
 	name string
 	args string
+	// array: no alt=sse; n counts the elements written.
+	array bool
+	n     int
 }
 
-func (g geminiCodec) streamer(x *exchange) streamer { return &gmStream{g: g, x: x} }
+func (g geminiCodec) streamer(x *exchange) streamer {
+	return &gmStream{g: g, x: x, array: x.r.URL.Query().Get("alt") != "sse"}
+}
 
 func (s *gmStream) header(h http.Header) {
+	if s.array {
+		h.Set("Content-Type", "application/json; charset=UTF-8")
+		return
+	}
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 }
 
 func (s *gmStream) event(v any) []byte {
 	b, _ := json.Marshal(v)
+	if s.array {
+		sep := ",\r\n"
+		if s.n == 0 {
+			sep = "["
+		}
+		s.n++
+		return append([]byte(sep), b...)
+	}
 	return append(append([]byte("data: "), b...), "\r\n\r\n"...)
 }
 
@@ -374,8 +391,12 @@ func (s *gmStream) toolArgs(p string, last bool) []byte {
 	return s.event(s.g.response(s.x, []any{map[string]any{"functionCall": map[string]any{"name": s.name, "args": json.RawMessage(s.args)}}}, "", nil))
 }
 
-func (s *gmStream) finish(finish string, u usage, _ bool) []byte {
-	return s.event(s.g.response(s.x, []any{map[string]any{"text": ""}}, finish, &u))
+func (s *gmStream) finish(finish string, u usage, terminate bool) []byte {
+	b := s.event(s.g.response(s.x, []any{map[string]any{"text": ""}}, finish, &u))
+	if s.array && terminate {
+		b = append(b, ']')
+	}
+	return b
 }
 
 func (s *gmStream) malformed() []byte {
@@ -392,4 +413,32 @@ func orInt(n, def int) int {
 		return def
 	}
 	return n
+}
+
+// blocked answers a content_policy fault as Gemini does, with a 200: a
+// blocked prompt (promptFeedback.blockReason SAFETY, no candidates), or,
+// when the fault's error_type names a finish reason (SAFETY, RECITATION,
+// BLOCKLIST, PROHIBITED_CONTENT, SPII), a candidate stopped for it with no
+// content. A streamed request gets it as its one chunk.
+func (g geminiCodec) blocked(x *exchange, f *Fault) {
+	x.billPrompt()
+	rating := []any{map[string]any{"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "probability": "HIGH", "blocked": true}}
+	resp := map[string]any{"usageMetadata": gmUsage(x.usage(0)), "modelVersion": x.req.model, "responseId": "mock-" + x.id}
+	if f.ErrorType == "" {
+		resp["promptFeedback"] = map[string]any{"blockReason": "SAFETY", "safetyRatings": rating}
+	} else {
+		resp["candidates"] = []any{map[string]any{"finishReason": f.ErrorType, "index": 0, "safetyRatings": rating}}
+	}
+	if !x.req.stream {
+		writeJSON(x.w, 200, resp)
+		return
+	}
+	st := g.streamer(x).(*gmStream)
+	st.header(x.w.Header())
+	x.w.WriteHeader(200)
+	b := st.event(resp)
+	if st.array {
+		b = append(b, ']')
+	}
+	_, _ = x.w.Write(b)
 }

@@ -2,6 +2,7 @@ package mock_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
@@ -90,6 +91,23 @@ func TestGeminiSDKAgainstTheMock(t *testing.T) {
 	}
 }
 
+// TestGeminiStreamWithoutSSE checks that streamGenerateContent without
+// alt=sse answers one JSON array, as Google does.
+func TestGeminiStreamWithoutSSE(t *testing.T) {
+	_, url := start(t, mock.Config{Tokens: 4})
+	req, _ := http.NewRequest("POST", url+"/v1beta/models/g:streamGenerateContent", strings.NewReader(`{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`))
+	req.Header.Set("x-goog-api-key", mock.DefaultGeminiAPIKey)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var chunks []genai.GenerateContentResponse
+	if err := json.NewDecoder(res.Body).Decode(&chunks); err != nil || len(chunks) != 5 || chunks[4].Candidates[0].FinishReason != genai.FinishReasonStop {
+		t.Fatalf("array %d chunks: %v", len(chunks), err)
+	}
+}
+
 func TestGeminiErrorsDecodedBySDK(t *testing.T) {
 	m, url := start(t, mock.Config{Tokens: 5})
 	ctx := context.Background()
@@ -129,8 +147,20 @@ func TestGeminiErrorsDecodedBySDK(t *testing.T) {
 	if err != nil || len(res.Candidates) != 0 || res.PromptFeedback == nil || res.PromptFeedback.BlockReason != genai.BlockedReasonSafety {
 		t.Fatalf("blocked: %+v %v", res, err)
 	}
-	if got := m.Stats().ByModel["g"].Requests; got != 8 {
-		t.Fatalf("requests %d, want 8", got)
+	// A candidate stopped for SAFETY, streamed.
+	m.SetScript(mock.Script{Rules: []mock.Rule{{Fault: mock.Fault{Type: mock.FaultContentPolicy, ErrorType: "SAFETY"}}}})
+	var finish genai.FinishReason
+	for r, err := range c.Models.GenerateContentStream(ctx, "g", genai.Text(question), nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		finish = r.Candidates[0].FinishReason
+	}
+	if finish != genai.FinishReasonSafety {
+		t.Fatalf("finish %q, want SAFETY", finish)
+	}
+	if got := m.Stats().ByModel["g"].Requests; got != 9 {
+		t.Fatalf("requests %d, want 9", got)
 	}
 }
 

@@ -365,6 +365,12 @@ func (x *exchange) usage(out int64) usage {
 		cacheWrite: min(x.m.cfg.CacheWriteTokens, x.prompt-reads)}
 }
 
+// billPrompt counts a generation whose answer reports its prompt's usage
+// though it says nothing (a blocked prompt, a guardrail's stop).
+func (x *exchange) billPrompt() {
+	x.st.add(x.lbl, func(c *Counter) { c.Generations++; c.InputTokens += x.prompt })
+}
+
 func (x *exchange) countOut(n int64) {
 	x.out += n
 	x.st.add(x.lbl, func(c *Counter) { c.OutputTokens += n })

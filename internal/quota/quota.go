@@ -26,6 +26,7 @@ type Tenant struct {
 // Limits holds every tenant's rate and spend.
 type Limits struct {
 	clock   clock.Clock
+	period  func(time.Time) int64
 	mu      sync.Mutex
 	tenants map[string]*state
 }
@@ -44,15 +45,46 @@ type state struct {
 
 // New returns the limits of the given tenants.
 func New(clk clock.Clock, tenants map[string]Tenant) *Limits {
-	l := &Limits{clock: clk, tenants: make(map[string]*state, len(tenants))}
+	return NewPeriodic(clk, gw.Day, tenants)
+}
+
+// NewPeriodic returns limits whose ceiling (Tenant.CostPerDay) holds per
+// period instead of per UTC day: period numbers the period a time falls
+// in (gw.Day, Month, Minute). Virtual keys keep their monthly cost and
+// their tokens per minute this way (docs/keys.md); the amounts reserved
+// may be tokens rather than nano-USD.
+func NewPeriodic(clk clock.Clock, period func(time.Time) int64, tenants map[string]Tenant) *Limits {
+	l := &Limits{clock: clk, period: period, tenants: make(map[string]*state, len(tenants))}
 	now := clk.Now()
 	for id, t := range tenants {
-		l.tenants[id] = &state{lim: t, tokens: float64(t.RequestsPerMinute), filled: now, day: day(now)}
+		l.tenants[id] = &state{lim: t, tokens: float64(t.RequestsPerMinute), filled: now, day: period(now)}
 	}
 	return l
 }
 
-func day(t time.Time) int64 { return gw.Day(t) }
+// Month numbers the UTC month of t: months since January 1970.
+func Month(t time.Time) int64 {
+	t = t.UTC()
+	return int64(t.Year()-1970)*12 + int64(t.Month()) - 1
+}
+
+// Minute numbers the minute of t since the Unix epoch.
+func Minute(t time.Time) int64 { return t.Unix() / 60 }
+
+// PeriodEnd is when the period p of a period function ends: the start of
+// the next UTC day, month or minute.
+func PeriodEnd(t time.Time, period func(time.Time) int64) time.Time {
+	t = t.UTC()
+	p := period(t)
+	switch {
+	case p == Minute(t):
+		return t.Truncate(time.Minute).Add(time.Minute)
+	case p == Month(t):
+		return time.Date(t.Year(), t.Month()+1, 1, 0, 0, 0, 0, time.UTC)
+	}
+	y, m, d := t.Date()
+	return time.Date(y, m, d+1, 0, 0, 0, 0, time.UTC)
+}
 
 // SetLimits replaces the tenants' limits (a reload): a tenant keeps its
 // state (tokens, today's spend and reservations) under its new limits; a
@@ -67,7 +99,7 @@ func (l *Limits) SetLimits(tenants map[string]Tenant) {
 			s.tokens = min(s.tokens, float64(t.RequestsPerMinute))
 			continue
 		}
-		l.tenants[id] = &state{lim: t, tokens: float64(t.RequestsPerMinute), filled: now, day: day(now)}
+		l.tenants[id] = &state{lim: t, tokens: float64(t.RequestsPerMinute), filled: now, day: l.period(now)}
 	}
 }
 
@@ -75,8 +107,8 @@ func (l *Limits) SetLimits(tenants map[string]Tenant) {
 // tenant without limits. l.mu is held.
 func (l *Limits) get(tenant string, now time.Time) *state {
 	s := l.tenants[tenant]
-	if s != nil && s.day != day(now) {
-		s.day, s.charged = day(now), 0 // reservations in flight carry over
+	if s != nil && s.day != l.period(now) {
+		s.day, s.charged = l.period(now), 0 // reservations in flight carry over
 	}
 	return s
 }
@@ -157,7 +189,7 @@ func (l *Limits) Reserve(tenant string, amount gw.NanoUSD, _ time.Time) (Reserva
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.clock.Now()
-	r := Reservation{Tenant: tenant, Amount: amount, Day: day(now)}
+	r := Reservation{Tenant: tenant, Amount: amount, Day: l.period(now)}
 	s := l.get(tenant, now)
 	if s == nil || s.lim.CostPerDay <= 0 {
 		return r, true

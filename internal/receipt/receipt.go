@@ -24,10 +24,13 @@ const RetryOwner = "oncegate"
 // Receipt is the record of one logical request. Field names are the
 // external contract.
 type Receipt struct {
-	RequestID        string    `json:"request_id"`
-	Tenant           string    `json:"tenant"`
-	Operation        string    `json:"operation"`
-	Model            string    `json:"model"`
+	RequestID string `json:"request_id"`
+	Tenant    string `json:"tenant"`
+	Operation string `json:"operation"`
+	Model     string `json:"model"`
+	// KeyID is the virtual key the request used (docs/keys.md); empty
+	// for a tenant's key from the configuration.
+	KeyID            string    `json:"key_id,omitempty"`
 	KeySHA256        string    `json:"key_sha256"`
 	Fingerprint      string    `json:"fingerprint,omitempty"`
 	RequestSHA256    string    `json:"request_sha256"`

@@ -11,9 +11,11 @@ import (
 	"github.com/oncegate/oncegate/internal/clock"
 	"github.com/oncegate/oncegate/internal/coord/redis"
 	"github.com/oncegate/oncegate/internal/gateway"
+	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/load"
 	"github.com/oncegate/oncegate/internal/policy"
+	"github.com/oncegate/oncegate/internal/quota"
 )
 
 // Share connects to the coordination at url and makes opts use it:
@@ -32,6 +34,13 @@ func Share(ctx context.Context, pol *policy.Policy, url string, store ledger.Sto
 	opts.Breakers = co.NewBreakers(gateway.BreakerConfig(pol), gateway.RouteIDs(pol))
 	opts.RetryBudget = co.NewBudget(gateway.BudgetConfig(pol))
 	opts.Tenants = co.NewTenants(gateway.TenantLimitsOf(pol), seedSpend(store))
+	// Virtual keys' limits and the feed of their changes (docs/keys.md).
+	opts.KeyLimits = gateway.KeyLimits{
+		Day:    co.NewPeriodic("key:", gw.Day, nil, gateway.KeySpendSeed(store, false)),
+		Month:  co.NewPeriodic("keymonth:", quota.Month, nil, gateway.KeySpendSeed(store, true)),
+		Tokens: co.NewPeriodic("keytpm:", quota.Minute, nil, noSpend),
+	}
+	opts.KeyFeed = co.NewKeyFeed()
 	clk := opts.Clock
 	if clk == nil {
 		clk = clock.System{}
@@ -40,6 +49,10 @@ func Share(ctx context.Context, pol *policy.Policy, url string, store ledger.Sto
 	co.NewLoads(opts.Load)
 	return co, nil
 }
+
+// noSpend starts a period at nothing charged (tokens per minute are not
+// kept in the store).
+func noSpend(context.Context, int64) (map[string]int64, error) { return map[string]int64{}, nil }
 
 // seedSpend is what Redis's day starts from when Redis lacks it (a new
 // deployment, or Redis restarted empty): gateway.DaySpend, which counts

@@ -27,7 +27,11 @@ import (
 // empty), so neither a restart nor another replica hands a tenant a
 // fresh budget. Safe for concurrent use.
 type Tenants struct {
-	c      *Coordinator
+	c *Coordinator
+	// ns names the keys ("tenant:"); period numbers the period a
+	// ceiling holds for (gw.Day; a virtual key's month or minute).
+	ns     string
+	period func(time.Time) int64
 	limits atomic.Pointer[map[string]quota.Tenant]
 	spend  func(ctx context.Context, day int64) (map[string]int64, error)
 	seq    atomic.Int64
@@ -149,7 +153,19 @@ return {tonumber(redis.call('HGET', KEYS[1], 'charged') or '0'), tonumber(redis.
 // NewTenants returns the shared limits of tenants; spend reads a day's
 // charges from the store, to seed a day Redis does not have.
 func (c *Coordinator) NewTenants(limits map[string]quota.Tenant, spend func(ctx context.Context, day int64) (map[string]int64, error)) *Tenants {
-	t := &Tenants{c: c, spend: spend, known: map[string]gw.NanoUSD{}}
+	t := &Tenants{c: c, ns: "tenant:", period: gw.Day, spend: spend, known: map[string]gw.NanoUSD{}}
+	t.SetLimits(limits)
+	return t
+}
+
+// NewPeriodic returns shared limits like NewTenants' whose ceilings
+// (quota.Tenant.CostPerDay) hold per period (quota.Month, quota.Minute,
+// gw.Day) under their own names (ns, such as "keymonth:"): a virtual
+// key's day, month and tokens per minute (docs/keys.md). spend reads a
+// period's charges from the store when Redis lacks it.
+func (c *Coordinator) NewPeriodic(ns string, period func(time.Time) int64, limits map[string]quota.Tenant,
+	spend func(ctx context.Context, period int64) (map[string]int64, error)) *Tenants {
+	t := &Tenants{c: c, ns: ns, period: period, spend: spend, known: map[string]gw.NanoUSD{}}
 	t.SetLimits(limits)
 	return t
 }
@@ -165,7 +181,7 @@ func (t *Tenants) SetLimits(limits map[string]quota.Tenant) {
 }
 
 func (t *Tenants) spendKeys(tenant string, day int64) []string {
-	k := t.c.prefix + "tenant:" + tenant + ":" + strconv.FormatInt(day, 10)
+	k := t.c.prefix + t.ns + tenant + ":" + strconv.FormatInt(day, 10)
 	return []string{k, k + ":resv", k + ":amt"}
 }
 
@@ -177,7 +193,7 @@ func (t *Tenants) Take(tenant string) (bool, time.Duration, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	v, err := scriptRate.Run(ctx, t.c.rdb, []string{rateKey(t.c.prefix, tenant)}, t.c.clock.Now().UnixMilli(), lim.RequestsPerMinute).Int64Slice()
+	v, err := scriptRate.Run(ctx, t.c.rdb, []string{t.c.prefix + t.ns + tenant + ":rate"}, t.c.clock.Now().UnixMilli(), lim.RequestsPerMinute).Int64Slice()
 	if err = t.c.check(err); err != nil {
 		return false, 0, err
 	}
@@ -198,7 +214,7 @@ func (t *Tenants) Allowance(tenant string) (gw.NanoUSD, bool) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if d := gw.Day(t.c.clock.Now()); d != t.day {
+	if d := t.period(t.c.clock.Now()); d != t.day {
 		t.day, t.known = d, map[string]gw.NanoUSD{}
 	}
 	return max(0, lim.CostPerDay-t.known[tenant]), true
@@ -219,7 +235,7 @@ func (t *Tenants) learn(tenant string, day int64, spent gw.NanoUSD) {
 func (t *Tenants) Reserve(tenant string, amount gw.NanoUSD, until time.Time) (quota.Reservation, bool) {
 	lim := (*t.limits.Load())[tenant]
 	now := t.c.clock.Now()
-	day := gw.Day(now)
+	day := t.period(now)
 	r := quota.Reservation{Tenant: tenant, Amount: amount, Day: day}
 	if lim.CostPerDay <= 0 {
 		return r, true
@@ -287,7 +303,7 @@ func (t *Tenants) Charged(tenant string) gw.NanoUSD {
 // Spent is what the tenant was charged today and has reserved now,
 // according to Redis (seeding the day if it must).
 func (t *Tenants) Spent(ctx context.Context, tenant string) (charged, reserved gw.NanoUSD, err error) {
-	day := gw.Day(t.c.clock.Now())
+	day := t.period(t.c.clock.Now())
 	for range 2 {
 		v, err := scriptSpent.Run(ctx, t.c.rdb, t.spendKeys(tenant, day), t.c.clock.Now().UnixMilli()).Int64Slice()
 		if err = t.c.check(err); err != nil {

@@ -46,6 +46,7 @@ func finish(requestID string, gen, seq int64) *ledger.Finish {
 func Run(t *testing.T, open Opener) {
 	ctx := context.Background()
 	runTurns(t, open)
+	runKeys(t, open)
 	t.Run("claim creates once", func(t *testing.T) {
 		s := open(t, false)
 		got, created, err := s.Claim(ctx, rec("k:a", "r1"), []ledger.Event{ev("r1", 1, 1, ledger.EvCreated)})

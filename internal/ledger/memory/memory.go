@@ -48,6 +48,8 @@ type data struct {
 	state    map[string][]byte
 	turns    map[string]*ledger.Turn // by response id
 	orphans  []*ledger.Orphan
+	keys     map[string]*ledger.Key // by id
+	keySpend map[int64]map[string]int64
 }
 
 type storedReceipt struct {
@@ -66,7 +68,7 @@ func New(maxHistory int) *Store {
 	return &Store{data: &data{maxHistory: maxHistory, records: map[string]*ledger.Record{}, byID: map[string]string{},
 		events: map[string][]ledger.Event{}, stale: map[string][]ledger.Event{}, receipts: map[string]storedReceipt{},
 		byTenant: map[string][]string{}, spend: map[int64]map[string]int64{}, state: map[string][]byte{},
-		turns: map[string]*ledger.Turn{}}}
+		turns: map[string]*ledger.Turn{}, keys: map[string]*ledger.Key{}, keySpend: map[int64]map[string]int64{}}}
 }
 
 // Reopen returns a new store over what s holds, as if the process had
@@ -236,6 +238,7 @@ func (s *Store) finish(f *ledger.Finish) error {
 		s.putReceipt(f.Tenant, f.RequestID, f.Receipt, true)
 	}
 	s.charge(f.Tenant, f.Charge, f.At)
+	s.chargeKey(f.Key, f.Charge, f.At)
 	return nil
 }
 
@@ -354,6 +357,7 @@ func (s *Store) PutReceipt(_ context.Context, rc *ledger.StoredReceipt) error {
 	defer s.mu.Unlock()
 	if s.putReceipt(rc.Tenant, rc.RequestID, rc.Body, false) {
 		s.charge(rc.Tenant, rc.Charge, rc.At)
+		s.chargeKey(rc.Key, rc.Charge, rc.At)
 	}
 	return nil
 }

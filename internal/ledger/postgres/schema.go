@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/oncegate/oncegate/internal/ledger/keysql"
 	"github.com/oncegate/oncegate/internal/ledger/turnsql"
 )
 
@@ -80,6 +81,13 @@ var migrations = []string{
 	// 5: a response may be continued more than once: turns are
 	// numbered among their parent's continuations.
 	turnsql.Branches("bigint"),
+
+	// 6: virtual keys issued at run time, and what each was charged per
+	// UTC day, spread over shards as tenant_spend is (docs/keys.md).
+	keysql.Schema("bytea", "bigint") + `;
+	ALTER TABLE key_spend ADD COLUMN shard smallint NOT NULL DEFAULT 0;
+	ALTER TABLE key_spend DROP CONSTRAINT key_spend_pkey;
+	ALTER TABLE key_spend ADD PRIMARY KEY (day, key_id, shard);`,
 }
 
 // spendShards is how many rows a tenant's day is spread over.

@@ -195,9 +195,13 @@ func finishStmt(f *ledger.Finish, resp []byte, lapsed bool) (string, []any) {
 			INSERT INTO tenant_spend (day, tenant, shard, charged) SELECT $15::bigint, $13::text, $17::smallint, $16::bigint
 			WHERE $16::bigint <> 0 AND EXISTS (SELECT 1 FROM done)
 			ON CONFLICT (day, tenant, shard) DO UPDATE SET charged = tenant_spend.charged + excluded.charged
+		), ks AS (
+			INSERT INTO key_spend (day, key_id, shard, charged) SELECT $15::bigint, $18::text, $17::smallint, $16::bigint
+			WHERE $16::bigint <> 0 AND $18::text <> '' AND EXISTS (SELECT 1 FROM done)
+			ON CONFLICT (day, key_id, shard) DO UPDATE SET charged = key_spend.charged + excluded.charged
 		) SELECT count(*) FROM done`
 	args := append(arrays(f.Events).args(), f.RequestID, f.Generation, string(f.State), ns(f.At), resp, gen,
-		f.Tenant, receipt, ledger.Day(f.At), f.Charge, shardOf(f.RequestID))
+		f.Tenant, receipt, ledger.Day(f.At), f.Charge, shardOf(f.RequestID), f.Key)
 	return q, args
 }
 
@@ -264,10 +268,14 @@ func (s *Store) Settle(ctx context.Context, fs []*ledger.Finish) ([]string, erro
 func (s *Store) PutReceipt(ctx context.Context, rc *ledger.StoredReceipt) error {
 	_, err := s.pool.Exec(ctx, `WITH ins AS (
 			INSERT INTO receipts (request_id, tenant, body) VALUES ($1, $2, $3) ON CONFLICT (request_id) DO NOTHING RETURNING 1
+		), ks AS (
+			INSERT INTO key_spend (day, key_id, shard, charged) SELECT $4::bigint, $7::text, $6::smallint, $5::bigint
+			WHERE $5::bigint <> 0 AND $7::text <> '' AND EXISTS (SELECT 1 FROM ins)
+			ON CONFLICT (day, key_id, shard) DO UPDATE SET charged = key_spend.charged + excluded.charged
 		) INSERT INTO tenant_spend (day, tenant, shard, charged) SELECT $4::bigint, $2::text, $6::smallint, $5::bigint
 		WHERE $5::bigint <> 0 AND EXISTS (SELECT 1 FROM ins)
 		ON CONFLICT (day, tenant, shard) DO UPDATE SET charged = tenant_spend.charged + excluded.charged`,
-		rc.RequestID, rc.Tenant, rc.Body, ledger.Day(rc.At), rc.Charge, shardOf(rc.RequestID))
+		rc.RequestID, rc.Tenant, rc.Body, ledger.Day(rc.At), rc.Charge, shardOf(rc.RequestID), rc.Key)
 	if err != nil {
 		return fmt.Errorf("put receipt: %w", err)
 	}

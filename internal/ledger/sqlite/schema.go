@@ -6,6 +6,7 @@ import (
 
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
 
+	"github.com/oncegate/oncegate/internal/ledger/keysql"
 	"github.com/oncegate/oncegate/internal/ledger/turnsql"
 )
 
@@ -135,6 +136,10 @@ var migrations = []string{
 	// 7: a response may be continued more than once: turns are
 	// numbered among their parent's continuations.
 	turnsql.Branches("INTEGER"),
+
+	// 8: virtual keys issued at run time, and what each was charged per
+	// UTC day (docs/keys.md).
+	keysql.Schema("BLOB", "INTEGER"),
 }
 
 func migrate(db *sql.DB) error {

@@ -178,6 +178,7 @@ func finish(tx wtx, f *ledger.Finish, resp []byte, evArgs []any) error {
 		tx.rows.receipts = append(tx.rows.receipts, f.RequestID, f.Tenant, f.Receipt)
 	}
 	tx.charge(f.Tenant, f.Charge, f.At)
+	tx.chargeKey(f.Key, f.Charge, f.At)
 	return nil
 }
 
@@ -265,6 +266,7 @@ func settleChunkOf(tx wtx, fs []*ledger.Finish) ([]string, error) {
 			nRc++
 		}
 		tx.charge(f.Tenant, f.Charge, f.At)
+		tx.chargeKey(f.Key, f.Charge, f.At)
 	}
 	stmts := []struct {
 		n    int
@@ -298,6 +300,7 @@ func (s *Store) PutReceipt(ctx context.Context, rc *ledger.StoredReceipt) error 
 		}
 		if n, _ := res.RowsAffected(); n == 1 {
 			tx.charge(rc.Tenant, rc.Charge, rc.At)
+			tx.chargeKey(rc.Key, rc.Charge, rc.At)
 		}
 		return nil
 	})

@@ -27,11 +27,12 @@ const (
 	qRelease      = `DELETE FROM requests WHERE request_id = ? AND generation = ? AND state = 'in_progress'`
 	qSettle       = `UPDATE requests SET state = ?, finished_at = ?, generation = ? WHERE request_id = ?`
 	qCharge       = `INSERT INTO tenant_spend (day, tenant, charged) VALUES (?,?,?) ON CONFLICT(day, tenant) DO UPDATE SET charged = charged + excluded.charged`
+	qKeyCharge    = `INSERT INTO key_spend (day, key_id, charged) VALUES (?,?,?) ON CONFLICT(day, key_id) DO UPDATE SET charged = charged + excluded.charged`
 	qRenew        = `UPDATE requests SET lease_until = ? WHERE request_id = ? AND owner = ? AND state = 'in_progress' AND lease_until >= ?`
 )
 
 var writes = func() []string {
-	out := []string{qInsertRecord, qSelectByID, qInsertStale, qFence, qFinish, qRelease, qSettle, qCharge, qRenew}
+	out := []string{qInsertRecord, qSelectByID, qInsertStale, qFence, qFinish, qRelease, qSettle, qCharge, qKeyCharge, qRenew}
 	for n := 1; n <= maxRowsPerInsert; n++ {
 		out = append(out, eventsInsert(n), receiptsInsert(n))
 	}
@@ -57,10 +58,12 @@ type batchRows struct {
 	err     error // putting them in failed: the batch fails
 }
 
-// spendKey is one tenant's UTC day in tenant_spend.
+// spendKey is one tenant's UTC day in tenant_spend, or (key) one
+// virtual key's in key_spend.
 type spendKey struct {
 	day    int64
 	tenant string
+	key    bool
 }
 
 // charge adds a tenant's charge for the UTC day of at to the batch.
@@ -71,7 +74,19 @@ func (w wtx) charge(tenant string, nanoUSD int64, at time.Time) {
 	if w.rows.charges == nil {
 		w.rows.charges = map[spendKey]int64{}
 	}
-	w.rows.charges[spendKey{ledger.Day(at), tenant}] += nanoUSD
+	w.rows.charges[spendKey{ledger.Day(at), tenant, false}] += nanoUSD
+}
+
+// chargeKey adds a virtual key's charge for the UTC day of at to the
+// batch ("" charges nothing).
+func (w wtx) chargeKey(key string, nanoUSD int64, at time.Time) {
+	if nanoUSD == 0 || key == "" {
+		return
+	}
+	if w.rows.charges == nil {
+		w.rows.charges = map[spendKey]int64{}
+	}
+	w.rows.charges[spendKey{ledger.Day(at), key, true}] += nanoUSD
 }
 
 // Exec runs an unprepared statement after the batch's pending rows.
@@ -113,7 +128,11 @@ func (w wtx) put() error {
 		return fmt.Errorf("receipts: %w", err)
 	}
 	for k, v := range w.rows.charges {
-		if _, err := w.Tx.Stmt(w.st[qCharge]).Exec(k.day, k.tenant, v); err != nil {
+		q := qCharge
+		if k.key {
+			q = qKeyCharge
+		}
+		if _, err := w.Tx.Stmt(w.st[q]).Exec(k.day, k.tenant, v); err != nil {
 			return fmt.Errorf("tenant spend: %w", err)
 		}
 		delete(w.rows.charges, k)

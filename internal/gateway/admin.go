@@ -1,0 +1,419 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/oncegate/oncegate/internal/gw"
+	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/provider"
+	"github.com/oncegate/oncegate/internal/vkey"
+)
+
+// The admin API (docs/keys.md): virtual keys issued, listed, read,
+// changed, revoked and rotated at run time, and the spend report — all
+// behind the admin key (admin_key_env). Bodies are strict JSON: an
+// unknown field or a wrong type is a 400 naming it. Every action is one
+// audit log line (who, what, which key — never a secret) and a count in
+// oncegate_admin_actions_total.
+
+// adminRoutes adds the admin API to m.
+func (g *Gateway) adminRoutes(m *http.ServeMux) {
+	m.HandleFunc("POST /admin/keys", g.admin(g.issueKey))
+	m.HandleFunc("GET /admin/keys", g.admin(g.listKeys))
+	m.HandleFunc("GET /admin/keys/{id}", g.admin(g.readKey))
+	m.HandleFunc("PATCH /admin/keys/{id}", g.admin(g.updateKey))
+	m.HandleFunc("DELETE /admin/keys/{id}", g.admin(g.revokeKey))
+	m.HandleFunc("POST /admin/keys/{id}/rotate", g.admin(g.rotateKey))
+	m.HandleFunc("GET /admin/spend", g.admin(g.serveSpend))
+	for path, allow := range map[string]string{"/admin/keys": "GET, POST", "/admin/keys/{id}": "GET, PATCH, DELETE",
+		"/admin/keys/{id}/rotate": "POST", "/admin/spend": "GET"} {
+		m.HandleFunc(path, methodNotAllowed(allow))
+	}
+}
+
+// admin lets the admin key through; a tenant's key or a virtual key is
+// 403, anything else 401.
+func (g *Gateway) admin(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case g.cur.Load().adminKey == "":
+			errorf(CodeUnauthorized, "the admin API is off: set admin_key_env (or admin_key_file)").write(w, provider.OpenAI, meta{})
+		case g.isAdmin(r):
+			h(w, r)
+		case g.tenant(r) != nil:
+			errorf(CodeForbidden, "the admin API needs the admin key; a tenant's or a virtual key may not use it").write(w, provider.OpenAI, meta{})
+		default:
+			errorf(CodeUnauthorized, "the admin API needs the admin key (admin_key_env)").write(w, provider.OpenAI, meta{})
+		}
+	}
+}
+
+// keyBody is what POST /admin/keys and PATCH /admin/keys/{id} read.
+type keyBody struct {
+	Tenant          *string            `json:"tenant"`
+	Name            *string            `json:"name"`
+	Models          *[]string          `json:"models"`
+	Budget          *ledger.KeyBudget  `json:"budget"`
+	MaxDataBoundary *string            `json:"max_data_boundary"`
+	ExpiresAt       *string            `json:"expires_at"`
+	Metadata        *map[string]string `json:"metadata"`
+}
+
+// keyView is a key as the admin API shows it; Key (the secret) only on
+// issue and rotate.
+type keyView struct {
+	ID              string            `json:"id"`
+	Object          string            `json:"object"`
+	Key             string            `json:"key,omitempty"`
+	Prefix          string            `json:"prefix"`
+	Tenant          string            `json:"tenant"`
+	Name            string            `json:"name"`
+	Models          []string          `json:"models"`
+	Budget          ledger.KeyBudget  `json:"budget"`
+	MaxDataBoundary string            `json:"max_data_boundary,omitempty"`
+	ExpiresAt       *time.Time        `json:"expires_at"`
+	Metadata        map[string]string `json:"metadata"`
+	CreatedAt       time.Time         `json:"created_at"`
+	UpdatedAt       time.Time         `json:"updated_at"`
+	RevokedAt       *time.Time        `json:"revoked_at"`
+	// PreviousValidUntil is when the secret a rotation replaced stops
+	// working (absent when none does).
+	PreviousValidUntil *time.Time `json:"previous_valid_until,omitempty"`
+	// Spend is what the key was charged today and this month (UTC).
+	Spend *keySpendView `json:"spend,omitempty"`
+}
+
+type keySpendView struct {
+	TodayUSD float64 `json:"today_usd"`
+	MonthUSD float64 `json:"month_usd"`
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func viewOf(k *ledger.Key, now time.Time) keyView {
+	v := keyView{ID: k.ID, Object: "key", Prefix: k.Prefix, Tenant: k.Tenant, Name: k.Name, Models: k.Spec.Models, Budget: k.Spec.Budget,
+		MaxDataBoundary: k.Spec.MaxDataBoundary, ExpiresAt: timePtr(k.ExpiresAt), Metadata: k.Spec.Metadata,
+		CreatedAt: k.CreatedAt, UpdatedAt: k.UpdatedAt, RevokedAt: timePtr(k.RevokedAt)}
+	if k.PrevDigest != "" && now.Before(k.PrevUntil) {
+		v.PreviousValidUntil = timePtr(k.PrevUntil)
+	}
+	if v.Models == nil {
+		v.Models = []string{}
+	}
+	if v.Metadata == nil {
+		v.Metadata = map[string]string{}
+	}
+	return v
+}
+
+// readStrict decodes a JSON body into v: unknown fields, wrong types and
+// trailing data are 400s naming the field.
+func readStrict(r *http.Request, v any) *apiError {
+	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, 1<<20))
+	if err != nil {
+		return errorf(CodeInvalidRequest, "could not read the request body: %v", err)
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		body = []byte("{}")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	err = dec.Decode(v)
+	if err == nil && dec.More() {
+		err = errors.New("data after the JSON object")
+	}
+	if err == nil {
+		return nil
+	}
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return &apiError{code: CodeInvalidRequest, param: te.Field, message: fmt.Sprintf("field %s: want %s, got a JSON %s", te.Field, te.Type, te.Value)}
+	}
+	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		f = strings.Trim(f, `"`)
+		return &apiError{code: CodeInvalidRequest, param: f, message: fmt.Sprintf("unknown field %q", f)}
+	}
+	return errorf(CodeInvalidRequest, "the request body is not a JSON object: %v", err)
+}
+
+// apply checks b and writes what it sets into k (issue: the tenant
+// too). Every refusal names its field.
+func (g *Gateway) apply(k *ledger.Key, b *keyBody, issue bool, now time.Time) *apiError {
+	bad := func(param, format string, args ...any) *apiError {
+		return &apiError{code: CodeInvalidRequest, param: param, message: fmt.Sprintf(format, args...)}
+	}
+	pol := g.policy()
+	if issue {
+		if b.Tenant == nil || *b.Tenant == "" {
+			return bad("tenant", "tenant is required: the configured tenant the key belongs to")
+		}
+		if pol.Tenant(*b.Tenant) == nil {
+			return bad("tenant", "no tenant %q is configured", *b.Tenant)
+		}
+		k.Tenant = *b.Tenant
+	} else if b.Tenant != nil && *b.Tenant != k.Tenant {
+		return bad("tenant", "a key's tenant cannot change; issue a new key")
+	}
+	if b.Name != nil {
+		if len(*b.Name) > 200 {
+			return bad("name", "name is longer than 200 characters")
+		}
+		k.Name = *b.Name
+	}
+	if b.Models != nil {
+		for _, m := range *b.Models {
+			if pol.Alias(m) == nil {
+				return bad("models", "no model %q is configured", m)
+			}
+		}
+		k.Spec.Models = slices.Clone(*b.Models)
+	}
+	if b.Budget != nil {
+		bu := *b.Budget
+		if bu.RequestsPerMinute < 0 || bu.TokensPerMinute < 0 || bu.CostUSDPerDay < 0 || bu.CostUSDPerMonth < 0 || bu.MaxConcurrent < 0 {
+			return bad("budget", "budget limits cannot be negative (0 or absent: no limit of the key's own)")
+		}
+		k.Spec.Budget = bu
+	}
+	if b.MaxDataBoundary != nil {
+		if *b.MaxDataBoundary != "" {
+			bd, err := gw.ParseDataBoundary(*b.MaxDataBoundary)
+			if err != nil {
+				return bad("max_data_boundary", "%v", err)
+			}
+			if t := pol.Tenant(k.Tenant); t != nil && bd > t.MaxBoundary {
+				return bad("max_data_boundary", "a key may narrow its tenant, never widen it: tenant %s's boundary is %s", k.Tenant, t.MaxBoundary)
+			}
+		}
+		k.Spec.MaxDataBoundary = *b.MaxDataBoundary
+	}
+	if b.ExpiresAt != nil {
+		k.ExpiresAt = time.Time{}
+		if *b.ExpiresAt != "" {
+			at, err := time.Parse(time.RFC3339, *b.ExpiresAt)
+			if err != nil {
+				return bad("expires_at", "expires_at is not an RFC 3339 time: %v", err)
+			}
+			if !at.After(now) {
+				return bad("expires_at", "expires_at is in the past")
+			}
+			k.ExpiresAt = at.UTC()
+		}
+	}
+	if b.Metadata != nil {
+		if len(*b.Metadata) > 64 {
+			return bad("metadata", "metadata has more than 64 entries")
+		}
+		k.Spec.Metadata = *b.Metadata
+	}
+	return nil
+}
+
+// audit logs an admin action and counts it.
+func (g *Gateway) audit(r *http.Request, action string, k *ledger.Key) {
+	g.metrics.ObserveAdminAction(action)
+	g.log.Info("admin action", "action", action, "by", "admin", "remote", r.RemoteAddr, "key_id", k.ID, "tenant", k.Tenant, "name", k.Name)
+}
+
+// issueKey answers POST /admin/keys: 201 with the secret, shown once.
+func (g *Gateway) issueKey(w http.ResponseWriter, r *http.Request) {
+	var b keyBody
+	if e := readStrict(r, &b); e != nil {
+		e.write(w, provider.OpenAI, meta{})
+		return
+	}
+	now := g.clock.Now().UTC()
+	secret, display := vkey.New()
+	k := &ledger.Key{ID: vkey.NewID(), Digest: vkey.Digest(g.secret, secret), Prefix: display, CreatedAt: now, UpdatedAt: now}
+	if e := g.apply(k, &b, true, now); e != nil {
+		e.write(w, provider.OpenAI, meta{})
+		return
+	}
+	if err := g.ledger.CreateKey(r.Context(), k); err != nil {
+		storeAPIError(err).write(w, provider.OpenAI, meta{})
+		return
+	}
+	g.keyChanged(r.Context(), k.ID)
+	g.audit(r, "issue", k)
+	v := viewOf(k, now)
+	v.Key = secret
+	writeJSON(w, http.StatusCreated, v)
+}
+
+// listKeys answers GET /admin/keys?tenant=&name=&revoked=.
+func (g *Gateway) listKeys(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := ledger.KeyFilter{Tenant: q.Get("tenant"), Name: q.Get("name")}
+	switch q.Get("revoked") {
+	case "":
+	case "true", "false":
+		v := q.Get("revoked") == "true"
+		f.Revoked = &v
+	default:
+		(&apiError{code: CodeInvalidRequest, param: "revoked", message: "revoked must be true or false"}).write(w, provider.OpenAI, meta{})
+		return
+	}
+	list, err := g.ledger.Keys(r.Context(), f)
+	if err != nil {
+		storeAPIError(err).write(w, provider.OpenAI, meta{})
+		return
+	}
+	today, month, err := g.keySpends(r.Context())
+	if err != nil {
+		storeAPIError(err).write(w, provider.OpenAI, meta{})
+		return
+	}
+	now := g.clock.Now()
+	data := make([]keyView, len(list))
+	for i, k := range list {
+		data[i] = viewOf(k, now)
+		data[i].Spend = &keySpendView{TodayUSD: gw.NanoUSD(today[k.ID]).USD(), MonthUSD: gw.NanoUSD(month[k.ID]).USD()}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+}
+
+// keySpends is what each key was charged today and this month.
+func (g *Gateway) keySpends(ctx context.Context) (today, month map[string]int64, err error) {
+	now := g.clock.Now()
+	if today, err = g.ledger.KeySpend(ctx, gw.Day(now), gw.Day(now)); err != nil {
+		return nil, nil, err
+	}
+	month, err = g.ledger.KeySpend(ctx, ledger.MonthStart(now), gw.Day(now))
+	return today, month, err
+}
+
+// storedKey reads the key {id}, or answers 404.
+func (g *Gateway) storedKey(w http.ResponseWriter, r *http.Request) *ledger.Key {
+	k, err := g.ledger.Key(r.Context(), r.PathValue("id"))
+	if errors.Is(err, ledger.ErrNotFound) {
+		errorf(CodeNotFound, "no key %q", r.PathValue("id")).write(w, provider.OpenAI, meta{})
+		return nil
+	}
+	if err != nil {
+		storeAPIError(err).write(w, provider.OpenAI, meta{})
+		return nil
+	}
+	return k
+}
+
+// readKey answers GET /admin/keys/{id}, with its spend.
+func (g *Gateway) readKey(w http.ResponseWriter, r *http.Request) {
+	k := g.storedKey(w, r)
+	if k == nil {
+		return
+	}
+	today, month, err := g.keySpends(r.Context())
+	if err != nil {
+		storeAPIError(err).write(w, provider.OpenAI, meta{})
+		return
+	}
+	v := viewOf(k, g.clock.Now())
+	v.Spend = &keySpendView{TodayUSD: gw.NanoUSD(today[k.ID]).USD(), MonthUSD: gw.NanoUSD(month[k.ID]).USD()}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// updateKey answers PATCH /admin/keys/{id}: name, models, budget,
+// boundary, expiry, metadata.
+func (g *Gateway) updateKey(w http.ResponseWriter, r *http.Request) {
+	k := g.storedKey(w, r)
+	if k == nil {
+		return
+	}
+	var b keyBody
+	if e := readStrict(r, &b); e != nil {
+		e.write(w, provider.OpenAI, meta{})
+		return
+	}
+	now := g.clock.Now().UTC()
+	if e := g.apply(k, &b, false, now); e != nil {
+		e.write(w, provider.OpenAI, meta{})
+		return
+	}
+	k.UpdatedAt = now
+	if err := g.ledger.UpdateKey(r.Context(), k); err != nil {
+		storeAPIError(err).write(w, provider.OpenAI, meta{})
+		return
+	}
+	g.keyChanged(r.Context(), k.ID)
+	g.audit(r, "update", k)
+	writeJSON(w, http.StatusOK, viewOf(k, now))
+}
+
+// revokeKey answers DELETE /admin/keys/{id}: 204, and the key is refused
+// on every replica within a second.
+func (g *Gateway) revokeKey(w http.ResponseWriter, r *http.Request) {
+	k := g.storedKey(w, r)
+	if k == nil {
+		return
+	}
+	if !k.Revoked() {
+		now := g.clock.Now().UTC()
+		k.RevokedAt, k.UpdatedAt, k.PrevDigest, k.PrevUntil = now, now, "", time.Time{}
+		if err := g.ledger.UpdateKey(r.Context(), k); err != nil {
+			storeAPIError(err).write(w, provider.OpenAI, meta{})
+			return
+		}
+	}
+	g.keyChanged(r.Context(), k.ID)
+	g.audit(r, "revoke", k)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// rotateKey answers POST /admin/keys/{id}/rotate {"grace": "10m"}: a new
+// secret, shown once; the old one keeps working for grace (default 0).
+func (g *Gateway) rotateKey(w http.ResponseWriter, r *http.Request) {
+	k := g.storedKey(w, r)
+	if k == nil {
+		return
+	}
+	var b struct {
+		Grace string `json:"grace"`
+	}
+	if e := readStrict(r, &b); e != nil {
+		e.write(w, provider.OpenAI, meta{})
+		return
+	}
+	var grace time.Duration
+	if b.Grace != "" {
+		d, err := time.ParseDuration(b.Grace)
+		if err != nil || d < 0 {
+			(&apiError{code: CodeInvalidRequest, param: "grace", message: "grace must be a duration such as \"10m\" (0 or absent: the old secret stops now)"}).write(w, provider.OpenAI, meta{})
+			return
+		}
+		grace = d
+	}
+	if k.Revoked() {
+		(&apiError{code: CodeInvalidRequest, param: "id", message: "key " + k.ID + " is revoked; issue a new key"}).write(w, provider.OpenAI, meta{})
+		return
+	}
+	now := g.clock.Now().UTC()
+	secret, display := vkey.New()
+	k.PrevDigest, k.PrevUntil = "", time.Time{}
+	if grace > 0 {
+		k.PrevDigest, k.PrevUntil = k.Digest, now.Add(grace)
+	}
+	k.Digest, k.Prefix, k.UpdatedAt = vkey.Digest(g.secret, secret), display, now
+	if err := g.ledger.UpdateKey(r.Context(), k); err != nil {
+		storeAPIError(err).write(w, provider.OpenAI, meta{})
+		return
+	}
+	g.keyChanged(r.Context(), k.ID)
+	g.audit(r, "rotate", k)
+	v := viewOf(k, now)
+	v.Key = secret
+	writeJSON(w, http.StatusOK, v)
+}

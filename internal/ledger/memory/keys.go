@@ -1,0 +1,131 @@
+package memory
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/oncegate/oncegate/internal/ledger"
+)
+
+// copyKey returns a copy a caller may change without touching the store.
+func copyKey(k *ledger.Key) *ledger.Key {
+	c := *k
+	c.Spec.Models = slices.Clone(k.Spec.Models)
+	c.Spec.Metadata = maps.Clone(k.Spec.Metadata)
+	return &c
+}
+
+// CreateKey stores a new key.
+func (s *Store) CreateKey(_ context.Context, k *ledger.Key) error {
+	if err := s.lock(); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	if _, ok := s.keys[k.ID]; ok {
+		return ledger.ErrKeyExists
+	}
+	for _, o := range s.keys {
+		if o.Digest == k.Digest || o.PrevDigest == k.Digest {
+			return ledger.ErrKeyExists
+		}
+	}
+	s.keys[k.ID] = copyKey(k)
+	return nil
+}
+
+// Key returns a key by id.
+func (s *Store) Key(_ context.Context, id string) (*ledger.Key, error) {
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	k, ok := s.keys[id]
+	if !ok {
+		return nil, ledger.ErrNotFound
+	}
+	return copyKey(k), nil
+}
+
+// KeyByDigest returns the key whose current or previous digest is digest.
+func (s *Store) KeyByDigest(_ context.Context, digest string) (*ledger.Key, error) {
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	for _, k := range s.keys {
+		if k.Digest == digest || (k.PrevDigest != "" && k.PrevDigest == digest) {
+			return copyKey(k), nil
+		}
+	}
+	return nil, ledger.ErrNotFound
+}
+
+// Keys lists the keys f selects, oldest first.
+func (s *Store) Keys(_ context.Context, f ledger.KeyFilter) ([]*ledger.Key, error) {
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	out := []*ledger.Key{}
+	for _, k := range s.keys {
+		if f.Match(k) {
+			out = append(out, copyKey(k))
+		}
+	}
+	slices.SortFunc(out, func(a, b *ledger.Key) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return out, nil
+}
+
+// UpdateKey writes a stored key's mutable fields.
+func (s *Store) UpdateKey(_ context.Context, k *ledger.Key) error {
+	if err := s.lock(); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	old, ok := s.keys[k.ID]
+	if !ok {
+		return ledger.ErrNotFound
+	}
+	c := copyKey(k)
+	c.Tenant, c.CreatedAt = old.Tenant, old.CreatedAt
+	s.keys[k.ID] = c
+	return nil
+}
+
+// KeySpend sums each key's charges over the days [fromDay, toDay].
+func (s *Store) KeySpend(_ context.Context, fromDay, toDay int64) (map[string]int64, error) {
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	out := map[string]int64{}
+	for d, m := range s.keySpend {
+		if d < fromDay || d > toDay {
+			continue
+		}
+		for k, v := range m {
+			out[k] += v
+		}
+	}
+	return out, nil
+}
+
+// chargeKey adds a charge to a key's day; s.mu is held.
+func (s *Store) chargeKey(key string, nanoUSD int64, at time.Time) {
+	if key == "" || nanoUSD == 0 {
+		return
+	}
+	day := ledger.Day(at)
+	if s.keySpend[day] == nil {
+		s.keySpend[day] = map[string]int64{}
+	}
+	s.keySpend[day][key] += nanoUSD
+}
