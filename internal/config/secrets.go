@@ -164,6 +164,33 @@ func (c *Config) readSecret(src secretSource, lookup func(string) (string, bool)
 	return readSecretFile(path)
 }
 
+// MaxCredentialsFileBytes bounds a service-account key file.
+const MaxCredentialsFileBytes = 64 << 10
+
+// readCredentialsFile reads a credentials file (a service account's JSON
+// key), whole. Errors name the file, never its content.
+func readCredentialsFile(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			return "", fmt.Errorf("credentials file %s: %v", path, pe.Err)
+		}
+		return "", fmt.Errorf("credentials file %s: %w", path, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxCredentialsFileBytes+1))
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("credentials file %s: %w", path, err)
+	case len(data) > MaxCredentialsFileBytes:
+		return "", fmt.Errorf("credentials file %s is larger than %d bytes: is it the right file?", path, MaxCredentialsFileBytes)
+	case len(strings.TrimSpace(string(data))) == 0:
+		return "", fmt.Errorf("credentials file %s is empty", path)
+	}
+	return string(data), nil
+}
+
 // readSecretFile reads a file holding one secret, without its
 // surrounding whitespace (the newline an editor or `echo` adds).
 func readSecretFile(path string) (string, error) {
@@ -221,6 +248,17 @@ func (c *Config) providerSecrets(s *Secrets, lookup func(string) (string, bool))
 			s.ProviderKeys[p.ID] = get(secretSource{path: fmt.Sprintf("providers[%d].api_key_env", i), env: p.APIKeyEnv})
 		case p.APIKeyFile != "":
 			s.ProviderKeys[p.ID] = get(secretSource{path: fmt.Sprintf("providers[%d].api_key_file", i), file: p.APIKeyFile})
+		case p.CredentialsFileEnv != "":
+			// vertex: the variable names a service-account key file, whose
+			// JSON is the provider's key.
+			path := fmt.Sprintf("providers[%d].credentials_file_env", i)
+			if file := get(secretSource{path: path, env: p.CredentialsFileEnv}); file != "" {
+				v, err := readCredentialsFile(file)
+				if err != nil {
+					errs = append(errs, c.ErrorAt(path, "%v", err))
+				}
+				s.ProviderKeys[p.ID] = v
+			}
 		}
 		values := func(section string, vs Values) map[string]string {
 			out := make(map[string]string, len(vs))

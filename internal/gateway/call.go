@@ -65,6 +65,8 @@ type call struct {
 	// dropped lists the request's fields a route of the other protocol
 	// drops (may_drop, X-Oncegate-May-Drop; docs/translation.md).
 	dropped []string
+	// mayDrop lists the fields the alias and the request let a route drop.
+	mayDrop []string
 	// turn is the conversation turn this request is a try of (POST
 	// /v1/responses); nil for chat.
 	turn *turnCall

@@ -288,7 +288,7 @@ func (g *Gateway) newCall(r *http.Request, p provider.Protocol, t *policy.Tenant
 		MaxDataBoundary: t.MaxBoundary.String(), AcceptRestart: acceptRestart, NoContinuation: cr.IR.Thinking, DroppableFields: c.dropped,
 		IneligibleRoutes: alias.Ineligible(policy.Needs{Images: needs.Images, Audio: needs.Audio, Tools: needs.Tools,
 			JSONSchema: needs.JSONSchema, Stream: needs.Stream, ContextTokens: cr.PromptTokens + cr.IR.MaxTokens,
-			Protocol: string(cr.Protocol), NativeOnly: native, Embeddings: p == provider.Embeddings,
+			Protocol: string(cr.Protocol), NativeOnly: native, NativeOnlyOn: c.nativeOnlyOn, Embeddings: p == provider.Embeddings,
 			Uncarried: uncarried(cr)}, t.MaxBoundary)}
 	c.rec = receipt.NewRecorder(alias, h)
 	c.out = newOutput(c)
@@ -326,13 +326,14 @@ func (c *call) droppable(h http.Header) ([]string, *apiError) {
 			if name = strings.TrimSpace(name); name == "" {
 				continue
 			}
-			if !provider.Droppable(provider.OpenAI, name) && !provider.Droppable(provider.Anthropic, name) {
+			if !provider.Droppable(provider.OpenAI, name) && !provider.Droppable(provider.Anthropic, name) && !policy.DroppableOn(c.alias.Routes, name) {
 				return nil, &apiError{code: CodeInvalidRequest, param: "X-Oncegate-May-Drop",
 					message: fmt.Sprintf("X-Oncegate-May-Drop names %q, which is not a field a route may drop (droppable: %s)", name, strings.Join(provider.DroppableNames(), ", "))}
 			}
 			allowed = append(allowed, name)
 		}
 	}
+	c.mayDrop = allowed
 	var native []string
 	for _, f := range c.in.NativeOnly {
 		if slices.Contains(allowed, f) && provider.Droppable(c.in.Protocol, f) {
@@ -346,11 +347,36 @@ func (c *call) droppable(h http.Header) ([]string, *apiError) {
 
 // droppedOn is what an attempt on route drops of the request: the
 // droppable fields, on a route of the other protocol; none on its own.
+// A type with its own field table drops what that table lets it.
 func (c *call) droppedOn(route *policy.Route) []string {
-	if route == nil || route.Provider.Impl.Spec().Protocol == c.in.Protocol {
+	if route == nil {
+		return nil
+	}
+	if ft, ok := route.Provider.Impl.(provider.FieldTable); ok {
+		var out []string
+		for _, f := range ft.NativeOnly(c.in.Protocol, c.in.Body) {
+			if slices.Contains(c.mayDrop, f) && ft.Droppable(c.in.Protocol, f) {
+				out = append(out, f)
+			}
+		}
+		return out
+	}
+	if route.Provider.Impl.Spec().Protocol == c.in.Protocol {
 		return nil
 	}
 	return c.dropped
+}
+
+// nativeOnlyOn lists the request's fields a route of a type with its own
+// field table cannot carry and may not drop (policy.Needs.NativeOnlyOn).
+func (c *call) nativeOnlyOn(ft provider.FieldTable) []string {
+	var out []string
+	for _, f := range ft.NativeOnly(c.in.Protocol, c.in.Body) {
+		if !slices.Contains(c.mayDrop, f) || !ft.Droppable(c.in.Protocol, f) {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // joinsOf says whether a keyless request may share another's generation:

@@ -7,9 +7,16 @@
 package gw
 
 import (
+	"errors"
 	"fmt"
 	"time"
 )
+
+// ErrCredentialRefused is wrapped by an error that says the provider
+// refused the gateway's own credential before a request could be sent
+// (a token endpoint refusing a service account): the route's account is
+// refused (KindAccountRefused, CauseUpstreamAuth).
+var ErrCredentialRefused = errors.New("the provider refused the gateway's credential")
 
 // Class is the retry family of an observed attempt outcome (docs/retries.md).
 type Class string

@@ -8,6 +8,20 @@ import (
 	"github.com/oncegate/oncegate/internal/provider"
 )
 
+// nativeOnly lists the request's fields route r cannot carry: by its
+// type's own field table when it has one and NativeOnlyOn is set, else
+// every native-only field when r speaks another protocol than the
+// client.
+func (n *Needs) nativeOnly(r *Route) []string {
+	if ft, ok := r.Provider.Impl.(provider.FieldTable); ok && n.NativeOnlyOn != nil {
+		return n.NativeOnlyOn(ft)
+	}
+	if string(r.Provider.Impl.Spec().Protocol) != n.Protocol {
+		return n.NativeOnly
+	}
+	return nil
+}
+
 // Needs is what one request requires of a route, found by inspecting it
 // before the first dispatch.
 type Needs struct {
@@ -21,6 +35,10 @@ type Needs struct {
 	// request's fields that only a route speaking it can serve.
 	Protocol   string
 	NativeOnly []string
+	// NativeOnlyOn, when set, lists the request's fields a route of a
+	// type with its own field table (provider.FieldTable) cannot carry
+	// and may not drop; such a route is ineligible when it lists any.
+	NativeOnlyOn func(provider.FieldTable) []string
 	// Embeddings: the request is for embeddings, which only OpenAI-type
 	// routes serve.
 	Embeddings bool
@@ -48,8 +66,8 @@ func (a *Alias) Ineligible(n Needs, maxBoundary gw.DataBoundary) map[string]stri
 			out[r.ID] = fmt.Sprintf("data boundary %s exceeds the tenant's %s", r.Boundary, maxBoundary)
 		case n.Embeddings && !r.Provider.Impl.Spec().Embeddings:
 			out[r.ID] = fmt.Sprintf("embeddings need a provider that serves them, not %s", r.Provider.Type)
-		case len(n.NativeOnly) > 0 && string(r.Provider.Impl.Spec().Protocol) != n.Protocol:
-			out[r.ID] = fmt.Sprintf("%s cannot be carried to the %s protocol", strings.Join(n.NativeOnly, ", "), r.Provider.Impl.Spec().Protocol)
+		case len(n.nativeOnly(r)) > 0:
+			out[r.ID] = fmt.Sprintf("%s cannot be carried to the %s protocol", strings.Join(n.nativeOnly(r), ", "), r.Provider.Impl.Spec().Protocol)
 		case n.Uncarried != nil && len(n.Uncarried(r.Provider.Impl)) > 0:
 			out[r.ID] = fmt.Sprintf("%s cannot be carried to a %s route", strings.Join(n.Uncarried(r.Provider.Impl), ", "), r.Provider.Type)
 		case n.Images && !r.Caps.Accepts(InputImage):

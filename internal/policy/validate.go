@@ -275,7 +275,7 @@ func (v *validator) aliases(routes []*Route) []*Alias {
 			a.Engine.Routes[j].Tier = tierOf[j]
 		}
 		v.reachable(a, m, path)
-		a.MayDrop = v.mayDrop(path+".may_drop", m.MayDrop)
+		a.MayDrop = v.mayDrop(path+".may_drop", m.MayDrop, a.Routes)
 		out = append(out, a)
 	}
 	return out
@@ -309,14 +309,30 @@ func (v *validator) reachable(a *Alias, m config.Model, path string) {
 }
 
 // mayDrop checks an alias's may_drop: every name a field that may be
-// dropped (provider.Droppable, for either protocol).
-func (v *validator) mayDrop(path string, names []string) []string {
+// dropped (provider.Droppable, for either protocol, or the field table
+// of one of the alias's route types).
+func (v *validator) mayDrop(path string, names []string, routes []*Route) []string {
 	for i, n := range names {
-		if !provider.Droppable(provider.OpenAI, n) && !provider.Droppable(provider.Anthropic, n) {
+		if !provider.Droppable(provider.OpenAI, n) && !provider.Droppable(provider.Anthropic, n) && !DroppableOn(routes, n) {
 			v.fail(fmt.Sprintf("%s[%d]", path, i), "%q is not a field a route may drop (droppable: %s)", n, strings.Join(provider.DroppableNames(), ", "))
 		}
 	}
 	return slices.Clone(names)
+}
+
+// DroppableOn reports whether a route of a type with its own field table
+// (provider.FieldTable) among routes may drop field name of either
+// protocol.
+func DroppableOn(routes []*Route, name string) bool {
+	for _, r := range routes {
+		if r.Provider == nil {
+			continue
+		}
+		if ft, ok := r.Provider.Impl.(provider.FieldTable); ok && (ft.Droppable(provider.OpenAI, name) || ft.Droppable(provider.Anthropic, name)) {
+			return true
+		}
+	}
+	return false
 }
 
 // stateful checks an alias's openai-responses routes: an alias is
@@ -480,6 +496,9 @@ func (v *validator) providerType(i int, p *config.Provider) provider.Type {
 	if !ok {
 		v.fail(path+".type", "unknown provider type %q (want one of: %s)", p.Type, strings.Join(registry.Names(), ", "))
 		return nil
+	}
+	if pc, ok := impl.(provider.PerConfig); ok {
+		impl = pc.For(p)
 	}
 	spec := impl.Spec()
 	for _, key := range registry.Keys() {

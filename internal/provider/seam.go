@@ -38,6 +38,28 @@ type Type interface {
 	Open(cfg Config) (Endpoint, error)
 }
 
+// PerConfig is a Type whose Spec depends on a provider's configuration
+// (vertex: its publisher decides the wire protocol and continuation).
+// The policy asks For once per configured provider and keeps the Type it
+// returns as that provider's.
+type PerConfig interface {
+	For(p *config.Provider) Type
+}
+
+// FieldTable is a Type that speaks a protocol no client speaks (gemini)
+// and so has its own column of the field table (docs/translation.md):
+// which client fields a route of the type carries. A type without one
+// uses the other-protocol column (Fields).
+type FieldTable interface {
+	// NativeOnly lists, sorted, the top-level fields of a client body of
+	// protocol p that a route of the type cannot carry: such a route is
+	// ineligible for the request, unless each of them may be dropped.
+	NativeOnly(p Protocol, body []byte) []string
+	// Droppable reports whether field name of protocol p may be dropped
+	// for a route of the type (may_drop, X-Oncegate-May-Drop).
+	Droppable(p Protocol, name string) bool
+}
+
 // Spec is what a provider type declares of itself.
 type Spec struct {
 	// Protocol is the wire protocol of the type's request and response

@@ -90,6 +90,8 @@ func (e *Error) Kind() (gw.Kind, gw.Cause) {
 	switch {
 	case e.Status != 0:
 		return gw.KindProtocolViolation, ""
+	case errors.Is(e.Err, gw.ErrCredentialRefused):
+		return gw.KindAccountRefused, gw.CauseUpstreamAuth // nothing was sent
 	case e.Deadline:
 		return gw.KindTimeoutBeforeResponse, "" // observed at the deadline: the engine stops
 	case e.Cancelled:

@@ -16,7 +16,9 @@ import (
 	"github.com/oncegate/oncegate/internal/provider/anthropic"
 	"github.com/oncegate/oncegate/internal/provider/azure"
 	"github.com/oncegate/oncegate/internal/provider/bedrock"
+	"github.com/oncegate/oncegate/internal/provider/gemini"
 	"github.com/oncegate/oncegate/internal/provider/openai"
+	"github.com/oncegate/oncegate/internal/provider/vertex"
 )
 
 // types maps a configuration's `type` to its implementation.
@@ -26,6 +28,8 @@ var types = map[string]provider.Type{
 	"anthropic":        anthropic.Messages,
 	"azure-openai":     azure.OpenAI,
 	"bedrock":          bedrock.Converse,
+	"gemini":           gemini.API,
+	"vertex":           vertex.AI,
 }
 
 // Lookup returns the type named name.

@@ -1,6 +1,11 @@
 package registry
 
 import (
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
 	"slices"
 	"testing"
 
@@ -38,7 +43,11 @@ func TestEveryTypeKeepsTheSeamsRules(t *testing.T) {
 		}
 		p := &config.Provider{ID: "p", Type: name, BaseURL: "https://example.test", Region: "us-east-1", Project: "proj",
 			Location: "us-east5", Publisher: "google", APIKeyEnv: "KEY"}
-		ep, err := Open(p, "secret-key", func(string) (string, bool) { return "", false })
+		key := "secret-key"
+		if name == "vertex" {
+			key = serviceAccountKey(t) // its key is a service account's JSON key file
+		}
+		ep, err := Open(p, key, func(string) (string, bool) { return "", false })
 		if err != nil {
 			t.Errorf("%s: open: %v", name, err)
 			continue
@@ -53,4 +62,20 @@ func TestEveryTypeKeepsTheSeamsRules(t *testing.T) {
 	if _, err := Open(&config.Provider{Type: "cohere"}, "", nil); err == nil {
 		t.Error("an unknown type opens")
 	}
+}
+
+// serviceAccountKey is a service-account key file's JSON with a fresh key.
+func serviceAccountKey(t *testing.T) string {
+	t.Helper()
+	k, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(map[string]string{"type": "service_account", "client_email": "sa@p.iam.gserviceaccount.com",
+		"private_key": string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})), "token_uri": "https://oauth2.example.test/token"})
+	return string(b)
 }
