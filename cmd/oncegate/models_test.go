@@ -57,3 +57,17 @@ models:
 		t.Fatalf("exit %d: %s %s", code, out, errOut)
 	}
 }
+
+// The cross-cloud example passes check, and the catalogue prices every
+// route of it: no route bills $0.
+func TestTheCrossCloudExampleIsPricedByTheCatalogue(t *testing.T) {
+	code, out, errOut := runCLI("check", "--config", "../../examples/cross-cloud.yaml")
+	if code != 0 || strings.Contains(out, "warning:") || !strings.Contains(out, "configuration OK") {
+		t.Fatalf("exit %d: %s %s", code, out, errOut)
+	}
+	for _, want := range []string{"claude-bedrock", "claude-vertex", "gpt-azure-east", "gemini-vertex", "3/15", "0.15/0.6", "0.3/2.5"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("check's tables lack %q:\n%s", want, out)
+		}
+	}
+}
