@@ -165,9 +165,13 @@ func bounds(receipts map[string]*receipt.Receipt, outcomes []outcome, pol *polic
 			indeterminate++
 		}
 		for j, at := range r.Attempts {
-			if at.OutcomeClass == string(gw.ClassIndeterminate) && at.Reconciled != "absent" && j < len(r.Attempts)-1 {
+			// A stream cut after visible output may be continued or
+			// restarted as the alias says (docs/streaming.md): that is no
+			// blind re-dispatch, whatever else follows it is.
+			if at.OutcomeClass == string(gw.ClassIndeterminate) && at.Reconciled != "absent" && j < len(r.Attempts)-1 &&
+				(at.Kind != string(gw.KindStreamInterruptedAfterOutput) || !continues(r.Attempts[j+1].Purpose)) {
 				blind.Violations++
-				example("%s: attempt %d was indeterminate and attempt %d followed it", id, at.Ordinal, r.Attempts[j+1].Ordinal)
+				example("%s: attempt %d (%s on %s) was indeterminate and attempt %d followed it", id, at.Ordinal, at.Kind, at.Route, r.Attempts[j+1].Ordinal)
 			}
 		}
 	}
@@ -190,3 +194,7 @@ func bounds(receipts map[string]*receipt.Receipt, outcomes []outcome, pol *polic
 	blind.Note = fmt.Sprintf("%d requests ended indeterminate", indeterminate)
 	return []Row{term, dl, budget, boundary, blind}
 }
+
+// continues reports whether an attempt's purpose carries on a stream that
+// broke after visible output.
+func continues(purpose string) bool { return purpose == "resume" || purpose == "restart" }

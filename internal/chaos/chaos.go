@@ -114,7 +114,8 @@ const (
 // (so resume and fallback translate) and a private one, three attempts,
 // short timeouts so that hangs end, and a short lease so that recovery is
 // quick; chat-metered caps each request's cost, chat-spread spreads its
-// requests over a weighted tier, and chat-stateful keeps
+// requests over a weighted tier, chat-clouds over Azure OpenAI and Bedrock
+// then Gemini, and chat-stateful keeps
 // its conversations at the provider.
 const configTemplate = `
 listen: 127.0.0.1:0
@@ -128,6 +129,9 @@ providers:
   - {id: oa, type: openai, base_url: "MOCK/v1", timeouts: {connect: 1s, first_byte: 2s, idle: 2s}}
   - {id: an, type: anthropic, base_url: "MOCK", timeouts: {connect: 1s, first_byte: 2s, idle: 2s}}
   - {id: rs, type: openai-responses, base_url: "MOCK/v1", timeouts: {connect: 1s, first_byte: 2s, idle: 2s}}
+  - {id: az, type: azure-openai, base_url: "MOCK", api_version: "2024-10-21", api_key_env: CHAOS_AZURE_KEY, timeouts: {connect: 1s, first_byte: 2s, idle: 2s}}
+  - {id: br, type: bedrock, region: us-east-1, base_url: "MOCK", timeouts: {connect: 1s, first_byte: 2s, idle: 2s}}
+  - {id: gm, type: gemini, base_url: "MOCK", api_key_env: CHAOS_GEMINI_KEY, timeouts: {connect: 1s, first_byte: 2s, idle: 2s}}
 routes:
   - {id: primary, provider: oa, model: m-primary, behavior_class: c, data_boundary: external, max_attempts: 2,
      capabilities: {streaming: true, max_context_tokens: 100000, max_output_tokens: 4096}, price: {input_usd_per_mtok: 1, output_usd_per_mtok: 2}}
@@ -138,6 +142,12 @@ routes:
   - {id: rs-a, provider: rs, model: m-rs-a, behavior_class: s, data_boundary: external, max_attempts: 2,
      capabilities: {streaming: true, max_context_tokens: 100000, max_output_tokens: 4096}, price: {input_usd_per_mtok: 1, output_usd_per_mtok: 2}}
   - {id: rs-b, provider: rs, model: m-rs-b, behavior_class: s, data_boundary: external, max_attempts: 2,
+     capabilities: {streaming: true, max_context_tokens: 100000, max_output_tokens: 4096}, price: {input_usd_per_mtok: 1, output_usd_per_mtok: 2}}
+  - {id: azure, provider: az, model: m-azure, behavior_class: c, data_boundary: external, max_attempts: 2,
+     capabilities: {streaming: true, max_context_tokens: 100000, max_output_tokens: 4096}, price: {input_usd_per_mtok: 1, output_usd_per_mtok: 2}}
+  - {id: bedrock, provider: br, model: m-bedrock, behavior_class: c, data_boundary: external, max_attempts: 2,
+     capabilities: {streaming: true, max_context_tokens: 100000, max_output_tokens: 4096, continuation: assistant_prefill}, price: {input_usd_per_mtok: 1, output_usd_per_mtok: 2}}
+  - {id: gemini, provider: gm, model: m-gemini, behavior_class: c, data_boundary: external, max_attempts: 2,
      capabilities: {streaming: true, max_context_tokens: 100000, max_output_tokens: 4096}, price: {input_usd_per_mtok: 1, output_usd_per_mtok: 2}}
 models:
   - name: chat
@@ -151,6 +161,11 @@ models:
     accept_unreachable_routes: true # its clients send max_tokens: 30
   - name: chat-spread
     routes: [[primary, fallback], inhouse]
+    strategy: weighted
+    retry: {max_attempts: 3, base_delay: 50ms, max_delay: 200ms, deadline: 20s}
+    stream: {after_output: resume}
+  - name: chat-clouds
+    routes: [[azure, bedrock], gemini]
     strategy: weighted
     retry: {max_attempts: 3, base_delay: 50ms, max_delay: 200ms, deadline: 20s}
     stream: {after_output: resume}
@@ -248,7 +263,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer logf.Close()
 	gws := make([]*gateway, n)
 	for i := range gws {
-		gws[i] = &gateway{bin: cfg.Binary, config: cfgPath, env: []string{"CHAOS_KEY=" + apiKey, "CHAOS_PRIVATE_KEY=" + privateKey, "CHAOS_CAPPED_KEY=" + cappedKey}, log: logf}
+		gws[i] = &gateway{bin: cfg.Binary, config: cfgPath, env: []string{"CHAOS_KEY=" + apiKey, "CHAOS_PRIVATE_KEY=" + privateKey, "CHAOS_CAPPED_KEY=" + cappedKey,
+			"CHAOS_AZURE_KEY=" + mock.DefaultAzureAPIKey, "CHAOS_GEMINI_KEY=" + mock.DefaultGeminiAPIKey,
+			"AWS_ACCESS_KEY_ID=" + mock.DefaultAWS.AccessKeyID, "AWS_SECRET_ACCESS_KEY=" + mock.DefaultAWS.SecretAccessKey, "AWS_SESSION_TOKEN=",
+			"AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null"}, log: logf}
 		if err := gws[i].start(ctx); err != nil {
 			return nil, err
 		}

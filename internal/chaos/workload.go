@@ -50,7 +50,10 @@ var (
 		p      profile
 		weight int
 	}{
-		{plain, 50},
+		{plain, 40},
+		// The other clouds: Azure OpenAI and Bedrock in a weighted tier,
+		// then Gemini.
+		{profile{name: "clouds", apiKey: apiKey, model: "chat-clouds"}, 10},
 		// A weighted tier of two routes on two protocols, then the
 		// private route (docs/routing.md).
 		{profile{name: "spread", apiKey: apiKey, model: "chat-spread"}, 14},
