@@ -37,7 +37,9 @@ providers:
   - {id: vertex-stranger, type: vertex, base_url: "MOCK", project: oncegate-mock, location: us-east5, publisher: anthropic, credentials_file_env: SA_FILE_STRANGER, timeouts: {connect: 1s, first_byte: 2s, idle: 2s}}
   - {id: azure, type: azure-openai, base_url: "MOCK", api_version: "2024-10-21", api_key_env: KEY_AZURE, timeouts: {connect: 1s, first_byte: 2s, idle: 2s}}
   - {id: openai, type: openai, base_url: "MOCK/v1", api_key_env: KEY_OPENAI, timeouts: {connect: 1s, first_byte: 2s, idle: 2s}}
+  - {id: aws, type: bedrock, region: us-east-1, base_url: "MOCK", timeouts: {connect: 1s, first_byte: 2s, idle: 2s}}
 routes:
+  - {id: claude-bedrock, provider: aws, model: bedrock-claude, capabilities: {input: [text], tools: true, streaming: true, max_context_tokens: 200000, max_output_tokens: 1000}, behavior_class: chat-v1, data_boundary: external, max_attempts: 2, price: {input_usd_per_mtok: 3, output_usd_per_mtok: 15}}
   - {id: gemini, provider: gemini, model: gemini-2.5-flash, capabilities: {input: [text, image], tools: true, json_schema: true, streaming: true, max_context_tokens: 1000000, max_output_tokens: 1000}, behavior_class: chat-v1, data_boundary: external, max_attempts: 2, price: {input_usd_per_mtok: 0.3, output_usd_per_mtok: 2.5}}
   - {id: gemini-badkey, provider: gemini-badkey, model: gemini-badkey-model, capabilities: {input: [text], tools: true, streaming: true, max_context_tokens: 1000000, max_output_tokens: 1000}, behavior_class: chat-v1, data_boundary: external, max_attempts: 2, price: {input_usd_per_mtok: 0.3, output_usd_per_mtok: 2.5}}
   - {id: vertex-gemini, provider: vertex-google, model: gemini-2.5-pro, capabilities: {input: [text], tools: true, streaming: true, max_context_tokens: 1000000, max_output_tokens: 1000}, behavior_class: chat-v1, data_boundary: external, max_attempts: 2, price: {input_usd_per_mtok: 1.25, output_usd_per_mtok: 10}}
@@ -47,6 +49,7 @@ routes:
   - {id: azure, provider: azure, model: gpt-deployment, capabilities: {input: [text], tools: true, streaming: true, max_context_tokens: 128000, max_output_tokens: 1000}, behavior_class: chat-v1, data_boundary: external, max_attempts: 2, price: {input_usd_per_mtok: 2.5, output_usd_per_mtok: 10}}
   - {id: openai, provider: openai, model: gpt-openai, capabilities: {input: [text], tools: true, streaming: true, max_context_tokens: 128000, max_output_tokens: 1000}, behavior_class: chat-v1, data_boundary: external, max_attempts: 2, price: {input_usd_per_mtok: 2.5, output_usd_per_mtok: 10}}
 models:
+  - {name: bedrock-then-vertex, routes: [claude-bedrock, vertex-claude], retry: {max_attempts: 4, base_delay: 20ms, max_delay: 80ms, retry_after_cap: 300ms, jitter: none, deadline: 10s}}
   - {name: gemini, routes: [gemini], retry: {max_attempts: 3, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s}}
   - {name: vertex-gemini, routes: [vertex-gemini], retry: {max_attempts: 3, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s}}
   - {name: vertex-claude, routes: [vertex-claude], retry: {max_attempts: 3, base_delay: 20ms, max_delay: 80ms, jitter: none, deadline: 10s}}
@@ -429,5 +432,37 @@ func TestVertexClaudeStreamResumes(t *testing.T) {
 	res, err := client.Chat.Completions.New(context.Background(), oaParams("vertex-claude-resume", "What is a logical request?"))
 	if err != nil || res.Choices[0].Message.Content != text {
 		t.Fatalf("resumed %q, whole %q (%v)", text, res.Choices[0].Message.Content, err)
+	}
+}
+
+// Claude on Bedrock throttled fails over to Claude on Vertex AI before any
+// output, in a JSON answer and in a stream: Bedrock's two attempts
+// (ThrottlingException, and a throttlingException event in the stream)
+// and one Vertex call each, SigV4 on one side and an OAuth2 token on the
+// other. Not parallel: the AWS credentials come from the environment.
+func TestBedrockThrottledFailsOverToVertexClaude(t *testing.T) {
+	awsEnv(t, mock.DefaultAWS.AccessKeyID, mock.DefaultAWS.SecretAccessKey)
+	g := newGoogleEnv(t, 6)
+	for _, tc := range []struct {
+		stream bool
+		fault  mock.Fault
+	}{
+		{false, mock.Fault{Type: mock.FaultStatus, Status: 429, RetryAfter: "0"}},
+		{true, mock.Fault{Type: mock.FaultStreamError, After: 0}},
+	} {
+		g.mock.SetScript(rules(mock.Rule{Model: "bedrock-claude", Fault: tc.fault}))
+		g.mock.Reset()
+		res, body := g.post("/v1/chat/completions", chatBody("bedrock-then-vertex", tc.stream), nil)
+		if res.StatusCode != 200 || !strings.Contains(string(body), "claude-sonnet-vertex") {
+			t.Fatalf("stream %v: %d %s", tc.stream, res.StatusCode, body)
+		}
+		r := g.receipt(res.Header.Get("X-Oncegate-Request-Id"))
+		if len(r.Attempts) != 3 || r.Attempts[0].Kind != "rate_limited" || r.Attempts[1].Kind != "rate_limited" ||
+			r.Attempts[0].VisibleOutput || r.Attempts[2].Route != "vertex-claude" || r.Attempts[2].Kind != "ok" {
+			t.Fatalf("stream %v: attempts %+v", tc.stream, r.Attempts)
+		}
+		if b, v := g.calls("bedrock-claude"), g.calls("claude-sonnet-vertex"); b != 2 || v != 1 {
+			t.Fatalf("stream %v: Bedrock %d calls, Vertex %d; want 2 and 1", tc.stream, b, v)
+		}
 	}
 }
