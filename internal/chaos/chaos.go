@@ -114,8 +114,8 @@ const (
 // (so resume and fallback translate) and a private one, three attempts,
 // short timeouts so that hangs end, and a short lease so that recovery is
 // quick; chat-metered caps each request's cost, chat-spread spreads its
-// requests over a weighted tier, chat-clouds over Azure OpenAI and Bedrock
-// then Gemini, and chat-stateful keeps
+// requests over a weighted tier, chat-clouds over Azure OpenAI, Bedrock
+// and Vertex AI (Claude) then Gemini, and chat-stateful keeps
 // its conversations at the provider.
 const configTemplate = `
 listen: 127.0.0.1:0
@@ -132,6 +132,7 @@ providers:
   - {id: az, type: azure-openai, base_url: "MOCK", api_version: "2024-10-21", api_key_env: CHAOS_AZURE_KEY, timeouts: {connect: 1s, first_byte: 2s, idle: 2s}}
   - {id: br, type: bedrock, region: us-east-1, base_url: "MOCK", timeouts: {connect: 1s, first_byte: 2s, idle: 2s}}
   - {id: gm, type: gemini, base_url: "MOCK", api_key_env: CHAOS_GEMINI_KEY, timeouts: {connect: 1s, first_byte: 2s, idle: 2s}}
+  - {id: vx, type: vertex, base_url: "MOCK", project: chaos, location: us-east5, publisher: anthropic, credentials_file_env: CHAOS_VERTEX_SA, timeouts: {connect: 1s, first_byte: 2s, idle: 2s}}
 routes:
   - {id: primary, provider: oa, model: m-primary, behavior_class: c, data_boundary: external, max_attempts: 2,
      capabilities: {streaming: true, max_context_tokens: 100000, max_output_tokens: 4096}, price: {input_usd_per_mtok: 1, output_usd_per_mtok: 2}}
@@ -149,6 +150,8 @@ routes:
      capabilities: {streaming: true, max_context_tokens: 100000, max_output_tokens: 4096, continuation: assistant_prefill}, price: {input_usd_per_mtok: 1, output_usd_per_mtok: 2}}
   - {id: gemini, provider: gm, model: m-gemini, behavior_class: c, data_boundary: external, max_attempts: 2,
      capabilities: {streaming: true, max_context_tokens: 100000, max_output_tokens: 4096}, price: {input_usd_per_mtok: 1, output_usd_per_mtok: 2}}
+  - {id: vertex, provider: vx, model: m-vertex, behavior_class: c, data_boundary: external, max_attempts: 2,
+     capabilities: {streaming: true, max_context_tokens: 100000, max_output_tokens: 4096, continuation: assistant_prefill}, price: {input_usd_per_mtok: 1, output_usd_per_mtok: 2}}
 models:
   - name: chat
     routes: [primary, fallback, inhouse]
@@ -165,7 +168,7 @@ models:
     retry: {max_attempts: 3, base_delay: 50ms, max_delay: 200ms, deadline: 20s}
     stream: {after_output: resume}
   - name: chat-clouds
-    routes: [[azure, bedrock], gemini]
+    routes: [[azure, bedrock, vertex], gemini]
     strategy: weighted
     retry: {max_attempts: 3, base_delay: 50ms, max_delay: 200ms, deadline: 20s}
     stream: {after_output: resume}
@@ -248,6 +251,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	ceiling := fmt.Sprintf("%.6f", float64(cfg.Requests)*2e-6)
 	yaml := strings.NewReplacer("MOCK", "http://"+ln.Addr().String(), "STORE", `"`+store+`"`, "COORD", `"`+coordination+`"`,
 		"DAY_CEILING", ceiling).Replace(configTemplate)
+	account, err := mock.WriteServiceAccount(cfg.Dir, "http://"+ln.Addr().String())
+	if err != nil {
+		return nil, err
+	}
 	cfgPath := filepath.Join(cfg.Dir, "oncegate.yaml")
 	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
 		return nil, err
@@ -264,7 +271,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	gws := make([]*gateway, n)
 	for i := range gws {
 		gws[i] = &gateway{bin: cfg.Binary, config: cfgPath, env: []string{"CHAOS_KEY=" + apiKey, "CHAOS_PRIVATE_KEY=" + privateKey, "CHAOS_CAPPED_KEY=" + cappedKey,
-			"CHAOS_AZURE_KEY=" + mock.DefaultAzureAPIKey, "CHAOS_GEMINI_KEY=" + mock.DefaultGeminiAPIKey,
+			"CHAOS_AZURE_KEY=" + mock.DefaultAzureAPIKey, "CHAOS_VERTEX_SA=" + account, "CHAOS_GEMINI_KEY=" + mock.DefaultGeminiAPIKey,
 			"AWS_ACCESS_KEY_ID=" + mock.DefaultAWS.AccessKeyID, "AWS_SECRET_ACCESS_KEY=" + mock.DefaultAWS.SecretAccessKey, "AWS_SESSION_TOKEN=",
 			"AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null"}, log: logf}
 		if err := gws[i].start(ctx); err != nil {

@@ -51,8 +51,8 @@ var (
 		weight int
 	}{
 		{plain, 40},
-		// The other clouds: Azure OpenAI and Bedrock in a weighted tier,
-		// then Gemini.
+		// The other clouds: Azure OpenAI, Bedrock and Vertex AI in a
+		// weighted tier, then Gemini.
 		{profile{name: "clouds", apiKey: apiKey, model: "chat-clouds"}, 10},
 		// A weighted tier of two routes on two protocols, then the
 		// private route (docs/routing.md).
