@@ -3,7 +3,7 @@ package provider
 import (
 	"encoding/json"
 	"errors"
-	"os"
+	"github.com/oncegate/oncegate/internal/docsync"
 	"slices"
 	"strings"
 	"testing"
@@ -176,27 +176,7 @@ func fieldRows() string {
 // TestTheDocsShowTheFieldTable holds docs/translation.md to the code's
 // table; go test ./internal/provider -update rewrites it.
 func TestTheDocsShowTheFieldTable(t *testing.T) {
-	const path = "../../docs/translation.md"
-	doc, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const begin, end = "<!-- fields:begin -->\n", "<!-- fields:end -->"
-	i, j := strings.Index(string(doc), begin), strings.Index(string(doc), end)
-	if i < 0 || j < i {
-		t.Fatalf("%s has no field table markers", path)
-	}
-	got, want := string(doc[i+len(begin):j]), fieldRows()
-	if got == want {
-		return
-	}
-	if !*update {
-		t.Fatalf("%s does not show the code's field table; run go test ./internal/provider -update", path)
-	}
-	out := string(doc[:i+len(begin)]) + want + string(doc[j:])
-	if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	docsync.Hold(t, "../../docs/translation.md", "<!-- fields:begin -->", "<!-- fields:end -->", fieldRows(), *update, "go test ./internal/provider -update")
 }
 
 // A refusal (OpenAI's delta.refusal, message.refusal) is the answer: it is

@@ -3,7 +3,7 @@ package bedrock
 import (
 	"encoding/json"
 	"errors"
-	"os"
+	"github.com/oncegate/oncegate/internal/docsync"
 	"reflect"
 	"slices"
 	"strings"
@@ -219,27 +219,7 @@ func fieldRows() string {
 // TestTheDocsShowTheBedrockColumn holds docs/providers.md to the
 // code's table; go test ./internal/provider/bedrock -update rewrites it.
 func TestTheDocsShowTheBedrockColumn(t *testing.T) {
-	const path = "../../../docs/providers.md"
-	doc, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const begin, end = "<!-- bedrock-fields:begin -->\n", "<!-- bedrock-fields:end -->"
-	i, j := strings.Index(string(doc), begin), strings.Index(string(doc), end)
-	if i < 0 || j < i {
-		t.Fatalf("%s has no field table markers", path)
-	}
-	got, want := string(doc[i+len(begin):j]), fieldRows()
-	if got == want {
-		return
-	}
-	if !*update {
-		t.Fatalf("%s does not show the code's bedrock column; run go test ./internal/provider/bedrock -update", path)
-	}
-	out := string(doc[:i+len(begin)]) + want + string(doc[j:])
-	if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	docsync.Hold(t, "../../../docs/providers.md", "<!-- bedrock-fields:begin -->", "<!-- bedrock-fields:end -->", fieldRows(), *update, "go test ./internal/provider/bedrock -update")
 }
 
 func TestUncarried(t *testing.T) {

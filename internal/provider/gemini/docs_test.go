@@ -2,7 +2,7 @@ package gemini
 
 import (
 	"flag"
-	"os"
+	"github.com/oncegate/oncegate/internal/docsync"
 	"strings"
 	"testing"
 )
@@ -30,24 +30,5 @@ func columnRows() string {
 // TestTheDocsShowTheGeminiColumn holds docs/providers.md to gemini.Fields;
 // go test ./internal/provider/gemini -update rewrites it.
 func TestTheDocsShowTheGeminiColumn(t *testing.T) {
-	const path = "../../../docs/providers.md"
-	doc, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const begin, end = "<!-- gemini-fields:begin -->\n", "<!-- gemini-fields:end -->"
-	i, j := strings.Index(string(doc), begin), strings.Index(string(doc), end)
-	if i < 0 || j < i {
-		t.Fatalf("%s has no gemini field table markers", path)
-	}
-	got, want := string(doc[i+len(begin):j]), columnRows()
-	if got == want {
-		return
-	}
-	if !*updateDocs {
-		t.Fatalf("%s does not show the code's gemini column; run go test ./internal/provider/gemini -update", path)
-	}
-	if err := os.WriteFile(path, []byte(string(doc[:i+len(begin)])+want+string(doc[j:])), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	docsync.Hold(t, "../../../docs/providers.md", "<!-- gemini-fields:begin -->", "<!-- gemini-fields:end -->", columnRows(), *updateDocs, "go test ./internal/provider/gemini -update")
 }
