@@ -55,45 +55,82 @@ func serveBareProxy(target string) error {
 	fmt.Printf("proxy listening on http://%s\n", ln.Addr())
 	mux := http.NewServeMux()
 	mux.Handle("/", rp)
-	// The goroutines it has started, in the gateway's metric's name, so
-	// that the benchmark counts them per request on both.
+	// The runtime figures the benchmark reads from a gateway's /metrics,
+	// under the Go collector's names, so that it reads both the same way.
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
-		s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+		s := make([]metrics.Sample, len(runtimeFigures))
+		for i, f := range runtimeFigures {
+			s[i].Name = f.metric
+		}
 		metrics.Read(s)
-		fmt.Fprintf(w, "%s %d\n", goroutinesCreated, s[0].Value.Uint64())
+		for i, f := range runtimeFigures {
+			fmt.Fprintf(w, "%s %d\n", f.name, s[i].Value.Uint64())
+		}
 	})
 	return http.Serve(ln, mux)
 }
 
-// goroutinesCreated is the Go collector's name for the goroutines a
-// process has started.
-const goroutinesCreated = "go_sched_goroutines_created_goroutines_total"
+// runtimeFigures are the runtime/metrics the benchmark reads from each
+// server, by the names the Go collector of client_golang exports them
+// under (a gateway's /metrics has them; docs/performance.md).
+var runtimeFigures = []struct{ metric, name string }{
+	{"/sched/goroutines-created:goroutines", goroutinesCreated},
+	{"/memory/classes/heap/objects:bytes", heapObjects},
+	{"/memory/classes/heap/stacks:bytes", stackBytes},
+}
 
-// goroutines is how many goroutines the child has started so far, from
-// its /metrics; -1 if it cannot tell.
-func (c *child) goroutines() int64 {
+// The Go collector's names of runtimeFigures.
+const (
+	goroutinesCreated = "go_sched_goroutines_created_goroutines_total"
+	heapObjects       = "go_memory_classes_heap_objects_bytes"
+	stackBytes        = "go_memory_classes_heap_stacks_bytes"
+)
+
+// goroutines is how many goroutines the child has started so far; -1 if
+// it cannot tell.
+func (c *child) goroutines() int64 { return c.figures()[goroutinesCreated] }
+
+// held is the memory the child's heap objects and goroutine stacks
+// occupy now — live objects and garbage not yet collected, without the
+// collector's headroom or what the runtime keeps for reuse; -1 if it
+// cannot tell.
+func (c *child) held() int64 {
+	f := c.figures()
+	if f[heapObjects] < 0 || f[stackBytes] < 0 {
+		return -1
+	}
+	return f[heapObjects] + f[stackBytes]
+}
+
+// figures reads runtimeFigures from the child's /metrics (-1 for each it
+// cannot read).
+func (c *child) figures() map[string]int64 {
+	out := map[string]int64{}
+	for _, f := range runtimeFigures {
+		out[f.name] = -1
+	}
 	req, err := http.NewRequest("GET", c.url+"/metrics", nil)
 	if err != nil {
-		return -1
+		return out
 	}
 	req.Header.Set("Authorization", "Bearer "+benchAdminKey) // the bare proxy ignores it
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return -1
+		return out
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), goroutinesCreated+" "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				return -1
-			}
-			return int64(f)
+		name, v, ok := strings.Cut(sc.Text(), " ")
+		if _, want := out[name]; !ok || !want {
+			continue
+		}
+		if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+			out[name] = int64(f)
 		}
 	}
-	return -1
+	return out
 }
 
 // switches is how many times the child's threads have been switched
