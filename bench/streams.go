@@ -44,7 +44,7 @@ func streamsRun(ctx context.Context, o options, out io.Writer) error {
 		// before the first round and at their highest in the second.
 		heldBase, heldPeak int64
 		fds                int
-		hasProc    bool
+		hasProc            bool
 	}
 	var rows []row
 	for _, p := range paths {
