@@ -95,7 +95,7 @@ func main() {
 	// The gateway runs here as `oncegate serve` runs it: with its
 	// collector target (unless GOGC is set), which the direct path in the
 	// same process shares.
-	memtune.Start(os.LookupEnv, 0, "/sys/fs/cgroup")
+	memtune.Start(os.LookupEnv, 0, 0, "/sys/fs/cgroup")
 	if *stagesOf != "" {
 		if *stageRequests <= 0 {
 			fmt.Fprintln(os.Stderr, "bench: -stages needs -stage-requests N, the number of requests the profile covers")
