@@ -88,7 +88,7 @@ func TestRelaySameProtocolAnswerIsTheProvidersBytes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if cc.ID != "chatcmpl-upstream-7" || cc.SystemFingerprint != "fp_upstream_42" || cc.ServiceTier != "priority" ||
+		if cc.ID != "chatcmpl-upstream-7" || cc.JSON.SystemFingerprint.Raw() != `"fp_upstream_42"` || cc.ServiceTier != "priority" ||
 			cc.Usage.CompletionTokensDetails.ReasoningTokens != 7 || cc.JSON.ExtraFields["x_provider"].Raw() != `{"region":"eu-west","shard":3}` {
 			t.Fatalf("the OpenAI client read %s", cc.RawJSON())
 		}
