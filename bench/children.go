@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"syscall"
@@ -51,7 +53,71 @@ func serveBareProxy(target string) error {
 		return err
 	}
 	fmt.Printf("proxy listening on http://%s\n", ln.Addr())
-	return http.Serve(ln, rp)
+	mux := http.NewServeMux()
+	mux.Handle("/", rp)
+	// The goroutines it has started, in the gateway's metric's name, so
+	// that the benchmark counts them per request on both.
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
+		s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+		metrics.Read(s)
+		fmt.Fprintf(w, "%s %d\n", goroutinesCreated, s[0].Value.Uint64())
+	})
+	return http.Serve(ln, mux)
+}
+
+// goroutinesCreated is the Go collector's name for the goroutines a
+// process has started.
+const goroutinesCreated = "go_sched_goroutines_created_goroutines_total"
+
+// goroutines is how many goroutines the child has started so far, from
+// its /metrics; -1 if it cannot tell.
+func (c *child) goroutines() int64 {
+	req, err := http.NewRequest("GET", c.url+"/metrics", nil)
+	if err != nil {
+		return -1
+	}
+	req.Header.Set("Authorization", "Bearer "+benchAdminKey) // the bare proxy ignores it
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), goroutinesCreated+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				return -1
+			}
+			return int64(f)
+		}
+	}
+	return -1
+}
+
+// switches is how many times the child's threads have been switched
+// out so far, voluntarily (to wait) or not (from /proc: every thread's
+// voluntary_ctxt_switches and nonvoluntary_ctxt_switches).
+func (c *child) switches() int64 {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", c.cmd.Process.Pid))
+	if err != nil {
+		return -1
+	}
+	var n int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", c.cmd.Process.Pid, t.Name()))
+		if err != nil {
+			continue // a thread that ended
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.HasSuffix(k, "ctxt_switches") {
+				x, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				n += x
+			}
+		}
+	}
+	return n
 }
 
 // child is a server process the benchmark started.
@@ -189,7 +255,7 @@ func startServe(bin, dir, profiles, traces, name, mockURL, extra string) (*child
 		args = append(args, "--trace", filepath.Join(traces, slug+".trace"))
 	}
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "BENCH_KEY="+benchKey)
+	cmd.Env = append(os.Environ(), "BENCH_KEY="+benchKey, "BENCH_ADMIN_KEY="+benchAdminKey)
 	var err error
 	if cmd.Stderr, err = os.Create(filepath.Join(dir, slug+".log")); err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ package metrics
 
 import (
 	"net/http"
+	"regexp"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -108,7 +109,10 @@ func New(reg *prometheus.Registry) *Metrics {
 	}
 	f := func(c prometheus.Collector) { reg.MustRegister(c) }
 	m := &Metrics{reg: reg}
-	f(collectors.NewGoCollector())
+	// The defaults, and how many goroutines the process has started: the
+	// benchmark counts them per request (docs/performance.md).
+	f(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/sched/goroutines-created:goroutines$`)})))
 	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "oncegate", Name: name, Help: help}, labels)
