@@ -120,7 +120,8 @@ func TestATornTailIsCutAfterTheLastWholeFrame(t *testing.T) {
 		if err := os.WriteFile(p, whole[:cut], 0o600); err != nil {
 			t.Fatal(err)
 		}
-		l, got, rc := open(t, p, Options{})
+		// Not extended ahead: no zeros written over what follows.
+		l, got, rc := open(t, p, Options{Preallocate: -1})
 		wantCause := error(nil)
 		if cut != ends[kept] {
 			wantCause = ErrTorn
@@ -128,12 +129,14 @@ func TestATornTailIsCutAfterTheLastWholeFrame(t *testing.T) {
 		if len(got) != kept || rc.Cause != wantCause || rc.Dropped != int64(cut-ends[kept]) || rc.Size != int64(ends[kept]) {
 			t.Fatalf("cut at %d: %d records, %+v; want %d, cause %v", cut, len(got), rc, kept, wantCause)
 		}
-		appendAll(t, l, "after the crash")
+		// Shorter than what was cut: nothing of the torn frame may be
+		// left after it.
+		appendAll(t, l, "x")
 		if err := l.Close(); err != nil {
 			t.Fatal(err)
 		}
 		_, got, rc = open(t, p, Options{})
-		want := append(append([]string{}, recs[:kept]...), "after the crash")
+		want := append(append([]string{}, recs[:kept]...), "x")
 		if fmt.Sprint(got) != fmt.Sprint(want) || rc.Cause != nil {
 			t.Fatalf("cut at %d, appended, reopened: %q (cause %v); want %q", cut, got, rc.Cause, want)
 		}
@@ -162,9 +165,18 @@ func TestACorruptFrameEndsTheLog(t *testing.T) {
 		if err := os.WriteFile(p, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		_, got, rc := open(t, p, Options{})
+		l, got, rc := open(t, p, Options{Preallocate: -1})
 		if len(got) != 1 || got[0] != "first" || rc.Cause == nil || rc.Size != int64(second) {
 			t.Fatalf("byte %d flipped: %q, %+v; want the first record, then a cause", i, got, rc)
+		}
+		// The frames after the corrupt one are gone for good: an append
+		// follows the first, and the third never comes back.
+		appendAll(t, l, "x")
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, got, rc := open(t, p, Options{}); fmt.Sprint(got) != "[first x]" || rc.Cause != nil {
+			t.Fatalf("byte %d flipped, appended, reopened: %q, cause %v", i, got, rc.Cause)
 		}
 	}
 }
