@@ -220,7 +220,10 @@ func TestALogCutShortAtItsCreationStartsOver(t *testing.T) {
 	if err := os.WriteFile(path, magic[:3], 0o600); err != nil {
 		t.Fatal(err)
 	}
-	l, got, _ := open(t, path, Options{})
+	l, got, rc := open(t, path, Options{})
+	if len(got) != 0 || rc.Dropped != 3 {
+		t.Fatalf("a log of 3 bytes read back %q, %+v", got, rc)
+	}
 	appendAll(t, l, "one")
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
