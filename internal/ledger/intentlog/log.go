@@ -15,8 +15,14 @@ import (
 // magic starts every log file: the format's name and version.
 var magic = []byte("oncelog\x01")
 
-// ErrClosed: the log was closed.
-var ErrClosed = errors.New("intentlog: closed")
+// Errors opening and appending.
+var (
+	// ErrClosed: the log was closed.
+	ErrClosed = errors.New("intentlog: closed")
+	// ErrLocked: another open Log (in this process or another) has the
+	// file.
+	ErrLocked = errors.New("intentlog: the log is in use by another writer")
+)
 
 // Options choose how appends reach the disk.
 type Options struct {
@@ -91,17 +97,23 @@ func newBatch() *batch {
 }
 
 // Open opens the log at path, creating it if it does not exist, and reads
-// it back: fn is called with every record of every intact frame, in the
-// order they were appended (the slice is only valid during the call; an
-// error from fn stops Open with that error). Reading stops at the first
-// frame that is cut short or fails its checksum: the file is cut there,
-// so the next append follows the last intact frame.
+// it back. One Log at a time has the file: Open fails with ErrLocked
+// while another holds it (on Unix; the lock goes with the process). It
+// calls fn with every record of every intact frame, in the order they were
+// appended (the slice is only valid during the call; an error from fn
+// stops Open with that error). Reading stops at the first frame that is
+// cut short or fails its checksum: the file is cut there, so the next
+// append follows the last intact frame.
 func Open(path string, o Options, fn func(rec []byte) error) (*Log, Recovered, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, Recovered{}, fmt.Errorf("open intent log %s: %w", path, err)
 	}
-	rc, err := readBack(f, fn)
+	err = lock(f)
+	var rc Recovered
+	if err == nil {
+		rc, err = readBack(f, fn)
+	}
 	if err == nil {
 		err = syncDir(filepath.Dir(path)) // the file's name is durable too
 	}

@@ -287,3 +287,20 @@ func TestOpenStopsAtTheReadersError(t *testing.T) {
 		t.Fatalf("open: %v", err)
 	}
 }
+
+// One Log at a time has the file: a second writer would interleave its
+// frames with the first's.
+func TestASecondOpenOfALogInUseIsRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "intent.log")
+	l, _, _ := open(t, path, Options{})
+	if _, _, err := Open(path, Options{}, func([]byte) error { return nil }); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second open: %v", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l, _, _ = open(t, path, Options{})
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
