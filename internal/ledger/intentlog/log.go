@@ -76,6 +76,9 @@ type Log struct {
 	// flushing is false).
 	inflight *batch
 	flushing bool
+	// flushes and records count group commits written and the records
+	// they held (Stats).
+	flushes, records int64
 	// err breaks the log for good: a write or a sync failed, and what the
 	// file holds after the last good flush is not known.
 	err    error
@@ -87,6 +90,8 @@ type Log struct {
 type batch struct {
 	done chan struct{} // closed once written (and synced), or failed
 	err  error         // set before done is closed
+	// records counts the records in the batch.
+	records int64
 	// lead asks one of the batch's waiters to write it: the flush before
 	// it ended and no one else has started this one.
 	lead chan struct{}
@@ -252,6 +257,7 @@ func (l *Log) Append(recs ...[]byte) error {
 	for _, r := range recs {
 		l.buf = AppendFrame(l.buf, r)
 	}
+	l.open.records += int64(len(recs))
 	b := l.open
 	for {
 		if !l.flushing && l.open == b {
@@ -290,6 +296,8 @@ func (l *Log) flush() {
 	l.flushing, l.inflight = false, nil
 	if err == nil {
 		l.size += int64(len(buf))
+		l.flushes++
+		l.records += cur.records
 	} else {
 		l.err = fmt.Errorf("intent log write: %w", err)
 	}
@@ -340,6 +348,20 @@ func writeAll(f *os.File, b []byte, off int64, sync bool) error {
 		return datasync(f)
 	}
 	return nil
+}
+
+// Stats are what a log has written since it was opened.
+type Stats struct {
+	// Flushes counts the group commits written (each one write and, with
+	// Options.Sync, one fdatasync); Records the records they held.
+	Flushes, Records int64
+}
+
+// Stats returns what the log has written since it was opened.
+func (l *Log) Stats() Stats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return Stats{Flushes: l.flushes, Records: l.records}
 }
 
 // Size is how many bytes of the file hold frames written so far.

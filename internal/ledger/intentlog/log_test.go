@@ -304,3 +304,28 @@ func TestASecondOpenOfALogInUseIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Records appended while a group commit is written go into the next one
+// together: Stats counts every record once and no more flushes than
+// appends.
+func TestStatsCountRecordsAndFlushes(t *testing.T) {
+	l, _, _ := open(t, filepath.Join(t.TempDir(), "intent.log"), Options{})
+	defer l.Close()
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 10 {
+				if err := l.Append([]byte("a"), []byte("b")); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	st := l.Stats()
+	if st.Records != 160 || st.Flushes < 1 || st.Flushes > 80 {
+		t.Fatalf("stats %+v: want 160 records in 1 to 80 flushes", st)
+	}
+}
