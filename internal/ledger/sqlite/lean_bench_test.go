@@ -15,10 +15,11 @@ import (
 // The lean layout measured against today's in docs/performance.md ("The
 // ledger's write path: options measured"): the same writer, group commit,
 // WAL layer and statements prepared once, with fewer rows and B-trees per
-// request. Today a request inserts five rows and touches fourteen B-trees
-// (the record, its three indexes and its finish index twice; two event
-// rows and the receipt, each with the events index, the receipt with the
-// tenant index too; the day's spend). The lean layout inserts two rows and
+// request. Today a request inserts four rows and touches fourteen B-trees
+// (the record's table and its three indexes at the claim, the table and
+// the finish index again at the finish; two event rows and the receipt,
+// each with the events index, the receipt with the tenant index too; the
+// day's spend). The lean layout inserts two rows and
 // touches nine:
 //
 //   - the claim: one requests row holding the claim's events packed in a
