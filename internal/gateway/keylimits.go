@@ -250,7 +250,6 @@ func (c *call) reserveKey(cost gw.NanoUSD, until time.Time) (keyReservations, bo
 		return keyReservations{}, true
 	}
 	l, id := c.g.keys.limits, c.key.lk.k.ID
-	c.key.refused.Store(0)
 	refuse := func(which keyLimit, held ...func()) (keyReservations, bool) {
 		for _, undo := range held {
 			undo()
