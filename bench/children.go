@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"syscall"
@@ -51,7 +53,108 @@ func serveBareProxy(target string) error {
 		return err
 	}
 	fmt.Printf("proxy listening on http://%s\n", ln.Addr())
-	return http.Serve(ln, rp)
+	mux := http.NewServeMux()
+	mux.Handle("/", rp)
+	// The runtime figures the benchmark reads from a gateway's /metrics,
+	// under the Go collector's names, so that it reads both the same way.
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
+		s := make([]metrics.Sample, len(runtimeFigures))
+		for i, f := range runtimeFigures {
+			s[i].Name = f.metric
+		}
+		metrics.Read(s)
+		for i, f := range runtimeFigures {
+			fmt.Fprintf(w, "%s %d\n", f.name, s[i].Value.Uint64())
+		}
+	})
+	return http.Serve(ln, mux)
+}
+
+// runtimeFigures are the runtime/metrics the benchmark reads from each
+// server, by the names the Go collector of client_golang exports them
+// under (a gateway's /metrics has them; docs/performance.md).
+var runtimeFigures = []struct{ metric, name string }{
+	{"/sched/goroutines-created:goroutines", goroutinesCreated},
+	{"/memory/classes/heap/objects:bytes", heapObjects},
+	{"/memory/classes/heap/stacks:bytes", stackBytes},
+}
+
+// The Go collector's names of runtimeFigures.
+const (
+	goroutinesCreated = "go_sched_goroutines_created_goroutines_total"
+	heapObjects       = "go_memory_classes_heap_objects_bytes"
+	stackBytes        = "go_memory_classes_heap_stacks_bytes"
+)
+
+// goroutines is how many goroutines the child has started so far; -1 if
+// it cannot tell.
+func (c *child) goroutines() int64 { return c.figures()[goroutinesCreated] }
+
+// held is the memory the child's heap objects and goroutine stacks
+// occupy now — live objects and garbage not yet collected, without the
+// collector's headroom or what the runtime keeps for reuse; -1 if it
+// cannot tell.
+func (c *child) held() int64 {
+	f := c.figures()
+	if f[heapObjects] < 0 || f[stackBytes] < 0 {
+		return -1
+	}
+	return f[heapObjects] + f[stackBytes]
+}
+
+// figures reads runtimeFigures from the child's /metrics (-1 for each it
+// cannot read).
+func (c *child) figures() map[string]int64 {
+	out := map[string]int64{}
+	for _, f := range runtimeFigures {
+		out[f.name] = -1
+	}
+	req, err := http.NewRequest("GET", c.url+"/metrics", nil)
+	if err != nil {
+		return out
+	}
+	req.Header.Set("Authorization", "Bearer "+benchAdminKey) // the bare proxy ignores it
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		name, v, ok := strings.Cut(sc.Text(), " ")
+		if _, want := out[name]; !ok || !want {
+			continue
+		}
+		if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+			out[name] = int64(f)
+		}
+	}
+	return out
+}
+
+// switches is how many times the child's threads have been switched
+// out so far, voluntarily (to wait) or not (from /proc: every thread's
+// voluntary_ctxt_switches and nonvoluntary_ctxt_switches).
+func (c *child) switches() int64 {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", c.cmd.Process.Pid))
+	if err != nil {
+		return -1
+	}
+	var n int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", c.cmd.Process.Pid, t.Name()))
+		if err != nil {
+			continue // a thread that ended
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.HasSuffix(k, "ctxt_switches") {
+				x, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				n += x
+			}
+		}
+	}
+	return n
 }
 
 // child is a server process the benchmark started.
@@ -189,7 +292,7 @@ func startServe(bin, dir, profiles, traces, name, mockURL, extra string) (*child
 		args = append(args, "--trace", filepath.Join(traces, slug+".trace"))
 	}
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "BENCH_KEY="+benchKey)
+	cmd.Env = append(os.Environ(), "BENCH_KEY="+benchKey, "BENCH_ADMIN_KEY="+benchAdminKey)
 	var err error
 	if cmd.Stderr, err = os.Create(filepath.Join(dir, slug+".log")); err != nil {
 		return nil, err

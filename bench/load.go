@@ -54,8 +54,10 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		for _, p := range paths {
 			fmt.Fprintf(out, "round %d: %-22s ...", round+1, p.name)
 			var u0, s0 time.Duration
+			var g0, w0 int64
 			if p.proc != nil {
 				u0, s0 = p.proc.cpu()
+				g0, w0 = p.proc.goroutines(), p.proc.switches()
 			}
 			var rt0 int64
 			if p.roundTrips != nil {
@@ -65,6 +67,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 			if p.proc != nil {
 				u1, s1 := p.proc.cpu()
 				r.user, r.sys = u1-u0, s1-s0
+				r.goroutines, r.switches = delta(g0, p.proc.goroutines()), delta(w0, p.proc.switches())
 			}
 			if p.roundTrips != nil {
 				r.redisRTs = roundTrips(p.roundTrips()-rt0, r.requests)
@@ -234,6 +237,14 @@ func median(rs []*result) *result {
 	return s[len(s)/2]
 }
 
+// delta is after - before, or -1 if either is unknown.
+func delta(before, after int64) int64 {
+	if before < 0 || after < 0 {
+		return -1
+	}
+	return after - before
+}
+
 // report prints the throughput table: each path's median round, its
 // throughput as a share of the bare proxy's, and the latency it adds for
 // a lone client over the direct path.
@@ -244,7 +255,7 @@ func report(out io.Writer, paths []path, rounds map[string][]*result, lone map[s
 	}
 	direct = lone["direct"]
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "path\trequests/s (median round)\t÷ bare proxy\tp50\tp99\terrors\tserver CPU/request (user + kernel)\tlone p50\tadded lone p50\t")
+	fmt.Fprintln(tw, "path\trequests/s (median round)\t÷ bare proxy\tp50\tp99\terrors\tserver CPU/request (user + kernel)\tgoroutines/request\tswitches/request\tlone p50\tadded lone p50\t")
 	for _, p := range paths {
 		r := median(rounds[p.name])
 		ratio := "–"
@@ -262,13 +273,20 @@ func report(out io.Writer, paths []path, rounds map[string][]*result, lone map[s
 				added = fmt.Sprintf("%+.2f ms", float64(pct(l.latencies, 0.5)-pct(direct.latencies, 0.5))/1e6)
 			}
 		}
-		cpu := "–"
+		cpu, gor, sw := "–", "–", "–"
 		if p.proc != nil && r.requests > 0 {
 			us := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(r.requests) }
 			cpu = fmt.Sprintf("%.0f µs (%.0f + %.0f)", us(r.user+r.sys), us(r.user), us(r.sys))
+			per := func(n int64) string {
+				if n < 0 {
+					return "–"
+				}
+				return fmt.Sprintf("%.1f", float64(n)/float64(r.requests))
+			}
+			gor, sw = per(r.goroutines), per(r.switches)
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%v\t%v\t%d\t%s\t%s\t%s\t\n", p.name, r.rps(), ratio,
-			round(pct(r.latencies, 0.5)), round(pct(r.latencies, 0.99)), errs, cpu, lp50, added)
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%v\t%v\t%d\t%s\t%s\t%s\t%s\t%s\t\n", p.name, r.rps(), ratio,
+			round(pct(r.latencies, 0.5)), round(pct(r.latencies, 0.99)), errs, cpu, gor, sw, lp50, added)
 	}
 	_ = tw.Flush()
 	for _, p := range paths {

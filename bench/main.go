@@ -160,6 +160,9 @@ type result struct {
 	latencies []time.Duration
 	ttfts     []time.Duration
 	user, sys time.Duration // the server process's CPU during the run
+	// goroutines and switches are what the server process started and
+	// how often its threads were switched out during the run (-1: unknown).
+	goroutines, switches int64
 }
 
 func (r *result) rps() float64 { return float64(r.requests) / r.elapsed.Seconds() }
@@ -176,6 +179,7 @@ func pct(xs []time.Duration, p float64) time.Duration {
 // benchPreamble is one tenant and the mock as the one provider.
 const benchPreamble = `
 listen: 127.0.0.1:0
+admin_key_env: BENCH_ADMIN_KEY
 tenants: [{id: bench, api_key_env: BENCH_KEY, budget: {requests_per_minute: 100000000, cost_usd_per_day: 1000000}}]
 providers: [{id: mock, type: openai, base_url: "MOCK/v1", timeouts: {connect: 2s, first_byte: 30s, idle: 30s}}]
 `
@@ -189,6 +193,18 @@ models:
 `
 
 const benchKey = "sk-bench"
+
+// benchAdminKey is the gateways' admin key: the benchmark reads their
+// /metrics with it.
+const benchAdminKey = "sk-bench-admin"
+
+// benchSecret resolves the benchmark's configurations' secrets.
+func benchSecret(name string) (string, bool) {
+	if name == "BENCH_ADMIN_KEY" {
+		return benchAdminKey, true
+	}
+	return benchKey, true
+}
 
 // startMock serves the mock provider until ctx ends.
 func startMock(ctx context.Context, ttft, interval time.Duration, tokens int) (*mock.Mock, string, error) {
@@ -207,7 +223,7 @@ func benchPolicy(mockURL string) (*policy.Policy, *config.Secrets, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	secrets, err := pol.Config.ResolveSecrets(func(string) (string, bool) { return benchKey, true })
+	secrets, err := pol.Config.ResolveSecrets(benchSecret)
 	return pol, secrets, err
 }
 

@@ -40,8 +40,11 @@ func streamsRun(ctx context.Context, o options, out io.Writer) error {
 	type row struct {
 		r          *result
 		base, peak int64
-		fds        int
-		hasProc    bool
+		// heldBase and heldPeak are the server's heap objects and stacks
+		// before the first round and at their highest in the second.
+		heldBase, heldPeak int64
+		fds                int
+		hasProc            bool
 	}
 	var rows []row
 	for _, p := range paths {
@@ -49,6 +52,7 @@ func streamsRun(ctx context.Context, o options, out io.Writer) error {
 		rw := row{hasProc: p.proc != nil}
 		if p.proc != nil {
 			rw.base, _ = p.proc.rss()
+			rw.heldBase = p.proc.held()
 		}
 		// A first round opens the connections at every hop (a burst of
 		// a thousand handshakes costs more than the relay); the second,
@@ -65,13 +69,18 @@ func streamsRun(ctx context.Context, o options, out io.Writer) error {
 			sampler.Go(func() {
 				t := time.NewTicker(20 * time.Millisecond)
 				defer t.Stop()
-				for {
+				for i := 0; ; i++ {
 					select {
 					case <-stop:
 						return
 					case <-t.C:
 						if n := p.proc.fds(); n > rw.fds {
 							rw.fds = n
+						}
+						if i%5 == 0 { // /metrics costs the server more than /proc
+							if h := p.proc.held(); h > rw.heldPeak {
+								rw.heldPeak = h
+							}
 						}
 					}
 				}
@@ -103,18 +112,22 @@ func streamsRun(ctx context.Context, o options, out io.Writer) error {
 			a50 = fmt.Sprintf("%+.1f ms", float64(pct(r.ttfts, 0.5)-pct(direct.ttfts, 0.5))/1e6)
 			a99 = fmt.Sprintf("%+.1f ms", float64(pct(r.ttfts, 0.99)-pct(direct.ttfts, 0.99))/1e6)
 		}
-		peak, per, fds := "–", "–", "–"
+		peak, per, held, fds := "–", "–", "–", "–"
 		if rw.hasProc {
 			peak = fmt.Sprintf("%.0f MiB", float64(rw.peak)/(1<<20))
 			per = fmt.Sprintf("%.1f KiB", float64(rw.peak-rw.base)/float64(o.streams)/1024)
+			if rw.heldBase >= 0 && rw.heldPeak > 0 {
+				held = fmt.Sprintf("%.1f KiB", float64(rw.heldPeak-rw.heldBase)/float64(o.streams)/1024)
+			}
 			fds = strconv.Itoa(rw.fds)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%v\t%v\t%s\t%s\t%s\t%s\t%s\t\n", r.name, r.requests, r.errors,
-			round(pct(r.ttfts, 0.5)), round(pct(r.ttfts, 0.99)), a50, a99, peak, per, fds)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%v\t%v\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.name, r.requests, r.errors,
+			round(pct(r.ttfts, 0.5)), round(pct(r.ttfts, 0.99)), a50, a99, peak, per, held, fds)
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(out, "\nEach path: one round opens the connections at every hop, a second round on them is measured.")
 	fmt.Fprintln(out, "RSS per open stream: (the server's peak RSS during the measured round − its RSS before the first) ÷ streams")
+	fmt.Fprintln(out, "held per open stream: the same for its heap objects and goroutine stacks (runtime/metrics, every 100 ms): what the streams hold, without the collector's headroom")
 	return nil
 }
 

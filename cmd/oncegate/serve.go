@@ -87,7 +87,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *metricsListen != "" {
 		metricsAddr = *metricsListen
 	}
-	opts := gateway.Options{Logger: log, Ledger: store, Owner: uuid.Must(uuid.NewV7()).String(), MetricsListen: metricsAddr}
+	opts := gateway.Options{Logger: log, AccessLog: newAccessLog(logOut, pol.Config.Log), Ledger: store, Owner: uuid.Must(uuid.NewV7()).String(), MetricsListen: metricsAddr}
 	var g *gateway.Gateway
 	opts.Reload = func() error { return reloadFrom(*path, g) }
 	if ep := pol.Config.Telemetry.OTLPEndpoint; ep != "" {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/oncegate/oncegate/internal/logline"
 	"io"
 	"log/slog"
 	"net/url"
@@ -44,11 +45,22 @@ func newFlags(verb, args, what, env string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// newLogger makes the gateway's logger as log configures it.
-func newLogger(w io.Writer, c config.Log) *slog.Logger {
+// logLevel is log.level's level.
+func logLevel(c config.Log) slog.Level {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.Level)) // validated by check: debug, info, warn, error
-	opts := &slog.HandlerOptions{Level: level}
+	return level
+}
+
+// newAccessLog writes the access log's lines as newLogger's handler
+// would, without slog's work per field (docs/performance.md).
+func newAccessLog(w io.Writer, c config.Log) *logline.Writer {
+	return logline.New(w, c.Format, logLevel(c))
+}
+
+// newLogger makes the gateway's logger as log configures it.
+func newLogger(w io.Writer, c config.Log) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: logLevel(c)}
 	if c.Format == "text" {
 		return slog.New(slog.NewTextHandler(w, opts))
 	}

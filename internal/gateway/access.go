@@ -137,16 +137,19 @@ func (g *Gateway) logAccess(r *http.Request, w *logWriter, d time.Duration) {
 	if status >= 400 && a.code != "" {
 		g.metrics.ObserveErrorResponse(a.code, status)
 	}
-	if !g.log.Enabled(r.Context(), level) {
+	if !g.access.Enabled(level) {
 		return
 	}
-	attrs := []slog.Attr{slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Int("status", status),
-		slog.Float64("latency_ms", float64(d.Microseconds())/1000)}
+	l := g.access.Begin(time.Now(), level, "request")
 	add := func(k, v string) {
 		if v != "" {
-			attrs = append(attrs, slog.String(k, v))
+			l.String(k, v)
 		}
 	}
+	add("method", r.Method)
+	add("path", r.URL.Path)
+	l.Int("status", int64(status))
+	l.Float("latency_ms", float64(d.Microseconds())/1000)
 	add("request_id", firstNonEmpty(a.requestID, w.Header().Get("X-Oncegate-Request-Id")))
 	add("tenant", a.tenant)
 	if a.vkey != nil {
@@ -157,15 +160,17 @@ func (g *Gateway) logAccess(r *http.Request, w *logWriter, d time.Duration) {
 	add("dedup", w.Header().Get("X-Oncegate-Dedup"))
 	add("routes", firstNonEmpty(a.routes, w.Header().Get("X-Oncegate-Route")))
 	if a.attempts > 0 {
-		attrs = append(attrs, slog.Int("attempts", a.attempts), slog.Int64("tokens", a.tokens), slog.Float64("cost_usd", a.costUSD))
+		l.Int("attempts", int64(a.attempts))
+		l.Int("tokens", a.tokens)
+		l.Float("cost_usd", a.costUSD)
 	}
 	add("token_count", a.tokenCount)
 	add("terminal", a.terminal)
 	add("reason", a.reason)
 	if g.cur.Load().logBodies && a.body != "" {
-		attrs = append(attrs, slog.String("body", truncate(a.body, 4096)))
+		l.String("body", truncate(a.body, 4096))
 	}
-	g.log.LogAttrs(r.Context(), level, "request", attrs...)
+	l.Write()
 }
 
 // routesOf lists the routes of a receipt's attempts, in order, once each.

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"math"
 	"net/http"
@@ -447,7 +446,7 @@ func ledgerState(t gw.Terminal) ledger.State {
 func (c *call) commit(state ledger.State, stored *ledger.Response) error {
 	c.finishing.Store(true)
 	r := c.rec.R
-	body, err := json.Marshal(r)
+	body, err := r.JSON()
 	if err != nil {
 		return err
 	}

@@ -33,6 +33,7 @@ import (
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/memory"
 	"github.com/oncegate/oncegate/internal/load"
+	"github.com/oncegate/oncegate/internal/logline"
 	"github.com/oncegate/oncegate/internal/metrics"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/provider"
@@ -47,8 +48,11 @@ type Options struct {
 	// Dial, when set, opens every connection to providers instead of the
 	// system's network (tests use an in-memory one).
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
-	// Logger receives one line per logical request (default: discard).
+	// Logger receives the gateway's own events (default: discard).
 	Logger *slog.Logger
+	// AccessLog receives one line per HTTP exchange (docs/operations.md,
+	// "Logs"); default: Logger's handler, through slog — slower.
+	AccessLog *logline.Writer
 	// Ledger is the idempotency ledger, event log and receipt store
 	// (default: an in-memory ledger, which nothing outlives). The caller
 	// closes it after the gateway.
@@ -157,6 +161,7 @@ type Gateway struct {
 	coordHealth Health  // nil: nothing shared
 	clock       clock.Clock
 	log         *slog.Logger
+	access      *logline.Writer
 	drain       time.Duration
 	lease       time.Duration
 	leaseRenew  time.Duration
@@ -266,6 +271,9 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 	}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
+	}
+	if g.access = opts.AccessLog; g.access == nil {
+		g.access = logline.ForHandler(g.log.Handler())
 	}
 	g.store.log = g.log
 	if g.ledger == nil {

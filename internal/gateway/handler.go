@@ -123,6 +123,25 @@ func (g *Gateway) place(w http.ResponseWriter, r *http.Request, c *call) {
 		f.SetGrace(g.rejoinGrace) // the caller can come back for this answer
 	}
 	g.inflight.Add(1)
+	if !c.stream && place.Err == nil && place.Remote == nil {
+		// A whole answer is sent once it is complete, so the client's own
+		// goroutine runs the call: no second goroutine and no wake-up to
+		// hand the answer over (docs/performance.md). Others who join
+		// read the flight as it fills, as they would otherwise. A client
+		// that leaves ends its subscription at once, as serveFlight's
+		// would, and the flight's grace decides whether the call goes on.
+		rd := f.NewReader()
+		left := context.AfterFunc(r.Context(), rd.Leave)
+		func() {
+			defer g.inflight.Done()
+			defer c.endRequestSpan()
+			c.run()
+		}()
+		if left() {
+			g.serveFlight(w, r, rd, "miss")
+		}
+		return
+	}
 	go func() {
 		defer g.inflight.Done()
 		defer c.endRequestSpan()

@@ -7,6 +7,7 @@ package metrics
 
 import (
 	"net/http"
+	"regexp"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -108,7 +109,11 @@ func New(reg *prometheus.Registry) *Metrics {
 	}
 	f := func(c prometheus.Collector) { reg.MustRegister(c) }
 	m := &Metrics{reg: reg}
-	f(collectors.NewGoCollector())
+	// The defaults, how many goroutines the process has started, and
+	// what its heap objects and goroutine stacks occupy: the benchmark
+	// reads them per request and per open stream (docs/performance.md).
+	f(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.GoRuntimeMetricsRule{
+		Matcher: regexp.MustCompile(`^(/sched/goroutines-created:goroutines|/memory/classes/heap/(objects|stacks):bytes)$`)})))
 	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "oncegate", Name: name, Help: help}, labels)

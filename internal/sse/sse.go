@@ -35,8 +35,11 @@ type Reader struct {
 }
 
 // NewReader reads events from r; maxEvent bounds one event's bytes.
+// Its buffer is bufio's default 4 KiB, held for as long as the stream is
+// open: a longer line is assembled from several reads, so a larger buffer
+// would only cost every open stream its size (docs/performance.md).
 func NewReader(r io.Reader, maxEvent int) *Reader {
-	return &Reader{br: bufio.NewReaderSize(r, 16<<10), maxEvent: maxEvent}
+	return &Reader{br: bufio.NewReader(r), maxEvent: maxEvent}
 }
 
 // Next returns the next event with data. It returns io.EOF when the stream

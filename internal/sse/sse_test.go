@@ -44,6 +44,7 @@ func TestReader(t *testing.T) {
 		{"cut after a field line", "data: x\n", nil, io.ErrUnexpectedEOF},
 		{"oversized", "data: " + strings.Repeat("x", 2000) + "\n\n", nil, ErrTooLarge},
 	}
+
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := readAll(t, tc.in)
@@ -59,6 +60,21 @@ func TestReader(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// An event several times the reader's buffer is assembled whole.
+func TestEventsLongerThanTheBuffer(t *testing.T) {
+	long := strings.Repeat("y", 3*4096+17)
+	r := NewReader(strings.NewReader("data: "+long+"\r\n\r\ndata: z\n\n"), 64<<10)
+	for _, want := range []string{long, "z"} {
+		ev, err := r.Next()
+		if err != nil || string(ev.Data) != want {
+			t.Fatalf("got %d bytes, %v; want %d bytes", len(ev.Data), err, len(want))
+		}
+	}
+	if _, err := r.Next(); err != io.EOF {
+		t.Fatalf("after the last event: %v", err)
 	}
 }
 
