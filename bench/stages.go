@@ -24,7 +24,7 @@ var stages = []stage{
 	{"identity (canonical JSON, SHA-256, HMAC)", `internal/identity\.`},
 	{"ledger (claim, events, finish, checkpoints)", `internal/ledger/`},
 	{"upstream (build, send, read the answer)", `upstream.\(\*Client\)|net/http.\(\*persistConn\)|provider.BuildRequest|net/http.\(\*Transport\)`},
-	{"relay (decode, encode for the client, write)", `provider.DecodeResponse|provider.decode|provider.encode|gateway.\(\*shapedConn\).Write|net/http.\(\*response\)|gateway.\(\*call\).answer|gateway.writeHead`},
+	{"relay (decode, encode for the client, write)", `provider.DecodeResponse|provider.ScanResponse|provider.\(\*scan\)|provider.decode|provider.encode|gateway.\(\*shapedConn\).Write|net/http.\(\*response\)|gateway.\(\*call\).answer|gateway.writeHead`},
 	{"events and receipt as JSON", `encoding/json.Marshal|gateway.\(\*eventLog\)|identity.MarshalCanonical`},
 	{"retry engine and receipt recorder", `internal/receipt\.|internal/retry\.`},
 	{"access log", `gateway.\(\*Gateway\).logAccess|internal/logsink`},

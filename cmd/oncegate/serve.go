@@ -58,7 +58,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	logOut := logsink.New(stderr)
 	defer logOut.Close()
 	log := newLogger(logOut, pol.Config.Log)
-	mem := memtune.Start(os.LookupEnv, pol.Config.Limits.MemoryBytes, "/sys/fs/cgroup")
+	mem := memtune.Start(os.LookupEnv, pol.Config.Limits.MemoryBytes, pol.Config.Limits.GCHeadroomBytes, "/sys/fs/cgroup")
 	storeURL, coordURL := pol.Config.Store, pol.Config.Coordination
 	if *storeFlag != "" {
 		storeURL = *storeFlag
@@ -165,7 +165,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func gcText(m memtune.Settings) string {
 	switch {
 	case m.Adaptive:
-		return fmt.Sprintf("adaptive (%d while the live heap is small)", m.GCPercent)
+		return fmt.Sprintf("adaptive (%d while the live heap is small, %d MiB of headroom)", m.GCPercent, m.Headroom>>20)
 	case m.GCPercent < 0:
 		return "off (GOGC)"
 	}

@@ -622,7 +622,21 @@ func (c *call) complete(res *attemptResult, resp *upstream.Response, out *provid
 		return c.observe(res, gw.KindProtocolViolation, "", "response body: "+err.Error())
 	}
 	spec := res.route.Provider.Impl.Spec()
-	ir, err := c.live.clients[res.route.Provider.ID].ep.Decode(c.op(), body)
+	ep := c.live.clients[res.route.Provider.ID].ep
+	// The answer is already in the client's protocol: it goes verbatim
+	// (an embeddings list is the embeddings protocol's, from any type
+	// that serves it).
+	verbatim := c.turn == nil && (spec.Protocol == c.proto || c.op() == provider.OpEmbeddings)
+	if sc, ok := ep.(provider.Scanner); ok && verbatim {
+		// Only its usage is read, in one pass that builds nothing; a body
+		// the scan cannot vouch for is decoded below (docs/performance.md).
+		if u, ok := sc.Scan(c.op(), body); ok {
+			res.obs.Usage, res.obs.VisibleOutput, res.obs.EmittedTokens = u, true, u.OutputTokens
+			res.body = body
+			return c.observe(res, gw.KindOK, "", "")
+		}
+	}
+	ir, err := ep.Decode(c.op(), body)
 	if err != nil {
 		return c.observe(res, gw.KindProtocolViolation, "", err.Error())
 	}
@@ -638,10 +652,7 @@ func (c *call) complete(res *attemptResult, resp *upstream.Response, out *provid
 	}
 	res.obs.VisibleOutput = true
 	res.obs.EmittedTokens = res.obs.Usage.OutputTokens
-	// The answer is already in the client's protocol: it goes verbatim
-	// (an embeddings list is the embeddings protocol's, from any type
-	// that serves it).
-	if c.turn == nil && (spec.Protocol == c.proto || c.op() == provider.OpEmbeddings) {
+	if verbatim {
 		res.body = body
 	} else {
 		res.body = c.encodeResponse(ir)

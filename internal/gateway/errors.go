@@ -165,6 +165,7 @@ func (e *apiError) render(p provider.Protocol, m meta) (*coord.Head, []byte) {
 func (e *apiError) write(w http.ResponseWriter, p provider.Protocol, m meta) {
 	noteCode(w, e.code)
 	head, body := e.render(p, m)
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	writeHead(w, head, "")
 	_, _ = w.Write(body)
 }

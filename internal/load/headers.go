@@ -21,6 +21,24 @@ var rateHeaders = []struct{ remaining, limit, reset string }{
 	{"anthropic-ratelimit-output-tokens-remaining", "anthropic-ratelimit-output-tokens-limit", "anthropic-ratelimit-output-tokens-reset"},
 }
 
+// The keys of rateHeaders as net/http stores them, so that each is one
+// map lookup (Header.Get canonicalises its key on every call: six
+// dimensions cost more than the rest of reading an answer's headers).
+func init() {
+	for i := range rateHeaders {
+		d := &rateHeaders[i]
+		d.remaining, d.limit, d.reset = http.CanonicalHeaderKey(d.remaining), http.CanonicalHeaderKey(d.limit), http.CanonicalHeaderKey(d.reset)
+	}
+}
+
+// first is a header's first value by its canonical key.
+func first(h http.Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
 // maxReset bounds how long a learned headroom is believed: a provider's
 // reset past it is taken as this (a header is untrusted input).
 const maxReset = time.Hour
@@ -36,14 +54,18 @@ const defaultReset = time.Minute
 func ParseHeaders(h http.Header, now time.Time) (left float64, until time.Time, ok bool) {
 	left = 1
 	for _, d := range rateHeaders {
-		rem, errR := strconv.ParseFloat(strings.TrimSpace(h.Get(d.remaining)), 64)
-		lim, errL := strconv.ParseFloat(strings.TrimSpace(h.Get(d.limit)), 64)
+		r := first(h, d.remaining)
+		if r == "" {
+			continue
+		}
+		rem, errR := strconv.ParseFloat(strings.TrimSpace(r), 64)
+		lim, errL := strconv.ParseFloat(strings.TrimSpace(first(h, d.limit)), 64)
 		if errR != nil || errL != nil || lim <= 0 || rem < 0 || math.IsNaN(rem) || math.IsInf(rem, 0) || math.IsInf(lim, 0) {
 			continue
 		}
 		ok = true
 		left = min(left, min(1, rem/lim))
-		until = later(until, resetAt(h.Get(d.reset), now))
+		until = later(until, resetAt(first(h, d.reset), now))
 	}
 	if !ok {
 		return 0, time.Time{}, false

@@ -11,7 +11,8 @@
 // 400 lets the heap grow to five times what is live: 32 requests with
 // 3.7 MB bodies, about 350 MB alive, would grow it to 1.7 GB. So the
 // percentage is recomputed after every collection: 400 while the live
-// heap is under Headroom/4, then Headroom × 100 / live, never under 25.
+// heap is under a quarter of the headroom (limits.gc_headroom_bytes,
+// default Headroom), then headroom × 100 / live, never under 25.
 package memtune
 
 import (
@@ -35,15 +36,21 @@ const MaxGCPercent = 400
 const MinGCPercent = 25
 
 // Headroom is how far past the live heap the tuner lets the heap grow
-// once the live heap exceeds Headroom/4.
+// once the live heap exceeds a quarter of it, unless configured
+// otherwise (limits.gc_headroom_bytes).
 const Headroom = 128 << 20
 
-// GCPercent is the collector target for a live heap of live bytes.
-func GCPercent(live uint64) int {
+// GCPercent is the collector target for a live heap of live bytes with
+// the default headroom.
+func GCPercent(live uint64) int { return gcPercent(live, Headroom) }
+
+// gcPercent is the collector target for a live heap of live bytes that
+// may grow headroom bytes past it.
+func gcPercent(live, headroom uint64) int {
 	if live == 0 {
 		return MaxGCPercent
 	}
-	p := uint64(Headroom) * 100 / live
+	p := headroom * 100 / live
 	return int(min(max(p, MinGCPercent), MaxGCPercent))
 }
 
@@ -53,6 +60,9 @@ type Settings struct {
 	GCPercent int
 	// Adaptive: the target follows the live heap (GOGC was not set).
 	Adaptive bool
+	// Headroom is how far past what is alive the adaptive target lets
+	// the heap grow, in bytes (0 when not adaptive).
+	Headroom int64
 	// Limit is the soft memory limit in bytes (math.MaxInt64: none), and
 	// LimitFrom where it came from: "GOMEMLIMIT", "limits.memory_bytes",
 	// "cgroup" or "" for none.
@@ -61,12 +71,19 @@ type Settings struct {
 }
 
 // Start tunes the collector for this process: unless the environment
-// sets GOGC, an adaptive target (see the package comment); unless it sets
-// GOMEMLIMIT, a soft memory limit of configured bytes when positive, else
-// nine tenths of the cgroup's memory limit under cgroupRoot (normally
-// /sys/fs/cgroup) when it has one.
-func Start(lookupEnv func(string) (string, bool), configured int64, cgroupRoot string) Settings {
+// sets GOGC, an adaptive target (see the package comment) that lets the
+// heap grow headroom bytes past what is alive (0: Headroom); unless it
+// sets GOMEMLIMIT, a soft memory limit of configured bytes when
+// positive, else nine tenths of the cgroup's memory limit under
+// cgroupRoot (normally /sys/fs/cgroup) when it has one.
+func Start(lookupEnv func(string) (string, bool), configured, headroom int64, cgroupRoot string) Settings {
 	var s Settings
+	if headroom <= 0 {
+		headroom = Headroom
+	}
+	mu.Lock()
+	room = uint64(headroom)
+	mu.Unlock()
 	if v, ok := lookupEnv("GOGC"); ok {
 		s.GCPercent = 100 // the runtime ignores a GOGC it cannot parse
 		if v == "off" {
@@ -75,7 +92,10 @@ func Start(lookupEnv func(string) (string, bool), configured int64, cgroupRoot s
 			s.GCPercent = n
 		}
 	} else {
-		s.GCPercent, s.Adaptive = MaxGCPercent, true
+		s.GCPercent, s.Adaptive, s.Headroom = MaxGCPercent, true, headroom
+		mu.Lock()
+		current = MaxGCPercent
+		mu.Unlock()
 		debug.SetGCPercent(MaxGCPercent)
 		adapt.Do(func() { adaptive.Store(true); arm() })
 	}
@@ -121,6 +141,7 @@ var (
 	current    = MaxGCPercent
 	lastLive   uint64 // what the last collection found alive
 	held       uint64 // what Hold announced and has not released
+	room       uint64 = Headroom
 )
 
 // retune sets the target for the live heap the last collection found,
@@ -133,7 +154,7 @@ func retune() {
 	mu.Lock()
 	defer mu.Unlock()
 	lastLive = liveSample[0].Value.Uint64()
-	set(GCPercent(lastLive + held))
+	set(gcPercent(lastLive+held, room))
 }
 
 // set puts target p in force (under mu). Setting it stops the world
@@ -161,7 +182,7 @@ func Hold(n int64) (release func()) {
 	}
 	mu.Lock()
 	held += uint64(n)
-	if p := GCPercent(lastLive + held); p < current {
+	if p := gcPercent(lastLive+held, room); p < current {
 		set(p)
 	}
 	mu.Unlock()

@@ -90,23 +90,23 @@ func TestStartLeavesWhatTheEnvironmentSets(t *testing.T) {
 		t.Fatal(err)
 	}
 	debug.SetMemoryLimit(3 << 30) // as the runtime would from GOMEMLIMIT=3GiB
-	s := Start(env("GOGC", "150", "GOMEMLIMIT", "3GiB"), 1<<30, cg)
+	s := Start(env("GOGC", "150", "GOMEMLIMIT", "3GiB"), 1<<30, 0, cg)
 	if s.GCPercent != 150 || s.Adaptive || s.LimitFrom != "GOMEMLIMIT" || s.Limit != 3<<30 {
 		t.Errorf("with GOGC and GOMEMLIMIT set: %+v", s)
 	}
 	if got := debug.SetMemoryLimit(-1); got != 3<<30 {
 		t.Errorf("the limit from GOMEMLIMIT was changed to %d", got)
 	}
-	if s := Start(env("GOGC", "off"), 0, cg); s.GCPercent != -1 || s.LimitFrom != "cgroup" || s.Limit != 900000000 {
+	if s := Start(env("GOGC", "off"), 0, 0, cg); s.GCPercent != -1 || s.LimitFrom != "cgroup" || s.Limit != 900000000 {
 		t.Errorf("with GOGC=off and a cgroup: %+v", s)
 	}
-	if s := Start(env(), 512<<20, cg); !s.Adaptive || s.GCPercent != MaxGCPercent || s.LimitFrom != "limits.memory_bytes" || s.Limit != 512<<20 {
+	if s := Start(env(), 512<<20, 0, cg); !s.Adaptive || s.GCPercent != MaxGCPercent || s.LimitFrom != "limits.memory_bytes" || s.Limit != 512<<20 {
 		t.Errorf("with a configured limit: %+v", s)
 	}
 	if got := debug.SetMemoryLimit(-1); got != 512<<20 {
 		t.Errorf("memory limit in force %d; want the configured 512 MiB", got)
 	}
-	if s := Start(env(), 0, t.TempDir()); s.LimitFrom != "" || s.Limit != math.MaxInt64 {
+	if s := Start(env(), 0, 0, t.TempDir()); s.LimitFrom != "" || s.Limit != math.MaxInt64 {
 		t.Errorf("with nothing to go by: %+v", s)
 	}
 }
@@ -115,7 +115,7 @@ var ballast [][]byte
 
 func TestTheTargetFallsAsTheLiveHeapGrowsAndRisesAgain(t *testing.T) {
 	restore(t)
-	Start(env(), 0, t.TempDir())
+	Start(env(), 0, 0, t.TempDir())
 	target := func() int { p := debug.SetGCPercent(-1); debug.SetGCPercent(p); return p }
 	// Collect until the tuner has seen the heap as it is now (its
 	// cleanup runs after a collection, on another goroutine).
@@ -141,9 +141,34 @@ func TestTheTargetFallsAsTheLiveHeapGrowsAndRisesAgain(t *testing.T) {
 	}
 }
 
+// A configured headroom replaces the default: 32 MiB alive with 32 MiB
+// of headroom is a target of about 100, where the default would be 400.
+func TestAConfiguredHeadroomSetsTheTarget(t *testing.T) {
+	restore(t)
+	s := Start(env(), 0, 32<<20, t.TempDir())
+	if !s.Adaptive || s.Headroom != 32<<20 {
+		t.Fatalf("settings %+v", s)
+	}
+	t.Cleanup(func() { Start(env(), 0, 0, t.TempDir()) })
+	target := func() int { p := debug.SetGCPercent(-1); debug.SetGCPercent(p); return p }
+	for range 4 {
+		ballast = append(ballast, make([]byte, 8<<20))
+	}
+	t.Cleanup(func() { ballast = nil })
+	p := 0
+	for range 200 {
+		runtime.GC()
+		runtime.Gosched()
+		if p = target(); p >= 60 && p <= 100 {
+			return
+		}
+	}
+	t.Fatalf("with 32 MiB alive and 32 MiB of headroom the target is %d; want about 100", p)
+}
+
 func TestHoldLowersTheTargetBeforeTheBytesExist(t *testing.T) {
 	restore(t)
-	Start(env(), 0, t.TempDir())
+	Start(env(), 0, 0, t.TempDir())
 	target := func() int { p := debug.SetGCPercent(-1); debug.SetGCPercent(p); return p }
 	for range 200 { // until the tuner has seen the small heap of this test
 		runtime.GC()

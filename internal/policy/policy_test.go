@@ -179,6 +179,8 @@ func TestValidationRules(t *testing.T) {
 		{"lease renew past half the ttl", "models:", "lease: {ttl: 10s, renew: 6s}\nmodels:", "at most half of lease.ttl"},
 		{"no time for a request body", "models:", "limits: {body_read_timeout: 0s}\nmodels:", "limits.body_read_timeout: must be greater than 0"},
 		{"memory limit too small", "models:", "limits: {memory_bytes: 1000}\nmodels:", "at least 67108864"},
+		{"collector headroom too small", "models:", "limits: {gc_headroom_bytes: 1000}\nmodels:", "limits.gc_headroom_bytes"},
+		{"collector headroom negative", "models:", "limits: {gc_headroom_bytes: -1}\nmodels:", "limits.gc_headroom_bytes"},
 		{"ledger sync", "models:", "ledger: {sync: lazy}\nmodels:", `unknown value "lazy"`},
 		{"ledger sync on memory", "models:", "store: memory://\nledger: {sync: normal}\nmodels:", "keeps nothing on disk"},
 		{"on_expired", "models:", "idempotency: {on_expired: maybe}\nmodels:", `unknown value "maybe"`},

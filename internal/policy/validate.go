@@ -100,6 +100,10 @@ func (v *validator) globals() {
 	v.positive("limits.max_response_bytes", float64(c.Limits.MaxResponseBytes))
 	v.positive("limits.max_stream_buffer_bytes", float64(c.Limits.MaxStreamBufferBytes))
 	v.nonNegative("limits.memory_bytes", float64(c.Limits.MemoryBytes))
+	v.nonNegative("limits.gc_headroom_bytes", float64(c.Limits.GCHeadroomBytes))
+	if h := c.Limits.GCHeadroomBytes; h > 0 && h < 4<<20 {
+		v.fail("limits.gc_headroom_bytes", "%d bytes would have the collector run after every few requests: give it at least 4194304 (4 MiB), or 0 for the default", h)
+	}
 	if m := c.Limits.MemoryBytes; m > 0 && m < 64<<20 {
 		v.fail("limits.memory_bytes", "%d bytes is too little for a gateway to run in: give it at least 67108864 (64 MiB), or 0 for the default", m)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -57,4 +58,19 @@ func TestAccessLinesAreJSONFromTheBinary(t *testing.T) {
 	if got["level"] != "WARN" || got["code"] != "unauthorized" || strings.Contains(line, "a-key") {
 		t.Fatalf("a refusal's line: %s", line)
 	}
+}
+
+// limits.gc_headroom_bytes reaches the collector: the start-up line
+// says what is in force.
+func TestTheCollectorsHeadroomIsASetting(t *testing.T) {
+	w := newWorld(t, mock.Config{Tokens: 3})
+	cfg, err := os.ReadFile(w.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(w.config, append(cfg, "limits: {gc_headroom_bytes: 16777216}\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g := w.start()
+	g.stderr.wait(t, regexp.MustCompile(`"gogc":"adaptive \(400 while the live heap is small, 16 MiB of headroom\)"`), 30*time.Second)
 }

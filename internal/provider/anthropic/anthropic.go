@@ -76,6 +76,16 @@ func (e *Endpoint) Decode(_ provider.Op, body []byte) (*provider.Response, error
 	return provider.DecodeResponse(provider.Anthropic, body)
 }
 
+// Scan reads a message's usage without decoding it (provider.Scanner).
+func (e *Endpoint) Scan(op provider.Op, body []byte) (gw.Usage, bool) {
+	if op != provider.OpChat {
+		return gw.Usage{}, false
+	}
+	return provider.ScanResponse(provider.Anthropic, body)
+}
+
+var _ provider.Scanner = (*Endpoint)(nil)
+
 // Stream reads Messages stream events.
 func (e *Endpoint) Stream(body io.Reader) provider.StreamDecoder {
 	return provider.SSEStream(body, provider.NewDecoder(provider.Anthropic))

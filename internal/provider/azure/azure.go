@@ -40,6 +40,9 @@ func (azureType) Open(cfg provider.Config) (provider.Endpoint, error) {
 	return &Endpoint{Endpoint: openai.NewEndpoint(base, provider.StaticKey(cfg, "api-key", "")), version: p.APIVersion}, nil
 }
 
+// An Azure answer is OpenAI's: it is read, and scanned, as one.
+var _ provider.Scanner = (*Endpoint)(nil)
+
 // Endpoint is one Azure OpenAI resource.
 type Endpoint struct {
 	*openai.Endpoint

@@ -85,6 +85,17 @@ func (e *Endpoint) Decode(op provider.Op, body []byte) (*provider.Response, erro
 	return provider.DecodeResponse(provider.OpenAI, body)
 }
 
+// Scan reads a chat completion's or an embeddings list's usage without
+// decoding it (provider.Scanner).
+func (e *Endpoint) Scan(op provider.Op, body []byte) (gw.Usage, bool) {
+	if op == provider.OpEmbeddings {
+		return provider.ScanResponse(provider.Embeddings, body)
+	}
+	return provider.ScanResponse(provider.OpenAI, body)
+}
+
+var _ provider.Scanner = (*Endpoint)(nil)
+
 // Stream reads chat.completion.chunk events.
 func (e *Endpoint) Stream(body io.Reader) provider.StreamDecoder {
 	return provider.SSEStream(body, provider.NewDecoder(provider.OpenAI))
@@ -126,6 +137,10 @@ func (e *responsesEndpoint) Request(in *provider.ClientRequest, _ provider.Targe
 func (e *responsesEndpoint) Decode(_ provider.Op, body []byte) (*provider.Response, error) {
 	return provider.DecodeResponse(provider.Responses, body)
 }
+
+// Scan vouches for no response object: the conversation path decodes
+// every one (it keeps the upstream's id and output).
+func (e *responsesEndpoint) Scan(provider.Op, []byte) (gw.Usage, bool) { return gw.Usage{}, false }
 
 func (e *responsesEndpoint) Stream(body io.Reader) provider.StreamDecoder {
 	return provider.SSEStream(body, provider.NewDecoder(provider.Responses))

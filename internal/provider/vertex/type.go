@@ -115,6 +115,17 @@ func (e *Endpoint) Decode(_ provider.Op, body []byte) (*provider.Response, error
 	return e.route.DecodeResponse(body)
 }
 
+// Scan reads an Anthropic model's message for its usage without decoding
+// it (provider.Scanner); a Gemini answer is always decoded.
+func (e *Endpoint) Scan(op provider.Op, body []byte) (gw.Usage, bool) {
+	if op != provider.OpChat || e.route.Publisher != PublisherAnthropic {
+		return gw.Usage{}, false
+	}
+	return provider.ScanResponse(provider.Anthropic, body)
+}
+
+var _ provider.Scanner = (*Endpoint)(nil)
+
 // Stream reads the publisher's SSE stream.
 func (e *Endpoint) Stream(body io.Reader) provider.StreamDecoder {
 	return provider.SSEStream(body, e.route.NewDecoder())
