@@ -227,3 +227,29 @@ func rewriteAnthropic(body []byte, t Target) ([]byte, bool) {
 	}
 	return rewriteMembers(body, ms, es), true
 }
+
+// MemberEdit sets a top-level member of a JSON object (ReplaceMembers):
+// Value replaces the member's value, or adds the member when the object
+// has none of that name; a nil Value drops it.
+type MemberEdit struct {
+	Key   string
+	Value []byte
+}
+
+// ReplaceMembers writes the JSON object body with edits applied to its
+// top-level members and every other byte as it is. ok is false for a body
+// it cannot split plainly (not an object; a key spelled with escapes or
+// not valid UTF-8; a key twice; very many members): the caller then
+// decodes and re-encodes it. body must be valid JSON.
+func ReplaceMembers(body []byte, edits ...MemberEdit) ([]byte, bool) {
+	var buf [maxRewriteMembers]memberSpan
+	ms, ok := splitMembers(body, buf[:])
+	if !ok || len(ms) == 0 || len(edits) > 64 {
+		return nil, false
+	}
+	es := make([]memberEdit, len(edits))
+	for i, e := range edits {
+		es[i] = memberEdit{e.Key, e.Value}
+	}
+	return rewriteMembers(body, ms, es), true
+}
