@@ -157,42 +157,54 @@ func rewriteMembers(b []byte, ms []memberSpan, edits []memberEdit) []byte {
 // body rebuildOpenAI writes (clientStream and clientMax are what the
 // client asked for), or ok false when the body is not one it can split.
 func rewriteOpenAI(body []byte, t Target, clientStream bool, clientMax int64) ([]byte, bool) {
+	sentLimit := t.MaxTokens == 0 || clientMax == t.MaxTokens
+	if !t.Stream && !clientStream && sentLimit {
+		if b, ok := replaceModel(body, t.Model); ok {
+			return b, true // the common case: only the model changes
+		}
+	}
 	var buf [maxRewriteMembers]memberSpan
 	ms, ok := splitMembers(body, buf[:])
 	if !ok || len(ms) == 0 {
 		return nil, false
 	}
-	var edits [5]memberEdit
-	es := append(edits[:0], memberEdit{"model", appendJSONString(nil, t.Model)})
-	sentLimit := t.MaxTokens == 0 || clientMax == t.MaxTokens
-	if m := memberNamed(body, ms, "model"); !t.Stream && !clientStream && sentLimit && m != nil && body[m.v0] == '"' {
-		return rewriteMembers(body, ms, es), true // the common case: only the model changes
-	}
+	// The edits and the values they write stay on the stack.
+	var model, limit [64]byte
+	var es [5]memberEdit
+	es[0] = memberEdit{"model", appendJSONString(model[:0], t.Model)}
+	n := 1
 	if t.Stream {
 		opts, ok := includeUsage(body, memberNamed(body, ms, "stream_options"))
 		if !ok {
 			return nil, false
 		}
-		es = append(es, memberEdit{"stream", []byte("true")}, memberEdit{"stream_options", opts})
+		es[1], es[2], n = memberEdit{"stream", jsonTrue}, memberEdit{"stream_options", opts}, 3
 	} else {
-		es = append(es, memberEdit{"stream", nil}, memberEdit{"stream_options", nil})
+		es[1], es[2], n = memberEdit{"stream", nil}, memberEdit{"stream_options", nil}, 3
 	}
 	if t.MaxTokens > 0 {
-		limit := strconv.AppendInt(nil, t.MaxTokens, 10)
+		v := strconv.AppendInt(limit[:0], t.MaxTokens, 10)
 		if memberNamed(body, ms, "max_completion_tokens") != nil {
-			es = append(es, memberEdit{"max_completion_tokens", limit}, memberEdit{"max_tokens", nil})
+			es[3], es[4], n = memberEdit{"max_completion_tokens", v}, memberEdit{"max_tokens", nil}, 5
 		} else {
-			es = append(es, memberEdit{"max_tokens", limit})
+			es[3], n = memberEdit{"max_tokens", v}, 4
 		}
 	}
-	return rewriteMembers(body, ms, es), true
+	return rewriteMembers(body, ms, es[:n]), true
 }
+
+// Values the rewrite writes; never modified.
+var (
+	jsonTrue          = []byte("true")
+	onlyIncludeUsage  = []byte(`{"include_usage":true}`)
+	includeUsageEdits = []memberEdit{{"include_usage", jsonTrue}}
+)
 
 // includeUsage is a client's stream_options (m, nil when it sent none)
 // asking for usage: setStream's, in place.
 func includeUsage(body []byte, m *memberSpan) ([]byte, bool) {
 	if m == nil || body[m.v0] == 'n' { // absent or null
-		return []byte(`{"include_usage":true}`), true
+		return onlyIncludeUsage, true
 	}
 	raw := body[m.v0:m.v1]
 	var buf [8]memberSpan
@@ -201,9 +213,9 @@ func includeUsage(body []byte, m *memberSpan) ([]byte, bool) {
 		return nil, false
 	}
 	if len(ms) == 0 {
-		return []byte(`{"include_usage":true}`), true
+		return onlyIncludeUsage, true
 	}
-	return rewriteMembers(raw, ms, []memberEdit{{"include_usage", []byte("true")}}), true
+	return rewriteMembers(raw, ms, includeUsageEdits), true
 }
 
 // rewriteAnthropic is patchAnthropic without a continuation, in place:
@@ -215,17 +227,19 @@ func rewriteAnthropic(body []byte, t Target) ([]byte, bool) {
 	if !ok || len(ms) == 0 {
 		return nil, false
 	}
-	var edits [4]memberEdit
-	es := append(edits[:0], memberEdit{"model", appendJSONString(nil, t.Model)})
+	var model, limit [64]byte
+	var es [4]memberEdit
+	es[0] = memberEdit{"model", appendJSONString(model[:0], t.Model)}
+	n := 1
 	if t.Stream {
-		es = append(es, memberEdit{"stream", []byte("true")})
+		es[1], n = memberEdit{"stream", jsonTrue}, 2
 	} else {
-		es = append(es, memberEdit{"stream", nil}, memberEdit{"stream_options", nil})
+		es[1], es[2], n = memberEdit{"stream", nil}, memberEdit{"stream_options", nil}, 3
 	}
 	if t.MaxTokens > 0 {
-		es = append(es, memberEdit{"max_tokens", strconv.AppendInt(nil, t.MaxTokens, 10)})
+		es[n], n = memberEdit{"max_tokens", strconv.AppendInt(limit[:0], t.MaxTokens, 10)}, n+1
 	}
-	return rewriteMembers(body, ms, es), true
+	return rewriteMembers(body, ms, es[:n]), true
 }
 
 // MemberEdit sets a top-level member of a JSON object (ReplaceMembers):

@@ -186,13 +186,18 @@ func FuzzRewrite(f *testing.F) {
 	})
 }
 
+// built keeps a benchmark's result alive.
+var built *Built
+
 // BenchmarkSameProtocolRequest: one attempt's upstream body for a
 // same-protocol request, written in place against decoded into a map of
-// members and encoded again.
+// members and encoded again (or, for the plain request, its model
+// replaced as before).
 func BenchmarkSameProtocolRequest(b *testing.B) {
 	long := strings.Repeat("Summarise the quarterly report, section by section. ", 40)
 	oa := []byte(`{"model":"chat","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"` + long +
 		`"}],"temperature":0.2,"stream":true,"max_tokens":900,"tools":[{"type":"function","function":{"name":"lookup","parameters":{"type":"object","properties":{"q":{"type":"string"}}}}}]}`)
+	plain := []byte(`{"model":"bench","stream":false,"messages":[{"role":"user","content":"Benchmark the relay, request 1234."}]}`)
 	an := []byte(`{"model":"chat","system":"You are terse.","messages":[{"role":"user","content":[{"type":"text","text":"` + long +
 		`"}]}],"temperature":0.2,"stream":true,"max_tokens":900}`)
 	for _, c := range []struct {
@@ -201,6 +206,7 @@ func BenchmarkSameProtocolRequest(b *testing.B) {
 		body []byte
 		t    Target
 	}{
+		{"openai/plain", OpenAI, plain, Target{Protocol: OpenAI, Model: "gpt-4o"}}, // the load benchmark's request
 		{"openai/stream", OpenAI, oa, Target{Protocol: OpenAI, Model: "gpt-4o", Stream: true}},
 		{"openai/capped", OpenAI, oa, Target{Protocol: OpenAI, Model: "gpt-4o", MaxTokens: 500}},
 		{"anthropic/stream", Anthropic, an, Target{Protocol: Anthropic, Model: "claude", Stream: true}},
@@ -212,7 +218,8 @@ func BenchmarkSameProtocolRequest(b *testing.B) {
 		b.Run(c.name+"/in-place", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := BuildRequest(in, c.t, nil); err != nil {
+				var err error
+				if built, err = BuildRequest(in, c.t, nil); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -220,17 +227,43 @@ func BenchmarkSameProtocolRequest(b *testing.B) {
 		b.Run(c.name+"/rebuilt", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
+				var body []byte
 				var err error
 				if c.p == OpenAI {
-					_, err = rebuildOpenAI(in.Body, c.t, in.IR, false, in.IR.MaxTokens)
+					body, err = rebuildOpenAI(in.Body, c.t, in.IR, false, in.IR.MaxTokens)
 				} else {
-					_, err = rebuildAnthropic(in.Body, c.t, in.IR, false)
+					body, err = rebuildAnthropic(in.Body, c.t, in.IR, false)
 				}
-				_ = PromptTokens(in.IR) // what BuildRequest counted on every attempt
 				if err != nil {
 					b.Fatal(err)
 				}
+				// What BuildRequest returned, counting the prompt again.
+				built = &Built{Body: body, PromptTokens: PromptTokens(in.IR)}
 			}
 		})
 	}
+}
+
+// stringEnd finds where encoding/json ends a string, on any input.
+func FuzzStringEnd(f *testing.F) {
+	for _, s := range []string{`"abc"`, `"a\"b"x`, `"a\\"b`, `"a\\\"b"`, `"\`, `"`, `"x\\\\"`, `"é\u00e9"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) == 0 || b[0] != '"' {
+			return
+		}
+		want := -1 // the index past the closing quote, as a byte-by-byte scan finds it
+		for j := 1; j < len(b); j++ {
+			if b[j] == '\\' {
+				j++
+			} else if b[j] == '"' {
+				want = j + 1
+				break
+			}
+		}
+		if got := stringEnd(b, 0); got != want {
+			t.Fatalf("stringEnd(%q) = %d, want %d", b, got, want)
+		}
+	})
 }

@@ -313,17 +313,24 @@ func skipSpace(b []byte, i int) int {
 	return i
 }
 
-// stringEnd returns the index just past the string starting at b[i].
+// stringEnd returns the index just past the string starting at b[i]: the
+// first quote after it that an even number of backslashes precedes
+// (found with bytes.IndexByte, a long prompt being most of a body).
 func stringEnd(b []byte, i int) int {
-	for j := i + 1; j < len(b); j++ {
-		switch b[j] {
-		case '\\':
-			j++
-		case '"':
+	for j := i + 1; ; j++ {
+		k := bytes.IndexByte(b[j:], '"')
+		if k < 0 {
+			return -1
+		}
+		j += k
+		escaped := false
+		for p := j - 1; p > i && b[p] == '\\'; p-- {
+			escaped = !escaped
+		}
+		if !escaped {
 			return j + 1
 		}
 	}
-	return -1
 }
 
 // valueEnd returns the index just past the value starting at b[i].
