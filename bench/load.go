@@ -146,7 +146,11 @@ func startPaths(ctx context.Context, o options) ([]path, func(), error) {
 				return nil, cleanup, err
 			}
 		}
-		c, err := startServe(bin, dir, o.profiles, o.traces, gw.name, mockURL, gw.extra)
+		extra := gw.extra
+		if o.gcHeadroom > 0 {
+			extra += fmt.Sprintf("limits: {gc_headroom_bytes: %d}\n", o.gcHeadroom)
+		}
+		c, err := startServe(bin, dir, o.profiles, o.traces, gw.name, mockURL, extra)
 		if err != nil {
 			return nil, cleanup, err
 		}

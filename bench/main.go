@@ -51,6 +51,7 @@ func main() {
 	flag.IntVar(&o.tokens, "tokens", 0, "tokens per answer (default 32; -streams: 20)")
 	flag.IntVar(&o.bodies, "bodies", 0, "instead: send this many requests at once with -body-bytes bodies (three waves) and report each server's peak RSS")
 	flag.IntVar(&o.bodyBytes, "body-bytes", 3_700_000, "body size for -bodies")
+	flag.Int64Var(&o.gcHeadroom, "gc-headroom", 0, "the gateways' limits.gc_headroom_bytes: how far past what is alive their heap may grow (0: the gateway's default, 128 MiB)")
 	flag.StringVar(&o.only, "only", "", "run only the paths whose name contains one of these (comma-separated)")
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "duration of each -replicated run")
 	flag.BoolVar(&o.amplify, "amplification", false, "instead: the retry amplification table (a naive retry stack versus oncegate, alone and with a fallback provider, at each -failures rate of the primary provider)")
@@ -125,6 +126,7 @@ func main() {
 }
 
 type options struct {
+	gcHeadroom  int64 // the gateways' limits.gc_headroom_bytes (0: their default)
 	duration    time.Duration
 	concurrency int
 	ttft        time.Duration

@@ -34,8 +34,12 @@ func streamsRun(ctx context.Context, o options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "oncegate streams benchmark: %d streams open at once per path, mock first token after %v, %d tokens %v apart, GOMAXPROCS %d\n\n",
-		o.streams, o.ttft, o.tokens, o.interval, gomaxprocs())
+	headroom := "the default (128 MiB)"
+	if o.gcHeadroom > 0 {
+		headroom = fmt.Sprintf("%d MiB", o.gcHeadroom>>20)
+	}
+	fmt.Fprintf(out, "oncegate streams benchmark: %d streams open at once per path, mock first token after %v, %d tokens %v apart, GOMAXPROCS %d, gateways' collector headroom %s\n\n",
+		o.streams, o.ttft, o.tokens, o.interval, gomaxprocs(), headroom)
 	var seq atomic.Int64
 	type row struct {
 		r          *result

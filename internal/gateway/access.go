@@ -111,7 +111,15 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if g.screen(lw, r) {
 		g.mux.ServeHTTP(lw, r)
 	}
-	g.logAccess(r, lw, time.Since(start))
+	d := time.Since(start)
+	if lw.status != 0 && lw.Header().Get("Content-Length") != "" {
+		// The answer is whole: send it before the line is logged, which
+		// wakes the log's writer — a lone client would wait for that
+		// wake-up otherwise (docs/performance.md). An answer of unknown
+		// length is left for net/http to finish, as it must.
+		_ = http.NewResponseController(w).Flush()
+	}
+	g.logAccess(r, lw, d)
 }
 
 // logAccess writes an exchange's line: INFO for an answer, WARN for a

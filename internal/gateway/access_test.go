@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 
 	"github.com/oncegate/oncegate/internal/mock"
 )
@@ -27,6 +28,7 @@ func TestEveryRequestIsOneLogLine(t *testing.T) {
 		for range 4 {
 			e.postKey(keyInitech, "/v1/chat/completions", chatBody("chat", false), nil)
 		}
+		synctest.Wait() // a line is logged once its answer was sent
 		mu.Lock()
 		text := logs.String()
 		mu.Unlock()

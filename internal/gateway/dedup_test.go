@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
@@ -426,6 +427,7 @@ func TestSecretsNeverReachTheDatabaseOrLogs(t *testing.T) {
 		}
 		e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 503})))
 		e.post("/v1/chat/completions", chatBody("solo", false), keyed(rawKey+"-2"))
+		synctest.Wait() // a line is logged once its answer was sent
 		_ = e.store.Close()
 		files, _ := filepath.Glob(filepath.Join(filepath.Dir(e.storePath()), "ledger.db*"))
 		if len(files) == 0 {

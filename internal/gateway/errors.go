@@ -110,6 +110,10 @@ type apiError struct {
 	// noRetry sends x-should-retry: false whatever the code says: an
 	// attempt was already sent, so a client's retry could pay twice.
 	noRetry bool
+	// pending sends x-should-retry: true for a code that alone says
+	// false: a budget refused only while requests in flight hold its
+	// rest (key_budget_exceeded, docs/keys.md).
+	pending bool
 	// upstream, when set, is a provider's non-retryable error passed
 	// through with its own status, type and code (after sanitising).
 	upstream *provider.UpstreamError
@@ -140,7 +144,7 @@ func (e *apiError) render(p provider.Protocol, m meta) (*coord.Head, []byte) {
 	if p == provider.Anthropic {
 		ce.Type = cs.anType
 	}
-	retry := cs.retry && !e.noRetry
+	retry := (cs.retry || e.pending) && !e.noRetry
 	if u := e.upstream; u != nil {
 		ce.Status, ce.Type, ce.Code, ce.Message, ce.Param, retry = u.Status, u.Type, u.Code, u.Message, u.Param, false
 		if ce.Type == "" {
@@ -161,6 +165,7 @@ func (e *apiError) render(p provider.Protocol, m meta) (*coord.Head, []byte) {
 func (e *apiError) write(w http.ResponseWriter, p provider.Protocol, m meta) {
 	noteCode(w, e.code)
 	head, body := e.render(p, m)
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	writeHead(w, head, "")
 	_, _ = w.Write(body)
 }
@@ -199,7 +204,7 @@ func (c *call) tenantBudgetError(n int) *apiError {
 	case charged+next <= ceiling && n == 0:
 		e := errorf(CodeTenantPending, "tenant %s's requests in flight hold what is left of its daily cost ceiling of $%g ($%g charged so far); retry once they finish",
 			c.tenant.ID, ceiling.USD(), charged.USD())
-		e.retryAfter = int(math.Ceil(min(max(c.alias.Engine.Deadline, time.Second), time.Minute).Seconds()))
+		e.retryAfter = pendingRetryAfter(c.alias.Engine.Deadline)
 		return e
 	case charged+next <= ceiling:
 		return errorf(CodeUpstreamUnavailable, "no provider answered, and the requests tenant %s has in flight hold what is left of its daily cost ceiling after %d attempts", c.tenant.ID, n)
@@ -209,6 +214,14 @@ func (c *call) tenantBudgetError(n int) *apiError {
 	now := c.g.clock.Now()
 	e.retryAfter = int(math.Ceil(nextUTCDay(now).Sub(now).Seconds()))
 	return e
+}
+
+// pendingRetryAfter is how long, in seconds, a request refused while
+// reservations of requests in flight hold a budget's rest is told to
+// wait: about the time they take — the alias's deadline, between a
+// second and a minute.
+func pendingRetryAfter(deadline time.Duration) int {
+	return int(math.Ceil(min(max(deadline, time.Second), time.Minute).Seconds()))
 }
 
 // terminalError is the client error for a logical request that ended

@@ -138,6 +138,9 @@ func strategyOf(a *policy.Alias) string {
 // of it since the snapshot), it gives back what it took, tightens adm
 // accordingly and returns false.
 func (c *call) acquire(d retry.Decision, first bool, adm *retry.Admission, inFlight ...string) (*permit, bool) {
+	if c.key != nil {
+		c.key.refused.Store(0) // a refusal is this acquisition's, if any
+	}
 	t, ok := c.g.breakers.Acquire(d.Route)
 	if !ok {
 		if adm.Refused == nil {

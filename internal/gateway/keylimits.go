@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,55 +22,116 @@ import (
 // keyCall is a logical request's virtual key.
 type keyCall struct {
 	lk *liveKey
+	// refused is the key's limit that refused the last attempt's
+	// reservation (a keyLimit; 0 when none did).
+	refused atomic.Int32
+}
+
+// keyLimit names one of a key's reserved limits.
+type keyLimit int32
+
+const (
+	keyTokens keyLimit = iota + 1 // tokens_per_minute
+	keyDay                        // cost_usd_per_day
+	keyMonth                      // cost_usd_per_month
+)
+
+// KeyRunning counts each virtual key's requests in progress against its
+// max_concurrent (docs/keys.md). In one process it is a counter per key;
+// *redis.Running shares it across replicas. Implementations are safe for
+// concurrent use.
+type KeyRunning interface {
+	// Enter admits one more request of key id when fewer than limit are
+	// in progress, until release is called; ok false refuses it. An
+	// error says the count could not be consulted (coordination down).
+	Enter(id string, limit int) (release func(), ok bool, err error)
+}
+
+// localRunning counts the requests in progress of each key in this
+// process. The zero value is ready to use.
+type localRunning struct{ m sync.Map } // key id → *atomic.Int64
+
+var _ KeyRunning = (*localRunning)(nil)
+
+// Enter admits a request of key id if fewer than limit are in progress.
+func (l *localRunning) Enter(id string, limit int) (func(), bool, error) {
+	v, ok := l.m.Load(id)
+	if !ok {
+		v, _ = l.m.LoadOrStore(id, new(atomic.Int64))
+	}
+	n := v.(*atomic.Int64)
+	if running := n.Add(1); running > int64(limit) {
+		n.Add(-1)
+		return nil, false, nil
+	}
+	return func() { n.Add(-1) }, true, nil
 }
 
 // enterKey counts a request of key lk in progress until release is
 // called, or refuses it when the key already has its max_concurrent in
-// progress on this gateway.
+// progress — on every replica sharing the coordination, else on this
+// gateway.
 func (g *Gateway) enterKey(lk *liveKey) (release func(), _ *apiError) {
 	id, limit := lk.k.ID, lk.k.Spec.Budget.MaxConcurrent
-	v, ok := g.keys.running.Load(id)
-	if !ok {
-		v, _ = g.keys.running.LoadOrStore(id, new(atomic.Int64))
+	if limit <= 0 {
+		return func() {}, nil
 	}
-	n := v.(*atomic.Int64)
-	if running := n.Add(1); limit > 0 && running > int64(limit) {
-		n.Add(-1)
+	release, ok, err := g.keys.limits.Running.Enter(id, limit)
+	if err != nil {
+		return nil, coordinationDown()
+	}
+	if !ok {
 		g.metrics.ObserveTenantRejection(lk.k.Tenant, CodeKeyConcurrency)
-		e := errorf(CodeKeyConcurrency, "key %s has %d requests in progress, its max_concurrent on this gateway", id, limit)
+		e := errorf(CodeKeyConcurrency, "key %s has %d requests in progress, its max_concurrent", id, limit)
 		e.retryAfter = 1
 		return nil, e
 	}
-	return func() { n.Add(-1) }, nil
+	return release, nil
 }
 
-// admitKey checks a new logical request against its virtual key before
-// it is placed: the model allow-list (403 model_not_allowed), the
-// request rate, and whether the cheapest attempt's worst case still fits
-// under the key's cost and tokens (429 with Retry-After). Nothing is
-// claimed or sent before it passes.
-func (c *call) admitKey(lk *liveKey) *apiError {
-	if lk == nil {
-		return nil
-	}
+// coordinationDown is the refusal of a request whose limits could not be
+// consulted because Redis is unreachable.
+func coordinationDown() *apiError {
+	e := errorf(CodeCoordinationUnavailable, "the gateway's shared coordination (Redis) is unreachable; nothing was sent, retry shortly")
+	e.retryAfter = 1
+	return e
+}
+
+// gateKey checks a request of key lk for model alias before anything of
+// it is placed: the model allow-list (403 model_not_allowed) and the
+// key's request rate (429 key_rate_limited). Every endpoint a key may
+// call passes it.
+func (g *Gateway) gateKey(lk *liveKey, alias string) *apiError {
 	k := lk.k
-	if lk.models != nil && !lk.models[c.alias.Name] {
+	if lk.models != nil && !lk.models[alias] {
 		return &apiError{code: CodeModelNotAllowed, param: "model",
-			message: fmt.Sprintf("key %s may not use model `%s` (its models: %v)", k.ID, c.alias.Name, k.Spec.Models)}
+			message: fmt.Sprintf("key %s may not use model `%s` (its models: %v)", k.ID, alias, k.Spec.Models)}
 	}
-	c.key = &keyCall{lk: lk}
-	ok, wait, err := c.g.keys.limits.Day.Take(k.ID)
+	ok, wait, err := g.keys.limits.Day.Take(k.ID)
 	if err != nil {
-		e := errorf(CodeCoordinationUnavailable, "the gateway's shared coordination (Redis) is unreachable; nothing was sent, retry shortly")
-		e.retryAfter = 1
-		return e
+		return coordinationDown()
 	}
 	if !ok {
-		c.g.metrics.ObserveTenantRejection(k.Tenant, CodeKeyRateLimited)
+		g.metrics.ObserveTenantRejection(k.Tenant, CodeKeyRateLimited)
 		e := errorf(CodeKeyRateLimited, "key %s is over its %d requests per minute", k.ID, k.Spec.Budget.RequestsPerMinute)
 		e.retryAfter = int(math.Ceil(max(1, wait.Seconds())))
 		return e
 	}
+	return nil
+}
+
+// admitKey checks a new logical request against its virtual key before
+// it is placed: gateKey, and whether the cheapest attempt's worst case
+// still fits under the key's cost and tokens (429 with Retry-After).
+// Nothing is claimed or sent before it passes.
+func (c *call) admitKey(lk *liveKey) *apiError {
+	if lk == nil {
+		return nil
+	}
+	if e := c.g.gateKey(lk, c.alias.Name); e != nil {
+		return e
+	}
+	c.key = &keyCall{lk: lk}
 	return c.keyRefusal(c.cheapestAttempt(), c.keyTokens())
 }
 
@@ -82,31 +144,52 @@ func (c *call) keyTokens() gw.NanoUSD {
 // keyRefusal is the refusal of an attempt whose worst case (cost, and
 // tokens) does not fit what the key may still reserve; nil if it fits.
 func (c *call) keyRefusal(cost, tokens gw.NanoUSD) *apiError {
+	l, id := c.g.keys.limits, c.key.lk.k.ID
+	if a, capped := l.Tokens.Allowance(id); capped && tokens > a {
+		return c.keyLimitError(keyTokens, cost, tokens)
+	}
+	if a, capped := l.Day.Allowance(id); capped && cost > a {
+		return c.keyLimitError(keyDay, cost, tokens)
+	}
+	if a, capped := l.Month.Allowance(id); capped && cost > a {
+		return c.keyLimitError(keyMonth, cost, tokens)
+	}
+	return nil
+}
+
+// keyLimitError is the refusal of an attempt (its worst case cost and
+// tokens) by one of the key's limits. A cost limit whose charges still
+// leave room for the attempt refuses only because reservations of
+// requests in flight hold the rest, and they settle for less than they
+// hold: key_budget_exceeded still, but come back in about the time they
+// take (x-should-retry: true), not at the end of the day or month.
+func (c *call) keyLimitError(which keyLimit, cost, tokens gw.NanoUSD) *apiError {
 	k, l, now := c.key.lk.k, c.g.keys.limits, c.g.clock.Now()
 	until := func(period func(time.Time) int64) int {
 		return int(math.Ceil(max(1, quota.PeriodEnd(now, period).Sub(now).Seconds())))
 	}
-	if a, capped := l.Tokens.Allowance(k.ID); capped && tokens > a {
+	if which == keyTokens {
 		c.g.metrics.ObserveTenantRejection(k.Tenant, CodeKeyRateLimited)
 		e := errorf(CodeKeyRateLimited, "key %s is over its %d tokens per minute (this request may use %d)", k.ID, k.Spec.Budget.TokensPerMinute, tokens)
 		e.retryAfter = until(quota.Minute)
 		return e
 	}
-	if a, capped := l.Day.Allowance(k.ID); capped && cost > a {
-		c.g.metrics.ObserveTenantRejection(k.Tenant, CodeKeyBudget)
-		e := errorf(CodeKeyBudget, "key %s has reached its daily cost limit of $%g (the next attempt's worst case does not fit); it resets at 00:00 UTC",
-			k.ID, k.Spec.Budget.CostUSDPerDay)
-		e.retryAfter = until(gw.Day)
+	c.g.metrics.ObserveTenantRejection(k.Tenant, CodeKeyBudget)
+	lim, what, usd, period, resets := l.Day, "daily", k.Spec.Budget.CostUSDPerDay, gw.Day, "it resets at 00:00 UTC"
+	if which == keyMonth {
+		lim, what, usd, period, resets = l.Month, "monthly", k.Spec.Budget.CostUSDPerMonth, quota.Month, "it resets on the 1st, 00:00 UTC"
+	}
+	charged := lim.Charged(k.ID)
+	if charged+cost <= gw.NanoFromUSD(usd) {
+		e := errorf(CodeKeyBudget, "key %s's requests in flight hold what is left of its %s cost limit of $%g ($%g charged so far); retry once they finish",
+			k.ID, what, usd, charged.USD())
+		e.retryAfter, e.pending = pendingRetryAfter(c.alias.Engine.Deadline), true
 		return e
 	}
-	if a, capped := l.Month.Allowance(k.ID); capped && cost > a {
-		c.g.metrics.ObserveTenantRejection(k.Tenant, CodeKeyBudget)
-		e := errorf(CodeKeyBudget, "key %s has reached its monthly cost limit of $%g (the next attempt's worst case does not fit); it resets on the 1st, 00:00 UTC",
-			k.ID, k.Spec.Budget.CostUSDPerMonth)
-		e.retryAfter = until(quota.Month)
-		return e
-	}
-	return nil
+	e := errorf(CodeKeyBudget, "key %s has reached its %s cost limit of $%g ($%g charged; the next attempt's worst case does not fit); %s",
+		k.ID, what, usd, charged.USD(), resets)
+	e.retryAfter = until(period)
+	return e
 }
 
 // keyBudgetError is the refusal of a request the engine stopped at its
@@ -117,6 +200,11 @@ func (c *call) keyBudgetError(n int) *apiError {
 		return nil
 	}
 	e := c.keyRefusal(c.cheapestAttempt(), c.keyTokens())
+	if which := keyLimit(c.key.refused.Load()); e == nil && which != 0 {
+		// The allowance had room (kept elsewhere, it leaves out
+		// reservations), but the key's limit refused the reservation.
+		e = c.keyLimitError(which, c.cheapestAttempt(), c.keyTokens())
+	}
 	if e != nil && n > 0 {
 		return errorf(CodeUpstreamUnavailable, "no provider answered, and key %s's limits leave no room for another attempt after %d", c.key.lk.k.ID, n)
 	}
@@ -155,26 +243,32 @@ type keyReservations struct {
 }
 
 // reserveKey reserves an attempt's worst case under its key, until the
-// attempt ends at the latest; false (nothing held) when one does not fit.
+// attempt ends at the latest; false (nothing held) when one does not fit,
+// and the key remembers which limit refused it.
 func (c *call) reserveKey(cost gw.NanoUSD, until time.Time) (keyReservations, bool) {
 	if c.key == nil {
 		return keyReservations{}, true
 	}
 	l, id := c.g.keys.limits, c.key.lk.k.ID
-	tokens, ok := l.Tokens.Reserve(id, c.keyTokens(), until)
-	if !ok {
+	refuse := func(which keyLimit, held ...func()) (keyReservations, bool) {
+		for _, undo := range held {
+			undo()
+		}
+		c.key.refused.Store(int32(which))
 		return keyReservations{}, false
 	}
+	tokens, ok := l.Tokens.Reserve(id, c.keyTokens(), until)
+	if !ok {
+		return refuse(keyTokens)
+	}
+	undoTokens := func() { l.Tokens.Settle(tokens, 0) }
 	day, ok := l.Day.Reserve(id, cost, until)
 	if !ok {
-		l.Tokens.Settle(tokens, 0)
-		return keyReservations{}, false
+		return refuse(keyDay, undoTokens)
 	}
 	month, ok := l.Month.Reserve(id, cost, until)
 	if !ok {
-		l.Tokens.Settle(tokens, 0)
-		l.Day.Settle(day, 0)
-		return keyReservations{}, false
+		return refuse(keyMonth, undoTokens, func() { l.Day.Settle(day, 0) })
 	}
 	return keyReservations{day: day, month: month, tokens: tokens, held: true}, true
 }

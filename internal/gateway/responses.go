@@ -75,6 +75,15 @@ func (g *Gateway) serveResponses(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
+	lk := keyOf(r.Context())
+	if lk != nil {
+		releaseKey, apiErr := g.enterKey(lk)
+		if apiErr != nil {
+			g.turnError(w, apiErr)
+			return
+		}
+		defer releaseKey()
+	}
 	key, body, apiErr := g.readRequest(w, r)
 	if apiErr != nil {
 		g.turnError(w, apiErr)
@@ -95,6 +104,14 @@ func (g *Gateway) serveResponses(w http.ResponseWriter, r *http.Request) {
 	if alias == nil {
 		g.turnError(w, modelNotFound(req.Model))
 		return
+	}
+	if lk != nil {
+		// The key's models and rate before the turn is written; its cost
+		// and tokens are reserved per attempt, as for chat (runTurn).
+		if apiErr := g.gateKey(lk, alias.Name); apiErr != nil {
+			g.turnError(w, apiErr)
+			return
+		}
 	}
 	canon, err := identity.Canonicalize(body)
 	if err != nil {
@@ -381,6 +398,11 @@ func (g *Gateway) runTurn(w http.ResponseWriter, r *http.Request, t *policy.Tena
 		return
 	}
 	c.id, c.identity = turn.RequestID, turnIdentity(turn)
+	if lk := keyOf(r.Context()); lk != nil {
+		// Each attempt reserves its worst case under the key as well
+		// (docs/keys.md); one that does not fit ends the try refused.
+		c.key = &keyCall{lk: lk}
+	}
 	h := c.rec.R
 	h.RequestID, h.KeySHA256, h.Fingerprint = c.id, turn.KeyDigest, turn.Fingerprint
 	if h.Fingerprint == "" {

@@ -17,7 +17,8 @@ import (
 
 // POST /v1/messages/count_tokens (docs/api.md, "Token counts") asks a
 // provider, so it is held to what protects the providers' shared rate:
-// the tenant's request rate and concurrency, and the route's breaker. It
+// the tenant's request rate and concurrency, a virtual key's models,
+// rate and concurrency (docs/keys.md), and the route's breaker. It
 // is not a logical request — no generation, no retries, no cost, no
 // idempotency — so it has no receipt; metrics and the access log record
 // it.
@@ -43,7 +44,19 @@ func (g *Gateway) serveCountTokens(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
+	lk := keyOf(r.Context())
+	if lk != nil {
+		releaseKey, apiErr := g.enterKey(lk)
+		if apiErr != nil {
+			apiErr.write(w, p, meta{})
+			return
+		}
+		defer releaseKey()
+	}
 	a, ir, body, apiErr := g.readCount(w, r)
+	if apiErr == nil && lk != nil {
+		apiErr = g.gateKey(lk, a.Name)
+	}
 	if apiErr == nil {
 		apiErr = g.takeRate(t)
 	}

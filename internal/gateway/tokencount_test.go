@@ -66,6 +66,7 @@ func TestTokenCountsSpendTheTenantsRate(t *testing.T) {
 				t.Errorf("%s = %v, want %v", sample, got, want)
 			}
 		}
+		synctest.Wait() // a line is logged once its answer was sent
 		mu.Lock()
 		text := logs.String()
 		mu.Unlock()

@@ -31,6 +31,9 @@ type KeyLimits struct {
 	Month TenantLimits
 	// Tokens holds tokens_per_minute, reserved as tokens.
 	Tokens TenantLimits
+	// Running counts each key's requests in progress against its
+	// max_concurrent (nil: counted in this process).
+	Running KeyRunning
 }
 
 // KeyFeed tells the replicas which keys changed (*redis.KeyFeed).
@@ -77,7 +80,6 @@ type keyState struct {
 	gen     uint64              // bumped by every change; a lookup begun before is not cached
 	// limited are the keys whose limits the KeyLimits hold, by id.
 	limited map[string][3]quota.Tenant // day, month, tokens
-	running sync.Map                   // key id → *atomic.Int64: requests in progress
 }
 
 // maxMissing bounds the digests remembered as unknown.
@@ -95,6 +97,9 @@ func (g *Gateway) initKeys(opts Options) {
 	}
 	if ks.Tokens == nil {
 		ks.Tokens = quota.NewPeriodic(g.clock, quota.Minute, nil)
+	}
+	if ks.Running == nil {
+		ks.Running = new(localRunning)
 	}
 	if g.keys.feed != nil {
 		g.keys.feed.Follow(g.keysChanged)

@@ -13,12 +13,13 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"math"
 	"strconv"
 	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/oncegate/oncegate/internal/jsonenc"
 )
 
 // Writer writes lines in one format to one destination, at or above one
@@ -112,9 +113,7 @@ func (l *Line) key(k string) {
 func (l *Line) value(s string) {
 	switch {
 	case l.w.json:
-		l.buf = append(l.buf, '"')
-		l.buf = appendEscapedJSON(l.buf, s)
-		l.buf = append(l.buf, '"')
+		l.buf = jsonenc.AppendString(l.buf, s, jsonenc.Slog)
 	case needsQuoting(s):
 		l.buf = strconv.AppendQuote(l.buf, s)
 	default:
@@ -154,7 +153,10 @@ func (l *Line) Float(k string, v float64) {
 		l.buf = strconv.AppendFloat(l.buf, v, 'g', -1, 64)
 		return
 	}
-	l.buf = appendJSONFloat(l.buf, v)
+	var ok bool
+	if l.buf, ok = jsonenc.AppendFloat(l.buf, v); !ok {
+		l.buf = append(l.buf, "null"...)
+	}
 }
 
 // Write ends the line and writes it in one call; the line is recycled.
@@ -177,27 +179,6 @@ func (l *Line) Write() {
 	}
 }
 
-// appendJSONFloat writes f as encoding/json does (ES6 number to string),
-// which is what slog's JSON handler calls.
-func appendJSONFloat(b []byte, f float64) []byte {
-	if math.IsInf(f, 0) || math.IsNaN(f) {
-		return append(b, "null"...)
-	}
-	abs, format := math.Abs(f), byte('f')
-	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-		format = 'e'
-	}
-	b = strconv.AppendFloat(b, f, format, -1, 64)
-	if format == 'e' {
-		// e-09 → e-9
-		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
-			b[n-2] = b[n-1]
-			b = b[:n-1]
-		}
-	}
-	return b
-}
-
 // appendRFC3339Millis writes t as slog's text handler does: RFC 3339
 // with exactly three digits of milliseconds.
 func appendRFC3339Millis(b []byte, t time.Time) []byte {
@@ -208,61 +189,6 @@ func appendRFC3339Millis(b []byte, t time.Time) []byte {
 	return append(b[:n+prefixLen], b[n+prefixLen+1:]...) // drop the fourth digit
 }
 
-// safe reports whether an ASCII byte stands for itself in a JSON string.
-func safe(b byte) bool { return b >= 0x20 && b != '"' && b != '\\' }
-
-const hexDigits = "0123456789abcdef"
-
-// appendEscapedJSON writes s's characters as a JSON string's, escaped as
-// slog's JSON handler escapes them (HTML characters left alone; invalid
-// UTF-8 as U+FFFD; U+2028 and U+2029 escaped).
-func appendEscapedJSON(b []byte, s string) []byte {
-	start := 0
-	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if safe(c) {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			b = append(b, '\\')
-			switch c {
-			case '\\', '"':
-				b = append(b, c)
-			case '\n':
-				b = append(b, 'n')
-			case '\r':
-				b = append(b, 'r')
-			case '\t':
-				b = append(b, 't')
-			default:
-				b = append(b, 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, `\u202`...)
-			b = append(b, hexDigits[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	return append(b, s[start:]...)
-}
-
 // needsQuoting reports whether slog's text handler quotes s.
 func needsQuoting(s string) bool {
 	if s == "" {
@@ -271,7 +197,7 @@ func needsQuoting(s string) bool {
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if c != '\\' && (c == ' ' || c == '=' || !safe(c)) {
+			if c != '\\' && (c == ' ' || c == '=' || c < 0x20 || c == '"') {
 				return true
 			}
 			i++

@@ -2,11 +2,11 @@ package receipt
 
 import (
 	"encoding/json"
-	"math"
 	"slices"
 	"strconv"
 	"time"
-	"unicode/utf8"
+
+	"github.com/oncegate/oncegate/internal/jsonenc"
 )
 
 // A receipt is stored as it is written: every logical request's commit
@@ -45,29 +45,29 @@ type encoder struct {
 
 func (e *encoder) receipt(b []byte, r *Receipt) []byte {
 	b = append(b, `{"request_id":`...)
-	b = appendStr(b, r.RequestID)
+	b = jsonenc.AppendString(b, r.RequestID, jsonenc.Std)
 	b = append(b, `,"tenant":`...)
-	b = appendStr(b, r.Tenant)
+	b = jsonenc.AppendString(b, r.Tenant, jsonenc.Std)
 	b = append(b, `,"operation":`...)
-	b = appendStr(b, r.Operation)
+	b = jsonenc.AppendString(b, r.Operation, jsonenc.Std)
 	b = append(b, `,"model":`...)
-	b = appendStr(b, r.Model)
+	b = jsonenc.AppendString(b, r.Model, jsonenc.Std)
 	if r.KeyID != "" {
 		b = append(b, `,"key_id":`...)
-		b = appendStr(b, r.KeyID)
+		b = jsonenc.AppendString(b, r.KeyID, jsonenc.Std)
 	}
 	b = append(b, `,"key_sha256":`...)
-	b = appendStr(b, r.KeySHA256)
+	b = jsonenc.AppendString(b, r.KeySHA256, jsonenc.Std)
 	if r.Fingerprint != "" {
 		b = append(b, `,"fingerprint":`...)
-		b = appendStr(b, r.Fingerprint)
+		b = jsonenc.AppendString(b, r.Fingerprint, jsonenc.Std)
 	}
 	b = append(b, `,"request_sha256":`...)
-	b = appendStr(b, r.RequestSHA256)
+	b = jsonenc.AppendString(b, r.RequestSHA256, jsonenc.Std)
 	b = append(b, `,"policy_sha256":`...)
-	b = appendStr(b, r.PolicySHA256)
+	b = jsonenc.AppendString(b, r.PolicySHA256, jsonenc.Std)
 	b = append(b, `,"retry_owner":`...)
-	b = appendStr(b, r.RetryOwner)
+	b = jsonenc.AppendString(b, r.RetryOwner, jsonenc.Std)
 	b = append(b, `,"created_at":`...)
 	b = e.time(b, r.CreatedAt)
 	b = append(b, `,"deadline":`...)
@@ -84,12 +84,12 @@ func (e *encoder) receipt(b []byte, r *Receipt) []byte {
 	b = e.facts(b, &r.Request)
 	if c := r.Conversation; c != nil {
 		b = append(b, `,"conversation":{"id":`...)
-		b = appendStr(b, c.ID)
+		b = jsonenc.AppendString(b, c.ID, jsonenc.Std)
 		b = append(b, `,"response_id":`...)
-		b = appendStr(b, c.ResponseID)
+		b = jsonenc.AppendString(b, c.ResponseID, jsonenc.Std)
 		if c.PreviousResponseID != "" {
 			b = append(b, `,"previous_response_id":`...)
-			b = appendStr(b, c.PreviousResponseID)
+			b = jsonenc.AppendString(b, c.PreviousResponseID, jsonenc.Std)
 		}
 		b = append(b, `,"turn":`...)
 		b = strconv.AppendInt(b, int64(c.Turn), 10)
@@ -128,9 +128,9 @@ func (e *encoder) receipt(b []byte, r *Receipt) []byte {
 		b = append(b, `]`...)
 	}
 	b = append(b, `,"terminal":`...)
-	b = appendStr(b, r.Terminal)
+	b = jsonenc.AppendString(b, r.Terminal, jsonenc.Std)
 	b = append(b, `,"reason":`...)
-	b = appendStr(b, r.Reason)
+	b = jsonenc.AppendString(b, r.Reason, jsonenc.Std)
 	b = append(b, `,"totals":{"attempts":`...)
 	b = strconv.AppendInt(b, int64(r.Totals.Attempts), 10)
 	b = append(b, `,"providers":`...)
@@ -140,10 +140,10 @@ func (e *encoder) receipt(b []byte, r *Receipt) []byte {
 	b = append(b, `,"cost_usd":`...)
 	b = e.float(b, r.Totals.CostUSD)
 	b = append(b, `},"attempts_sha256":`...)
-	b = appendStr(b, r.AttemptsSHA256)
+	b = jsonenc.AppendString(b, r.AttemptsSHA256, jsonenc.Std)
 	if r.ReceiptSHA256 != "" {
 		b = append(b, `,"receipt_sha256":`...)
-		b = appendStr(b, r.ReceiptSHA256)
+		b = jsonenc.AppendString(b, r.ReceiptSHA256, jsonenc.Std)
 	}
 	b = append(b, `}`...)
 	return b
@@ -155,7 +155,7 @@ func (e *encoder) facts(b []byte, f *Facts) []byte {
 	b = append(b, `,"max_output_tokens":`...)
 	b = strconv.AppendInt(b, f.MaxOutputTokens, 10)
 	b = append(b, `,"max_data_boundary":`...)
-	b = appendStr(b, f.MaxDataBoundary)
+	b = jsonenc.AppendString(b, f.MaxDataBoundary, jsonenc.Std)
 	b = append(b, `,"accept_restart":`...)
 	b = strconv.AppendBool(b, f.AcceptRestart)
 	if f.NoContinuation {
@@ -173,9 +173,9 @@ func (e *encoder) facts(b []byte, f *Facts) []byte {
 			if i > 0 {
 				b = append(b, `,`...)
 			}
-			b = appendStr(b, k)
+			b = jsonenc.AppendString(b, k, jsonenc.Std)
 			b = append(b, `:`...)
-			b = appendStr(b, f.IneligibleRoutes[k])
+			b = jsonenc.AppendString(b, f.IneligibleRoutes[k], jsonenc.Std)
 		}
 		b = append(b, `}`...)
 	}
@@ -191,21 +191,21 @@ func (e *encoder) attempt(b []byte, a *Attempt) []byte {
 	b = append(b, `{"ordinal":`...)
 	b = strconv.AppendInt(b, int64(a.Ordinal), 10)
 	b = append(b, `,"route":`...)
-	b = appendStr(b, a.Route)
+	b = jsonenc.AppendString(b, a.Route, jsonenc.Std)
 	b = append(b, `,"route_ordinal":`...)
 	b = strconv.AppendInt(b, int64(a.RouteOrdinal), 10)
 	b = append(b, `,"provider":`...)
-	b = appendStr(b, a.Provider)
+	b = jsonenc.AppendString(b, a.Provider, jsonenc.Std)
 	b = append(b, `,"upstream_model":`...)
-	b = appendStr(b, a.UpstreamModel)
+	b = jsonenc.AppendString(b, a.UpstreamModel, jsonenc.Std)
 	b = append(b, `,"release":`...)
-	b = appendStr(b, a.Release)
+	b = jsonenc.AppendString(b, a.Release, jsonenc.Std)
 	b = append(b, `,"data_boundary":`...)
-	b = appendStr(b, a.DataBoundary)
+	b = jsonenc.AppendString(b, a.DataBoundary, jsonenc.Std)
 	b = append(b, `,"purpose":`...)
-	b = appendStr(b, a.Purpose)
+	b = jsonenc.AppendString(b, a.Purpose, jsonenc.Std)
 	b = append(b, `,"request_sha256":`...)
-	b = appendStr(b, a.RequestSHA256)
+	b = jsonenc.AppendString(b, a.RequestSHA256, jsonenc.Std)
 	b = append(b, `,"not_before":`...)
 	b = e.time(b, a.NotBefore)
 	b = append(b, `,"started_at":`...)
@@ -219,12 +219,12 @@ func (e *encoder) attempt(b []byte, a *Attempt) []byte {
 	b = append(b, `,"jitter_ms":`...)
 	b = strconv.AppendInt(b, a.JitterMS, 10)
 	b = append(b, `,"outcome_class":`...)
-	b = appendStr(b, a.OutcomeClass)
+	b = jsonenc.AppendString(b, a.OutcomeClass, jsonenc.Std)
 	b = append(b, `,"kind":`...)
-	b = appendStr(b, a.Kind)
+	b = jsonenc.AppendString(b, a.Kind, jsonenc.Std)
 	if a.Cause != "" {
 		b = append(b, `,"cause":`...)
-		b = appendStr(b, a.Cause)
+		b = jsonenc.AppendString(b, a.Cause, jsonenc.Std)
 	}
 	b = append(b, `,"http_status":`...)
 	b = strconv.AppendInt(b, int64(a.HTTPStatus), 10)
@@ -260,7 +260,7 @@ func (e *encoder) attempt(b []byte, a *Attempt) []byte {
 	b = append(b, `,"reserved_usd":`...)
 	b = e.float(b, a.ReservedUSD)
 	b = append(b, `,"breaker":{"state":`...)
-	b = appendStr(b, a.Breaker.State)
+	b = jsonenc.AppendString(b, a.Breaker.State, jsonenc.Std)
 	b = append(b, `,"generation":`...)
 	b = strconv.AppendInt(b, a.Breaker.Generation, 10)
 	b = append(b, `}`...)
@@ -268,16 +268,16 @@ func (e *encoder) attempt(b []byte, a *Attempt) []byte {
 		b = append(b, `,"error":{`...)
 		if a.Error.Code != "" {
 			b = append(b, `"code":`...)
-			b = appendStr(b, a.Error.Code)
+			b = jsonenc.AppendString(b, a.Error.Code, jsonenc.Std)
 			b = append(b, `,`...)
 		}
 		b = append(b, `"message":`...)
-		b = appendStr(b, a.Error.Message)
+		b = jsonenc.AppendString(b, a.Error.Message, jsonenc.Std)
 		b = append(b, `}`...)
 	}
 	if a.Reconciled != "" {
 		b = append(b, `,"reconciled":`...)
-		b = appendStr(b, a.Reconciled)
+		b = jsonenc.AppendString(b, a.Reconciled, jsonenc.Std)
 	}
 	if a.Orphans != 0 {
 		b = append(b, `,"orphans":`...)
@@ -299,10 +299,10 @@ func (e *encoder) decision(b []byte, d *Decision) []byte {
 	b = append(b, `{"after_attempt":`...)
 	b = strconv.AppendInt(b, int64(d.AfterAttempt), 10)
 	b = append(b, `,"action":`...)
-	b = appendStr(b, d.Action)
+	b = jsonenc.AppendString(b, d.Action, jsonenc.Std)
 	if d.Route != "" {
 		b = append(b, `,"route":`...)
-		b = appendStr(b, d.Route)
+		b = jsonenc.AppendString(b, d.Route, jsonenc.Std)
 	}
 	if d.NotBefore != nil {
 		b = append(b, `,"not_before":`...)
@@ -318,11 +318,11 @@ func (e *encoder) decision(b []byte, d *Decision) []byte {
 	}
 	if d.Terminal != "" {
 		b = append(b, `,"terminal":`...)
-		b = appendStr(b, d.Terminal)
+		b = jsonenc.AppendString(b, d.Terminal, jsonenc.Std)
 	}
 	if d.Reason != "" {
 		b = append(b, `,"reason":`...)
-		b = appendStr(b, d.Reason)
+		b = jsonenc.AppendString(b, d.Reason, jsonenc.Std)
 	}
 	if len(d.BreakerRefused) > 0 {
 		b = append(b, `,"breaker_refused":`...)
@@ -342,7 +342,7 @@ func (e *encoder) decision(b []byte, d *Decision) []byte {
 				b = append(b, `,`...)
 			}
 			f := d.Figures[k]
-			b = appendStr(b, k)
+			b = jsonenc.AppendString(b, k, jsonenc.Std)
 			b = append(b, `:{"in_flight":`...)
 			b = strconv.AppendInt(b, int64(f.InFlight), 10)
 			b = append(b, `,"ttft_ms":`...)
@@ -359,7 +359,7 @@ func (e *encoder) decision(b []byte, d *Decision) []byte {
 	}
 	if d.By != "" {
 		b = append(b, `,"by":`...)
-		b = appendStr(b, d.By)
+		b = jsonenc.AppendString(b, d.By, jsonenc.Std)
 	}
 	b = append(b, `}`...)
 	return b
@@ -375,30 +375,16 @@ func appendStrs(b []byte, ss []string) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendStr(b, s)
+		b = jsonenc.AppendString(b, s, jsonenc.Std)
 	}
 	return append(b, ']')
 }
 
-// float appends f as encoding/json does (ECMAScript's shortest form);
-// NaN and the infinities are for encoding/json to refuse.
+// float appends f as encoding/json does; NaN and the infinities are
+// for encoding/json to refuse.
 func (e *encoder) float(b []byte, f float64) []byte {
-	if math.IsInf(f, 0) || math.IsNaN(f) {
-		e.bad = true
-		return b
-	}
-	abs, format := math.Abs(f), byte('f')
-	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-		format = 'e'
-	}
-	b = strconv.AppendFloat(b, f, format, -1, 64)
-	if format == 'e' {
-		// e-09 → e-9
-		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
-			b[n-2] = b[n-1]
-			b = b[:n-1]
-		}
-	}
+	b, ok := jsonenc.AppendFloat(b, f)
+	e.bad = e.bad || !ok
 	return b
 }
 
@@ -416,60 +402,6 @@ func (e *encoder) time(b []byte, t time.Time) []byte {
 	}
 	b = append(b, '"')
 	b = t.AppendFormat(b, time.RFC3339Nano)
-	return append(b, '"')
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendStr appends s as encoding/json does, HTML characters escaped.
-func appendStr(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '\\', '"':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
 	return append(b, '"')
 }
 

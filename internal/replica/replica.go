@@ -39,6 +39,8 @@ func Share(ctx context.Context, pol *policy.Policy, url string, store ledger.Sto
 		Day:    co.NewPeriodic("key:", gw.Day, nil, gateway.KeySpendSeed(store, false)),
 		Month:  co.NewPeriodic("keymonth:", quota.Month, nil, gateway.KeySpendSeed(store, true)),
 		Tokens: co.NewPeriodic("keytpm:", quota.Minute, nil, noSpend),
+		// max_concurrent: leases of the lease's TTL, across replicas.
+		Running: co.NewRunning("keyrun:"),
 	}
 	opts.KeyFeed = co.NewKeyFeed()
 	clk := opts.Clock
@@ -49,6 +51,8 @@ func Share(ctx context.Context, pol *policy.Policy, url string, store ledger.Sto
 	co.NewLoads(opts.Load)
 	return co, nil
 }
+
+var _ gateway.KeyRunning = (*redis.Running)(nil)
 
 // noSpend starts a period at nothing charged (tokens per minute are not
 // kept in the store).

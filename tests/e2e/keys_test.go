@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -141,30 +142,81 @@ func TestVirtualKeyAcrossReplicas(t *testing.T) {
 	}
 }
 
-// A key's day is the store's as much as Redis's: a Redis that lost
-// everything, and a new replica, still refuse a spent key.
+// A key's day and month are the store's as much as Redis's: a Redis that
+// lost everything, and a new replica, still refuse a spent key.
 func TestVirtualKeySpendSurvivesRedisFlushAndRestart(t *testing.T) {
 	f := newFleet(t, 2, mock.Config{}, "")
-	_, secret := issueOn(t, f.gws[0], `{"tenant":"e2e","budget":{"cost_usd_per_day":0.0005}}`)
-	var err error
-	for i := range 50 {
-		if _, err = chatAs(f.gws[i%2], secret, "spend"); err != nil {
-			break
+	var secrets []string
+	for _, budget := range []string{`{"cost_usd_per_day":0.0005}`, `{"cost_usd_per_month":0.0005}`} {
+		_, secret := issueOn(t, f.gws[0], `{"tenant":"e2e","budget":`+budget+`}`)
+		secrets = append(secrets, secret)
+		var err error
+		for i := range 50 {
+			if _, err = chatAs(f.gws[i%2], secret, "spend"); err != nil {
+				break
+			}
 		}
-	}
-	if st, code := statusOf(err); st != 429 || code != "key_budget_exceeded" {
-		t.Fatalf("a spent key: %d %s", st, code)
+		if st, code := statusOf(err); st != 429 || code != "key_budget_exceeded" {
+			t.Fatalf("a spent key (%s): %d %s", budget, st, code)
+		}
 	}
 	sent := f.primary.Stats().Requests
 	flushPrefix(t, f.coord)
 	f.gws = append(f.gws, f.start())
 	for _, g := range f.gws {
-		_, err := chatAs(g, secret, "after the flush")
-		if st, code := statusOf(err); st != 429 || code != "key_budget_exceeded" {
-			t.Fatalf("after Redis lost everything, on %s: %d %s", g.url, st, code)
+		for _, secret := range secrets {
+			_, err := chatAs(g, secret, "after the flush")
+			if st, code := statusOf(err); st != 429 || code != "key_budget_exceeded" {
+				t.Fatalf("after Redis lost everything, on %s: %d %s", g.url, st, code)
+			}
 		}
 	}
 	if n := f.primary.Stats().Requests; n != sent {
 		t.Fatalf("the provider saw %d more requests after the key was spent", n-sent)
+	}
+}
+
+// A key's max_concurrent holds across replicas: a request held at the
+// provider on one replica takes the key's only place, and the other
+// replica refuses the next before anything is sent; once the held request
+// ends, the place is free on every replica. A key whose day is held only
+// by a request in flight is told to come back soon, not at midnight.
+func TestVirtualKeyConcurrencyAcrossReplicas(t *testing.T) {
+	f := newFleet(t, 2, mock.Config{}, "")
+	a, b := f.gws[0], f.gws[1]
+	_, busy := issueOn(t, a, `{"tenant":"e2e","budget":{"max_concurrent":1}}`)
+	// One request's worst case (~10 + 100 tokens at $1/$2 per Mtok) is
+	// ~$0.00021: a second does not fit while the first is in flight.
+	_, thrifty := issueOn(t, a, `{"tenant":"e2e","budget":{"cost_usd_per_day":0.0003}}`)
+	f.primary.SetScript(mock.Script{Rules: []mock.Rule{{FirstCalls: 2, Fault: mock.Fault{Type: mock.FaultHang}}}})
+	held := make(chan error, 2)
+	for i, key := range []string{busy, thrifty} {
+		go func() {
+			_, err := chatAs(a, key, "held at the provider "+strconv.Itoa(i), oaopt.WithMaxRetries(0))
+			held <- err
+		}()
+	}
+	within(t, 10*time.Second, "both requests held at the provider", func() bool { return f.primary.Requests() == 2 })
+
+	hdr, err := chatAs(b, busy, "a second request in progress", oaopt.WithMaxRetries(0))
+	if st, code := statusOf(err); st != 429 || code != "key_concurrency_limited" || hdr.Get("Retry-After") == "" {
+		t.Fatalf("a second request of a max_concurrent 1 key, on the other replica: %d %s (Retry-After %q)", st, code, hdr.Get("Retry-After"))
+	}
+	hdr, err = chatAs(b, thrifty, "its day held by the first", oaopt.WithMaxRetries(0))
+	st, code := statusOf(err)
+	ra, _ := strconv.Atoi(hdr.Get("Retry-After"))
+	if st != 429 || code != "key_budget_exceeded" || ra < 1 || ra > 60 || hdr.Get("x-should-retry") != "true" {
+		t.Fatalf("a key whose day a request in flight holds: %d %s (Retry-After %q, x-should-retry %q)", st, code, hdr.Get("Retry-After"), hdr.Get("x-should-retry"))
+	}
+	if n := f.primary.Requests(); n != 2 {
+		t.Fatalf("the provider saw %d requests, want the 2 held", n)
+	}
+
+	f.primary.Close() // the held requests are answered (badly), retried and end
+	for range 2 {
+		<-held
+	}
+	if _, err := chatAs(b, busy, "after the held one ended", oaopt.WithMaxRetries(0)); err != nil {
+		t.Fatalf("the key's place after its request ended: %v", err)
 	}
 }

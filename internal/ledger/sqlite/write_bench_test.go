@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -22,4 +23,22 @@ func benchmarkRequestWrites(b *testing.B, clients int) {
 	}
 	defer st.Close()
 	ledgertest.BenchmarkRequestWrites(b, st, clients)
+}
+
+// BenchmarkRequestWritesBySync is BenchmarkRequestWrites at both syncs,
+// from 64 clients and from one: the store as it is, beside the layouts
+// and logs measured against it (docs/performance.md).
+func BenchmarkRequestWritesBySync(b *testing.B) {
+	for _, sync := range []string{"full", "normal"} {
+		for _, clients := range []int{64, 1} {
+			b.Run(fmt.Sprintf("sync=%s/clients=%d", sync, clients), func(b *testing.B) {
+				st, err := OpenWith(filepath.Join(b.TempDir(), "bench.db"), Options{SyncNormal: sync == "normal"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer st.Close()
+				ledgertest.BenchmarkRequestWrites(b, st, clients)
+			})
+		}
+	}
 }
