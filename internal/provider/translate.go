@@ -317,7 +317,7 @@ func skipSpace(b []byte, i int) int {
 // first quote after it that an even number of backslashes precedes
 // (found with bytes.IndexByte, a long prompt being most of a body).
 func stringEnd(b []byte, i int) int {
-	for j := i + 1; ; j++ {
+	for j := i + 1; j <= len(b); j++ {
 		k := bytes.IndexByte(b[j:], '"')
 		if k < 0 {
 			return -1
@@ -331,6 +331,7 @@ func stringEnd(b []byte, i int) int {
 			return j + 1
 		}
 	}
+	return -1
 }
 
 // valueEnd returns the index just past the value starting at b[i].
