@@ -1,10 +1,12 @@
 package provider
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/sse"
@@ -464,6 +466,9 @@ func (d *anthropicDecoder) Decode(ev sse.Event, out []Event) ([]Event, error) {
 	if ev.Type == "error" {
 		return append(out, Event{Kind: EvError, Err: ParseError(0, ev.Data)}), nil
 	}
+	if text, ok := fastTextBlockDelta(ev.Data); ok {
+		return append(out, Event{Kind: EvText, Text: text}), nil
+	}
 	var e anStreamEvent
 	if err := json.Unmarshal(ev.Data, &e); err != nil {
 		return out, fmt.Errorf("malformed %s event: %w", ev.Type, err)
@@ -527,6 +532,55 @@ func (d *anthropicDecoder) Decode(ev sse.Event, out []Event) ([]Event, error) {
 		return out, fmt.Errorf("unknown event type %q", e.Type)
 	}
 	return out, nil
+}
+
+// fastTextBlockDelta reads the commonest event of a stream, a text delta,
+// when it has exactly the shape Anthropic writes —
+// {"type":"content_block_delta","index":N,"delta":{"type":"text_delta","text":"…"}}
+// — without decoding it into anStreamEvent. Anything else (ok false)
+// takes the general path, which FuzzFastTextBlockDelta checks it always
+// agrees with.
+func fastTextBlockDelta(data []byte) (string, bool) {
+	const head, mid = `{"type":"content_block_delta","index":`, `,"delta":{"type":"text_delta","text":`
+	if !bytes.HasPrefix(data, []byte(head)) {
+		return "", false
+	}
+	i := len(head)
+	digits := i
+	for i < len(data) && '0' <= data[i] && data[i] <= '9' {
+		i++
+	}
+	if n := i - digits; n == 0 || n > 9 || (n > 1 && data[digits] == '0') {
+		return "", false // no index, a leading zero, or one encoding/json might not fit
+	}
+	if !bytes.HasPrefix(data[i:], []byte(mid)) {
+		return "", false
+	}
+	str := data[i+len(mid):]
+	if len(str) == 0 || str[0] != '"' {
+		return "", false
+	}
+	end := stringEnd(str, 0) // just past the text's closing quote
+	if end < 0 || string(str[end:]) != "}}" {
+		return "", false
+	}
+	body, plain := str[1:end-1], true
+	for _, c := range body {
+		if c < 0x20 || c == '\\' || c >= 0x80 {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return string(body), true
+	}
+	var text string
+	if json.Unmarshal(str[:end], &text) != nil || !utf8.Valid(body) {
+		// A bad escape; or bytes encoding/json would replace, which the
+		// general path handles the same way: leave both to it.
+		return "", false
+	}
+	return text, true
 }
 
 // anthropicEncoder writes neutral events as a Messages event stream: one

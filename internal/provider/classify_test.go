@@ -152,3 +152,32 @@ func FuzzFastTextDelta(f *testing.F) {
 		}
 	})
 }
+
+// FuzzFastTextBlockDelta: when the fast read of an Anthropic text delta
+// takes an event, it reads the text the general decoder reads from it.
+func FuzzFastTextBlockDelta(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" word"}}`,
+		`{"type":"content_block_delta","index":12,"delta":{"type":"text_delta","text":"a\"b\\n\u00e9 é"}}`,
+		`{"type":"content_block_delta","index":01,"delta":{"type":"text_delta","text":"x"}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x","extra":1}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"\ud800"}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":""}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		text, ok := fastTextBlockDelta(data)
+		if !ok {
+			return
+		}
+		var e anStreamEvent
+		if err := json.Unmarshal(data, &e); err != nil {
+			t.Fatalf("%q: fast read %q, encoding/json refuses it: %v", data, text, err)
+		}
+		// What the general path reads: a text_delta of that text.
+		if e.Type != "content_block_delta" || e.Delta == nil || e.Delta.Type != "text_delta" || e.Delta.Text != text {
+			t.Fatalf("%q: fast read %q, encoding/json reads %+v", data, text, e)
+		}
+	})
+}

@@ -115,14 +115,30 @@ func BuildRequest(in *ClientRequest, t Target, prefix *string) (*Built, error) {
 	if err != nil {
 		return nil, fmt.Errorf("build %s request for %s: %w", t.Protocol, t.Model, err)
 	}
-	return &Built{Body: body, PromptTokens: PromptTokens(ir)}, nil
+	n := in.PromptTokens
+	if prefix != nil || n == 0 { // the prompt grew, or in was not parsed by ParseRequest
+		n = PromptTokens(ir)
+	}
+	return &Built{Body: body, PromptTokens: n}, nil
 }
 
 // patchOpenAI rewrites a client's Chat Completions body for a route: the
 // model, streaming with usage, the output limit (clientMax is the one the
 // client asked for), and a continuation. Every other field the
-// client sent reaches the provider untouched.
+// client sent reaches the provider untouched: in place (rewriteOpenAI)
+// unless it continues a partial answer.
 func patchOpenAI(body []byte, t Target, ir *Request, cont bool, clientMax int64) ([]byte, error) {
+	if !cont {
+		if b, ok := rewriteOpenAI(body, t, ir.Stream, clientMax); ok {
+			return b, nil
+		}
+	}
+	return rebuildOpenAI(body, t, ir, cont, clientMax)
+}
+
+// rebuildOpenAI is patchOpenAI by splitting the body into a map of its
+// members and encoding them again.
+func rebuildOpenAI(body []byte, t Target, ir *Request, cont bool, clientMax int64) ([]byte, error) {
 	sentLimit := t.MaxTokens == 0 || clientMax == t.MaxTokens
 	if !t.Stream && !cont && !ir.Stream && sentLimit {
 		if b, ok := replaceModel(body, t.Model); ok {
@@ -297,13 +313,21 @@ func skipSpace(b []byte, i int) int {
 	return i
 }
 
-// stringEnd returns the index just past the string starting at b[i].
+// stringEnd returns the index just past the string starting at b[i]: the
+// first quote after it that an even number of backslashes precedes
+// (found with bytes.IndexByte, a long prompt being most of a body).
 func stringEnd(b []byte, i int) int {
-	for j := i + 1; j < len(b); j++ {
-		switch b[j] {
-		case '\\':
-			j++
-		case '"':
+	for j := i + 1; j <= len(b); j++ {
+		k := bytes.IndexByte(b[j:], '"')
+		if k < 0 {
+			return -1
+		}
+		j += k
+		escaped := false
+		for p := j - 1; p > i && b[p] == '\\'; p-- {
+			escaped = !escaped
+		}
+		if !escaped {
 			return j + 1
 		}
 	}
@@ -346,8 +370,20 @@ func valueEnd(b []byte, i int) int {
 	return j
 }
 
-// patchAnthropic rewrites a client's Messages body for a route.
+// patchAnthropic rewrites a client's Messages body for a route: in place
+// (rewriteAnthropic) unless it continues a partial answer.
 func patchAnthropic(body []byte, t Target, ir *Request, cont bool) ([]byte, error) {
+	if !cont {
+		if b, ok := rewriteAnthropic(body, t); ok {
+			return b, nil
+		}
+	}
+	return rebuildAnthropic(body, t, ir, cont)
+}
+
+// rebuildAnthropic is patchAnthropic by splitting the body into a map of
+// its members and encoding them again.
+func rebuildAnthropic(body []byte, t Target, ir *Request, cont bool) ([]byte, error) {
 	top, err := topLevelMembers(body)
 	if err != nil {
 		return nil, err
@@ -382,7 +418,9 @@ func setStream(top map[string]json.RawMessage, stream, usageOption bool) {
 	// Usage is how attempts are billed: always ask for it upstream; the
 	// client sees a usage chunk only if it asked.
 	opts := map[string]json.RawMessage{}
-	_ = json.Unmarshal(top["stream_options"], &opts)
+	if json.Unmarshal(top["stream_options"], &opts) != nil || opts == nil { // absent, or null
+		opts = map[string]json.RawMessage{}
+	}
 	opts["include_usage"] = json.RawMessage("true")
 	top["stream_options"], _ = json.Marshal(opts)
 }

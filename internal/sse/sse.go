@@ -77,7 +77,7 @@ func (r *Reader) Next() (Event, error) {
 		}
 		switch string(name) {
 		case "event":
-			ev.Type = string(value)
+			ev.Type = eventType(value)
 		case "data":
 			if hasData {
 				r.data.WriteByte('\n')
@@ -94,6 +94,31 @@ func (r *Reader) Next() (Event, error) {
 		}
 		// "retry" and unknown fields are ignored, as the spec requires.
 	}
+}
+
+// eventType is an event's type: one of the names the providers send on
+// every event without allocating it again (Anthropic and the Responses
+// API name each one).
+func eventType(name []byte) string {
+	switch string(name) {
+	case "content_block_delta":
+		return "content_block_delta"
+	case "content_block_start":
+		return "content_block_start"
+	case "content_block_stop":
+		return "content_block_stop"
+	case "message_start":
+		return "message_start"
+	case "message_delta":
+		return "message_delta"
+	case "message_stop":
+		return "message_stop"
+	case "ping":
+		return "ping"
+	case "response.output_text.delta":
+		return "response.output_text.delta"
+	}
+	return string(name)
 }
 
 // Pending reports whether the next event may already be buffered, so

@@ -126,8 +126,19 @@ func (r Route) BuildRequest(in *provider.ClientRequest, t provider.Target, prefi
 
 // RawPredictBody rewrites a Messages request body for rawPredict: the
 // model is in the URL, not the body, and the API version is in the body
-// as anthropic_version.
+// as anthropic_version. Every other byte stays as it is
+// (provider.ReplaceMembers), unless the body is not one it can split.
 func RawPredictBody(messages []byte) ([]byte, error) {
+	if b, ok := provider.ReplaceMembers(messages, provider.MemberEdit{Key: "model"},
+		provider.MemberEdit{Key: "anthropic_version", Value: []byte(`"` + AnthropicVersion + `"`)}); ok {
+		return b, nil
+	}
+	return rebuildRawPredictBody(messages)
+}
+
+// rebuildRawPredictBody is RawPredictBody by decoding the body into a map
+// of its members and encoding them again.
+func rebuildRawPredictBody(messages []byte) ([]byte, error) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(messages, &top); err != nil {
 		return nil, fmt.Errorf("vertex: rewrite messages body: %w", err)

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -287,5 +288,34 @@ func TestTokensRefused(t *testing.T) {
 	}
 	if k, _ := ClassifyTokenError(err); k != gw.KindUnavailable {
 		t.Errorf("unreachable endpoint classified %s", k)
+	}
+}
+
+// The rawPredict body written in place is the document the rebuild
+// writes, the client's bytes kept where nothing changes; a body it cannot
+// split is rebuilt.
+func TestRawPredictBodyInPlace(t *testing.T) {
+	for _, body := range []string{
+		`{"model":"claude-x","max_tokens":10,"stream":true,"messages":[{"role":"user","content":"<b> & \u00e9"}]}`,
+		"{\n  \"messages\" : [{\"role\":\"user\",\"content\":\"Hi\"}],\n  \"model\": \"m\",\n  \"max_tokens\": 5\n}",
+		`{"max_tokens":5,"messages":[],"anthropic_version":"old","metadata":{"model":"inner"}}`,
+		`{"model":"a","\u006dodel":"b","max_tokens":5}`, // an escaped key: rebuilt
+	} {
+		got, err := RawPredictBody([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := rebuildRawPredictBody([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var g, w any
+		if json.Unmarshal(got, &g) != nil || json.Unmarshal(want, &w) != nil || !reflect.DeepEqual(g, w) {
+			t.Fatalf("%s:\n in place %s\n rebuilt  %s", body, got, want)
+		}
+	}
+	got, _ := RawPredictBody([]byte(`{"model":"m", "messages":[{"content":"<b>"}]}`))
+	if string(got) != `{"messages":[{"content":"<b>"}],"anthropic_version":"`+AnthropicVersion+`"}` {
+		t.Fatalf("got %s", got)
 	}
 }
