@@ -299,6 +299,17 @@ func (g *Gateway) continueTurn(w http.ResponseWriter, r *http.Request, t *policy
 		g.replayFailure(w, turn)
 		return
 	}
+	if turn.State == ledger.TurnUnknown && readUpstream(turn.Upstream).Conversation != "" {
+		// A stateful provider may hold this turn, and could not be asked
+		// (refreshTurn tried): trying it again now would be blind, and a
+		// late commit of the last try would stay in the provider's
+		// conversation unaccounted for (docs/conversations.md).
+		e := errorf(CodeOutcomeUnknown, "response %s: the provider may have committed this turn and could not be asked whether it did; "+
+			"send the turn again shortly: it is reconciled first, never sent blind", turn.ResponseID)
+		e.retryAfter = 1
+		g.turnError(w, e)
+		return
+	}
 	next := *turn
 	next.State, next.Try, next.RequestID, next.UpdatedAt = ledger.TurnPending, turn.Try+1, uuid.Must(uuid.NewV7()).String(), g.clock.Now()
 	next.Response, next.Status = nil, 0

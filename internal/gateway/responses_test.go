@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -921,6 +922,71 @@ func TestTurnsStoredBeforeStreamLeftTheDigestAreStillFound(t *testing.T) {
 		res, b = e.post("/v1/responses", body, nil)
 		if res.StatusCode != 200 || !strings.Contains(string(b), keyless.ResponseID) || e.primaryCalls() != calls+1 {
 			t.Fatalf("a keyless retry of a turn in flight before the upgrade: %d %s (%d calls)", res.StatusCode, b, e.primaryCalls()-calls)
+		}
+	})
+}
+
+// A turn that ended unknown on a stateful route is never tried again
+// while its provider cannot be asked whether it committed it: a blind try
+// would add a second answer to the provider's conversation, and the first
+// try's commit would stay there unaccounted for. Once the provider answers
+// the lookup, the committed answer is adopted: one generation, one turn.
+func TestAnUnknownTurnIsNeverRetriedBlind(t *testing.T) {
+	t.Parallel()
+	var lookupsDown atomic.Bool
+	front := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if lookupsDown.Load() && !(r.Method == http.MethodPost && r.URL.Path == "/v1/responses") {
+				http.Error(w, `{"error":{"message":"lookups are down","type":"server_error"}}`, http.StatusServiceUnavailable)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+	inBubble(t, envOptions{mock: mock.Config{Tokens: 5}, fallbackFront: front}, func(t *testing.T, e *env) {
+		_, b := e.post("/v1/responses", `{"model":"convo","input":"first"}`, nil)
+		var root struct{ ID string }
+		if err := json.Unmarshal(b, &root); err != nil || root.ID == "" {
+			t.Fatalf("the first turn: %s", b)
+		}
+		// The second turn is committed by the provider, whose reply never
+		// comes, and the lookup that would tell fails.
+		lookupsDown.Store(true)
+		e.fallback.SetScript(rules(always(mock.Fault{Type: mock.FaultCommitThenHang})))
+		body := `{"model":"convo","input":"second","previous_response_id":"` + root.ID + `"}`
+		key := map[string]string{"Idempotency-Key": "unknown-2"}
+		if res, b := e.post("/v1/responses", body, key); res.StatusCode != 502 || errCodeOf(b) != CodeOutcomeUnknown {
+			t.Fatalf("the lost reply: %d %s", res.StatusCode, b)
+		}
+		if calls := e.fallback.Stats().Requests; calls != 2 {
+			t.Fatalf("%d generation calls after the lost reply; want 2", calls)
+		}
+		e.fallback.SetScript(mock.Script{})
+		res, b := e.post("/v1/responses", body, key)
+		if res.StatusCode != 502 || errCodeOf(b) != CodeOutcomeUnknown || !strings.Contains(string(b), "could not be asked") {
+			t.Fatalf("the turn again while the provider cannot be asked: %d %s", res.StatusCode, b)
+		}
+		if calls := e.fallback.Stats().Requests; calls != 2 {
+			t.Fatalf("the turn was sent again blind: %d generation calls, want 2", calls)
+		}
+		lookupsDown.Store(false)
+		res, b = e.post("/v1/responses", body, key)
+		if res.StatusCode != 200 {
+			t.Fatalf("the turn once the provider can be asked: %d %s", res.StatusCode, b)
+		}
+		var second struct{ ID string }
+		_ = json.Unmarshal(b, &second)
+		if calls := e.fallback.Stats().Requests; calls != 2 {
+			t.Fatalf("%d generation calls: the committed answer must be adopted, not generated again", calls)
+		}
+		turns, _ := e.gw.ledger.ConversationTurns(context.Background(), "acme", root.ID)
+		items, err := historyItems(ledger.Chain(turns, second.ID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored := e.fallback.Conversation(readUpstream(turns[len(turns)-1].Upstream).Conversation)
+		if len(stored) != 4 || len(items) != 4 {
+			t.Fatalf("the provider holds %d items, the gateway %d (want 4: two turns)", len(stored), len(items))
 		}
 	})
 }
