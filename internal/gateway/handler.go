@@ -35,21 +35,12 @@ func (g *Gateway) serveChat(p provider.Protocol) http.HandlerFunc {
 			errorf(CodeUnauthorized, "missing or unknown API key").write(w, p, meta{})
 			return
 		}
-		release, apiErr := g.enter(t)
+		lk, release, apiErr := g.enterBoth(r, t)
 		if apiErr != nil {
 			apiErr.write(w, p, meta{})
 			return
 		}
 		defer release()
-		lk := keyOf(r.Context())
-		if lk != nil {
-			releaseKey, apiErr := g.enterKey(lk)
-			if apiErr != nil {
-				apiErr.write(w, p, meta{})
-				return
-			}
-			defer releaseKey()
-		}
 		c, apiErr := g.admit(w, r, p, t)
 		if apiErr == nil {
 			apiErr = c.admitKey(lk)

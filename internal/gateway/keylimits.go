@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/oncegate/oncegate/internal/gw"
+	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/quota"
 	"github.com/oncegate/oncegate/internal/retry"
 )
@@ -65,6 +66,26 @@ func (l *localRunning) Enter(id string, limit int) (func(), bool, error) {
 		return nil, false, nil
 	}
 	return func() { n.Add(-1) }, true, nil
+}
+
+// enterBoth counts a request in progress for its tenant t and for the
+// virtual key it authenticated with, if any (lk), until release is
+// called; or refuses it, before its body is read, when either already has
+// its max_concurrent in progress.
+func (g *Gateway) enterBoth(r *http.Request, t *policy.Tenant) (lk *liveKey, release func(), _ *apiError) {
+	releaseTenant, apiErr := g.enter(t)
+	if apiErr != nil {
+		return nil, nil, apiErr
+	}
+	if lk = keyOf(r.Context()); lk == nil {
+		return nil, releaseTenant, nil
+	}
+	releaseKey, apiErr := g.enterKey(lk)
+	if apiErr != nil {
+		releaseTenant()
+		return nil, nil, apiErr
+	}
+	return lk, func() { releaseKey(); releaseTenant() }, nil
 }
 
 // enterKey counts a request of key lk in progress until release is

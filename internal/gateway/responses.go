@@ -69,21 +69,12 @@ func (g *Gateway) serveResponses(w http.ResponseWriter, r *http.Request) {
 		g.turnError(w, errorf(CodeUnauthorized, "missing or unknown API key"))
 		return
 	}
-	release, apiErr := g.enter(t)
+	lk, release, apiErr := g.enterBoth(r, t)
 	if apiErr != nil {
 		g.turnError(w, apiErr)
 		return
 	}
 	defer release()
-	lk := keyOf(r.Context())
-	if lk != nil {
-		releaseKey, apiErr := g.enterKey(lk)
-		if apiErr != nil {
-			g.turnError(w, apiErr)
-			return
-		}
-		defer releaseKey()
-	}
 	key, body, apiErr := g.readRequest(w, r)
 	if apiErr != nil {
 		g.turnError(w, apiErr)

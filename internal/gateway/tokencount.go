@@ -38,21 +38,12 @@ func (g *Gateway) serveCountTokens(w http.ResponseWriter, r *http.Request) {
 		errorf(CodeUnauthorized, "missing or unknown API key").write(w, p, meta{})
 		return
 	}
-	release, apiErr := g.enter(t)
+	lk, release, apiErr := g.enterBoth(r, t)
 	if apiErr != nil {
 		apiErr.write(w, p, meta{})
 		return
 	}
 	defer release()
-	lk := keyOf(r.Context())
-	if lk != nil {
-		releaseKey, apiErr := g.enterKey(lk)
-		if apiErr != nil {
-			apiErr.write(w, p, meta{})
-			return
-		}
-		defer releaseKey()
-	}
 	a, ir, body, apiErr := g.readCount(w, r)
 	if apiErr == nil && lk != nil {
 		apiErr = g.gateKey(lk, a.Name)
