@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -66,7 +68,15 @@ func TestKeysAndSpendPagesInABrowser(t *testing.T) {
 		!strings.Contains(spend, "of $1") || strings.HasPrefix(spend, "$0.000000") {
 		t.Fatalf("the key's row: limits %q, spend %q", limits, spend)
 	}
-	run("rotate", chromedp.Click(chromedp.CSS("#keytable button.rotate")), chromedp.WaitVisible(chromedp.CSS("#secret")))
+	// Rotating draws the list again: the revoke button clicked next must
+	// be the new drawing's, not one about to be replaced.
+	drawn, err := chromedp.Run(ctx, chromedp.AttributeValue(chromedp.CSS("#keytable"), "data-rendered"))
+	if err != nil || !drawn.Exists {
+		t.Fatalf("the list's drawings: %+v %v", drawn, err)
+	}
+	n, _ := strconv.Atoi(drawn.Value)
+	run("rotate", chromedp.Click(chromedp.CSS("#keytable button.rotate")), chromedp.WaitVisible(chromedp.CSS("#secret")),
+		chromedp.WaitReady(chromedp.CSS(fmt.Sprintf(`#keytable[data-rendered="%d"]`, n+1))))
 	var rotated string
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
 		if rotated = text("#secretvalue"); rotated != secret {

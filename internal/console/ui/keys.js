@@ -49,6 +49,9 @@ async function loadKeys() {
         el("td", { class: "limits" }, limitsText(k.budget)), spendCell(k), el("td", { class: "status s-" + status }, status), actions);
     });
     $("#keytable tbody").replaceChildren(...rows);
+    // How many times the list was drawn: a button of an earlier drawing
+    // is gone, so a script that clicks waits for the next (tests do).
+    $("#keytable").dataset.rendered = String(Number($("#keytable").dataset.rendered || 0) + 1);
     showError();
   } catch (e) { showError(e); }
 }
