@@ -175,7 +175,8 @@ func (s *scan) ws() {
 	}
 }
 
-// object reads an object of the members fields, at its '{'.
+// object reads an object of the members fields, at its '{'; with no
+// fields, any object, each member skipped.
 func (s *scan) object(fields []member) bool {
 	if s.depth++; s.depth > maxScanDepth {
 		return false
@@ -193,7 +194,7 @@ func (s *scan) object(fields []member) bool {
 		}
 		start := s.i + 1
 		plain, ok := s.str()
-		if !ok || !plain {
+		if !ok || !plain && len(fields) > 0 {
 			// A key with an escape or beyond ASCII may name a member
 			// under encoding/json's case folding.
 			return false
@@ -369,7 +370,7 @@ func (s *scan) skip() bool {
 	}
 	switch c := s.b[s.i]; {
 	case c == '{':
-		return s.skipObject()
+		return s.object(nil) // any object: no member is read
 	case c == '[':
 		_, ok := s.array(nil)
 		return ok
@@ -387,49 +388,6 @@ func (s *scan) skip() bool {
 		return ok
 	}
 	return false
-}
-
-// skipObject reads any object, at its '{'.
-func (s *scan) skipObject() bool {
-	if s.depth++; s.depth > maxScanDepth {
-		return false
-	}
-	s.i++
-	if s.ws(); s.more() && s.b[s.i] == '}' {
-		s.i++
-		s.depth--
-		return true
-	}
-	for {
-		if !s.more() || s.b[s.i] != '"' {
-			return false
-		}
-		if _, ok := s.str(); !ok {
-			return false
-		}
-		if s.ws(); !s.more() || s.b[s.i] != ':' {
-			return false
-		}
-		s.i++
-		s.ws()
-		if !s.skip() {
-			return false
-		}
-		if s.ws(); !s.more() {
-			return false
-		}
-		switch s.b[s.i] {
-		case ',':
-			s.i++
-			s.ws()
-		case '}':
-			s.i++
-			s.depth--
-			return true
-		default:
-			return false
-		}
-	}
 }
 
 // plainByte marks the bytes a string holds as they are: printable ASCII
