@@ -22,13 +22,17 @@ const (
 	// Slog is log/slog's JSON handler's: HTML characters left alone, \b
 	// and \f as \u0008 and \u000c.
 	Slog
+	// Wire is Slog's, with U+2028 and U+2029 left as they are too: what
+	// the gateway writes into the answers it encodes for clients, as the
+	// providers' own streams do.
+	Wire
 )
 
 const hexDigits = "0123456789abcdef"
 
 // AppendString appends s as a quoted JSON string in style st: invalid
-// UTF-8 as U+FFFD, U+2028 and U+2029 escaped, as both reference encoders
-// do.
+// UTF-8 as U+FFFD, and (but in style Wire) U+2028 and U+2029 escaped, as
+// both reference encoders do.
 func AppendString(b []byte, s string, st Style) []byte {
 	b = append(b, '"')
 	start := 0
@@ -67,7 +71,7 @@ func AppendString(b []byte, s string, st Style) []byte {
 			start = i
 			continue
 		}
-		if r == '\u2028' || r == '\u2029' {
+		if (r == '\u2028' || r == '\u2029') && st != Wire {
 			b = append(b, s[start:i]...)
 			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
 			i += size

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"testing"
+	"unicode/utf8"
 
 	"pgregory.net/rapid"
 )
@@ -30,4 +31,22 @@ func TestStdIsEncodingJSON(t *testing.T) {
 			t.Errorf("AppendFloat(%v) = %q, %v", f, b, ok)
 		}
 	}
+}
+
+// Wire is Slog with U+2028 and U+2029 left alone, and what it writes
+// reads back as the string it was given, when that is valid UTF-8.
+func TestWireIsSlogWithLineSeparatorsAsTheyAre(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		s := rapid.OneOf(rapid.String(), rapid.StringMatching(`[a-z<>&"\\\x00-\x1f\x7f\x{2028}\x{2029}]{0,12}`),
+			rapid.Map(rapid.SliceOf(rapid.Byte()), func(b []byte) string { return string(b) })).Draw(t, "s")
+		got := AppendString(nil, s, Wire)
+		want := bytes.ReplaceAll(bytes.ReplaceAll(AppendString(nil, s, Slog), []byte(`\u2028`), []byte("\u2028")), []byte(`\u2029`), []byte("\u2029"))
+		if !bytes.Equal(got, want) {
+			t.Fatalf("Wire %q = %s, want %s", s, got, want)
+		}
+		var back string
+		if err := json.Unmarshal(got, &back); err != nil || utf8.ValidString(s) && back != s {
+			t.Fatalf("%s reads back as %q (%v), want %q", got, back, err, s)
+		}
+	})
 }
