@@ -93,11 +93,7 @@ func (s *LogStore) Claim(ctx context.Context, rec *ledger.Record, events []ledge
 	sh.recs[rec.Identity] = e
 	sh.mu.Unlock()
 
-	bp := s.bufs.Get().(*[]byte)
-	*bp = encodeClaim((*bp)[:0], rec, events)
-	err := s.log.Append(*bp)
-	s.bufs.Put(bp)
-	if err != nil {
+	if err := s.append(func(b []byte) []byte { return encodeClaim(b, rec, events) }); err != nil {
 		sh.mu.Lock()
 		delete(sh.recs, rec.Identity)
 		sh.mu.Unlock()
@@ -112,6 +108,15 @@ func (s *LogStore) Claim(ctx context.Context, rec *ledger.Record, events []ledge
 		}
 	}
 	return nil, true, nil
+}
+
+// append encodes a record into a pooled buffer and appends it to the log.
+func (s *LogStore) append(encode func([]byte) []byte) error {
+	bp := s.bufs.Get().(*[]byte)
+	*bp = encode((*bp)[:0])
+	err := s.log.Append(*bp)
+	s.bufs.Put(bp)
+	return err
 }
 
 // Finish commits a terminal, fenced by its generation.
@@ -132,11 +137,7 @@ func (s *LogStore) Finish(ctx context.Context, f *ledger.Finish) error {
 	e.rec.State = f.State
 	sh.mu.Unlock()
 
-	bp := s.bufs.Get().(*[]byte)
-	*bp = encodeFinish((*bp)[:0], f)
-	err := s.log.Append(*bp)
-	s.bufs.Put(bp)
-	if err != nil {
+	if err := s.append(func(b []byte) []byte { return encodeFinish(b, f) }); err != nil {
 		sh.mu.Lock()
 		e.rec.State = ledger.InProgress
 		sh.mu.Unlock()
