@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/receipt"
 )
 
 // eventLog writes one logical request's durable log (docs/identity.md): events
@@ -40,7 +41,14 @@ type pendingEvent struct {
 
 func (l *eventLog) event(typ ledger.EventType, at time.Time, data any) ledger.Event {
 	l.seq++
-	b, _ := json.Marshal(data) // plain structs and maps: cannot fail
+	var b []byte
+	if r, ok := data.(*receipt.Receipt); ok {
+		// Its own encoder, without encoding/json checking and compacting
+		// what MarshalJSON returned: the created event of every request.
+		b, _ = r.JSON()
+	} else {
+		b, _ = json.Marshal(data) // plain structs and maps: cannot fail
+	}
 	return ledger.Event{RequestID: l.requestID, Seq: l.seq, Generation: l.gen, Type: typ, At: at, Data: b}
 }
 
