@@ -28,7 +28,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"Run the gateway until SIGINT or SIGTERM, then drain the requests in flight: /healthz and /readyz (503 draining)\n"+
 			"keep answering until they have finished. SIGHUP re-reads the configuration file and swaps it in (as\n"+
 			"oncegate reload does): tenants, keys (those kept in files are read again), providers, routes and models.",
-		configEnv+"\n  GOGC: the garbage collector's target (default here: 400 while little is alive, lowered as the live heap grows)\n  GOMEMLIMIT: a soft memory limit (default: limits.memory_bytes, else 90 % of the cgroup's limit)", stderr)
+		configEnv+"\n  GOGC: the garbage collector's target (default here: 400 while little is alive, lowered as the live heap grows so that it runs at most limits.gc_headroom_bytes past it)\n  GOMEMLIMIT: a soft memory limit (default: limits.memory_bytes, else 90 % of the cgroup's limit)", stderr)
 	path := fs.String("config", "", "configuration file (required)")
 	listen := fs.String("listen", "", "address to listen on (default: the config's listen)")
 	metricsListen := fs.String("metrics-listen", "", "address serving /metrics with no key, to keep private (default: the config's metrics_listen)")
