@@ -394,7 +394,7 @@ func (g *Gateway) runTurn(w http.ResponseWriter, r *http.Request, t *policy.Tena
 		return
 	}
 	cr := &provider.ClientRequest{Protocol: provider.Responses, Body: turn.Request, IR: ir, PromptTokens: provider.PromptTokens(ir)}
-	c, apiErr := g.newCall(r, provider.Responses, t, alias, cr, turn.RequestSHA256, "")
+	c, apiErr := g.identify(r, &admitted{proto: provider.Responses, tenant: t, alias: alias, parsed: cr, requestSHA: turn.RequestSHA256})
 	if apiErr != nil {
 		g.turnError(w, apiErr)
 		return
