@@ -8,6 +8,7 @@
 package coord
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net/http"
@@ -75,6 +76,7 @@ type Flight struct {
 	changed chan struct{} // closed and replaced on every change
 	head    *Head
 	body    []byte
+	staged  int // bytes after body that Stage put there, not yet published
 	trunc   bool
 	done    bool
 	gaveUp  bool // finished without an outcome on record (Abandon)
@@ -218,12 +220,45 @@ func (f *Flight) Write(b []byte) {
 		return
 	}
 	f.mu.Lock()
+	f.staged = 0
+	f.body = grow(f.body, len(b))
 	f.body = append(f.body, b...)
 	if len(f.body) > f.limit {
 		f.trunc = true // existing subscribers keep reading; no one new joins
 	}
 	f.notify()
 	f.mu.Unlock()
+}
+
+// minOutput is the capacity a flight's output starts with: a stream's
+// opening frames.
+const minOutput = 512
+
+// grow makes room for n more bytes after body, doubling its capacity:
+// append's own growth falls to a quarter at a time for large slices, and
+// each step leaves the old array as garbage, several times the output
+// over a stream (docs/performance.md, Memory). What readers were given
+// stays theirs: the bytes they hold are never written again.
+func grow(body []byte, n int) []byte {
+	if len(body)+n <= cap(body) {
+		return body
+	}
+	nb := make([]byte, len(body), max(2*cap(body), len(body)+n, minOutput))
+	copy(nb, body)
+	return nb
+}
+
+// Stage puts b after the output without publishing it, and returns the
+// output followed by b: what Finish(h, b) will publish, to store before
+// it goes out, without a copy of its own. The result is read-only; it
+// stays valid after Finish. A later Write, Finish or Abandon replaces
+// what was staged.
+func (f *Flight) Stage(b []byte) []byte {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.body = grow(f.body, len(b))
+	f.staged = len(b)
+	return append(f.body, b...)
 }
 
 // Finish removes the flight from the table — later arrivals go to the
@@ -237,7 +272,15 @@ func (f *Flight) Finish(h *Head, body []byte) {
 	if h != nil {
 		f.head = h
 	}
-	f.body = append(f.body, body...)
+	if n := len(f.body); f.staged > 0 && f.staged == len(body) && bytes.Equal(f.body[n:n+f.staged], body) {
+		// Publish what was staged as it is: whoever holds it (the
+		// ledger, for a replay) may be reading it.
+		f.body = f.body[:n+f.staged]
+	} else {
+		f.body = grow(f.body, len(body))
+		f.body = append(f.body, body...)
+	}
+	f.staged = 0
 	f.done = true
 	f.notify()
 	ended := f.ended

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -175,5 +176,58 @@ func TestAFinishedFlightIsGoneBeforeItsEndIsRead(t *testing.T) {
 			t.Fatalf("iteration %d: the end was read while the flight was still in the table", i)
 		}
 		f.Leave()
+	}
+}
+
+// The end of a stream is staged for the ledger before it is published:
+// no reader sees it until Finish, and Finish publishes the very bytes
+// that were staged, which stay as they were for whoever holds them.
+func TestStagedEndIsPublishedByFinish(t *testing.T) {
+	l := NewLocal(1 << 20)
+	f, _, _, err := l.Acquire("k:s", "sha", "r1", time.Now().Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.SetHead(&Head{Status: 200})
+	f.Write(bytes.Repeat([]byte("a"), 700)) // past the first capacity
+	rd := f.NewReader()
+	first, _, err := rd.Next(context.Background())
+	if err != nil || len(first) != 700 {
+		t.Fatalf("first read: %d bytes, %v", len(first), err)
+	}
+	stored := f.Stage([]byte("end"))
+	if want := strings.Repeat("a", 700) + "end"; string(stored) != want {
+		t.Fatalf("staged output %q", stored)
+	}
+	if out, _ := f.Output(); len(out) != 700 {
+		t.Fatalf("staged bytes were published: %d", len(out))
+	}
+	kept := string(stored)
+	f.Finish(nil, []byte("end"))
+	rest, done, err := rd.Next(context.Background())
+	if err != nil || done || string(rest) != "end" {
+		t.Fatalf("after finish: %q %v %v", rest, done, err)
+	}
+	if _, done, _ := rd.Next(context.Background()); !done {
+		t.Fatal("not done after the end")
+	}
+	if string(stored) != kept || string(first) != strings.Repeat("a", 700) {
+		t.Fatal("bytes a holder was given changed")
+	}
+}
+
+// What was staged is dropped when the flight ends otherwise.
+func TestStagedEndIsReplacedByAnotherEnd(t *testing.T) {
+	l := NewLocal(1 << 20)
+	f, _, _, err := l.Acquire("k:s", "sha", "r1", time.Now().Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.SetHead(&Head{Status: 200})
+	f.Write([]byte("one "))
+	f.Stage([]byte("staged end"))
+	f.Abandon(nil, []byte("error"))
+	if out, _ := f.Output(); string(out) != "one error" {
+		t.Fatalf("output %q", out)
 	}
 }

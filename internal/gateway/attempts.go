@@ -249,10 +249,12 @@ func (c *call) exchange(ctx context.Context, res *attemptResult, out *provider.O
 	if resp.Status/100 != 2 {
 		return c.providerError(res, resp)
 	}
+	// From here on only res.prompt is read of out: the request's bytes
+	// are not kept alive while its answer streams (docs/performance.md).
 	if c.stream {
-		return c.relay(ctx, res, resp, out)
+		return c.relay(ctx, res, resp)
 	}
-	return c.complete(res, resp, out)
+	return c.complete(res, resp)
 }
 
 // outputLimit is the output limit an attempt on route is sent with: what
@@ -315,7 +317,7 @@ func (c *call) providerError(res *attemptResult, resp *upstream.Response) *attem
 
 // complete reads a non-streamed success and renders it for the client:
 // verbatim in the same protocol, translated otherwise.
-func (c *call) complete(res *attemptResult, resp *upstream.Response, out *provider.Outbound) *attemptResult {
+func (c *call) complete(res *attemptResult, resp *upstream.Response) *attemptResult {
 	body, err := upstream.ReadAll(resp.Body, c.g.policy().Limits.MaxResponseBytes)
 	if err != nil {
 		var ue *upstream.Error
@@ -351,7 +353,7 @@ func (c *call) complete(res *attemptResult, resp *upstream.Response, out *provid
 		c.turn.upstreamID = ir.ID
 	}
 	if ir.Usage == (gw.Usage{}) {
-		res.obs.Usage, res.obs.UsageEstimated = gw.Usage{InputTokens: out.PromptTokens, OutputTokens: estimateOutput(ir)}, true
+		res.obs.Usage, res.obs.UsageEstimated = gw.Usage{InputTokens: res.prompt, OutputTokens: estimateOutput(ir)}, true
 	}
 	res.obs.VisibleOutput = true
 	res.obs.EmittedTokens = res.obs.Usage.OutputTokens

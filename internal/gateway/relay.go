@@ -246,13 +246,16 @@ func (o *output) interrupt(d retry.Decision) []byte {
 
 // relay reads one attempt's upstream stream, relaying visible output as it
 // arrives, and classifies how the stream ended.
-func (c *call) relay(ctx context.Context, res *attemptResult, resp *upstream.Response, out *provider.Outbound) *attemptResult {
-	a := &attemptStream{route: res.route, ordinal: res.ordinal, race: res.race, input: out.PromptTokens}
+func (c *call) relay(ctx context.Context, res *attemptResult, resp *upstream.Response) *attemptResult {
+	a := &attemptStream{route: res.route, ordinal: res.ordinal, race: res.race, input: res.prompt}
 	o := c.out
 	if o.buffer && res.race == nil {
 		o.enc, o.held = nil, o.held[:0]
 	}
 	rd := c.live.clients[res.route.Provider.ID].ep.Stream(resp.Body)
+	if r, ok := rd.(provider.Releaser); ok {
+		defer r.Release()
+	}
 	var evs []provider.Event
 	var endErr error
 read:
@@ -331,15 +334,15 @@ read:
 		// of being closed.
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 	}
-	return c.endStream(res, a, endErr, out)
+	return c.endStream(res, a, endErr)
 }
 
 // endStream turns how a stream ended into the attempt's outcome.
-func (c *call) endStream(res *attemptResult, a *attemptStream, endErr error, out *provider.Outbound) *attemptResult {
+func (c *call) endStream(res *attemptResult, a *attemptStream, endErr error) *attemptResult {
 	res.obs.VisibleOutput, res.obs.EmittedTokens, res.obs.InToolCall, res.obs.ProtocolWarnings = a.visible, a.emitted, a.inTool, a.warnings
 	res.obs.Usage = a.usage
 	if !a.hasUsage {
-		res.obs.Usage, res.obs.UsageEstimated = gw.Usage{InputTokens: out.PromptTokens, OutputTokens: a.tokens}, true
+		res.obs.Usage, res.obs.UsageEstimated = gw.Usage{InputTokens: res.prompt, OutputTokens: a.tokens}, true
 	}
 	var ue *upstream.Error
 	isUpstream := errors.As(endErr, &ue)

@@ -28,9 +28,10 @@ func (c *call) settle(d retry.Decision, last *attemptResult) {
 	state := ledgerState(gw.Terminal(r.Terminal))
 	var stored *ledger.Response
 	if head != nil || c.out.started {
-		body, _ := c.flight.Output()
+		// The flight's output and its tail, in the flight's own array:
+		// Finish publishes the same bytes, so they are not copied.
 		stored = &ledger.Response{Status: http.StatusOK, ContentType: "text/event-stream", Attempts: len(r.Attempts),
-			Body: append(append([]byte(nil), body...), tail...)}
+			Body: c.flight.Stage(tail)}
 		if head != nil {
 			stored.Status, stored.ContentType = head.Status, head.Header.Get("Content-Type")
 			stored.Route = head.Header.Get("X-Oncegate-Route")

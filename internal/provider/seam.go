@@ -228,6 +228,15 @@ func (s *sseStream) Next(out []Event) ([]Event, error) {
 
 func (s *sseStream) Pending() bool { return s.rd.Pending() }
 
+// Release gives the SSE reader's buffer back (Releaser).
+func (s *sseStream) Release() { s.rd.Release() }
+
+// Releaser is a StreamDecoder holding a buffer it can give back once the
+// stream is over; it must not be used after Release.
+type Releaser interface {
+	Release()
+}
+
 // KeyHeader is the Auth of a static key sent in one header: "x-api-key",
 // "api-key", or Authorization with a "Bearer " prefix.
 type KeyHeader struct {

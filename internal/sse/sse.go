@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 )
 
 // Event is one dispatched event. Data has the "data:" lines joined by "\n",
@@ -37,9 +38,31 @@ type Reader struct {
 // NewReader reads events from r; maxEvent bounds one event's bytes.
 // Its buffer is bufio's default 4 KiB, held for as long as the stream is
 // open: a longer line is assembled from several reads, so a larger buffer
-// would only cost every open stream its size (docs/performance.md).
+// would only cost every open stream its size (docs/performance.md). It
+// comes from a pool: Release gives it back when the stream is over, so
+// that a stream leaves no garbage buffer behind.
 func NewReader(r io.Reader, maxEvent int) *Reader {
-	return &Reader{br: bufio.NewReader(r), maxEvent: maxEvent}
+	br, _ := buffers.Get().(*bufio.Reader)
+	if br == nil {
+		br = bufio.NewReader(r)
+	} else {
+		br.Reset(r)
+	}
+	return &Reader{br: br, maxEvent: maxEvent}
+}
+
+// buffers holds the read buffers of finished streams.
+var buffers sync.Pool
+
+// Release gives the reader's buffer back for another stream's reader.
+// The reader must not be used again; a second Release does nothing.
+func (r *Reader) Release() {
+	if r.br == nil {
+		return
+	}
+	r.br.Reset(nil) // let go of the body it read
+	buffers.Put(r.br)
+	r.br = nil
 }
 
 // Next returns the next event with data. It returns io.EOF when the stream

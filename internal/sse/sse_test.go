@@ -119,3 +119,27 @@ func FuzzReader(f *testing.F) {
 		}
 	})
 }
+
+// A released reader's buffer serves the next reader, with nothing of the
+// first stream left in it, and the events read before stay whole.
+func TestReleasedBufferServesTheNextReader(t *testing.T) {
+	r := NewReader(strings.NewReader("data: one\n\ndata: left over in the buffer\n\n"), 64<<10)
+	ev, err := r.Next()
+	if err != nil || string(ev.Data) != "one" {
+		t.Fatalf("first stream: %q %v", ev.Data, err)
+	}
+	r.Release()
+	r.Release() // a second one does nothing
+	r2 := NewReader(strings.NewReader("data: two\n\n"), 64<<10)
+	defer r2.Release()
+	ev2, err := r2.Next()
+	if err != nil || string(ev2.Data) != "two" {
+		t.Fatalf("second stream: %q %v", ev2.Data, err)
+	}
+	if _, err := r2.Next(); err != io.EOF {
+		t.Fatalf("second stream, after its event: %v", err)
+	}
+	if string(ev.Data) != "one" {
+		t.Fatalf("an event read before the release changed: %q", ev.Data)
+	}
+}

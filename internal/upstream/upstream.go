@@ -9,7 +9,6 @@
 package upstream
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/tls"
@@ -273,6 +272,7 @@ func (c *Client) Do(ctx context.Context, r *Request) (*Response, error) {
 	}
 	res, err := c.tr.RoundTrip(req.WithContext(httptrace.WithClientTrace(ctx, trace)))
 	fb.disarm()
+	b.release()
 	if err == nil && (res.StatusCode < 200 || res.StatusCode/100 == 3) {
 		err = outsideProtocol(res)
 	}
@@ -421,12 +421,20 @@ func phaseOf(wrote, started bool) Phase {
 // it has been sent. net/http replays a POST carrying an Idempotency-Key
 // header on a reused connection that failed after writing; refusing to
 // rewind turns that hidden retry into a visible, classified failure.
+// Once the exchange has its response the bytes are let go (release): a
+// stream may stay open for minutes, and the transport keeps its request,
+// body included, until the response's end (docs/performance.md, Memory).
 type onceBody struct {
+	mu   sync.Mutex
 	data []byte
 	sent atomic.Bool
 }
 
-func (b *onceBody) open() io.ReadCloser { return &onceReader{b: b, r: bytes.NewReader(b.data)} }
+func (b *onceBody) open() io.ReadCloser {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return &onceReader{b: b, rest: b.data}
+}
 
 func (b *onceBody) reopen() (io.ReadCloser, error) {
 	if b.sent.Load() {
@@ -435,17 +443,35 @@ func (b *onceBody) reopen() (io.ReadCloser, error) {
 	return b.open(), nil
 }
 
+// release lets the body's bytes go: the transport will not read or
+// rewind it again.
+func (b *onceBody) release() {
+	b.mu.Lock()
+	b.data = nil
+	b.mu.Unlock()
+}
+
+// onceReader reads a onceBody, and drops its bytes when it has read them
+// all.
 type onceReader struct {
-	b *onceBody
-	r *bytes.Reader
+	b    *onceBody
+	rest []byte
 }
 
 func (o *onceReader) Read(p []byte) (int, error) {
-	n, err := o.r.Read(p)
+	if len(o.rest) == 0 {
+		o.rest = nil
+		return 0, io.EOF
+	}
+	n := copy(p, o.rest)
+	o.rest = o.rest[n:]
+	if len(o.rest) == 0 {
+		o.rest = nil // an empty tail still points into the array
+	}
 	if n > 0 {
 		o.b.sent.Store(true)
 	}
-	return n, err
+	return n, nil
 }
 
 func (o *onceReader) Close() error { return nil }

@@ -348,3 +348,28 @@ func TestAnInformationalStatusIsAViolation(t *testing.T) {
 		t.Fatalf("kind %s", k)
 	}
 }
+
+// A body read to its end and then released holds none of its bytes, and
+// is never rewound once any of it was read.
+func TestASentBodyLetsItsBytesGo(t *testing.T) {
+	b := &onceBody{data: []byte(`{"a":1}`)}
+	rc := b.open()
+	got, err := io.ReadAll(rc)
+	if err != nil || string(got) != `{"a":1}` {
+		t.Fatalf("read %q, %v", got, err)
+	}
+	if r := rc.(*onceReader); r.rest != nil {
+		t.Fatal("the reader holds the body after reading it all")
+	}
+	b.release()
+	if b.data != nil {
+		t.Fatal("the body holds its bytes after release")
+	}
+	if _, err := b.reopen(); !errors.Is(err, errReplay) {
+		t.Fatalf("rewound after sending: %v", err)
+	}
+	empty := &onceBody{}
+	if n, err := empty.open().Read(make([]byte, 8)); n != 0 || err != io.EOF || empty.sent.Load() {
+		t.Fatalf("an empty body: %d, %v, sent %v", n, err, empty.sent.Load())
+	}
+}
