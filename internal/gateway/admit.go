@@ -13,6 +13,21 @@ import (
 	"github.com/oncegate/oncegate/internal/provider"
 )
 
+// enterTenant starts stage 1 of an API request: it finds the tenant (or
+// virtual key) by the request's key and counts the request against their
+// limits until release is called — before the body is read.
+func (g *Gateway) enterTenant(r *http.Request) (*policy.Tenant, *liveKey, func(), *apiError) {
+	t := g.tenant(r)
+	if t == nil {
+		return nil, nil, nil, errorf(CodeUnauthorized, "missing or unknown API key")
+	}
+	lk, release, apiErr := g.enterBoth(r, t)
+	if apiErr != nil {
+		return nil, nil, nil, apiErr
+	}
+	return t, lk, release, nil
+}
+
 // enter counts a request of tenant t in progress until release is
 // called, or refuses it when the tenant already has budget.max_concurrent
 // in progress on this gateway — before its body is read, so a burst of

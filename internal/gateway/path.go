@@ -38,12 +38,7 @@ import (
 // (docs/identity.md, docs/streaming.md).
 func (g *Gateway) serveChat(p provider.Protocol) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		t := g.tenant(r)
-		if t == nil {
-			errorf(CodeUnauthorized, "missing or unknown API key").write(w, p, meta{})
-			return
-		}
-		lk, release, apiErr := g.enterBoth(r, t)
+		t, lk, release, apiErr := g.enterTenant(r)
 		if apiErr != nil {
 			apiErr.write(w, p, meta{})
 			return
