@@ -31,7 +31,8 @@ func openStore(ctx context.Context, store, sync string, readOnly bool) (ledger.S
 		if readOnly {
 			return sqlite.OpenReadOnly(path)
 		}
-		return sqlite.OpenWith(path, sqlite.Options{SyncNormal: normal})
+		// The intent log in front of the database (docs/durability.md).
+		return sqlite.OpenLog(path, sqlite.Options{SyncNormal: normal})
 	case policy.IsPostgres(store):
 		if readOnly {
 			return postgres.OpenReadOnly(ctx, store)
