@@ -3,11 +3,15 @@ package sqlite
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
+	"time"
 
 	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/ledger/intentlog"
 )
 
 // metaApplied is the meta row that holds the LSN of the last log record
@@ -101,3 +105,81 @@ func (s *Store) replayLog(ctx context.Context, recs []*logRecord, applied int64)
 	}
 	return last, refused, nil
 }
+
+// logEnd is the highest LSN the intent log's files beside path hold now
+// (0: none), read without taking the writer's lock.
+func logEnd(path string) (int64, error) {
+	files, _, err := segments(path)
+	if err != nil {
+		return 0, err
+	}
+	var end int64
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // applied and deleted meanwhile
+		}
+		if err != nil {
+			return 0, fmt.Errorf("read the intent log: %w", err)
+		}
+		for off := min(len(logMagic), len(b)); ; {
+			rec, n, err := intentlog.ReadFrame(b[off:])
+			if err != nil || len(rec) < recordHead {
+				break
+			}
+			end = max(end, int64(binary.LittleEndian.Uint64(rec[lsnOff:])))
+			off += n
+		}
+	}
+	return end, nil
+}
+
+// logMagic starts every intent log file (intentlog's format).
+const logMagic = "oncelog\x01"
+
+// catchUpIdle is how long CatchUp waits for the database's position to
+// move before it concludes that no writer is applying the log.
+const catchUpIdle = 2 * time.Second
+
+// CatchUp waits until the database has applied every record the intent
+// log beside it holds now (a LogStore writes the log; docs/durability.md,
+// "The intent log in front of SQLite"): a reader that calls it then sees
+// every write acknowledged before the call. If the database's position
+// does not move for two seconds — no writer is applying the log: it
+// crashed, and the records are applied when one opens the file again — it
+// returns ErrBehind.
+func (s *Store) CatchUp(ctx context.Context) error {
+	if s.path == "" {
+		return nil // a writer: LogStore applies its own log
+	}
+	want, err := logEnd(s.path)
+	if err != nil {
+		return err
+	}
+	last, idle := int64(-1), time.Now()
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		applied, err := s.appliedLSN(ctx)
+		switch {
+		case err != nil:
+			return err
+		case applied >= want:
+			return nil
+		case applied != last:
+			last, idle = applied, time.Now()
+		case time.Since(idle) > catchUpIdle:
+			return fmt.Errorf("%w: the database applied the log up to %d of %d", ErrBehind, applied, want)
+		}
+		t.Reset(time.Millisecond)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// ErrBehind: the intent log holds records the database has not applied,
+// and no writer is applying them.
+var ErrBehind = errors.New("ledger: the database is behind its intent log")

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -31,6 +32,7 @@ import (
 // It is safe for concurrent use.
 type LogStore struct {
 	db   *Store
+	get  *sql.Stmt // the record of an identity, prepared on the readers
 	path string
 	sync bool
 
@@ -91,6 +93,10 @@ func OpenLog(path string, o Options) (*LogStore, error) {
 	for i := range s.ids {
 		s.ids[i].m = map[string]*entry{}
 		s.reqs[i].m = map[string]*entry{}
+	}
+	if s.get, err = db.r.Prepare(`SELECT ` + recordCols + ` FROM requests WHERE identity = ?`); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open ledger %s: %w", path, err)
 	}
 	if err := s.recover(context.Background()); err != nil {
 		_ = db.Close()
@@ -421,5 +427,5 @@ func (s *LogStore) Close() error {
 		}
 		err = ferr
 	}
-	return errors.Join(werr, err, s.db.Close())
+	return errors.Join(werr, err, s.get.Close(), s.db.Close())
 }

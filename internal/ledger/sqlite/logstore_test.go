@@ -417,11 +417,31 @@ func TestLogReadOnlySeesWhatTheDatabaseApplied(t *testing.T) {
 	if _, err := ro.Get(ctx, "k:b"); !errors.Is(err, ledger.ErrNotFound) {
 		t.Fatalf("the reader sees b before a writer applied it: %v", err)
 	}
+	if err := ro.CatchUp(ctx); !errors.Is(err, ErrBehind) {
+		t.Fatalf("catching up with no writer: %v, want ErrBehind", err)
+	}
 	w := openLogStore(t, path, false)
-	if _, err := w.Get(ctx, "k:b"); err != nil {
+	if err := ro.CatchUp(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if r, err := ro.Get(ctx, "k:b"); err != nil || r.State != ledger.Succeeded {
 		t.Fatalf("after the writer's open the reader sees %+v %v", r, err)
+	}
+	// While the writer runs, a reader that catches up sees every write
+	// acknowledged before.
+	for i := range 20 {
+		id := fmt.Sprintf("c%d", i)
+		if _, _, err := w.Claim(ctx, logRec(id), nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Finish(ctx, logFinish(id, 1, 1)); err != nil {
+			t.Fatal(err)
+		}
+		if err := ro.CatchUp(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ro.Receipt(ctx, "acme", id); err != nil {
+			t.Fatalf("%s: the reader caught up without the receipt: %v", id, err)
+		}
 	}
 }

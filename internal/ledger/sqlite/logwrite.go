@@ -60,7 +60,7 @@ func (s *LogStore) Claim(ctx context.Context, rec *ledger.Record, events []ledge
 // create writes a new claim for e (held, fresh) unless the database has a
 // record of its identity.
 func (s *LogStore) create(ctx context.Context, e *entry, rec *ledger.Record, events []ledger.Event) (*ledger.Record, bool, error) {
-	existing, err := s.db.Get(ctx, rec.Identity)
+	existing, err := scanRecord(s.get.QueryRowContext(ctx, rec.Identity))
 	if err == nil || !errors.Is(err, ledger.ErrNotFound) {
 		s.abandon(e)
 		return existing, false, err

@@ -26,6 +26,7 @@ import (
 type Store struct {
 	w         *sql.DB   // the single writer connection (nil: read-only)
 	wc        *sql.Conn // w's connection, pinned: the writer's statements run on it
+	path      string    // the database file
 	r         *sql.DB   // WAL readers
 	cp        *sql.DB   // the checkpointer
 	lock      *fileLock
@@ -207,7 +208,7 @@ func OpenReadOnly(path string) (*Store, error) {
 		return nil, fmt.Errorf("open ledger %s: %w", path, err)
 	}
 	r.SetMaxOpenConns(4)
-	return &Store{r: r}, nil
+	return &Store{r: r, path: path}, nil
 }
 
 // Ping commits a heartbeat (read-only: asks a reader).
