@@ -238,7 +238,7 @@ func (s *LogStore) UpdateKey(ctx context.Context, k *ledger.Key) error {
 // Ping appends a heartbeat to the log and commits one to the database:
 // both can be written now.
 func (s *LogStore) Ping(ctx context.Context) error {
-	if _, err := s.appendRecord(newRecord(kindHeartbeat)); err != nil {
+	if _, err := s.appendRecord(newRecord(kindHeartbeat, 0)); err != nil {
 		return err
 	}
 	if err := s.barrier(ctx); err != nil {

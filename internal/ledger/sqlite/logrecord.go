@@ -33,16 +33,29 @@ type logRecord struct {
 	resp   []byte         // finish: the stored response, encoded (nil: none)
 }
 
-func newRecord(kind byte) []byte {
-	b := make([]byte, recordHead, 512)
+// newRecord starts a record of kind with room for size more bytes: its
+// buffer is allocated once, not grown field by field.
+func newRecord(kind byte, size int) []byte {
+	b := make([]byte, recordHead, recordHead+size)
 	b[0] = kind
 	return b
+}
+
+// eventsSize bounds the bytes appendEvents adds for evs.
+func eventsSize(requestID string, evs []ledger.Event) int {
+	n := len(requestID) + 2*binary.MaxVarintLen64
+	for _, e := range evs {
+		n += len(e.Type) + len(e.Data) + 6*binary.MaxVarintLen64
+	}
+	return n
 }
 
 func setLSN(b []byte, lsn int64) { binary.LittleEndian.PutUint64(b[lsnOff:], uint64(lsn)) }
 
 func encodeClaim(r *ledger.Record, evs []ledger.Event) []byte {
-	b := newRecord(kindClaim)
+	size := len(r.Identity) + len(r.RequestID) + len(r.Tenant) + len(r.Operation) + len(r.RequestSHA256) + len(r.State) + len(r.Owner) +
+		12*binary.MaxVarintLen64 + eventsSize(r.RequestID, evs)
+	b := newRecord(kindClaim, size)
 	for _, v := range []string{r.Identity, r.RequestID, r.Tenant, r.Operation, r.RequestSHA256, string(r.State), r.Owner} {
 		b = appendString(b, v)
 	}
@@ -57,11 +70,13 @@ func encodeClaim(r *ledger.Record, evs []ledger.Event) []byte {
 }
 
 func encodeAppend(evs []ledger.Event) []byte {
-	return appendEvents(newRecord(kindAppend), evs[0].RequestID, evs)
+	return appendEvents(newRecord(kindAppend, eventsSize(evs[0].RequestID, evs)), evs[0].RequestID, evs)
 }
 
 func encodeFinish(f *ledger.Finish, resp []byte) []byte {
-	b := newRecord(kindFinish)
+	size := len(f.Identity) + len(f.RequestID) + len(f.State) + len(f.Tenant) + len(f.Key) + len(resp) + len(f.Receipt) +
+		12*binary.MaxVarintLen64 + eventsSize(f.RequestID, f.Events)
+	b := newRecord(kindFinish, size)
 	for _, v := range []string{f.Identity, f.RequestID, string(f.State), f.Tenant, f.Key} {
 		b = appendString(b, v)
 	}

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/intentlog"
@@ -52,6 +53,8 @@ type LogStore struct {
 	amu       sync.Mutex
 	pending   map[int64][]byte // durable records not yet applied, by LSN
 	applied   int64            // the last LSN the database has applied
+	taken     int64            // the last LSN the applier has taken from pending
+	urgent    atomic.Bool      // someone waits for the database: apply now
 	appliedCh chan struct{}    // closed (and replaced) when applied grows
 	broken    error            // the log or the database failed: nothing more is written
 	old       []segment        // segments whose records are all appended
@@ -191,7 +194,7 @@ func (s *LogStore) recover(ctx context.Context) error {
 		}
 	}
 	s.lsn.Store(last)
-	s.applied, s.refused, s.segNo = last, refused, next
+	s.applied, s.taken, s.refused, s.segNo = last, last, refused, next
 	if s.log, err = s.openSegment(next); err != nil {
 		return err
 	}
@@ -310,6 +313,11 @@ func (s *LogStore) waitApplied(ctx context.Context, lsn int64) error {
 		case applied >= lsn:
 			return nil
 		}
+		s.urgent.Store(true)
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
 		select {
 		case <-ch:
 		case <-ctx.Done():
@@ -322,21 +330,45 @@ func (s *LogStore) waitApplied(ctx context.Context, lsn int64) error {
 // before the call.
 func (s *LogStore) barrier(ctx context.Context) error { return s.waitApplied(ctx, s.lsn.Load()) }
 
+// The applier writes the database in large, rare transactions: each
+// commit costs the same whatever it holds. It applies once applyBatch
+// records have gathered, applyDelay after the first of them, or at once
+// when someone waits for the database (a barrier, Close).
+const (
+	applyBatch = 512
+	applyDelay = 10 * time.Millisecond
+)
+
 // applier applies durable records in LSN order, as many as have gathered
 // a transaction, until Close.
 func (s *LogStore) applier() {
 	defer close(s.stopped)
+	t := time.NewTimer(applyDelay)
+	t.Stop()
+	armed := false
+	var batch [][]byte
 	for {
-		if batch := s.take(); len(batch) > 0 {
+		batch = s.take(batch)
+		if len(batch) > 0 && (len(batch) >= applyBatch || s.urgent.Swap(false)) {
 			if err := s.apply(batch); err != nil {
 				s.fail(err)
 				<-s.stop
 				return
 			}
+			batch = batch[:0]
 			continue
+		}
+		if len(batch) > 0 && !armed {
+			t.Reset(applyDelay)
+			armed = true
 		}
 		select {
 		case <-s.wake:
+		case <-t.C:
+			armed = false
+			if len(batch) > 0 {
+				s.urgent.Store(true)
+			}
 		case <-s.stop:
 			// Close waited until everything appended was applied.
 			return
@@ -344,21 +376,22 @@ func (s *LogStore) applier() {
 	}
 }
 
-// take removes from pending the records that follow applied without a gap
-// (a record whose append has not returned yet ends the run), at most 1024.
-func (s *LogStore) take() [][]byte {
+// take moves to batch the records of pending that follow the last one
+// taken without a gap (a record whose append has not returned yet ends
+// the run), up to applyBatch.
+func (s *LogStore) take(batch [][]byte) [][]byte {
 	s.amu.Lock()
 	defer s.amu.Unlock()
-	var out [][]byte
-	for next := s.applied + 1; len(out) < 1024; next++ {
-		rec, ok := s.pending[next]
+	for len(batch) < applyBatch {
+		rec, ok := s.pending[s.taken+1]
 		if !ok {
 			break
 		}
-		delete(s.pending, next)
-		out = append(out, rec)
+		delete(s.pending, s.taken+1)
+		s.taken++
+		batch = append(batch, rec)
 	}
-	return out
+	return batch
 }
 
 // apply writes a run of records to the database in one transaction, then
