@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/jsonenc"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/receipt"
 )
@@ -41,15 +43,33 @@ type pendingEvent struct {
 
 func (l *eventLog) event(typ ledger.EventType, at time.Time, data any) ledger.Event {
 	l.seq++
-	var b []byte
-	if r, ok := data.(*receipt.Receipt); ok {
-		// Its own encoder, without encoding/json checking and compacting
-		// what MarshalJSON returned: the created event of every request.
-		b, _ = r.JSON()
-	} else {
-		b, _ = json.Marshal(data) // plain structs and maps: cannot fail
+	return ledger.Event{RequestID: l.requestID, Seq: l.seq, Generation: l.gen, Type: typ, At: at, Data: payload(data)}
+}
+
+// selfEncoding is an event payload that writes encoding/json's bytes for
+// itself, without reflection; ok is false for a value it leaves to
+// encoding/json.
+type selfEncoding interface {
+	appendJSON(b []byte) (_ []byte, ok bool)
+}
+
+// payload encodes an event's data. Every request writes the same few
+// payloads (docs/performance.md): the receipt and the small ones below
+// write themselves; anything else goes through encoding/json.
+func payload(data any) []byte {
+	switch d := data.(type) {
+	case *receipt.Receipt:
+		// Without encoding/json checking and compacting what
+		// MarshalJSON returned: the created event of every request.
+		b, _ := d.JSON()
+		return b
+	case selfEncoding:
+		if b, ok := d.appendJSON(make([]byte, 0, 128)); ok {
+			return b
+		}
 	}
-	return ledger.Event{RequestID: l.requestID, Seq: l.seq, Generation: l.gen, Type: typ, At: at, Data: b}
+	b, _ := json.Marshal(data) // plain structs and maps: cannot fail
+	return b
 }
 
 // later queues an event for the next durable write.
@@ -92,7 +112,7 @@ func (l *eventLog) take(beside bool) []ledger.Event {
 			v = p.ref
 		}
 		out[i] = p.ev
-		out[i].Data, _ = json.Marshal(v)
+		out[i].Data = payload(v)
 	}
 	l.pending = l.pending[:0]
 	return out
@@ -105,6 +125,55 @@ type dispatchEvent struct {
 	Purpose    string    `json:"purpose"`
 	NotBefore  time.Time `json:"not_before"`
 	ReserveUSD float64   `json:"reserve_usd"`
+}
+
+func (d dispatchEvent) appendJSON(b []byte) ([]byte, bool) {
+	if y := d.NotBefore.Year(); y < 0 || y > 9999 {
+		return b, false
+	}
+	if _, off := d.NotBefore.Zone(); off <= -24*3600 || off >= 24*3600 {
+		return b, false
+	}
+	b = append(b, `{"ordinal":`...)
+	b = strconv.AppendInt(b, int64(d.Ordinal), 10)
+	b = append(b, `,"route":`...)
+	b = jsonenc.AppendString(b, d.Route, jsonenc.Std)
+	b = append(b, `,"purpose":`...)
+	b = jsonenc.AppendString(b, d.Purpose, jsonenc.Std)
+	b = append(b, `,"not_before":"`...)
+	b = d.NotBefore.AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","reserve_usd":`...)
+	b, ok := jsonenc.AppendFloat(b, d.ReserveUSD)
+	return append(b, '}'), ok
+}
+
+func (r receiptRef) appendJSON(b []byte) ([]byte, bool) {
+	b = append(b, `{"in_receipt":`...)
+	b = strconv.AppendBool(b, r.InReceipt)
+	if r.Ordinal != 0 {
+		b = append(b, `,"ordinal":`...)
+		b = strconv.AppendInt(b, int64(r.Ordinal), 10)
+	}
+	if r.AfterAttempt != 0 {
+		b = append(b, `,"after_attempt":`...)
+		b = strconv.AppendInt(b, int64(r.AfterAttempt), 10)
+	}
+	return append(b, '}'), true
+}
+
+// terminalEvent is the payload of request_terminal (its members in the
+// order encoding/json wrote the map it once was).
+type terminalEvent struct {
+	Reason   string `json:"reason"`
+	Terminal string `json:"terminal"`
+}
+
+func (t terminalEvent) appendJSON(b []byte) ([]byte, bool) {
+	b = append(b, `{"reason":`...)
+	b = jsonenc.AppendString(b, t.Reason, jsonenc.Std)
+	b = append(b, `,"terminal":`...)
+	b = jsonenc.AppendString(b, t.Terminal, jsonenc.Std)
+	return append(b, '}'), true
 }
 
 // errStore marks a store failure that is not a refusal: the store could

@@ -262,7 +262,7 @@ func (c *call) awaitStored(rem *coord.Remote) {
 		rec, err := c.g.ledger.Get(c.ctx, c.identity)
 		switch {
 		case errors.Is(err, ledger.ErrNotFound) && c.follows < maxFollows:
-			c.run()
+			c.serve()
 			return
 		case err != nil && c.ctx.Err() == nil:
 			e := errorf(CodeStoreUnavailable, "the gateway's store is unreachable; retry shortly")
@@ -290,7 +290,7 @@ func (c *call) awaitStored(rem *coord.Remote) {
 				e.retryAfter = 1
 				c.publishError(e, meta{requestID: follow.RequestID})
 			case replace:
-				c.run()
+				c.serve()
 			}
 			return
 		}

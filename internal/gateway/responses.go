@@ -64,12 +64,7 @@ func (g *Gateway) turnError(w http.ResponseWriter, e *apiError) {
 // never appending a copy. Any other turn on a response is a new branch of
 // the conversation: one turn per user action, however many per response.
 func (g *Gateway) serveResponses(w http.ResponseWriter, r *http.Request) {
-	t := g.tenant(r)
-	if t == nil {
-		g.turnError(w, errorf(CodeUnauthorized, "missing or unknown API key"))
-		return
-	}
-	lk, release, apiErr := g.enterBoth(r, t)
+	t, lk, release, apiErr := g.enterTenant(r)
 	if apiErr != nil {
 		g.turnError(w, apiErr)
 		return
@@ -394,7 +389,7 @@ func (g *Gateway) runTurn(w http.ResponseWriter, r *http.Request, t *policy.Tena
 		return
 	}
 	cr := &provider.ClientRequest{Protocol: provider.Responses, Body: turn.Request, IR: ir, PromptTokens: provider.PromptTokens(ir)}
-	c, apiErr := g.newCall(r, provider.Responses, t, alias, cr, turn.RequestSHA256, "")
+	c, apiErr := g.identify(r, &admitted{proto: provider.Responses, tenant: t, alias: alias, parsed: cr, requestSHA: turn.RequestSHA256})
 	if apiErr != nil {
 		g.turnError(w, apiErr)
 		return

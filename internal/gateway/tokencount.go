@@ -33,12 +33,7 @@ const countOperation = "count_tokens"
 // X-Oncegate-Token-Count.
 func (g *Gateway) serveCountTokens(w http.ResponseWriter, r *http.Request) {
 	p := provider.Anthropic
-	t := g.tenant(r)
-	if t == nil {
-		errorf(CodeUnauthorized, "missing or unknown API key").write(w, p, meta{})
-		return
-	}
-	lk, release, apiErr := g.enterBoth(r, t)
+	t, lk, release, apiErr := g.enterTenant(r)
 	if apiErr != nil {
 		apiErr.write(w, p, meta{})
 		return

@@ -110,49 +110,6 @@ func FuzzStreamDecoders(f *testing.F) {
 	})
 }
 
-// FuzzFastTextDelta: the fast path only reads valid JSON whose one choice's
-// delta is exactly {"content": text}; and whenever the full decoder reads
-// the chunk too, it reads exactly that one text event.
-func FuzzFastTextDelta(f *testing.F) {
-	f.Add([]byte(`{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":" word"},"logprobs":null,"finish_reason":null}]}`))
-	f.Add([]byte(`{"id":"c","choices":[{"index":0,"delta":{"content":"a\"b\\n\u00e9"},"finish_reason":null}],"usage":null}`))
-	f.Add([]byte(`{"choices":[{"delta":{"content":"x"},"finish_reason":null},{"delta":{"content":"y"}}]}`))
-	f.Add([]byte(`{"choices":[{"delta":{"content":"x","role":"assistant"},"finish_reason":null}]}`))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		text, ok := fastTextDelta(data)
-		if !ok {
-			return
-		}
-		var generic struct {
-			Choices []struct {
-				Delta map[string]any `json:"delta"`
-			} `json:"choices"`
-		}
-		if err := json.Unmarshal(data, &generic); err == nil {
-			// The one delta in the chunk is exactly {"content": text}.
-			if len(generic.Choices) == 0 || len(generic.Choices[0].Delta) != 1 || generic.Choices[0].Delta["content"] != text {
-				t.Fatalf("%q: fast read %q, the document says %+v", data, text, generic.Choices)
-			}
-		} else if !json.Valid(data) {
-			t.Fatalf("fast path read invalid JSON %q", data)
-		}
-		var c oaChunk
-		if json.Unmarshal(data, &c) != nil {
-			return // the full decoder would skip it as malformed; the text above is still exact
-		}
-		evs, err := (&openAIDecoder{started: true}).decodeChunk(&c, data, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if text == "" && len(evs) == 0 {
-			return
-		}
-		if len(evs) != 1 || evs[0].Kind != EvText || evs[0].Text != text {
-			t.Fatalf("%q: fast %q, full decoder %+v", data, text, evs)
-		}
-	})
-}
-
 // FuzzFastTextBlockDelta: when the fast read of an Anthropic text delta
 // takes an event, it reads the text the general decoder reads from it.
 func FuzzFastTextBlockDelta(f *testing.F) {

@@ -7,7 +7,6 @@ import (
 	"github.com/oncegate/oncegate/internal/jsonenc"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/sse"
@@ -449,16 +448,21 @@ func (d *openAIDecoder) Decode(ev sse.Event, out []Event) ([]Event, error) {
 	if string(ev.Data) == "[DONE]" {
 		return append(out, Event{Kind: EvDone}), nil
 	}
-	if d.started {
-		if text, ok := fastTextDelta(ev.Data); ok {
-			return append(out, Event{Kind: EvText, Text: text}), nil
-		}
+	if evs, ok := scanChunk(ev.Data, d.started, out); ok {
+		d.started = true
+		return evs, nil
 	}
+	return d.decodeFull(ev.Data, out)
+}
+
+// decodeFull reads a chunk with encoding/json: every chunk scanChunk
+// does not vouch for.
+func (d *openAIDecoder) decodeFull(data []byte, out []Event) ([]Event, error) {
 	var c oaChunk
-	if err := json.Unmarshal(ev.Data, &c); err != nil {
+	if err := json.Unmarshal(data, &c); err != nil {
 		return out, fmt.Errorf("malformed chunk: %w", err)
 	}
-	return d.decodeChunk(&c, ev.Data, out)
+	return d.decodeChunk(&c, data, out)
 }
 
 // decodeChunk turns a fully decoded chunk into events.
@@ -509,62 +513,6 @@ func (d *openAIDecoder) decodeChunk(c *oaChunk, data []byte, out []Event) ([]Eve
 		out = append(out, Event{Kind: EvUsage, Usage: c.Usage.usage()})
 	}
 	return out, nil
-}
-
-// fastTextDelta reads the commonest chunk — one choice whose delta is only
-// content, with no finish reason, usage, role, tool call or error — without
-// a full JSON decode. Anything else (ok false) takes the general path,
-// which FuzzFastTextDelta checks it always agrees with.
-func fastTextDelta(data []byte) (string, bool) {
-	const marker = `"delta":{"content":`
-	i := bytes.Index(data, []byte(marker))
-	if i < 0 || bytes.Count(data, []byte(`"choices":[{`)) != 1 || bytes.Count(data, []byte(`"delta":`)) != 1 ||
-		!bytes.Contains(data, []byte(`"finish_reason":null`)) || bytes.Contains(data, []byte(`"usage":{`)) ||
-		bytes.Contains(data, []byte(`"error"`)) || bytes.Contains(data, []byte(`"tool_calls"`)) ||
-		bytes.Contains(data, []byte(`"role"`)) || bytes.Contains(data, []byte(`"refusal":"`)) ||
-		bytes.Contains(data, []byte(`"logprobs":{`)) {
-		return "", false
-	}
-	// The delta must open the first choice: `"choices":[{"index":0,"delta":…`.
-	c := bytes.Index(data, []byte(`"choices":[{`))
-	if between := data[c+len(`"choices":[{`) : max(i, c+len(`"choices":[{`))]; c < 0 || i < c ||
-		(len(between) > 0 && string(between) != `"index":0,`) {
-		return "", false
-	}
-	rest := data[i+len(marker):]
-	if len(rest) == 0 || rest[0] != '"' {
-		return "", false
-	}
-	// Find the closing quote of the content string.
-	end, plain := -1, true
-	for j := 1; j < len(rest); j++ {
-		switch c := rest[j]; {
-		case c == '\\':
-			plain = false
-			j++
-		case c == '"':
-			end = j
-		case c < 0x20:
-			return "", false
-		}
-		if end >= 0 {
-			break
-		}
-	}
-	if end < 0 || end+1 >= len(rest) || rest[end+1] != '}' || !json.Valid(data) {
-		return "", false
-	}
-	if plain {
-		if !utf8.Valid(rest[1:end]) {
-			return "", false
-		}
-		return string(rest[1:end]), true
-	}
-	var text string
-	if json.Unmarshal(rest[:end+1], &text) != nil {
-		return "", false
-	}
-	return text, true
 }
 
 // openAIEncoder writes neutral events as Chat Completions chunks with one

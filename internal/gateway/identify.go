@@ -1,0 +1,204 @@
+package gateway
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/oncegate/oncegate/internal/identity"
+	"github.com/oncegate/oncegate/internal/policy"
+	"github.com/oncegate/oncegate/internal/provider"
+	"github.com/oncegate/oncegate/internal/receipt"
+	"github.com/oncegate/oncegate/internal/retry"
+)
+
+// identify is stage 2: it builds the logical request an admitted request
+// is — its identity (the key's digest, the keyless fingerprint, or an
+// identity of its own), its deadline, its receipt header and the routes
+// it cannot use. Nothing is shared or durable yet.
+func (g *Gateway) identify(r *http.Request, a *admitted) (*call, *apiError) {
+	p, t, alias, cr, requestSHA, key := a.proto, a.tenant, a.alias, a.parsed, a.requestSHA, a.key
+	budgets, apiErr := callerBudgets(r.Header)
+	if apiErr != nil {
+		return nil, apiErr
+	}
+	created := g.clock.Now()
+	c := &call{g: g, proto: p, tenant: t, alias: alias, in: cr, live: g.cur.Load(),
+		id: uuid.Must(uuid.NewV7()).String(), created: created, requestSHA: requestSHA,
+		deadline:      retry.Deadline(created, alias.Engine.Deadline, budgets...),
+		stream:        cr.IR.Stream,
+		streamEvents:  r.Header.Get("X-Oncegate-Stream-Events") == "1",
+		anthropicBeta: r.Header.Get("anthropic-beta"),
+		clientRetries: clientRetryCount(r.Header),
+	}
+	h := receipt.Receipt{RequestID: c.id, Tenant: t.ID, KeyID: keyIDOf(r), Operation: p.Operation(), Model: alias.Name,
+		RequestSHA256: c.requestSHA, CreatedAt: created, Deadline: c.deadline, Stream: c.stream, ClientRetryCount: c.clientRetries}
+	join, apiErr := joinsOf(r.Header, g.policy().Idempotency.KeylessJoin)
+	if apiErr != nil {
+		return nil, apiErr
+	}
+	switch {
+	case key != "":
+		h.KeySHA256 = identity.KeyDigest(t.ID, p.Operation(), key)
+		c.identity = "k:" + h.KeySHA256
+	case join:
+		h.Fingerprint = identity.Fingerprint(g.secret, t.ID, p.Operation(), c.requestSHA)
+		c.identity = "f:" + h.Fingerprint
+	default:
+		// An independent sample: an identity of its own, which nothing
+		// else shares (the receipt still carries the fingerprint).
+		h.Fingerprint = identity.Fingerprint(g.secret, t.ID, p.Operation(), c.requestSHA)
+		c.identity = "u:" + c.id
+	}
+	acceptRestart := c.streamEvents && r.Header.Get("X-Oncegate-Accept-Restart") == "1"
+	native, apiErr := c.droppable(r.Header)
+	if apiErr != nil {
+		return nil, apiErr
+	}
+	needs := provider.NeedsOf(cr.IR)
+	h.Request = receipt.Facts{EstimatedInputTokens: cr.PromptTokens, MaxOutputTokens: cr.IR.MaxTokens,
+		MaxDataBoundary: t.MaxBoundary.String(), AcceptRestart: acceptRestart, NoContinuation: cr.IR.Thinking, DroppableFields: c.dropped,
+		IneligibleRoutes: alias.Ineligible(policy.Needs{Images: needs.Images, Audio: needs.Audio, Tools: needs.Tools,
+			JSONSchema: needs.JSONSchema, Stream: needs.Stream, ContextTokens: cr.PromptTokens + cr.IR.MaxTokens,
+			Protocol: string(cr.Protocol), NativeOnly: native, NativeOnlyOn: c.nativeOnlyOn, Embeddings: p == provider.Embeddings,
+			Uncarried: uncarried(cr)}, t.MaxBoundary)}
+	c.rec = receipt.NewRecorder(alias, h)
+	c.out = newOutput(c)
+	return c, nil
+}
+
+// uncarried answers policy.Needs.Uncarried for cr: what a type that is a
+// provider.FieldLimiter cannot carry of it, found once per type.
+func uncarried(cr *provider.ClientRequest) func(provider.Type) []string {
+	found := map[provider.Type][]string{}
+	return func(t provider.Type) []string {
+		l, ok := t.(provider.FieldLimiter)
+		if !ok || cr.Protocol == provider.Embeddings {
+			return nil
+		}
+		if f, seen := found[t]; seen {
+			return f
+		}
+		f := l.Uncarried(cr.Protocol, cr.Body)
+		found[t] = f
+		return f
+	}
+}
+
+// droppable splits the request's native-only fields (docs/translation.md)
+// into those that keep it on routes of its own protocol (returned) and
+// those a route of the other protocol may drop (c.dropped): droppable
+// fields the alias's may_drop or the request's X-Oncegate-May-Drop
+// header lists. A header naming a field that cannot be dropped is a 400
+// naming it.
+func (c *call) droppable(h http.Header) ([]string, *apiError) {
+	allowed := slices.Clone(c.alias.MayDrop)
+	for _, v := range h.Values("X-Oncegate-May-Drop") {
+		for _, name := range strings.Split(v, ",") {
+			if name = strings.TrimSpace(name); name == "" {
+				continue
+			}
+			if !provider.Droppable(provider.OpenAI, name) && !provider.Droppable(provider.Anthropic, name) && !policy.DroppableOn(c.alias.Routes, name) {
+				return nil, &apiError{code: CodeInvalidRequest, param: "X-Oncegate-May-Drop",
+					message: fmt.Sprintf("X-Oncegate-May-Drop names %q, which is not a field a route may drop (droppable: %s)", name, strings.Join(provider.DroppableNames(), ", "))}
+			}
+			allowed = append(allowed, name)
+		}
+	}
+	c.mayDrop = allowed
+	var native []string
+	for _, f := range c.in.NativeOnly {
+		if slices.Contains(allowed, f) && provider.Droppable(c.in.Protocol, f) {
+			c.dropped = append(c.dropped, f)
+			continue
+		}
+		native = append(native, f)
+	}
+	return native, nil
+}
+
+// droppedOn is what an attempt on route drops of the request: the
+// droppable fields, on a route of the other protocol; none on its own.
+// A type with its own field table drops what that table lets it.
+func (c *call) droppedOn(route *policy.Route) []string {
+	if route == nil {
+		return nil
+	}
+	if ft, ok := route.Provider.Impl.(provider.FieldTable); ok {
+		var out []string
+		for _, f := range ft.NativeOnly(c.in.Protocol, c.in.Body) {
+			if slices.Contains(c.mayDrop, f) && ft.Droppable(c.in.Protocol, f) {
+				out = append(out, f)
+			}
+		}
+		return out
+	}
+	if route.Provider.Impl.Spec().Protocol == c.in.Protocol {
+		return nil
+	}
+	return c.dropped
+}
+
+// nativeOnlyOn lists the request's fields a route of a type with its own
+// field table cannot carry and may not drop (policy.Needs.NativeOnlyOn).
+func (c *call) nativeOnlyOn(ft provider.FieldTable) []string {
+	var out []string
+	for _, f := range ft.NativeOnly(c.in.Protocol, c.in.Body) {
+		if !slices.Contains(c.mayDrop, f) || !ft.Droppable(c.in.Protocol, f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// joinsOf says whether a keyless request may share another's generation:
+// X-Oncegate-Join (on, off) over the configuration's keyless_join.
+func joinsOf(h http.Header, configured bool) (bool, *apiError) {
+	switch v := strings.TrimSpace(h.Get("X-Oncegate-Join")); strings.ToLower(v) {
+	case "":
+		return configured, nil
+	case "on":
+		return true, nil
+	case "off":
+		return false, nil
+	default:
+		return false, &apiError{code: CodeInvalidRequest, param: "X-Oncegate-Join", message: "X-Oncegate-Join must be on or off, found " + strconv.Quote(v)}
+	}
+}
+
+// callerBudgets reads the caller's own time budgets (docs/retries.md):
+// X-Oncegate-Timeout-Ms (milliseconds) and x-stainless-timeout (seconds,
+// sent by the official SDKs). They only ever shorten the deadline.
+func callerBudgets(h http.Header) ([]time.Duration, *apiError) {
+	var out []time.Duration
+	if v := strings.TrimSpace(h.Get("X-Oncegate-Timeout-Ms")); v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms <= 0 || ms > 24*3600*1000 {
+			return nil, &apiError{code: CodeInvalidRequest, param: "X-Oncegate-Timeout-Ms",
+				message: "X-Oncegate-Timeout-Ms must be a whole number of milliseconds between 1 and 86400000, found " + strconv.Quote(v)}
+		}
+		out = append(out, time.Duration(ms)*time.Millisecond)
+	}
+	if v := strings.TrimSpace(h.Get("X-Stainless-Timeout")); v != "" {
+		s, err := strconv.ParseFloat(v, 64)
+		if err == nil && s > 0 && s < 86400 && !math.IsNaN(s) {
+			out = append(out, time.Duration(s*float64(time.Second)))
+		}
+	}
+	return out, nil
+}
+
+// clientRetryCount reads x-stainless-retry-count: how many times an
+// official SDK retried this request on its own.
+func clientRetryCount(h http.Header) int {
+	n, err := strconv.Atoi(strings.TrimSpace(h.Get("X-Stainless-Retry-Count")))
+	if err != nil || n < 0 || n > 1000 {
+		return 0
+	}
+	return n
+}

@@ -1,0 +1,222 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/oncegate/oncegate/internal/coord"
+)
+
+// place is stage 3: it puts a new logical request where it belongs. It
+// owns its identity — it runs the call, on the fast path or the shared
+// flight's, and reads its output — or joins the one in flight for it,
+// reading the same output from its first byte.
+func (g *Gateway) place(w http.ResponseWriter, r *http.Request, c *call) {
+	p, t := c.proto, c.tenant
+	if c.clientRetries > 0 {
+		g.metrics.ObserveClientRetry()
+	}
+	place, err := g.flights.Place(r.Context(), coord.Arrival{Identity: c.identity, SHA256: c.requestSHA, RequestID: c.id,
+		Deadline: c.deadline, ClientRetries: c.clientRetries, Tenant: t.ID, RequestsPerMinute: t.RequestsPerMinute})
+	f := place.Flight
+	switch {
+	case errors.Is(err, coord.ErrConflict):
+		errorf(CodeKeyReused, "the idempotency key is in use with a different request body").write(w, p, meta{})
+		return
+	case errors.Is(err, coord.ErrTruncated):
+		e := errorf(CodeKeyInUse, "this request's output is past the join buffer; retry when it has finished")
+		e.retryAfter = 1
+		e.write(w, p, meta{})
+		return
+	case err != nil:
+		errorf(CodeInternal, "place the request: %v", err).write(w, p, meta{})
+		return
+	case !place.Owner:
+		if now := g.clock.Now(); outlasts(f.Deadline, c.deadline) {
+			f.Leave()
+			g.joinTooLong(f.RequestID, f.Deadline, now).write(w, p, meta{requestID: f.RequestID})
+			return
+		}
+		f.NoteClientRetry(c.clientRetries)
+		g.metrics.ObserveDedup(t.ID, "joined")
+		g.serveFlight(w, r, f.NewReader(), "joined")
+		return
+	}
+	c.flight, c.ctx, c.rateTaken = f, place.Work, place.RateTaken
+	c.access = accessOf(r.Context())
+	c.startRequestSpan(r.Header)
+	if r.Header.Get("Idempotency-Key") != "" || r.Header.Get("X-Stainless-Retry-Count") != "" || c.turn != nil {
+		f.SetGrace(g.rejoinGrace) // the caller can come back for this answer
+	}
+	g.inflight.Add(1)
+	if !c.stream && place.Err == nil && place.Remote == nil {
+		g.runInline(w, r, c)
+		return
+	}
+	g.runShared(w, r, c, place)
+}
+
+// runInline is the fast path: a whole (non-stream) answer this gateway
+// runs. It is sent once it is complete, so the client's own goroutine
+// runs the call — stages 4 to 6 — and then sends what the flight holds:
+// no second goroutine and no wake-up to hand the answer over
+// (docs/architecture.md, docs/performance.md). Others who join read the
+// flight as it fills, as they would otherwise. A client that leaves ends
+// its subscription at once, as serveFlight's would, and the flight's
+// grace decides whether the call goes on.
+func (g *Gateway) runInline(w http.ResponseWriter, r *http.Request, c *call) {
+	rd := c.flight.NewReader()
+	left := context.AfterFunc(r.Context(), rd.Leave)
+	func() {
+		defer g.inflight.Done()
+		defer c.endRequestSpan()
+		c.serve()
+	}()
+	if left() {
+		g.serveFlight(w, r, rd, "miss")
+	}
+}
+
+// runShared is the shared-flight path: a stream, or a request another
+// replica runs or refused. The call runs on a goroutine of its own and
+// publishes to the flight as it goes; the client's goroutine relays the
+// flight as every joiner does.
+func (g *Gateway) runShared(w http.ResponseWriter, r *http.Request, c *call, place coord.Place) {
+	go func() {
+		defer g.inflight.Done()
+		defer c.endRequestSpan()
+		switch {
+		case place.Err != nil:
+			c.refuse(place.Err)
+		case place.Remote != nil:
+			c.follow(place.Remote)
+		default:
+			c.serve()
+		}
+	}()
+	g.serveFlight(w, r, c.flight.NewReader(), "miss")
+}
+
+// serveFlight sends a flight's output to one client — the owner or a
+// joiner — from its first byte, flushing as it arrives. The client leaving
+// ends only its own subscription.
+func (g *Gateway) serveFlight(w http.ResponseWriter, r *http.Request, rd coord.Subscription, dedup string) {
+	defer rd.Leave()
+	ctx := r.Context()
+	h, err := rd.Head(ctx)
+	if err != nil {
+		return
+	}
+	if h.Header.Get("Content-Type") != "text/event-stream" {
+		// A whole answer: send it with its length in one write, not as
+		// flushed chunks.
+		var body []byte
+		for {
+			b, done, err := rd.Next(ctx)
+			if err != nil {
+				return
+			}
+			if body == nil {
+				body = b
+			} else {
+				body = append(slices.Clip(body), b...)
+			}
+			if done {
+				break
+			}
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		writeHead(w, h, dedup)
+		_, _ = w.Write(body)
+		return
+	}
+	writeHead(w, h, dedup)
+	rc := http.NewResponseController(w)
+	for {
+		b, done, err := rd.Next(ctx)
+		if err != nil || done {
+			return
+		}
+		if _, err := w.Write(b); err != nil {
+			return
+		}
+		if err := rc.Flush(); err != nil {
+			return
+		}
+	}
+}
+
+// writeHead writes a response head; dedup names X-Oncegate-Dedup unless the
+// head overrides it.
+func writeHead(w http.ResponseWriter, h *coord.Head, dedup string) {
+	if h.Code != "" {
+		noteCode(w, h.Code)
+	}
+	dst := w.Header()
+	for k, v := range h.Header {
+		dst[k] = v
+	}
+	if h.Dedup != "" {
+		dedup = h.Dedup
+	}
+	if dedup != "" {
+		dst.Set("X-Oncegate-Dedup", dedup)
+	}
+	w.WriteHeader(h.Status)
+}
+
+// outlasts reports whether an owner's deadline really exceeds a joiner's:
+// by more than joinSlack, not by the moments between two admissions (the
+// arrival that wins a claim may have been admitted a little later, and a
+// shared claim keeps its deadline to the millisecond).
+func outlasts(owner, joiner time.Time) bool { return owner.Sub(joiner) > joinSlack }
+
+// joinSlack is how much longer than a joiner's deadline an owner's may
+// run before the join is refused.
+const joinSlack = time.Second
+
+// joinTooLong is the 409 for a join that would outlast the joiner's own
+// deadline (docs/identity.md). Its Retry-After is when the owner —
+// request requestID, ending by deadline at the latest — may well have
+// finished (joinRetryAfter), not the joiner's own horizon.
+func (g *Gateway) joinTooLong(requestID string, deadline, now time.Time) *apiError {
+	e := errorf(CodeKeyInUse, "this request is in progress and may take longer than your deadline allows")
+	e.retryAfter = joinRetryAfter(g.ownerStarted(requestID), deadline, now)
+	return e
+}
+
+// joinRetryAfter estimates, in whole seconds (at least 1), how long a
+// request that started at started and ends by deadline has still to run:
+// about as long as it has run so far — the guess a client's exponential
+// backoff makes, so a joiner that comes back early is told a longer wait
+// — and never past the deadline. A zero started (unknown) leaves the
+// deadline.
+func joinRetryAfter(started, deadline, now time.Time) int {
+	wait := deadline.Sub(now)
+	if ran := now.Sub(started); !started.IsZero() && ran >= 0 && ran < wait {
+		wait = ran
+	}
+	return int(math.Ceil(max(1, wait.Seconds())))
+}
+
+// ownerStarted is when the logical request requestID started: its call's
+// creation when this gateway runs it, else the time its UUIDv7 request id
+// carries (RFC 9562: milliseconds since the epoch), as another gateway
+// made it; zero when the id is not one.
+func (g *Gateway) ownerStarted(requestID string) time.Time {
+	if v, ok := g.live.Load(requestID); ok {
+		return v.(*call).created
+	}
+	id, err := uuid.Parse(requestID)
+	if err != nil || id.Version() != 7 {
+		return time.Time{}
+	}
+	return time.Unix(id.Time().UnixTime())
+}
