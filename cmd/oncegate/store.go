@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -30,21 +29,9 @@ func openStore(ctx context.Context, store, sync string, readOnly bool) (ledger.S
 			return nil, fmt.Errorf("store %q names no file", store)
 		}
 		if readOnly {
-			st, err := sqlite.OpenReadOnly(path)
-			if err != nil {
-				return nil, err
-			}
-			// Wait for a running gateway to apply its intent log; with
-			// none running, read what the database has (the rest is
-			// applied when a gateway opens it).
-			if err := st.CatchUp(ctx); err != nil && !errors.Is(err, sqlite.ErrBehind) {
-				_ = st.Close()
-				return nil, err
-			}
-			return st, nil
+			return sqlite.OpenReadOnly(path)
 		}
-		// The intent log in front of the database (docs/durability.md).
-		return sqlite.OpenLog(path, sqlite.Options{SyncNormal: normal})
+		return sqlite.OpenWith(path, sqlite.Options{SyncNormal: normal})
 	case policy.IsPostgres(store):
 		if readOnly {
 			return postgres.OpenReadOnly(ctx, store)

@@ -384,13 +384,6 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := finishConversations(ctx, gws[0].url(), outcomes); err != nil {
 		return nil, err
 	}
-	// A SQLite ledger's last writes may still be in its intent log only:
-	// read once the gateway has applied them.
-	if c, ok := st.(interface{ CatchUp(context.Context) error }); ok {
-		if err := c.CatchUp(ctx); err != nil {
-			return nil, fmt.Errorf("read the ledger: %w", err)
-		}
-	}
 	return check(ctx, rep, outcomes, m, pol, gws[0], st)
 }
 
