@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net/url"
 	"path/filepath"
@@ -94,12 +95,8 @@ func openLean(path string, o Options) (*leanStore, error) {
 	cp.SetMaxOpenConns(1)
 	s := &Store{w: w, r: r, cp: cp, ops: make(chan *op, 4096), stop: make(chan struct{}), stopped: make(chan struct{}),
 		stmts: map[string]*sql.Stmt{}, committed: make(chan struct{}, 1), cpStopped: make(chan struct{})}
-	for _, q := range []string{qLeanClaim, qLeanGet, qLeanFinish, qLeanDone, qCharge, qKeyCharge} {
-		st, err := w.Prepare(q)
-		if err != nil {
-			return nil, fmt.Errorf("prepare %q: %w", q, err)
-		}
-		s.stmts[q] = st
+	if err := s.pin([]string{qLeanClaim, qLeanGet, qLeanFinish, qLeanDone, qCharge, qKeyCharge}); err != nil {
+		return nil, err
 	}
 	go s.loop()
 	go s.checkpoints()
@@ -167,7 +164,7 @@ func (l *leanStore) Close() error {
 	s.once.Do(func() { close(s.stop) })
 	<-s.stopped
 	<-s.cpStopped
-	return s.w.Close()
+	return errors.Join(s.wc.Close(), s.w.Close())
 }
 
 // BenchmarkLeanRequestWrites is BenchmarkRequestWrites on the lean layout,

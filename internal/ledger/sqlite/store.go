@@ -24,9 +24,11 @@ import (
 
 // Store is the SQLite ledger. It is safe for concurrent use.
 type Store struct {
-	w         *sql.DB // the single writer connection (nil: read-only)
-	r         *sql.DB // WAL readers
-	cp        *sql.DB // the checkpointer
+	w         *sql.DB   // the single writer connection (nil: read-only)
+	wc        *sql.Conn // w's connection, pinned: the writer's statements run on it
+	path      string    // the database file
+	r         *sql.DB   // WAL readers
+	cp        *sql.DB   // the checkpointer
 	lock      *fileLock
 	committed chan struct{}
 	cpStopped chan struct{}
@@ -86,6 +88,19 @@ func Open(path string) (*Store, error) { return OpenWith(path, Options{}) }
 
 // OpenWith is Open with the commits o chooses.
 func OpenWith(path string, o Options) (*Store, error) {
+	s, err := openLocked(path, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.endLeases(); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// openLocked opens the database at path to write, holding its lock.
+func openLocked(path string, o Options) (*Store, error) {
 	lock, err := lockFile(path + ".lock")
 	if err != nil {
 		return nil, fmt.Errorf("open ledger %s: %w", path, err)
@@ -96,11 +111,20 @@ func OpenWith(path string, o Options) (*Store, error) {
 		return nil, err
 	}
 	s.lock = lock
-	if _, err := s.w.Exec(`UPDATE requests SET lease_until = 0 WHERE finished_at = 0 AND state = 'in_progress'`); err != nil {
-		_ = s.Close()
-		return nil, fmt.Errorf("end the leases of a previous process in %s: %w", path, err)
-	}
 	return s, nil
+}
+
+// endLeases ends the leases of every request in progress: they belong to
+// a process that is gone (the caller holds the lock).
+func (s *Store) endLeases() error {
+	err := s.write(context.Background(), true, func(tx wtx) error {
+		_, err := tx.Exec(`UPDATE requests SET lease_until = 0 WHERE finished_at = 0 AND state = 'in_progress'`)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("end the leases of a previous process: %w", err)
+	}
+	return nil
 }
 
 func open(path string, o Options) (*Store, error) {
@@ -135,19 +159,37 @@ func open(path string, o Options) (*Store, error) {
 	cp.SetMaxOpenConns(1)
 	s := &Store{w: w, r: r, cp: cp, ops: make(chan *op, 4096), stop: make(chan struct{}), stopped: make(chan struct{}),
 		stmts: map[string]*sql.Stmt{}, committed: make(chan struct{}, 1), cpStopped: make(chan struct{})}
-	for _, q := range writes {
-		st, err := w.Prepare(q)
-		if err != nil {
-			_ = w.Close()
-			_ = r.Close()
-			_ = cp.Close()
-			return nil, fmt.Errorf("prepare %q: %w", q, err)
-		}
-		s.stmts[q] = st
+	if err := s.pin(writes); err != nil {
+		_ = w.Close()
+		_ = r.Close()
+		_ = cp.Close()
+		return nil, fmt.Errorf("open ledger %s: %w", path, err)
 	}
 	go s.loop()
 	go s.checkpoints()
 	return s, nil
+}
+
+// pin takes the writer's one connection for good and prepares qs on it
+// (with the transaction's own statements).
+func (s *Store) pin(qs []string) error {
+	wc, err := s.w.Conn(context.Background())
+	if err != nil {
+		return err
+	}
+	for _, q := range append([]string{qBegin, qCommit, qRollback}, qs...) {
+		if _, ok := s.stmts[q]; ok {
+			continue
+		}
+		st, err := wc.PrepareContext(context.Background(), q)
+		if err != nil {
+			_ = wc.Close()
+			return fmt.Errorf("prepare %q: %w", q, err)
+		}
+		s.stmts[q] = st
+	}
+	s.wc = wc
+	return nil
 }
 
 // OpenReadOnly opens an existing database to read while a gateway may be
@@ -166,7 +208,7 @@ func OpenReadOnly(path string) (*Store, error) {
 		return nil, fmt.Errorf("open ledger %s: %w", path, err)
 	}
 	r.SetMaxOpenConns(4)
-	return &Store{r: r}, nil
+	return &Store{r: r, path: path}, nil
 }
 
 // Ping commits a heartbeat (read-only: asks a reader).
@@ -191,7 +233,10 @@ func (s *Store) Close() error {
 	<-s.cpStopped
 	s.conn.Lock() // a caller committing its own write finishes it
 	defer s.conn.Unlock()
-	err := errors.Join(s.w.Close(), s.r.Close(), s.cp.Close())
+	for _, st := range s.stmts {
+		_ = st.Close()
+	}
+	err := errors.Join(s.wc.Close(), s.w.Close(), s.r.Close(), s.cp.Close())
 	if s.lock != nil {
 		s.lock.release()
 		s.lock = nil

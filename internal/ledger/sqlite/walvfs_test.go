@@ -107,9 +107,11 @@ func TestSyncNormalIsTheSettingInForce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for name, db := range map[string]*sql.DB{"writer": st.w, "readers": st.r} {
+		for name, db := range map[string]interface {
+			QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
+		}{"writer": st.wc, "readers": st.r} {
 			var got int
-			if err := db.QueryRow(`PRAGMA synchronous`).Scan(&got); err != nil || got != tc.want {
+			if err := db.QueryRowContext(context.Background(), `PRAGMA synchronous`).Scan(&got); err != nil || got != tc.want {
 				t.Errorf("%+v, %s: synchronous = %d (%v); want %d", tc.o, name, got, err, tc.want)
 			}
 		}

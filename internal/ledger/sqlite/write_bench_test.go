@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -42,3 +43,27 @@ func BenchmarkRequestWritesBySync(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkLogRequestWritesBySync is BenchmarkRequestWritesBySync on the
+// LogStore: the intent log in front, the database written behind; the
+// clock runs until the database has applied every request.
+func BenchmarkLogRequestWritesBySync(b *testing.B) {
+	for _, sync := range []string{"full", "normal"} {
+		for _, clients := range []int{64, 1} {
+			b.Run(fmt.Sprintf("sync=%s/clients=%d", sync, clients), func(b *testing.B) {
+				st, err := OpenLog(filepath.Join(b.TempDir(), "bench.db"), Options{SyncNormal: sync == "normal"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer st.Close()
+				ledgertest.BenchmarkRequestWrites(b, logDrainer{st}, clients)
+			})
+		}
+	}
+}
+
+// logDrainer tells BenchmarkRequestWrites when the database behind the
+// log has caught up.
+type logDrainer struct{ *LogStore }
+
+func (d logDrainer) Drain() error { return d.barrier(context.Background()) }

@@ -29,19 +29,27 @@ const (
 	qCharge       = `INSERT INTO tenant_spend (day, tenant, charged) VALUES (?,?,?) ON CONFLICT(day, tenant) DO UPDATE SET charged = charged + excluded.charged`
 	qKeyCharge    = `INSERT INTO key_spend (day, key_id, charged) VALUES (?,?,?) ON CONFLICT(day, key_id) DO UPDATE SET charged = charged + excluded.charged`
 	qRenew        = `UPDATE requests SET lease_until = ? WHERE request_id = ? AND owner = ? AND state = 'in_progress' AND lease_until >= ?`
+	// A batch's transaction: IMMEDIATE takes the write lock at BEGIN, as
+	// a writer that is the database's only one should.
+	qBegin    = `BEGIN IMMEDIATE`
+	qCommit   = `COMMIT`
+	qRollback = `ROLLBACK`
 )
 
 var writes = func() []string {
-	out := []string{qInsertRecord, qSelectByID, qInsertStale, qFence, qFinish, qRelease, qSettle, qCharge, qKeyCharge, qRenew}
+	out := []string{qInsertRecord, qSelectByID, qInsertStale, qFence, qFinish, qRelease, qSettle, qCharge, qKeyCharge, qRenew, qBegin, qCommit, qRollback}
 	for n := 1; n <= maxRowsPerInsert; n++ {
 		out = append(out, eventsInsert(n), receiptsInsert(n))
 	}
 	return out
 }()
 
-// wtx is the writer's transaction with its prepared statements.
+// wtx is the writer's transaction with its prepared statements: the
+// statements of BEGIN … COMMIT run on the writer's one pinned connection,
+// not in a database/sql Tx, which would start a goroutine (and wake it at
+// the end) for every commit and every query in it.
 type wtx struct {
-	*sql.Tx
+	c    *sql.Conn
 	st   map[string]*sql.Stmt
 	rows *batchRows
 }
@@ -94,7 +102,7 @@ func (w wtx) Exec(q string, args ...any) (sql.Result, error) {
 	if err := w.flush(); err != nil {
 		return nil, err
 	}
-	return w.Tx.Exec(q, args...)
+	return w.c.ExecContext(context.Background(), q, args...)
 }
 
 // Query runs an unprepared query after the batch's pending rows.
@@ -102,14 +110,14 @@ func (w wtx) Query(q string, args ...any) (*sql.Rows, error) {
 	if err := w.flush(); err != nil {
 		return nil, err
 	}
-	return w.Tx.Query(q, args...)
+	return w.c.QueryContext(context.Background(), q, args...)
 }
 
 // QueryRow runs an unprepared one-row query after the batch's pending
 // rows (if putting them in fails, the batch does).
 func (w wtx) QueryRow(q string, args ...any) *sql.Row {
 	_ = w.flush()
-	return w.Tx.QueryRow(q, args...)
+	return w.c.QueryRowContext(context.Background(), q, args...)
 }
 
 // flush puts the pending rows in; an error is also kept for the batch.
@@ -132,7 +140,7 @@ func (w wtx) put() error {
 		if k.key {
 			q = qKeyCharge
 		}
-		if _, err := w.Tx.Stmt(w.st[q]).Exec(k.day, k.tenant, v); err != nil {
+		if _, err := w.st[q].Exec(k.day, k.tenant, v); err != nil {
 			return fmt.Errorf("tenant spend: %w", err)
 		}
 		delete(w.rows.charges, k)
@@ -146,7 +154,7 @@ func (w wtx) putRows(vals *[]any, width int, insert func(rows int) string) error
 	defer func() { *vals = (*vals)[:0] }()
 	for v := *vals; len(v) > 0; {
 		n := min(len(v)/width, maxRowsPerInsert)
-		if _, err := w.Tx.Stmt(w.st[insert(n)]).Exec(v[:width*n]...); err != nil {
+		if _, err := w.st[insert(n)].Exec(v[:width*n]...); err != nil {
 			return err
 		}
 		v = v[width*n:]
@@ -170,14 +178,14 @@ func receiptsInsert(n int) string {
 
 func (w wtx) exec(q string, args ...any) (sql.Result, error) {
 	if st, ok := w.st[q]; ok {
-		return w.Stmt(st).Exec(args...)
+		return st.Exec(args...)
 	}
 	return w.Exec(q, args...)
 }
 
 func (w wtx) queryRow(q string, args ...any) *sql.Row {
 	if st, ok := w.st[q]; ok {
-		return w.Stmt(st).QueryRow(args...)
+		return st.QueryRow(args...)
 	}
 	return w.QueryRow(q, args...)
 }
@@ -307,16 +315,15 @@ func clean(err error) bool {
 }
 
 func (s *Store) apply(batch []*op) error {
-	tx, err := s.w.Begin()
-	if err != nil {
+	if _, err := s.stmts[qBegin].Exec(); err != nil {
 		return err
 	}
 	s.rows = batchRows{events: s.rows.events[:0], receipts: s.rows.receipts[:0], charges: s.rows.charges}
 	clear(s.rows.charges)
-	w := wtx{tx, s.stmts, &s.rows}
+	w := wtx{s.wc, s.stmts, &s.rows}
 	for _, o := range batch {
 		if o.err = o.apply(w); !clean(o.err) || s.rows.err != nil {
-			_ = tx.Rollback()
+			s.rollback()
 			if len(batch) > 1 {
 				return errReplay
 			}
@@ -327,14 +334,17 @@ func (s *Store) apply(batch []*op) error {
 		}
 	}
 	if err := w.flush(); err != nil {
-		_ = tx.Rollback()
+		s.rollback()
 		if len(batch) > 1 {
 			return errReplay // find whose rows they were
 		}
 		batch[0].err = err
 		return nil
 	}
-	if err := tx.Commit(); err != nil {
+	if _, err := s.stmts[qCommit].Exec(); err != nil {
+		// A COMMIT that failed may leave the transaction open (SQLITE_BUSY
+		// does): end it, so the next batch starts from a clean connection.
+		s.rollback()
 		return err
 	}
 	select {
@@ -343,6 +353,10 @@ func (s *Store) apply(batch []*op) error {
 	}
 	return nil
 }
+
+// rollback ends the open transaction, if any (its error is that there
+// was none, or one SQLite already rolled back).
+func (s *Store) rollback() { _, _ = s.stmts[qRollback].Exec() }
 
 // write queues apply and, when wait, blocks until it is committed. A
 // caller that would wait alone — nothing queued, nobody writing — commits
