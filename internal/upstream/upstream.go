@@ -170,13 +170,16 @@ func New(cfg Config) *Client {
 		}
 	}
 	tr := &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           dial,
-		TLSHandshakeTimeout:   cfg.Connect,
-		TLSClientConfig:       &tls.Config{MinVersion: tls.VersionTLS12},
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   512,
+		Proxy:               http.ProxyFromEnvironment,
+		DialContext:         dial,
+		TLSHandshakeTimeout: cfg.Connect,
+		TLSClientConfig:     &tls.Config{MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2:   true,
+		// As many idle connections as a burst of streams opened: each one
+		// closed only to be dialled again costs a handshake and new
+		// buffers. An idle connection lasts IdleConnTimeout at most.
+		MaxIdleConns:          4096,
+		MaxIdleConnsPerHost:   4096,
 		IdleConnTimeout:       90 * time.Second,
 		ExpectContinueTimeout: 0,
 		DisableCompression:    true, // SSE must not sit in a gzip buffer
