@@ -117,13 +117,18 @@ func (s *LogStore) gone(e *entry) bool {
 	return e.dropped || e.finishLSN != 0 && s.appliedNow() >= e.finishLSN
 }
 
+// byRequest is the index's entry of request id, or nil.
+func (s *LogStore) byRequest(id string) *entry {
+	rs := s.reqShard(id)
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return rs.m[id]
+}
+
 // holdRequest finds the request's entry and holds it; nil if the index
 // has none (or only one the database answers for).
 func (s *LogStore) holdRequest(ctx context.Context, id string) (*entry, error) {
-	rs := s.reqShard(id)
-	rs.mu.Lock()
-	e := rs.m[id]
-	rs.mu.Unlock()
+	e := s.byRequest(id)
 	if e == nil {
 		return nil, nil
 	}
@@ -168,10 +173,7 @@ func (s *LogStore) release(e *entry) {
 // dropApplied drops the entry of a request whose finish the database has
 // applied, unless a call holds it (its release drops it).
 func (s *LogStore) dropApplied(id string) {
-	rs := s.reqShard(id)
-	rs.mu.Lock()
-	e := rs.m[id]
-	rs.mu.Unlock()
+	e := s.byRequest(id)
 	if e == nil {
 		return
 	}

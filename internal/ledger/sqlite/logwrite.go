@@ -271,10 +271,7 @@ func (s *LogStore) holdAll(ctx context.Context, ids []string) ([]*entry, error) 
 	var found []*entry
 	seen := map[*entry]bool{}
 	for _, id := range ids {
-		rs := s.reqShard(id)
-		rs.mu.Lock()
-		e := rs.m[id]
-		rs.mu.Unlock()
+		e := s.byRequest(id)
 		if e != nil && !seen[e] {
 			seen[e] = true
 			found = append(found, e)
@@ -375,10 +372,7 @@ func (s *LogStore) Renew(ctx context.Context, owner string, ids []string, now, u
 		if slices.Contains(lost, id) {
 			continue
 		}
-		rs := s.reqShard(id)
-		rs.mu.Lock()
-		e := rs.m[id]
-		rs.mu.Unlock()
+		e := s.byRequest(id)
 		if e == nil {
 			continue
 		}
