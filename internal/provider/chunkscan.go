@@ -176,14 +176,8 @@ func (c *chunkScan) choice() bool {
 }
 
 func (c *chunkScan) delta() bool {
-	if c.null() {
-		return true
-	}
-	if !c.more() || c.b[c.i] != '{' {
-		return false
-	}
 	var seen uint8
-	return c.members(func(key []byte) bool {
+	return c.objectOrNull(func(key []byte) bool {
 		var s span
 		switch string(key) {
 		case "role":
@@ -246,14 +240,8 @@ func (c *chunkScan) tool(t *chunkTool) bool {
 }
 
 func (c *chunkScan) function(t *chunkTool) bool {
-	if c.null() {
-		return true
-	}
-	if !c.more() || c.b[c.i] != '{' {
-		return false
-	}
 	var seen uint8
-	return c.members(func(key []byte) bool {
+	return c.objectOrNull(func(key []byte) bool {
 		switch string(key) {
 		case "name":
 			return once(&seen, 1<<0) && c.str(&t.name)
@@ -292,14 +280,8 @@ func (c *chunkScan) usageObject() bool {
 }
 
 func (c *chunkScan) promptDetails() bool {
-	if c.null() {
-		return true
-	}
-	if !c.more() || c.b[c.i] != '{' {
-		return false
-	}
 	var seen uint8
-	return c.members(func(key []byte) bool {
+	return c.objectOrNull(func(key []byte) bool {
 		switch string(key) {
 		case "cached_tokens":
 			return once(&seen, 1<<0) && c.count(&c.usage.CachedTokens)
@@ -312,6 +294,17 @@ func (c *chunkScan) promptDetails() bool {
 
 // members reads an object, at its '{', calling member with each key
 // (without escapes, or the walk stops) to read its value.
+// objectOrNull scans a null, or an object's members with member.
+func (c *chunkScan) objectOrNull(member func(key []byte) bool) bool {
+	if c.null() {
+		return true
+	}
+	if !c.more() || c.b[c.i] != '{' {
+		return false
+	}
+	return c.members(member)
+}
+
 func (c *chunkScan) members(member func(key []byte) bool) bool {
 	if c.depth++; c.depth > maxScanDepth {
 		return false
