@@ -38,7 +38,7 @@ func BenchmarkRequestWritesBySync(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer st.Close()
-				ledgertest.BenchmarkRequestWrites(b, st, clients)
+				withSched(b, func() { ledgertest.BenchmarkRequestWrites(b, st, clients) })
 			})
 		}
 	}
@@ -56,7 +56,7 @@ func BenchmarkLogRequestWritesBySync(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer st.Close()
-				ledgertest.BenchmarkRequestWrites(b, logDrainer{st}, clients)
+				withSched(b, func() { ledgertest.BenchmarkRequestWrites(b, logDrainer{st}, clients) })
 			})
 		}
 	}
