@@ -30,17 +30,19 @@ func (s *Store) appliedLSN(ctx context.Context) (int64, error) {
 }
 
 // applyRecords applies records (in LSN order) in one transaction and
-// records the last one's LSN as applied. A record the database refuses as
+// records the last one's LSN as applied, committing as mode says: the
+// log holds the records durably, so lazily, unless the caller is about
+// to delete the log's copy. A record the database refuses as
 // a write today would be refused (a fenced-off generation: the index in
 // front of the log admits none, so refused counts them as the bugs they
 // would be) is applied as such: its events kept as stale evidence.
-func (s *Store) applyRecords(ctx context.Context, recs []*logRecord, refused *int) error {
+func (s *Store) applyRecords(ctx context.Context, recs []*logRecord, refused *int, mode syncMode) error {
 	if len(recs) == 0 {
 		return nil
 	}
 	last := recs[len(recs)-1].lsn
 	n := 0
-	err := s.write(ctx, true, func(tx wtx) error {
+	err := s.writeSync(ctx, true, mode, func(tx wtx) error {
 		n = 0
 		for _, lr := range recs {
 			err := applyRecord(tx, lr)
@@ -86,6 +88,27 @@ func applyRecord(tx wtx, lr *logRecord) error {
 	return nil
 }
 
+// metaSynced is the meta row syncNow rewrites.
+const metaSynced = "intentlog_synced"
+
+// syncNow returns once every commit before it is on the disk: it commits
+// a change at synchronous=FULL, whose sync of the WAL covers the frames
+// of every commit before it (those a checkpoint has moved out of the WAL
+// are in the database file, which SQLite syncs before it reuses the
+// WAL). The intent log's files it covers may then go.
+func (s *Store) syncNow(ctx context.Context) error {
+	seq := s.syncSeq.Add(1)
+	err := s.writeSync(ctx, true, syncFull, func(tx wtx) error {
+		_, err := tx.Exec(`INSERT INTO meta (k, v) VALUES (?, ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v`, metaSynced,
+			fmt.Sprintf("%d.%d", time.Now().UnixNano(), seq))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("sync the database: %w", err)
+	}
+	return nil
+}
+
 // replayLog applies the records past the database's position, in LSN
 // order, a few hundred a transaction; it returns the highest LSN seen.
 func (s *Store) replayLog(ctx context.Context, recs []*logRecord, applied int64) (last int64, refused int, err error) {
@@ -99,7 +122,7 @@ func (s *Store) replayLog(ctx context.Context, recs []*logRecord, applied int64)
 		last = max(last, lr.lsn)
 	}
 	for start := 0; start < len(todo); start += 256 {
-		if err := s.applyRecords(ctx, todo[start:min(start+256, len(todo))], &refused); err != nil {
+		if err := s.applyRecords(ctx, todo[start:min(start+256, len(todo))], &refused, syncLazy); err != nil {
 			return 0, 0, err
 		}
 	}

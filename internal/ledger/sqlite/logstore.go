@@ -87,6 +87,7 @@ const maxLag = 16384
 // the database's position, ends the leases of the process before (as
 // OpenWith does) and rebuilds the index of unfinished requests.
 func OpenLog(path string, o Options) (*LogStore, error) {
+	o.behind = true
 	db, err := openLocked(path, o)
 	if err != nil {
 		return nil, err
@@ -182,11 +183,16 @@ func (s *LogStore) recover(ctx context.Context) error {
 	if err := s.db.endLeases(); err != nil {
 		return err
 	}
-	// What the log held is in the database now (at full, on the disk):
-	// its files go.
+	// What the log held is in the database now; once it is on the disk
+	// too, the log's files go.
 	files, _, err := segments(s.path)
 	if err != nil {
 		return err
+	}
+	if len(files) > 0 {
+		if err := s.db.syncNow(ctx); err != nil {
+			return err
+		}
 	}
 	for _, f := range files {
 		if err := os.Remove(f); err != nil {
@@ -406,19 +412,32 @@ func (s *LogStore) apply(batch [][]byte) error {
 		}
 		recs[i] = lr
 	}
-	refused := 0
-	if err := s.db.applyRecords(context.Background(), recs, &refused); err != nil {
-		return err
-	}
 	last := recs[len(recs)-1].lsn
-	// Applied (at full, durably: the database commits with
-	// synchronous=FULL): the segments whose records are all in the
-	// database go, before anyone waiting is told.
+	// The database commits the log's records lazily (synchronous=NORMAL:
+	// the log holds them durably), except the batch that completes a
+	// segment no longer appended to: that one commits at FULL, which puts
+	// it and every commit before it on the disk, and the segment can go.
+	// (Only this goroutine takes segments off the front of old; rotate
+	// adds them at its end.)
 	s.amu.Lock()
 	var done []segment
-	for len(s.old) > 0 && s.old[0].last <= last {
-		done, s.old = append(done, s.old[0]), s.old[1:]
+	for _, sg := range s.old {
+		if sg.last > last {
+			break
+		}
+		done = append(done, sg)
 	}
+	s.amu.Unlock()
+	mode := syncLazy
+	if len(done) > 0 {
+		mode = syncFull
+	}
+	refused := 0
+	if err := s.db.applyRecords(context.Background(), recs, &refused, mode); err != nil {
+		return err
+	}
+	s.amu.Lock()
+	s.old = s.old[len(done):]
 	s.amu.Unlock()
 	for _, sg := range done {
 		if err := os.Remove(sg.path); err != nil {
@@ -450,6 +469,9 @@ func (s *LogStore) Close() error {
 	last := s.lsn.Load()
 	s.seg.Unlock()
 	werr := s.waitApplied(context.Background(), last)
+	if werr == nil {
+		werr = s.db.syncNow(context.Background()) // before the log's files go
+	}
 	close(s.stop)
 	<-s.stopped
 	err := s.log.Close()

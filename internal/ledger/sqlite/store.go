@@ -43,6 +43,14 @@ type Store struct {
 	stop    chan struct{}
 	stopped chan struct{}
 	once    sync.Once
+	// behind: the database is written behind an intent log (OpenLog). Its
+	// connections open at synchronous=NORMAL, and each batch commits at
+	// FULL if one of its writes asks for it (see syncMode); writes that
+	// do not say commit at FULL when fullByDefault. connFull is the
+	// writer connection's setting now (under conn).
+	behind, fullByDefault, connFull bool
+	// syncSeq numbers the commits syncNow makes, so each changes a row.
+	syncSeq atomic.Int64
 }
 
 var _ ledger.Store = (*Store)(nil)
@@ -58,12 +66,16 @@ type Options struct {
 	// loss or a kernel crash may be lost (never the database's integrity).
 	// The zero value is synchronous=FULL: a commit is on the disk.
 	SyncNormal bool
+	// behind opens the database behind an intent log (OpenLog): at
+	// synchronous=NORMAL, with the writes that must be on the disk when
+	// they return committed at FULL one batch at a time (Store.behind).
+	behind bool
 }
 
 func dsn(path string, o Options) (string, error) {
 	q := url.Values{}
 	sync := "synchronous(FULL)"
-	if o.SyncNormal {
+	if o.SyncNormal || o.behind {
 		sync = "synchronous(NORMAL)"
 	}
 	for _, p := range []string{"journal_mode(WAL)", sync, "busy_timeout(10000)", "foreign_keys(OFF)", "cache_size(-8192)"} {
@@ -158,7 +170,8 @@ func open(path string, o Options) (*Store, error) {
 	}
 	cp.SetMaxOpenConns(1)
 	s := &Store{w: w, r: r, cp: cp, ops: make(chan *op, 4096), stop: make(chan struct{}), stopped: make(chan struct{}),
-		stmts: map[string]*sql.Stmt{}, committed: make(chan struct{}, 1), cpStopped: make(chan struct{})}
+		stmts: map[string]*sql.Stmt{}, committed: make(chan struct{}, 1), cpStopped: make(chan struct{}),
+		behind: o.behind, fullByDefault: o.behind && !o.SyncNormal}
 	if err := s.pin(writes); err != nil {
 		_ = w.Close()
 		_ = r.Close()

@@ -59,6 +59,7 @@ var (
 // walFile is an open WAL file: the wrapped VFS's file and the writes not
 // yet handed to it, which start at offset off and are contiguous.
 type walFile struct {
+	name    string // the file's path
 	inner   uintptr
 	methods *lib.Tsqlite3_io_methods
 	buf     []byte
@@ -147,7 +148,7 @@ func walOpen(tls *libc.TLS, _ uintptr, zName uintptr, pFile uintptr, flags int32
 		at[lib.Tsqlite3_file](pFile).FpMethods = 0 // nothing to close
 		return rc
 	}
-	f := &walFile{inner: inner, methods: at[lib.Tsqlite3_io_methods](at[lib.Tsqlite3_file](inner).FpMethods)}
+	f := &walFile{name: libc.GoString(zName), inner: inner, methods: at[lib.Tsqlite3_io_methods](at[lib.Tsqlite3_file](inner).FpMethods)}
 	walFilesMu.Lock()
 	walFiles[pFile] = f
 	walFilesMu.Unlock()
@@ -257,8 +258,16 @@ func walSync(tls *libc.TLS, pFile uintptr, flags int32) int32 {
 	if rc != lib.SQLITE_OK {
 		return rc
 	}
-	return call[func(*libc.TLS, uintptr, int32) int32](f.methods.FxSync)(tls, f.inner, flags)
+	rc = call[func(*libc.TLS, uintptr, int32) int32](f.methods.FxSync)(tls, f.inner, flags)
+	if h := walSynced.Load(); h != nil && rc == lib.SQLITE_OK {
+		(*h)(f.name)
+	}
+	return rc
 }
+
+// walSynced, if set, is called with a WAL file's path each time it is
+// synced, before SQLite goes on (tests keep what a power loss would).
+var walSynced atomic.Pointer[func(name string)]
 
 func walFileSize(tls *libc.TLS, pFile, pSize uintptr) int32 {
 	f, rc := flushed(tls, pFile)

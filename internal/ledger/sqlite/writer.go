@@ -34,6 +34,10 @@ const (
 	qBegin    = `BEGIN IMMEDIATE`
 	qCommit   = `COMMIT`
 	qRollback = `ROLLBACK`
+	// A store behind a log sets its writer's sync per batch. Not
+	// prepared: SQLite applies this pragma when it compiles it.
+	qSyncFull   = `PRAGMA synchronous=FULL`
+	qSyncNormal = `PRAGMA synchronous=NORMAL`
 )
 
 var writes = func() []string {
@@ -197,7 +201,24 @@ type op struct {
 	apply func(tx wtx) error
 	err   error
 	done  chan error
+	sync  syncMode
 }
+
+// syncMode is how durable a write must be when it returns, in a store
+// behind an intent log (Store.behind; any other store commits as it was
+// opened).
+type syncMode uint8
+
+const (
+	// syncDefault: as the store was opened — on the disk at FULL.
+	syncDefault syncMode = iota
+	// syncLazy: the intent log holds the write durably; the database may
+	// commit it at synchronous=NORMAL.
+	syncLazy
+	// syncFull: on the disk when it returns, at either setting: its
+	// commit syncs the WAL, and with it every commit before.
+	syncFull
+)
 
 // Under load, the writer waits a little for a batch to fill before it
 // commits: every commit rewrites the pages at the end of each table and
@@ -315,6 +336,9 @@ func clean(err error) bool {
 }
 
 func (s *Store) apply(batch []*op) error {
+	if err := s.setSync(batch); err != nil {
+		return err
+	}
 	if _, err := s.stmts[qBegin].Exec(); err != nil {
 		return err
 	}
@@ -354,6 +378,34 @@ func (s *Store) apply(batch []*op) error {
 	return nil
 }
 
+// setSync sets the writer's synchronous for batch in a store behind a
+// log: FULL if any of its writes must be on the disk when it returns,
+// else NORMAL (s.conn held).
+func (s *Store) setSync(batch []*op) error {
+	if !s.behind {
+		return nil
+	}
+	full := false
+	for _, o := range batch {
+		if o.sync == syncFull || o.sync == syncDefault && s.fullByDefault {
+			full = true
+			break
+		}
+	}
+	if full == s.connFull {
+		return nil
+	}
+	q := qSyncNormal
+	if full {
+		q = qSyncFull
+	}
+	if _, err := s.wc.ExecContext(context.Background(), q); err != nil {
+		return fmt.Errorf("set synchronous: %w", err)
+	}
+	s.connFull = full
+	return nil
+}
+
 // rollback ends the open transaction, if any (its error is that there
 // was none, or one SQLite already rolled back).
 func (s *Store) rollback() { _, _ = s.stmts[qRollback].Exec() }
@@ -365,10 +417,16 @@ func (s *Store) rollback() { _, _ = s.stmts[qRollback].Exec() }
 // this caller queued before is still queued then, so its writes stay in
 // order.
 func (s *Store) write(ctx context.Context, wait bool, apply func(tx wtx) error) error {
+	return s.writeSync(ctx, wait, syncDefault, apply)
+}
+
+// writeSync is write with the durability mode asks of its commit (a store
+// behind a log; see syncMode).
+func (s *Store) writeSync(ctx context.Context, wait bool, mode syncMode, apply func(tx wtx) error) error {
 	if s.w == nil {
 		return ledger.ErrReadOnly
 	}
-	o := &op{apply: apply}
+	o := &op{apply: apply, sync: mode}
 	if wait && s.queued.Load() == 0 && s.conn.TryLock() {
 		if s.queued.Load() == 0 {
 			select {
