@@ -21,6 +21,10 @@ import (
 type idShard struct {
 	mu sync.Mutex
 	m  map[string]*entry
+	// known holds the hashes of the shard's identities the database may
+	// have a record of; building, while the set is rebuilt, the new one
+	// (logknown.go).
+	known, building map[uint64]struct{}
 }
 
 // reqShard is a part of the index by request id (taken after an idShard's
@@ -44,9 +48,7 @@ type entry struct {
 	dropped   bool
 }
 
-func (s *LogStore) idShard(identity string) *idShard {
-	return &s.ids[maphash.String(s.seed, identity)%uint64(len(s.ids))]
-}
+func (s *LogStore) idShard(identity string) *idShard { return s.shardOf(s.identityHash(identity)) }
 
 func (s *LogStore) reqShard(id string) *reqShard {
 	return &s.reqs[maphash.String(s.seed, id)%uint64(len(s.reqs))]
@@ -200,8 +202,12 @@ func admit(e *entry, gen int64, evs []ledger.Event) error {
 	return nil
 }
 
-// loadIndex indexes the requests the database has in progress.
+// loadIndex indexes the requests the database has in progress, and
+// loads the identities it holds.
 func (s *LogStore) loadIndex(ctx context.Context) error {
+	if err := s.loadKnown(ctx); err != nil {
+		return err
+	}
 	rows, err := s.db.r.QueryContext(ctx, `SELECT `+recordCols+` FROM requests WHERE finished_at = 0 AND state = 'in_progress'`)
 	if err != nil {
 		return fmt.Errorf("index the requests in progress: %w", err)

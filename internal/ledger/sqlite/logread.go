@@ -91,12 +91,22 @@ func (s *LogStore) State(ctx context.Context, name string) ([]byte, error) {
 	return s.db.State(ctx, name)
 }
 
-// Expire deletes records finished before cutoff, once the database has applied the log's records before the call.
+// Expire deletes records finished before cutoff, once the database has
+// applied the log's records before the call; the identities the database
+// may hold are counted again once a quarter of them are gone.
 func (s *LogStore) Expire(ctx context.Context, cutoff time.Time) (int, error) {
 	if err := s.barrier(ctx); err != nil {
 		return 0, err
 	}
-	return s.db.Expire(ctx, cutoff)
+	n, err := s.db.Expire(ctx, cutoff)
+	if err != nil {
+		return n, err
+	}
+	s.forget(n)
+	if err := s.maybeRebuildKnown(ctx); err != nil {
+		return n, err
+	}
+	return n, nil
 }
 
 // BeginTurn writes a turn unless it exists, once the database has applied the log's records before the call.
@@ -136,7 +146,11 @@ func (s *LogStore) DeleteTurn(ctx context.Context, t *ledger.Turn, from ledger.T
 	if err := s.barrier(ctx); err != nil {
 		return false, err
 	}
-	return s.db.DeleteTurn(ctx, t, from, fromTry)
+	ok, err := s.db.DeleteTurn(ctx, t, from, fromTry)
+	if ok {
+		s.forget(len(ledger.TryIdentities(t))) // at most: counts a rebuild
+	}
+	return ok, err
 }
 
 // ConversationTurns returns a conversation's turns, once the database has applied the log's records before the call.

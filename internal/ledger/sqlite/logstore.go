@@ -49,6 +49,11 @@ type LogStore struct {
 	ids  [64]idShard
 	reqs [64]reqShard
 	seed maphash.Seed
+	// forgotten counts the records deleted from the database since the
+	// set of identities it may hold was built; rebuild is held by a
+	// rebuild (logknown.go).
+	forgotten atomic.Int64
+	rebuild   sync.Mutex
 
 	amu       sync.Mutex
 	pending   map[int64][]byte // durable records not yet applied, by LSN
@@ -452,6 +457,9 @@ func (s *LogStore) apply(batch [][]byte) error {
 	for _, lr := range recs {
 		if lr.kind == kindFinish {
 			s.dropApplied(lr.fin.RequestID)
+			if lr.fin.Release {
+				s.forget(1)
+			}
 		}
 	}
 	return nil

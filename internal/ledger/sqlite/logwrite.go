@@ -20,7 +20,8 @@ var errDuplicateSeq = errors.New("ledger: duplicate event sequence number")
 // append: a second Claim of it waits for the first's record to be durable
 // and gets it; a failed append gives it back.
 func (s *LogStore) Claim(ctx context.Context, rec *ledger.Record, events []ledger.Event) (*ledger.Record, bool, error) {
-	sh := s.idShard(rec.Identity)
+	h := s.identityHash(rec.Identity)
+	sh := s.shardOf(h)
 	for {
 		sh.mu.Lock()
 		e := sh.m[rec.Identity]
@@ -28,8 +29,10 @@ func (s *LogStore) Claim(ctx context.Context, rec *ledger.Record, events []ledge
 		case e == nil:
 			e = &entry{rec: indexed(rec), busy: make(chan struct{})}
 			sh.m[rec.Identity] = e
+			maybe := sh.mayHave(h)
+			sh.know(h)
 			sh.mu.Unlock()
-			return s.create(ctx, e, rec, events)
+			return s.create(ctx, e, rec, events, maybe)
 		case e.busy != nil:
 			ch := e.busy
 			sh.mu.Unlock()
@@ -58,12 +61,15 @@ func (s *LogStore) Claim(ctx context.Context, rec *ledger.Record, events []ledge
 }
 
 // create writes a new claim for e (held, fresh) unless the database has a
-// record of its identity.
-func (s *LogStore) create(ctx context.Context, e *entry, rec *ledger.Record, events []ledger.Event) (*ledger.Record, bool, error) {
-	existing, err := scanRecord(s.get.QueryRowContext(ctx, rec.Identity))
-	if err == nil || !errors.Is(err, ledger.ErrNotFound) {
-		s.abandon(e)
-		return existing, false, err
+// record of its identity: it asks the database only if it may have one
+// (maybe; logknown.go).
+func (s *LogStore) create(ctx context.Context, e *entry, rec *ledger.Record, events []ledger.Event, maybe bool) (*ledger.Record, bool, error) {
+	if maybe {
+		existing, err := scanRecord(s.get.QueryRowContext(ctx, rec.Identity))
+		if err == nil || !errors.Is(err, ledger.ErrNotFound) {
+			s.abandon(e)
+			return existing, false, err
+		}
 	}
 	sh := s.idShard(rec.Identity)
 	sh.mu.Lock()
@@ -250,6 +256,11 @@ func (s *LogStore) Settle(ctx context.Context, fs []*ledger.Finish) ([]string, e
 	if err != nil {
 		return nil, err
 	}
+	for _, f := range fs {
+		if f.Release && slices.Contains(settled, f.RequestID) {
+			s.forget(1)
+		}
+	}
 	byID := map[string]*entry{}
 	for _, e := range held {
 		byID[e.rec.RequestID] = e
@@ -303,11 +314,14 @@ func (s *LogStore) Replace(ctx context.Context, prev string, rec *ledger.Record,
 	if err != nil {
 		return false, err
 	}
+	sh := s.idShard(rec.Identity)
+	sh.mu.Lock()
+	sh.know(s.identityHash(rec.Identity)) // before the database can have it
+	sh.mu.Unlock()
 	ok, err := false, s.barrier(ctx)
 	if err == nil {
 		ok, err = s.db.Replace(ctx, prev, rec, events)
 	}
-	sh := s.idShard(rec.Identity)
 	sh.mu.Lock()
 	if ok || e.rec.RequestID == "" {
 		s.drop(e) // the request replaced, or the place held
