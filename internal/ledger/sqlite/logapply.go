@@ -10,6 +10,9 @@ import (
 	"slices"
 	"time"
 
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/intentlog"
 )
@@ -62,10 +65,94 @@ func (s *Store) applyRecords(ctx context.Context, recs []*logRecord, refused *in
 	return err
 }
 
+// applyLog applies records as applyRecords does. If their transaction
+// fails, it applies them again one a transaction, and sets aside each
+// record that fails alone because the database refuses its data — a
+// constraint, a type or a size it will never accept (poisoned), or a
+// record that cannot be decoded: a bug either way. Such a record is kept
+// in the meta table under intentlog_refused:<LSN> (its bytes) and
+// intentlog_refused_why:<LSN> (the error), counted in refused, and
+// applied past, so that the store goes on and the next open does not
+// stop at it again. Any other failure (an I/O error, a full disk) is
+// returned: the store stops, and the record is applied when it opens
+// again.
+func (s *Store) applyLog(ctx context.Context, recs []*logRecord, refused *int, mode syncMode) error {
+	err := s.applyRecords(ctx, recs, refused, mode)
+	if err == nil || !poisoned(err) {
+		return err
+	}
+	for i, lr := range recs {
+		m := syncLazy
+		if i == len(recs)-1 {
+			m = mode
+		}
+		err := s.applyRecords(ctx, []*logRecord{lr}, refused, m)
+		switch {
+		case err == nil:
+			continue
+		case !poisoned(err):
+			return err
+		}
+		if err := s.setAside(ctx, lr, err, m); err != nil {
+			return err
+		}
+		*refused++
+	}
+	return nil
+}
+
+// poisoned reports whether err says the database refuses a record's data
+// — it would refuse it every time — rather than that it failed.
+func poisoned(err error) bool {
+	if errors.Is(err, errBadRecord) {
+		return true
+	}
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_CONSTRAINT, sqlite3.SQLITE_MISMATCH, sqlite3.SQLITE_TOOBIG, sqlite3.SQLITE_RANGE:
+		return true
+	}
+	return false
+}
+
+// metaRefused prefixes the meta rows of a record set aside.
+const metaRefused = "intentlog_refused"
+
+// setAside keeps a record the database refused (applyLog) and moves the
+// position applied past it, in one transaction.
+func (s *Store) setAside(ctx context.Context, lr *logRecord, why error, mode syncMode) error {
+	key := fmt.Sprintf("%s:%020d", metaRefused, lr.lsn)
+	err := s.writeSync(ctx, true, mode, func(tx wtx) error {
+		const q = `INSERT INTO meta (k, v) VALUES (?, ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v`
+		raw := lr.raw
+		if raw == nil {
+			raw = []byte{}
+		}
+		if _, err := tx.Exec(q, key, raw); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(q, metaRefused+"_why:"+key[len(metaRefused)+1:], why.Error()); err != nil {
+			return err
+		}
+		_, err := tx.Exec(q, metaApplied, lr.lsn)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("set aside log record %d the database refused (%v): %w", lr.lsn, why, err)
+	}
+	return nil
+}
+
 // errRefused: a claim whose identity already had a record.
 var errRefused = errors.New("ledger log: record refused")
 
 func applyRecord(tx wtx, lr *logRecord) error {
+	if lr.bad != nil {
+		return lr.bad
+	}
 	switch lr.kind {
 	case kindClaim:
 		res, err := insertRecord(tx, recordArgs(lr.rec))
@@ -122,7 +209,7 @@ func (s *Store) replayLog(ctx context.Context, recs []*logRecord, applied int64)
 		last = max(last, lr.lsn)
 	}
 	for start := 0; start < len(todo); start += 256 {
-		if err := s.applyRecords(ctx, todo[start:min(start+256, len(todo))], &refused, syncLazy); err != nil {
+		if err := s.applyLog(ctx, todo[start:min(start+256, len(todo))], &refused, syncLazy); err != nil {
 			return 0, 0, err
 		}
 	}

@@ -31,6 +31,8 @@ type logRecord struct {
 	events []ledger.Event // claim, append (the finish's are in fin)
 	fin    *ledger.Finish // finish
 	resp   []byte         // finish: the stored response, encoded (nil: none)
+	raw    []byte         // the record as the log holds it
+	bad    error          // it could not be decoded (readRecord): applying it fails with this
 }
 
 // newRecord starts a record of kind with room for size more bytes: its
@@ -186,6 +188,20 @@ func (d *decoder) events() []ledger.Event {
 }
 
 // decodeRecord decodes b (which the result aliases).
+// readRecord decodes a record of the log: one it cannot decode but whose
+// LSN it can read (a bug) comes back with bad set, for the applier to set
+// aside (Store.applyLog) rather than stop at.
+func readRecord(b []byte) (*logRecord, error) {
+	lr, err := decodeRecord(b)
+	if err != nil && len(b) >= recordHead {
+		return &logRecord{kind: b[0], lsn: int64(binary.LittleEndian.Uint64(b[lsnOff:])), raw: b, bad: err}, nil
+	}
+	if lr != nil {
+		lr.raw = b
+	}
+	return lr, err
+}
+
 func decodeRecord(b []byte) (*logRecord, error) {
 	if len(b) < recordHead {
 		return nil, errBadRecord

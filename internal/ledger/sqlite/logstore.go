@@ -60,6 +60,7 @@ type LogStore struct {
 	applied   int64            // the last LSN the database has applied
 	taken     int64            // the last LSN the applier has taken from pending
 	urgent    atomic.Bool      // someone waits for the database: apply now
+	idle      bool             // the applier sleeps with nothing pending: the next append wakes it
 	appliedCh chan struct{}    // closed (and replaced) when applied grows
 	broken    error            // the log or the database failed: nothing more is written
 	old       []segment        // segments whose records are all appended
@@ -152,7 +153,7 @@ func readSegments(path string, sync bool) ([]*logRecord, int, error) {
 	next := 1
 	for i, f := range files {
 		l, _, err := intentlog.Open(f, intentlog.Options{Sync: sync, Preallocate: -1}, func(b []byte) error {
-			lr, err := decodeRecord(slices.Clone(b))
+			lr, err := readRecord(slices.Clone(b))
 			if err != nil {
 				return err
 			}
@@ -260,10 +261,17 @@ func (s *LogStore) appendRecord(rec []byte) (int64, error) {
 	}
 	s.amu.Lock()
 	s.pending[lsn] = rec
+	// The applier is woken by a record when it sleeps with nothing to
+	// apply (it then waits applyDelay for more) and by a batch's worth:
+	// not by every append.
+	wake := s.idle || len(s.pending) == applyBatch
+	s.idle = false
 	s.amu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
+	if wake {
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
 	}
 	if full && s.rotating.CompareAndSwap(false, true) {
 		s.rotate()
@@ -351,7 +359,9 @@ const (
 )
 
 // applier applies durable records in LSN order, as many as have gathered
-// a transaction, until Close.
+// a transaction, until Close. It sleeps until a record is pending, then
+// gathers for applyDelay (or until a batch's worth is pending, or someone
+// waits for the database): one wake-up a batch, not one a record.
 func (s *LogStore) applier() {
 	defer close(s.stopped)
 	t := time.NewTimer(applyDelay)
@@ -359,7 +369,8 @@ func (s *LogStore) applier() {
 	armed := false
 	var batch [][]byte
 	for {
-		batch = s.take(batch)
+		var more bool
+		batch, more = s.take(batch)
 		if len(batch) > 0 && (len(batch) >= applyBatch || s.urgent.Swap(false)) {
 			if err := s.apply(batch); err != nil {
 				s.fail(err)
@@ -369,7 +380,8 @@ func (s *LogStore) applier() {
 			batch = batch[:0]
 			continue
 		}
-		if len(batch) > 0 && !armed {
+		waiting := len(batch) > 0 || more
+		if waiting && !armed {
 			t.Reset(applyDelay)
 			armed = true
 		}
@@ -377,7 +389,7 @@ func (s *LogStore) applier() {
 		case <-s.wake:
 		case <-t.C:
 			armed = false
-			if len(batch) > 0 {
+			if waiting {
 				s.urgent.Store(true)
 			}
 		case <-s.stop:
@@ -389,8 +401,10 @@ func (s *LogStore) applier() {
 
 // take moves to batch the records of pending that follow the last one
 // taken without a gap (a record whose append has not returned yet ends
-// the run), up to applyBatch.
-func (s *LogStore) take(batch [][]byte) [][]byte {
+// the run), up to applyBatch; more reports records left pending. With
+// none taken and none left, the applier is idle: the next append wakes
+// it.
+func (s *LogStore) take(batch [][]byte) ([][]byte, bool) {
 	s.amu.Lock()
 	defer s.amu.Unlock()
 	for len(batch) < applyBatch {
@@ -402,7 +416,9 @@ func (s *LogStore) take(batch [][]byte) [][]byte {
 		s.taken++
 		batch = append(batch, rec)
 	}
-	return batch
+	more := len(s.pending) > 0
+	s.idle = len(batch) == 0 && !more
+	return batch, more
 }
 
 // apply writes a run of records to the database in one transaction, then
@@ -411,7 +427,7 @@ func (s *LogStore) take(batch [][]byte) [][]byte {
 func (s *LogStore) apply(batch [][]byte) error {
 	recs := make([]*logRecord, len(batch))
 	for i, b := range batch {
-		lr, err := decodeRecord(b)
+		lr, err := readRecord(b)
 		if err != nil {
 			return err
 		}
@@ -438,7 +454,7 @@ func (s *LogStore) apply(batch [][]byte) error {
 		mode = syncFull
 	}
 	refused := 0
-	if err := s.db.applyRecords(context.Background(), recs, &refused, mode); err != nil {
+	if err := s.db.applyLog(context.Background(), recs, &refused, mode); err != nil {
 		return err
 	}
 	s.amu.Lock()
