@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -229,5 +230,74 @@ func TestStagedEndIsReplacedByAnotherEnd(t *testing.T) {
 	f.Abandon(nil, []byte("error"))
 	if out, _ := f.Output(); string(out) != "one error" {
 		t.Fatalf("output %q", out)
+	}
+}
+
+// A stream the size of the ones before it fills one array: its output
+// starts with room for what they came to, and is never copied to grow.
+func TestAStreamLikeTheLastFillsOneArray(t *testing.T) {
+	l := NewLocal(1 << 20)
+	chunk := bytes.Repeat([]byte("x"), 300)
+	stream := func(id string) (grew int) {
+		f, _, _, err := l.Acquire(id, "sha", id, time.Now().Add(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.SetHead(&Head{Status: 200})
+		last := -1
+		for range 40 {
+			f.Write(chunk)
+			out, _ := f.Output()
+			if last >= 0 && cap(out) != last {
+				grew++
+			}
+			last = cap(out)
+		}
+		f.Finish(nil, []byte("end"))
+		return grew
+	}
+	if grew := stream("k:first"); grew == 0 {
+		t.Fatal("the first stream, with nothing to go by, never grew: the test measures nothing")
+	}
+	for i := range 3 {
+		if grew := stream("k:" + strconv.Itoa(i)); grew != 0 {
+			t.Fatalf("stream %d like the first grew its output %d times", i, grew)
+		}
+	}
+}
+
+// A reader waiting for output is woken by the write it waits for, though
+// a flight makes its channel only when someone waits.
+func TestAWaitingReaderIsWoken(t *testing.T) {
+	l := NewLocal(1 << 20)
+	f, _, _, _ := l.Acquire("k:w", "sha", "r", time.Now().Add(time.Minute))
+	rd := f.NewReader()
+	got := make(chan string)
+	go func() {
+		h, err := rd.Head(context.Background())
+		if err != nil || h.Status != 200 {
+			got <- "head: " + err.Error()
+			return
+		}
+		var all []byte
+		for {
+			b, done, err := rd.Next(context.Background())
+			if err != nil {
+				got <- err.Error()
+				return
+			}
+			if done {
+				got <- string(all)
+				return
+			}
+			all = append(all, b...)
+		}
+	}()
+	f.SetHead(&Head{Status: 200})
+	f.Write([]byte("one "))
+	f.Write([]byte("two "))
+	f.Finish(nil, []byte("end"))
+	if s := <-got; s != "one two end" {
+		t.Fatalf("the reader read %q", s)
 	}
 }
