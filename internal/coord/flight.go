@@ -76,8 +76,9 @@ type Flight struct {
 	mu      sync.Mutex
 	waiters []*Reader // the readers waiting for the next change
 	head    *Head
-	body    []byte
-	staged  int // bytes after body that Stage put there, not yet published
+	body    []byte // base[prefixRoom:], once there is output
+	base    []byte // the array body is in, from its start
+	staged  int    // bytes after body that Stage put there, not yet published
 	trunc   bool
 	done    bool
 	gaveUp  bool // finished without an outcome on record (Abandon)
@@ -233,10 +234,7 @@ func (f *Flight) Write(b []byte) {
 	}
 	f.mu.Lock()
 	f.staged = 0
-	if f.body == nil {
-		f.body = make([]byte, 0, max(f.local.expected(), len(b)))
-	}
-	f.body = grow(f.body, len(b))
+	f.room(len(b))
 	f.body = append(f.body, b...)
 	if len(f.body) > f.limit {
 		f.trunc = true // existing subscribers keep reading; no one new joins
@@ -275,18 +273,28 @@ func (l *Local) observe(n int) {
 	}
 }
 
-// grow makes room for n more bytes after body, doubling its capacity:
-// append's own growth falls to a quarter at a time for large slices, and
-// each step leaves the old array as garbage, several times the output
-// over a stream (docs/performance.md, Memory). What readers were given
-// stays theirs: the bytes they hold are never written again.
-func grow(body []byte, n int) []byte {
-	if len(body)+n <= cap(body) {
-		return body
+// prefixRoom is the room kept in front of a flight's output, for the
+// ledger's header of the stored response (StagePrefixed).
+const prefixRoom = 192
+
+// room makes room for n more bytes after the output (under f.mu): the
+// first array has the room the streams before it needed (expected); a
+// later one doubles the capacity — append's own growth falls to a quarter
+// at a time for large slices, and each step leaves the old array as
+// garbage, several times the output over a stream (docs/performance.md,
+// Memory). What readers were given stays theirs: the bytes they hold are
+// never written again.
+func (f *Flight) room(n int) {
+	if len(f.body)+n <= cap(f.body) {
+		return
 	}
-	nb := make([]byte, len(body), max(2*cap(body), len(body)+n, minOutput))
-	copy(nb, body)
-	return nb
+	c := max(2*cap(f.body), len(f.body)+n, minOutput)
+	if f.base == nil && n > 0 {
+		c = max(c, f.local.expected())
+	}
+	nb := make([]byte, prefixRoom+len(f.body), prefixRoom+c)
+	copy(nb[prefixRoom:], f.body)
+	f.base, f.body = nb, nb[prefixRoom:]
 }
 
 // Stage puts b after the output without publishing it, and returns the
@@ -297,9 +305,28 @@ func grow(body []byte, n int) []byte {
 func (f *Flight) Stage(b []byte) []byte {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.body = grow(f.body, len(b))
+	f.room(len(b))
 	f.staged = len(b)
 	return append(f.body, b...)
+}
+
+// StagePrefixed is Stage, and returns prefix, the output and b as one
+// slice of the flight's own array, prefix written in the room before the
+// output: a stored response's header and body without a copy of the
+// output. When prefix does not fit there (or there is nothing to stage
+// and no output), it returns nil and stages nothing.
+func (f *Flight) StagePrefixed(b, prefix []byte) []byte {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(prefix) > prefixRoom || len(f.body)+len(b) == 0 {
+		return nil
+	}
+	f.room(len(b))
+	f.staged = len(b)
+	out := append(f.body, b...)
+	start := prefixRoom - len(prefix)
+	copy(f.base[start:prefixRoom], prefix)
+	return f.base[start : prefixRoom+len(out)]
 }
 
 // Finish removes the flight from the table — later arrivals go to the
@@ -321,7 +348,7 @@ func (f *Flight) Finish(h *Head, body []byte) {
 		// ledger, for a replay) may be reading it.
 		f.body = f.body[:n+f.staged]
 	} else {
-		f.body = grow(f.body, len(body))
+		f.room(len(body))
 		f.body = append(f.body, body...)
 	}
 	f.staged = 0

@@ -301,3 +301,42 @@ func TestAWaitingReaderIsWoken(t *testing.T) {
 		t.Fatalf("the reader read %q", s)
 	}
 }
+
+// StagePrefixed writes its prefix in the room before the output: one
+// slice of prefix, output and end, and Finish publishes the output and
+// that end, without the prefix.
+func TestStagePrefixedPutsAHeaderBeforeTheOutput(t *testing.T) {
+	l := NewLocal(1 << 20)
+	f, _, _, _ := l.Acquire("k:p", "sha", "r", time.Now().Add(time.Minute))
+	if enc := f.StagePrefixed(nil, []byte("H")); enc != nil {
+		t.Fatalf("nothing to stage, yet %q", enc)
+	}
+	f.SetHead(&Head{Status: 200})
+	f.Write([]byte("data: 1\n\n"))
+	if enc := f.StagePrefixed([]byte("end"), bytes.Repeat([]byte("h"), prefixRoom+1)); enc != nil {
+		t.Fatalf("a prefix past the room, yet %q", enc)
+	}
+	enc := f.StagePrefixed([]byte("end"), []byte("HEADER"))
+	if string(enc) != "HEADERdata: 1\n\nend" {
+		t.Fatalf("staged %q", enc)
+	}
+	rd := f.NewReader()
+	f.Finish(nil, []byte("end"))
+	var all []byte
+	for {
+		b, done, err := rd.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if done {
+			break
+		}
+		all = append(all, b...)
+	}
+	if string(all) != "data: 1\n\nend" {
+		t.Fatalf("published %q", all)
+	}
+	if out, _ := f.Output(); &out[0] != &enc[len("HEADER")] {
+		t.Fatal("the published output is a copy of the staged one")
+	}
+}
