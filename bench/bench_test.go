@@ -67,7 +67,7 @@ func TestTheBenchmarkMeasuresEveryPath(t *testing.T) {
 	if err := streamsRun(ctx, options{streams: 20, ttft: 20 * time.Millisecond, interval: 5 * time.Millisecond, tokens: 3, only: "direct,full"}, &out); err != nil {
 		t.Fatalf("streams: %v\n%s", err, out.String())
 	}
-	if !regexp.MustCompile(`(?m)^\s*oncegate full\s+20\s+0\s.*KiB\s+\d+\s*$`).MatchString(out.String()) {
+	if !regexp.MustCompile(`(?m)^\s*oncegate full\s+20\s+0\s.*MiB\s+-?[\d.]+ KiB\s+-?[\d.]+ KiB\s+-?[\d.]+ KiB\s+\d+\s*$`).MatchString(out.String()) {
 		t.Errorf("streams table:\n%s", out.String())
 	}
 

@@ -47,8 +47,11 @@ func streamsRun(ctx context.Context, o options, out io.Writer) error {
 		// heldBase and heldPeak are the server's heap objects and stacks
 		// before the first round and at their highest in the second.
 		heldBase, heldPeak int64
-		fds                int
-		hasProc            bool
+		// peak2 is the server's peak RSS with twice the streams open.
+		peak2   int64
+		r2      *result
+		fds     int
+		hasProc bool
 	}
 	var rows []row
 	for _, p := range paths {
@@ -61,7 +64,7 @@ func streamsRun(ctx context.Context, o options, out io.Writer) error {
 		// A first round opens the connections at every hop (a burst of
 		// a thousand handshakes costs more than the relay); the second,
 		// on those connections, is measured.
-		tr := &http.Transport{MaxIdleConnsPerHost: o.streams, DisableCompression: true}
+		tr := &http.Transport{MaxIdleConnsPerHost: 2 * o.streams, DisableCompression: true}
 		client := &http.Client{Transport: tr}
 		openAtOnce(ctx, client, o.streams, p, &seq)
 		if p.proc != nil {
@@ -91,18 +94,28 @@ func streamsRun(ctx context.Context, o options, out io.Writer) error {
 			})
 		}
 		rw.r = openAtOnce(ctx, client, o.streams, p, &seq)
-		tr.CloseIdleConnections()
 		close(stop)
 		sampler.Wait()
 		if p.proc != nil {
 			_, rw.peak = p.proc.rss()
+			// Twice as many: what one more open stream costs, without
+			// what does not grow with them (the collector's headroom,
+			// once filled; the runtime; the binary).
+			p.proc.resetPeak()
+			rw.r2 = openAtOnce(ctx, client, 2*o.streams, p, &seq)
+			_, rw.peak2 = p.proc.rss()
 		}
-		fmt.Fprintf(out, " %d streams, %d errors, %v\n", rw.r.requests, rw.r.errors, round(rw.r.elapsed))
+		tr.CloseIdleConnections()
+		fmt.Fprintf(out, " %d streams, %d errors, %v", rw.r.requests, rw.r.errors, round(rw.r.elapsed))
+		if rw.r2 != nil {
+			fmt.Fprintf(out, "; then %d at once, %d errors", rw.r2.requests, rw.r2.errors)
+		}
+		fmt.Fprintln(out)
 		rows = append(rows, rw)
 	}
 	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "path\tstreams\terrors\tttft p50\tttft p99\tadded ttft p50\tadded ttft p99\tpeak RSS\tRSS per open stream\tpeak fds\t")
+	fmt.Fprintln(tw, "path\tstreams\terrors\tttft p50\tttft p99\tadded ttft p50\tadded ttft p99\tpeak RSS\tRSS per open stream\tRSS per stream more\theld per open stream\tpeak fds\t")
 	var direct *result
 	for i, p := range paths {
 		if p.name == "direct" {
@@ -116,21 +129,23 @@ func streamsRun(ctx context.Context, o options, out io.Writer) error {
 			a50 = fmt.Sprintf("%+.1f ms", float64(pct(r.ttfts, 0.5)-pct(direct.ttfts, 0.5))/1e6)
 			a99 = fmt.Sprintf("%+.1f ms", float64(pct(r.ttfts, 0.99)-pct(direct.ttfts, 0.99))/1e6)
 		}
-		peak, per, held, fds := "–", "–", "–", "–"
+		peak, per, more, held, fds := "–", "–", "–", "–", "–"
 		if rw.hasProc {
 			peak = fmt.Sprintf("%.0f MiB", float64(rw.peak)/(1<<20))
 			per = fmt.Sprintf("%.1f KiB", float64(rw.peak-rw.base)/float64(o.streams)/1024)
+			more = fmt.Sprintf("%.1f KiB", float64(rw.peak2-rw.peak)/float64(o.streams)/1024)
 			if rw.heldBase >= 0 && rw.heldPeak > 0 {
 				held = fmt.Sprintf("%.1f KiB", float64(rw.heldPeak-rw.heldBase)/float64(o.streams)/1024)
 			}
 			fds = strconv.Itoa(rw.fds)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%v\t%v\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.name, r.requests, r.errors,
-			round(pct(r.ttfts, 0.5)), round(pct(r.ttfts, 0.99)), a50, a99, peak, per, held, fds)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%v\t%v\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.name, r.requests, r.errors+errorsOf(rw.r2),
+			round(pct(r.ttfts, 0.5)), round(pct(r.ttfts, 0.99)), a50, a99, peak, per, more, held, fds)
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(out, "\nEach path: one round opens the connections at every hop, a second round on them is measured.")
 	fmt.Fprintln(out, "RSS per open stream: (the server's peak RSS during the measured round − its RSS before the first) ÷ streams")
+	fmt.Fprintln(out, "RSS per stream more: (its peak RSS in a third round of twice the streams − its peak in the measured round) ÷ streams: what one more open stream costs, the collector's headroom left out (errors: both rounds')")
 	fmt.Fprintln(out, "held per open stream: the same for its heap objects and goroutine stacks (runtime/metrics, every 100 ms): what the streams hold, without the collector's headroom")
 	return nil
 }
@@ -169,4 +184,12 @@ func openAtOnce(ctx context.Context, client *http.Client, n int, p path, seq *at
 	wg.Wait()
 	r.elapsed, r.errors = time.Since(start), errs.Load()
 	return r
+}
+
+// errorsOf is r's errors (none for no round).
+func errorsOf(r *result) int64 {
+	if r == nil {
+		return 0
+	}
+	return r.errors
 }

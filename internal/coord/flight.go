@@ -13,6 +13,7 @@ import (
 	"errors"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -73,10 +74,11 @@ type Flight struct {
 	local   *Local
 	limit   int
 	mu      sync.Mutex
-	changed chan struct{} // closed and replaced on every change
+	waiters []*Reader // the readers waiting for the next change
 	head    *Head
-	body    []byte
-	staged  int // bytes after body that Stage put there, not yet published
+	body    []byte // base[prefixRoom:], once there is output
+	base    []byte // the array body is in, from its start
+	staged  int    // bytes after body that Stage put there, not yet published
 	trunc   bool
 	done    bool
 	gaveUp  bool // finished without an outcome on record (Abandon)
@@ -94,6 +96,7 @@ type Local struct {
 	mu      sync.Mutex
 	flights map[string]*Flight
 	limit   int
+	outAvg  atomic.Int64 // finished streams' output size, a running average
 }
 
 // NewLocal returns a flight table whose flights buffer at most limit bytes
@@ -126,7 +129,7 @@ func (l *Local) Acquire(identity, sha, requestID string, deadline time.Time) (f 
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	f = &Flight{Identity: identity, RequestID: requestID, SHA256: sha, Deadline: deadline, local: l, limit: l.limit,
-		changed: make(chan struct{}), subs: 1, cancel: cancel}
+		subs: 1, cancel: cancel}
 	l.flights[identity] = f
 	return f, true, ctx, nil
 }
@@ -201,9 +204,19 @@ func (f *Flight) Joined() int {
 	return f.joined
 }
 
+// notify wakes the readers waiting for a change (under f.mu). Each
+// reader has one wake-up channel for its life, not one per change: a
+// stream's client waits between every two writes.
 func (f *Flight) notify() {
-	close(f.changed)
-	f.changed = make(chan struct{})
+	for _, r := range f.waiters {
+		r.listed = false
+		select {
+		case r.wake <- struct{}{}:
+		default: // already told
+		}
+	}
+	clear(f.waiters)
+	f.waiters = f.waiters[:0]
 }
 
 // SetHead publishes the response head.
@@ -221,7 +234,7 @@ func (f *Flight) Write(b []byte) {
 	}
 	f.mu.Lock()
 	f.staged = 0
-	f.body = grow(f.body, len(b))
+	f.room(len(b))
 	f.body = append(f.body, b...)
 	if len(f.body) > f.limit {
 		f.trunc = true // existing subscribers keep reading; no one new joins
@@ -230,22 +243,58 @@ func (f *Flight) Write(b []byte) {
 	f.mu.Unlock()
 }
 
-// minOutput is the capacity a flight's output starts with: a stream's
-// opening frames.
+// minOutput is the least capacity a flight's output starts with: a
+// stream's opening frames.
 const minOutput = 512
 
-// grow makes room for n more bytes after body, doubling its capacity:
-// append's own growth falls to a quarter at a time for large slices, and
-// each step leaves the old array as garbage, several times the output
-// over a stream (docs/performance.md, Memory). What readers were given
-// stays theirs: the bytes they hold are never written again.
-func grow(body []byte, n int) []byte {
-	if len(body)+n <= cap(body) {
-		return body
+// maxExpected bounds the capacity a stream's output starts with.
+const maxExpected = 64 << 10
+
+// expected is the capacity a new stream's output starts with: a little
+// more than the streams finished lately came to, so that a stream like
+// them fills one array instead of leaving a trail of smaller ones to the
+// collector (docs/performance.md, Memory).
+func (l *Local) expected() int {
+	return min(max(int(l.outAvg.Load())*5/4, minOutput), maxExpected, max(l.limit, minOutput))
+}
+
+// observe adds a finished stream's output size to the running average
+// expected starts from (an eighth of the way to the new size).
+func (l *Local) observe(n int) {
+	for {
+		avg := l.outAvg.Load()
+		next := avg + (int64(n)-avg)/8
+		if avg == 0 {
+			next = int64(n)
+		}
+		if l.outAvg.CompareAndSwap(avg, next) {
+			return
+		}
 	}
-	nb := make([]byte, len(body), max(2*cap(body), len(body)+n, minOutput))
-	copy(nb, body)
-	return nb
+}
+
+// prefixRoom is the room kept in front of a flight's output, for the
+// ledger's header of the stored response (StagePrefixed).
+const prefixRoom = 192
+
+// room makes room for n more bytes after the output (under f.mu): the
+// first array has the room the streams before it needed (expected); a
+// later one doubles the capacity — append's own growth falls to a quarter
+// at a time for large slices, and each step leaves the old array as
+// garbage, several times the output over a stream (docs/performance.md,
+// Memory). What readers were given stays theirs: the bytes they hold are
+// never written again.
+func (f *Flight) room(n int) {
+	if len(f.body)+n <= cap(f.body) {
+		return
+	}
+	c := max(2*cap(f.body), len(f.body)+n, minOutput)
+	if f.base == nil && n > 0 {
+		c = max(c, f.local.expected())
+	}
+	nb := make([]byte, prefixRoom+len(f.body), prefixRoom+c)
+	copy(nb[prefixRoom:], f.body)
+	f.base, f.body = nb, nb[prefixRoom:]
 }
 
 // Stage puts b after the output without publishing it, and returns the
@@ -256,9 +305,28 @@ func grow(body []byte, n int) []byte {
 func (f *Flight) Stage(b []byte) []byte {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.body = grow(f.body, len(b))
+	f.room(len(b))
 	f.staged = len(b)
 	return append(f.body, b...)
+}
+
+// StagePrefixed is Stage, and returns prefix, the output and b as one
+// slice of the flight's own array, prefix written in the room before the
+// output: a stored response's header and body without a copy of the
+// output. When prefix does not fit there (or there is nothing to stage
+// and no output), it returns nil and stages nothing.
+func (f *Flight) StagePrefixed(b, prefix []byte) []byte {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(prefix) > prefixRoom || len(f.body)+len(b) == 0 {
+		return nil
+	}
+	f.room(len(b))
+	f.staged = len(b)
+	out := append(f.body, b...)
+	start := prefixRoom - len(prefix)
+	copy(f.base[start:prefixRoom], prefix)
+	return f.base[start : prefixRoom+len(out)]
 }
 
 // Finish removes the flight from the table — later arrivals go to the
@@ -269,6 +337,9 @@ func (f *Flight) Stage(b []byte) []byte {
 func (f *Flight) Finish(h *Head, body []byte) {
 	f.local.remove(f)
 	f.mu.Lock()
+	if len(f.body) > 0 { // a stream: what the next one may need
+		f.local.observe(len(f.body) + len(body))
+	}
 	if h != nil {
 		f.head = h
 	}
@@ -277,7 +348,7 @@ func (f *Flight) Finish(h *Head, body []byte) {
 		// ledger, for a replay) may be reading it.
 		f.body = f.body[:n+f.staged]
 	} else {
-		f.body = grow(f.body, len(body))
+		f.room(len(body))
 		f.body = append(f.body, body...)
 	}
 	f.staged = 0
@@ -362,21 +433,37 @@ func (f *Flight) Cancel() { f.cancel() }
 // flight in this process. It is not safe for concurrent use; each
 // subscriber has its own.
 type Reader struct {
-	f   *Flight
-	off int
+	f      *Flight
+	off    int
+	wake   chan struct{} // told of a change while the reader waits
+	listed bool          // among the flight's waiters (under its mu)
 }
 
 var _ Subscription = (*Reader)(nil)
 
 // NewReader starts reading f from its first byte, for a subscriber that
 // Acquire or Join counted.
-func (f *Flight) NewReader() *Reader { return &Reader{f: f} }
+func (f *Flight) NewReader() *Reader { return &Reader{f: f, wake: make(chan struct{}, 1)} }
+
+// waiting puts r among the flight's waiters until its next change (under
+// f.mu) and returns the channel that change is told on.
+func (r *Reader) waiting() chan struct{} {
+	if !r.listed {
+		r.listed = true
+		r.f.waiters = append(r.f.waiters, r)
+	}
+	return r.wake
+}
 
 // Head waits for the response head.
 func (r *Reader) Head(ctx context.Context) (*Head, error) {
 	for {
 		r.f.mu.Lock()
-		h, ch := r.f.head, r.f.changed
+		h := r.f.head
+		var ch chan struct{}
+		if h == nil {
+			ch = r.waiting()
+		}
 		r.f.mu.Unlock()
 		if h != nil {
 			return h, nil
@@ -394,7 +481,11 @@ func (r *Reader) Head(ctx context.Context) (*Head, error) {
 func (r *Reader) Next(ctx context.Context) (b []byte, done bool, err error) {
 	for {
 		r.f.mu.Lock()
-		body, fin, ch := r.f.body, r.f.done, r.f.changed
+		body, fin := r.f.body, r.f.done
+		var ch chan struct{}
+		if r.off >= len(body) && !fin {
+			ch = r.waiting()
+		}
 		r.f.mu.Unlock()
 		if r.off < len(body) {
 			b = body[r.off:]

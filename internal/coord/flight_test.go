@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -229,5 +230,113 @@ func TestStagedEndIsReplacedByAnotherEnd(t *testing.T) {
 	f.Abandon(nil, []byte("error"))
 	if out, _ := f.Output(); string(out) != "one error" {
 		t.Fatalf("output %q", out)
+	}
+}
+
+// A stream the size of the ones before it fills one array: its output
+// starts with room for what they came to, and is never copied to grow.
+func TestAStreamLikeTheLastFillsOneArray(t *testing.T) {
+	l := NewLocal(1 << 20)
+	chunk := bytes.Repeat([]byte("x"), 300)
+	stream := func(id string) (grew int) {
+		f, _, _, err := l.Acquire(id, "sha", id, time.Now().Add(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.SetHead(&Head{Status: 200})
+		last := -1
+		for range 40 {
+			f.Write(chunk)
+			out, _ := f.Output()
+			if last >= 0 && cap(out) != last {
+				grew++
+			}
+			last = cap(out)
+		}
+		f.Finish(nil, []byte("end"))
+		return grew
+	}
+	if grew := stream("k:first"); grew == 0 {
+		t.Fatal("the first stream, with nothing to go by, never grew: the test measures nothing")
+	}
+	for i := range 3 {
+		if grew := stream("k:" + strconv.Itoa(i)); grew != 0 {
+			t.Fatalf("stream %d like the first grew its output %d times", i, grew)
+		}
+	}
+}
+
+// A reader waiting for output is woken by the write it waits for, though
+// a flight makes its channel only when someone waits.
+func TestAWaitingReaderIsWoken(t *testing.T) {
+	l := NewLocal(1 << 20)
+	f, _, _, _ := l.Acquire("k:w", "sha", "r", time.Now().Add(time.Minute))
+	rd := f.NewReader()
+	got := make(chan string)
+	go func() {
+		h, err := rd.Head(context.Background())
+		if err != nil || h.Status != 200 {
+			got <- "head: " + err.Error()
+			return
+		}
+		var all []byte
+		for {
+			b, done, err := rd.Next(context.Background())
+			if err != nil {
+				got <- err.Error()
+				return
+			}
+			if done {
+				got <- string(all)
+				return
+			}
+			all = append(all, b...)
+		}
+	}()
+	f.SetHead(&Head{Status: 200})
+	f.Write([]byte("one "))
+	f.Write([]byte("two "))
+	f.Finish(nil, []byte("end"))
+	if s := <-got; s != "one two end" {
+		t.Fatalf("the reader read %q", s)
+	}
+}
+
+// StagePrefixed writes its prefix in the room before the output: one
+// slice of prefix, output and end, and Finish publishes the output and
+// that end, without the prefix.
+func TestStagePrefixedPutsAHeaderBeforeTheOutput(t *testing.T) {
+	l := NewLocal(1 << 20)
+	f, _, _, _ := l.Acquire("k:p", "sha", "r", time.Now().Add(time.Minute))
+	if enc := f.StagePrefixed(nil, []byte("H")); enc != nil {
+		t.Fatalf("nothing to stage, yet %q", enc)
+	}
+	f.SetHead(&Head{Status: 200})
+	f.Write([]byte("data: 1\n\n"))
+	if enc := f.StagePrefixed([]byte("end"), bytes.Repeat([]byte("h"), prefixRoom+1)); enc != nil {
+		t.Fatalf("a prefix past the room, yet %q", enc)
+	}
+	enc := f.StagePrefixed([]byte("end"), []byte("HEADER"))
+	if string(enc) != "HEADERdata: 1\n\nend" {
+		t.Fatalf("staged %q", enc)
+	}
+	rd := f.NewReader()
+	f.Finish(nil, []byte("end"))
+	var all []byte
+	for {
+		b, done, err := rd.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if done {
+			break
+		}
+		all = append(all, b...)
+	}
+	if string(all) != "data: 1\n\nend" {
+		t.Fatalf("published %q", all)
+	}
+	if out, _ := f.Output(); &out[0] != &enc[len("HEADER")] {
+		t.Fatal("the published output is a copy of the staged one")
 	}
 }

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/oncegate/oncegate/internal/mock"
 )
@@ -34,8 +36,12 @@ func benchPost(b *testing.B, client *http.Client, url, body string, auth bool) {
 }
 
 func benchEnv(b *testing.B) (*env, *http.Client, string) {
+	return benchEnvWith(b, mock.Config{Tokens: 64})
+}
+
+func benchEnvWith(b *testing.B, cfg mock.Config) (*env, *http.Client, string) {
 	t := &testing.T{}
-	e := newEnv(t, mock.Config{Tokens: 64})
+	e := newEnv(t, cfg)
 	b.Cleanup(func() {})
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	direct := strings.TrimSuffix(e.pol.Route("primary").Provider.BaseURL, "/v1")
@@ -69,8 +75,35 @@ func BenchmarkStreamDirect(b *testing.B) {
 func BenchmarkStreamGateway(b *testing.B) {
 	e, client, _ := benchEnv(b)
 	b.ReportAllocs()
+	n := 0
 	for b.Loop() {
-		benchPost(b, client, e.url+"/v1/chat/completions", `{"model":"solo","stream":true,"messages":[{"role":"user","content":"hi"}]}`, true)
+		// Distinct bodies: an identical one would be answered from the
+		// ledger, not streamed.
+		n++
+		benchPost(b, client, e.url+"/v1/chat/completions", `{"model":"solo","stream":true,"messages":[{"role":"user","content":"hi `+strconv.Itoa(n)+`"}]}`, true)
+	}
+}
+
+// BenchmarkStreamGatewayPaced is a stream as the load benchmark's are:
+// its tokens apart, so that each goes to the client on its own, and
+// distinct bodies. Its B/op is what a stream and its request allocate
+// (docs/performance.md, Memory), the mock's and the client's included:
+// BenchmarkStreamDirectPaced is those alone.
+func BenchmarkStreamGatewayPaced(b *testing.B) {
+	e, client, _ := benchEnvWith(b, mock.Config{Tokens: 20, TokenInterval: 100 * time.Microsecond})
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		n++
+		benchPost(b, client, e.url+"/v1/chat/completions", `{"model":"solo","stream":true,"messages":[{"role":"user","content":"hi `+strconv.Itoa(n)+`"}]}`, true)
+	}
+}
+
+func BenchmarkStreamDirectPaced(b *testing.B) {
+	_, client, direct := benchEnvWith(b, mock.Config{Tokens: 20, TokenInterval: 100 * time.Microsecond})
+	b.ReportAllocs()
+	for b.Loop() {
+		benchPost(b, client, direct+"/v1/chat/completions", `{"model":"primary-model","stream":true,"messages":[{"role":"user","content":"hi"}]}`, false)
 	}
 }
 

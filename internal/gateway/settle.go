@@ -28,14 +28,12 @@ func (c *call) settle(d retry.Decision, last *attemptResult) {
 	state := ledgerState(gw.Terminal(r.Terminal))
 	var stored *ledger.Response
 	if head != nil || c.out.started {
-		// The flight's output and its tail, in the flight's own array:
-		// Finish publishes the same bytes, so they are not copied.
-		stored = &ledger.Response{Status: http.StatusOK, ContentType: "text/event-stream", Attempts: len(r.Attempts),
-			Body: c.flight.Stage(tail)}
+		stored = &ledger.Response{Status: http.StatusOK, ContentType: "text/event-stream", Attempts: len(r.Attempts)}
 		if head != nil {
 			stored.Status, stored.ContentType = head.Status, head.Header.Get("Content-Type")
 			stored.Route = head.Header.Get("X-Oncegate-Route")
 		}
+		c.stage(stored, tail)
 	}
 	if err := c.commit(state, stored); err != nil {
 		c.abort(err)
@@ -51,6 +49,19 @@ func (c *call) settle(d retry.Decision, last *attemptResult) {
 		_ = c.g.ledger.AddDedup(context.Background(), c.tenant.ID, c.id, extra, 0, c.flight.ClientRetries())
 	}
 	c.observeMetrics()
+}
+
+// stage puts the flight's output and its tail in stored: the flight's own
+// array, which Finish publishes, with the ledger's header written in the
+// room before it — so neither the store nor the flight copies the answer.
+func (c *call) stage(stored *ledger.Response, tail []byte) {
+	if prefix, err := ledger.ResponsePrefix(stored); err == nil {
+		if enc := c.flight.StagePrefixed(tail, prefix); enc != nil {
+			stored.Encoded, stored.Body = enc, enc[len(prefix):]
+			return
+		}
+	}
+	stored.Body = c.flight.Stage(tail)
 }
 
 // answer renders the final response: for a stream that is visible, the

@@ -72,6 +72,11 @@ type Response struct {
 	Body        []byte `json:"body"`
 	// Truncated: a stream longer than the buffer bound; it cannot replay.
 	Truncated bool `json:"truncated,omitempty"`
+	// Encoded, when set, is the response as EncodeResponse writes it,
+	// which a store then keeps as it is (Body is its tail): the gateway
+	// writes the header in front of an answer's bytes rather than copy
+	// them. Nil: a store encodes the response itself.
+	Encoded []byte `json:"-"`
 }
 
 // EventType names an event of the durable log (docs/identity.md).

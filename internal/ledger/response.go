@@ -20,17 +20,35 @@ type responseMeta struct {
 	Truncated   bool   `json:"truncated,omitempty"`
 }
 
-// EncodeResponse encodes a stored response for a backend to keep: 0x02, uvarint(len(meta)), meta, body.
+// EncodeResponse encodes a stored response for a backend to keep:
+// ResponsePrefix(r), then the body. A response whose Encoded is set is
+// that already.
 func EncodeResponse(r *Response) ([]byte, error) {
+	if r.Encoded != nil {
+		return r.Encoded, nil
+	}
+	prefix, err := ResponsePrefix(r)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, len(prefix)+len(r.Body))
+	out = append(out, prefix...)
+	return append(out, r.Body...), nil
+}
+
+// ResponsePrefix is what a stored response's encoding puts before its
+// body: 0x02, uvarint(len(meta)), meta (JSON). A caller holding room in
+// front of the body can write it there and set Response.Encoded, so that
+// the body is not copied to be stored.
+func ResponsePrefix(r *Response) ([]byte, error) {
 	meta, err := json.Marshal(responseMeta{Status: r.Status, ContentType: r.ContentType, Route: r.Route, Attempts: r.Attempts, Truncated: r.Truncated})
 	if err != nil {
 		return nil, err
 	}
-	out := make([]byte, 0, 1+binary.MaxVarintLen64+len(meta)+len(r.Body))
+	out := make([]byte, 0, 1+binary.MaxVarintLen64+len(meta))
 	out = append(out, responseV2)
 	out = binary.AppendUvarint(out, uint64(len(meta)))
-	out = append(out, meta...)
-	return append(out, r.Body...), nil
+	return append(out, meta...), nil
 }
 
 var errBadResponse = errors.New("malformed stored response")

@@ -21,6 +21,17 @@ func TestStoredResponseRoundTrips(t *testing.T) {
 		if err != nil || !reflect.DeepEqual(got, r) {
 			t.Fatalf("round trip: %+v, %v; want %+v", got, err, r)
 		}
+		// Its prefix and its body, written by the caller, are the
+		// encoding, which a store then keeps as it is.
+		prefix, err := ResponsePrefix(r)
+		if err != nil || !bytes.Equal(append(prefix, r.Body...), b) {
+			t.Fatalf("prefix %q and body are not the encoding %q: %v", prefix, b, err)
+		}
+		pre := *r
+		pre.Encoded = append(prefix, r.Body...)
+		if again, err := EncodeResponse(&pre); err != nil || &again[0] != &pre.Encoded[0] {
+			t.Fatalf("a response already encoded is encoded again: %v", err)
+		}
 		// The first encoding (one JSON document) still reads.
 		old, _ := json.Marshal(r)
 		if got, err := DecodeResponse(old); err != nil || got.Status != r.Status || !bytes.Equal(got.Body, r.Body) {

@@ -69,6 +69,18 @@ func (r *Reader) Release() {
 // ends cleanly between events and io.ErrUnexpectedEOF when it ends inside
 // one (the last event was never dispatched by a blank line).
 func (r *Reader) Next() (Event, error) {
+	ev, err := r.NextView()
+	if err == nil {
+		ev.Data = append([]byte(nil), ev.Data...)
+	}
+	return ev, err
+}
+
+// NextView is Next without a copy of the event's data: Data is the
+// reader's own buffer, valid only until the next call. A decoder that
+// keeps nothing of it saves a copy of every event (docs/performance.md,
+// Memory).
+func (r *Reader) NextView() (Event, error) {
 	var ev Event
 	r.data.Reset()
 	hasData := false
@@ -83,7 +95,7 @@ func (r *Reader) Next() (Event, error) {
 		}
 		if len(line) == 0 {
 			if hasData {
-				ev.Data = append([]byte(nil), r.data.Bytes()...)
+				ev.Data = r.data.Bytes()
 				return ev, nil
 			}
 			ev, pending = Event{}, false // an event with no data is not dispatched

@@ -143,3 +143,29 @@ func TestReleasedBufferServesTheNextReader(t *testing.T) {
 		t.Fatalf("an event read before the release changed: %q", ev.Data)
 	}
 }
+
+// NextView reads what Next reads; its data is the reader's own buffer,
+// so an event read by Next stays whole while a view does not outlive the
+// next call.
+func TestNextViewIsNextWithoutACopy(t *testing.T) {
+	in := "event: a\ndata: first\n\n: keep-alive\ndata: second, longer\ndata: two lines\n\nid: 7\ndata: third\n\n"
+	byNext, byView := NewReader(strings.NewReader(in), 1<<10), NewReader(strings.NewReader(in), 1<<10)
+	var kept []Event
+	for {
+		want, errNext := byNext.Next()
+		got, errView := byView.NextView()
+		if errNext != errView {
+			t.Fatalf("Next: %v, NextView: %v", errNext, errView)
+		}
+		if errNext != nil {
+			break
+		}
+		if got.Type != want.Type || got.ID != want.ID || !bytes.Equal(got.Data, want.Data) {
+			t.Fatalf("NextView read %+v, Next %+v", got, want)
+		}
+		kept = append(kept, want)
+	}
+	if len(kept) != 3 || string(kept[0].Data) != "first" || string(kept[1].Data) != "second, longer\ntwo lines" {
+		t.Fatalf("events read by Next changed: %q", kept)
+	}
+}
