@@ -253,7 +253,7 @@ const catchUpIdle = 2 * time.Second
 
 // CatchUp waits until the database has applied every record the intent
 // log beside it holds now (a LogStore writes the log; docs/durability.md,
-// "The intent log in front of SQLite"): a reader that calls it then sees
+// "An intent log in front of SQLite"): a reader that calls it then sees
 // every write acknowledged before the call. If the database's position
 // does not move for two seconds — no writer is applying the log: it
 // crashed, and the records are applied when one opens the file again — it

@@ -20,11 +20,13 @@ import (
 )
 
 // LogStore is the SQLite ledger with an intent log in front of it
-// (docs/durability.md, "The intent log"): Claim, Append and Finish are
+// (docs/durability.md, "An intent log in front of SQLite"): Claim, Append and Finish are
 // records appended to the log, group-committed, and return once their
 // record is durable as the store's sync setting says; one goroutine
 // applies the records to the database behind, a batch a transaction, with
-// the log position it reached. What those writes must check — one creation
+// the log position it reached — at synchronous=NORMAL: the log holds them
+// durably, and a log file goes only once a commit that syncs the database
+// covers it. What those writes must check — one creation
 // per identity, the generation fence, a finish only once — is checked
 // against an index in memory of every request not yet finished and
 // applied. Every other call first waits until the database has applied
@@ -80,7 +82,8 @@ type segment struct {
 }
 
 // segmentBytes is how large a log segment grows before the next one is
-// started: the records before it are deleted once applied.
+// started: the one before it is deleted once the database has applied
+// its records and synced them (LogStore.apply).
 const segmentBytes = 64 << 20
 
 // maxLag is how many records the database may lag the log by before an
