@@ -503,6 +503,27 @@ func (r *Reader) Next(ctx context.Context) (b []byte, done bool, err error) {
 	}
 }
 
+// Published returns the head without waiting: nil before it is
+// published.
+func (r *Reader) Published() *Head {
+	r.f.mu.Lock()
+	defer r.f.mu.Unlock()
+	return r.f.head
+}
+
+// Ready returns without waiting the output past what the reader has read.
+func (r *Reader) Ready() []byte {
+	r.f.mu.Lock()
+	body := r.f.body
+	r.f.mu.Unlock()
+	if r.off >= len(body) {
+		return nil
+	}
+	b := body[r.off:]
+	r.off = len(body)
+	return b
+}
+
 // Leave ends the subscription (Flight.Leave).
 func (r *Reader) Leave() { r.f.Leave() }
 
