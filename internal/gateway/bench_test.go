@@ -64,6 +64,19 @@ func BenchmarkJSONGateway(b *testing.B) {
 	}
 }
 
+// BenchmarkJSONGatewayDistinct is BenchmarkJSONGateway with a body of
+// its own for every request, as the load benchmark sends: each one is
+// run, not answered from the ledger.
+func BenchmarkJSONGatewayDistinct(b *testing.B) {
+	e, client, _ := benchEnv(b)
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		n++
+		benchPost(b, client, e.url+"/v1/chat/completions", `{"model":"solo","messages":[{"role":"user","content":"hi `+strconv.Itoa(n)+`"}]}`, true)
+	}
+}
+
 func BenchmarkStreamDirect(b *testing.B) {
 	_, client, direct := benchEnv(b)
 	b.ReportAllocs()
