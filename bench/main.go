@@ -108,6 +108,15 @@ func main() {
 		}
 		return
 	}
+	for _, dir := range []string{o.profiles, o.traces} {
+		if dir == "" {
+			continue
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+	}
 	do := run
 	switch {
 	case o.amplify:

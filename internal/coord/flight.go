@@ -234,6 +234,9 @@ func (f *Flight) Write(b []byte) {
 	}
 	f.mu.Lock()
 	f.staged = 0
+	if f.base == nil {
+		f.start(len(b))
+	}
 	f.room(len(b))
 	f.body = append(f.body, b...)
 	if len(f.body) > f.limit {
@@ -277,9 +280,17 @@ func (l *Local) observe(n int) {
 // ledger's header of the stored response (StagePrefixed).
 const prefixRoom = 192
 
-// room makes room for n more bytes after the output (under f.mu): the
-// first array has the room the streams before it needed (expected); a
-// later one doubles the capacity — append's own growth falls to a quarter
+// start gives a stream's output its first array (under f.mu), with the
+// room the streams before it needed (expected) and at least n bytes. A
+// whole answer's array is sized by room, to the answer.
+func (f *Flight) start(n int) {
+	c := max(n, f.local.expected())
+	nb := make([]byte, prefixRoom, prefixRoom+c)
+	f.base, f.body = nb, nb[prefixRoom:]
+}
+
+// room makes room for n more bytes after the output (under f.mu),
+// doubling the capacity — append's own growth falls to a quarter
 // at a time for large slices, and each step leaves the old array as
 // garbage, several times the output over a stream (docs/performance.md,
 // Memory). What readers were given stays theirs: the bytes they hold are
@@ -289,9 +300,6 @@ func (f *Flight) room(n int) {
 		return
 	}
 	c := max(2*cap(f.body), len(f.body)+n, minOutput)
-	if f.base == nil && n > 0 {
-		c = max(c, f.local.expected())
-	}
 	nb := make([]byte, prefixRoom+len(f.body), prefixRoom+c)
 	copy(nb[prefixRoom:], f.body)
 	f.base, f.body = nb, nb[prefixRoom:]
@@ -501,6 +509,27 @@ func (r *Reader) Next(ctx context.Context) (b []byte, done bool, err error) {
 			return nil, false, ctx.Err()
 		}
 	}
+}
+
+// Published returns the head without waiting: nil before it is
+// published.
+func (r *Reader) Published() *Head {
+	r.f.mu.Lock()
+	defer r.f.mu.Unlock()
+	return r.f.head
+}
+
+// Ready returns without waiting the output past what the reader has read.
+func (r *Reader) Ready() []byte {
+	r.f.mu.Lock()
+	body := r.f.body
+	r.f.mu.Unlock()
+	if r.off >= len(body) {
+		return nil
+	}
+	b := body[r.off:]
+	r.off = len(body)
+	return b
 }
 
 // Leave ends the subscription (Flight.Leave).

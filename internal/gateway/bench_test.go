@@ -64,6 +64,26 @@ func BenchmarkJSONGateway(b *testing.B) {
 	}
 }
 
+// BenchmarkJSONGatewayDistinct is BenchmarkJSONGateway with a body of
+// its own for every request, as the load benchmark sends: each one is
+// run, not answered from the ledger.
+func BenchmarkJSONGatewayDistinct(b *testing.B) {
+	benchDistinct(b, mock.Config{Tokens: 64}, false)
+}
+
+// benchDistinct posts a request with a body of its own each time (an
+// identical one would be answered from the ledger), streamed or not.
+func benchDistinct(b *testing.B, cfg mock.Config, stream bool) {
+	e, client, _ := benchEnvWith(b, cfg)
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		n++
+		benchPost(b, client, e.url+"/v1/chat/completions", `{"model":"solo","stream":`+strconv.FormatBool(stream)+
+			`,"messages":[{"role":"user","content":"hi `+strconv.Itoa(n)+`"}]}`, true)
+	}
+}
+
 func BenchmarkStreamDirect(b *testing.B) {
 	_, client, direct := benchEnv(b)
 	b.ReportAllocs()
@@ -73,15 +93,7 @@ func BenchmarkStreamDirect(b *testing.B) {
 }
 
 func BenchmarkStreamGateway(b *testing.B) {
-	e, client, _ := benchEnv(b)
-	b.ReportAllocs()
-	n := 0
-	for b.Loop() {
-		// Distinct bodies: an identical one would be answered from the
-		// ledger, not streamed.
-		n++
-		benchPost(b, client, e.url+"/v1/chat/completions", `{"model":"solo","stream":true,"messages":[{"role":"user","content":"hi `+strconv.Itoa(n)+`"}]}`, true)
-	}
+	benchDistinct(b, mock.Config{Tokens: 64}, true)
 }
 
 // BenchmarkStreamGatewayPaced is a stream as the load benchmark's are:
@@ -90,13 +102,7 @@ func BenchmarkStreamGateway(b *testing.B) {
 // (docs/performance.md, Memory), the mock's and the client's included:
 // BenchmarkStreamDirectPaced is those alone.
 func BenchmarkStreamGatewayPaced(b *testing.B) {
-	e, client, _ := benchEnvWith(b, mock.Config{Tokens: 20, TokenInterval: 100 * time.Microsecond})
-	b.ReportAllocs()
-	n := 0
-	for b.Loop() {
-		n++
-		benchPost(b, client, e.url+"/v1/chat/completions", `{"model":"solo","stream":true,"messages":[{"role":"user","content":"hi `+strconv.Itoa(n)+`"}]}`, true)
-	}
+	benchDistinct(b, mock.Config{Tokens: 20, TokenInterval: 100 * time.Microsecond}, true)
 }
 
 func BenchmarkStreamDirectPaced(b *testing.B) {

@@ -19,9 +19,12 @@ import (
 // any one client: its output goes to a flight that the owner and every
 // joiner read, and it is cancelled only when all of them have left.
 type call struct {
-	g             *Gateway
-	ctx           context.Context
-	flight        *coord.Flight
+	g      *Gateway
+	ctx    context.Context
+	flight *coord.Flight
+	// direct, on the fast path of a stream, sends what the call publishes
+	// to its own client from the call's goroutine (runInline).
+	direct        *directClient
 	proto         provider.Protocol
 	tenant        *policy.Tenant
 	alias         *policy.Alias

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -56,17 +57,18 @@ func (g *Gateway) place(w http.ResponseWriter, r *http.Request, c *call) {
 		f.SetGrace(g.rejoinGrace) // the caller can come back for this answer
 	}
 	g.inflight.Add(1)
-	if !c.stream && place.Err == nil && place.Remote == nil {
+	if place.Err == nil && place.Remote == nil {
 		g.runInline(w, r, c)
 		return
 	}
 	g.runShared(w, r, c, place)
 }
 
-// runInline is the fast path: a whole (non-stream) answer this gateway
-// runs. It is sent once it is complete, so the client's own goroutine
-// runs the call — stages 4 to 6 — and then sends what the flight holds:
-// no second goroutine and no wake-up to hand the answer over
+// runInline is the fast path: a request this gateway runs. The client's
+// own goroutine runs the call — stages 4 to 6 — and sends its output: a
+// whole answer once it is complete, a stream as the call publishes it
+// (directClient), from the goroutine that publishes it. No second
+// goroutine, and no wake-up to hand each chunk over
 // (docs/architecture.md, docs/performance.md). Others who join read the
 // flight as it fills, as they would otherwise. A client that leaves ends
 // its subscription at once, as serveFlight's would, and the flight's
@@ -74,14 +76,89 @@ func (g *Gateway) place(w http.ResponseWriter, r *http.Request, c *call) {
 func (g *Gateway) runInline(w http.ResponseWriter, r *http.Request, c *call) {
 	rd := c.flight.NewReader()
 	left := context.AfterFunc(r.Context(), rd.Leave)
+	if c.stream {
+		c.direct = &directClient{w: w, rc: http.NewResponseController(w), rd: rd}
+	}
 	func() {
 		defer g.inflight.Done()
 		defer c.endRequestSpan()
 		c.serve()
 	}()
-	if left() {
-		g.serveFlight(w, r, rd, "miss")
+	if !left() {
+		return // the client left; its subscription ended then
 	}
+	if d := c.direct; d != nil && d.sendRest(r.Context()) {
+		rd.Leave()
+		return
+	}
+	g.serveFlight(w, r, rd, "miss")
+}
+
+// directClient sends a stream's output to the client that owns it as the
+// call publishes it: send runs on whichever goroutine flushed the output
+// (the call's, or a hedge's that won its race), one at a time.
+type directClient struct {
+	mu      sync.Mutex
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	rd      *coord.Reader
+	started bool // the stream's head went out
+	gone    bool // a write failed: the client is not reading
+}
+
+// send writes what the flight published since the last send. A head that
+// is not a stream's (an error answer) is left to serveFlight, which sends
+// it whole once the call is over.
+func (d *directClient) send() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.sendLocked()
+}
+
+func (d *directClient) sendLocked() {
+	if d.gone {
+		return
+	}
+	if !d.started {
+		h := d.rd.Published()
+		if h == nil || h.Header.Get("Content-Type") != "text/event-stream" {
+			return
+		}
+		writeHead(d.w, h, "miss")
+		d.started = true
+	}
+	if b := d.rd.Ready(); len(b) > 0 {
+		d.write(b)
+	}
+}
+
+// write sends b and flushes it; a failure marks the client gone.
+func (d *directClient) write(b []byte) {
+	if _, err := d.w.Write(b); err != nil {
+		d.gone = true
+		return
+	}
+	if err := d.rc.Flush(); err != nil {
+		d.gone = true
+	}
+}
+
+// sendRest sends the rest of a stream once the call is over, and reports
+// whether it did: false when no stream's head went out, for serveFlight.
+func (d *directClient) sendRest(ctx context.Context) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.started {
+		return d.gone
+	}
+	for !d.gone {
+		b, done, err := d.rd.Next(ctx)
+		if err != nil || done {
+			break
+		}
+		d.write(b)
+	}
+	return true
 }
 
 // runShared is the shared-flight path: a stream, or a request another

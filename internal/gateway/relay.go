@@ -180,6 +180,9 @@ func (o *output) flush() {
 	}
 	o.c.flight.Write(o.pending)
 	o.pending = o.pending[:0]
+	if o.c.direct != nil {
+		o.c.direct.send()
+	}
 }
 
 // prefix is the delivered text a resume continues, right-stripped of
