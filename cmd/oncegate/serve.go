@@ -83,6 +83,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer store.Close()
+	if r, ok := store.(interface{ Refused() int }); ok && r.Refused() > 0 {
+		log.Warn("the ledger's intent log held records the database refused; they are set aside in its meta table (docs/durability.md)",
+			"records", r.Refused())
+	}
 	metricsAddr := pol.Config.MetricsListen
 	if *metricsListen != "" {
 		metricsAddr = *metricsListen

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/oncegate/oncegate/internal/ledger"
@@ -14,7 +16,8 @@ import (
 
 // openStore opens the ledger a configuration's `store` names, to write
 // (serve) at the durability sync names (ledger.sync) or, with readOnly,
-// to read beside gateways that write it (receipts).
+// to read beside gateways that write it (receipts): a SQLite reader has
+// then caught up with the intent log of the gateway writing it.
 func openStore(ctx context.Context, store, sync string, readOnly bool) (ledger.Store, error) {
 	normal := sync == "normal"
 	switch {
@@ -29,9 +32,12 @@ func openStore(ctx context.Context, store, sync string, readOnly bool) (ledger.S
 			return nil, fmt.Errorf("store %q names no file", store)
 		}
 		if readOnly {
-			return sqlite.OpenReadOnly(path)
+			return openSQLiteReader(ctx, path)
 		}
-		return sqlite.OpenWith(path, sqlite.Options{SyncNormal: normal})
+		// Claims and terminals go to an intent log first, the database
+		// written behind it (docs/durability.md, "An intent log in front
+		// of SQLite"; docs/performance.md has the measurements).
+		return sqlite.OpenLog(path, sqlite.Options{SyncNormal: normal})
 	case policy.IsPostgres(store):
 		if readOnly {
 			return postgres.OpenReadOnly(ctx, store)
@@ -39,4 +45,24 @@ func openStore(ctx context.Context, store, sync string, readOnly bool) (ledger.S
 		return postgres.OpenWith(ctx, store, postgres.Options{SyncNormal: normal})
 	}
 	return nil, fmt.Errorf("store %q: want sqlite://PATH, postgres://… or memory://", store)
+}
+
+// openSQLiteReader opens a SQLite ledger to read, once its database has
+// applied what the intent log of the gateway writing it holds: a receipt
+// acknowledged before the command started is there. With no gateway
+// applying the log (it stopped with records not applied), the database is
+// read as it is, and a warning says what may be missing.
+func openSQLiteReader(ctx context.Context, path string) (ledger.Store, error) {
+	st, err := sqlite.OpenReadOnly(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.CatchUp(ctx); err != nil {
+		if !errors.Is(err, sqlite.ErrBehind) {
+			_ = st.Close()
+			return nil, err
+		}
+		fmt.Fprintf(os.Stderr, "oncegate: warning: %v; the gateway applies the rest when it next opens the ledger, and until then what it holds is not shown\n", err)
+	}
+	return st, nil
 }

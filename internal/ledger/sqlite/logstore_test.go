@@ -445,3 +445,37 @@ func TestLogReadOnlySeesWhatTheDatabaseApplied(t *testing.T) {
 		}
 	}
 }
+
+// A database opened directly (OpenWith: the migrate command, a tool)
+// beside an intent log a LogStore left when it stopped applies the log
+// first: what the log acknowledged is there, and the log is gone.
+func TestOpenWithAppliesALeftIntentLog(t *testing.T) {
+	ctx := context.Background()
+	src := filepath.Join(t.TempDir(), "ledger.db")
+	s := openLogStore(t, src, true)
+	if _, created, err := s.Claim(ctx, logRec("r1"), []ledger.Event{logEv("r1", 1, 1, ledger.EvCreated)}); err != nil || !created {
+		t.Fatalf("claim: %v %v", created, err)
+	}
+	if err := s.Finish(ctx, logFinish("r1", 1, 2)); err != nil {
+		t.Fatal(err)
+	}
+	log, err := os.ReadFile(src + ".log.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	if err := os.WriteFile(path+".log.1", log, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, err := OpenWith(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if r, err := st.Get(ctx, "k:r1"); err != nil || r.State != ledger.Succeeded {
+		t.Fatalf("the log's finished request, opened directly: %+v %v", r, err)
+	}
+	if files, _, _ := segments(path); len(files) != 0 {
+		t.Fatalf("the log is still there: %v", files)
+	}
+}

@@ -98,8 +98,22 @@ func dsn(path string, o Options) (string, error) {
 // settle at once (docs/identity.md).
 func Open(path string) (*Store, error) { return OpenWith(path, Options{}) }
 
-// OpenWith is Open with the commits o chooses.
+// OpenWith is Open with the commits o chooses. An intent log left beside
+// the database by a LogStore that stopped (OpenLog) is applied first:
+// what it acknowledged is in the database before anyone writes it
+// directly.
 func OpenWith(path string, o Options) (*Store, error) {
+	if files, _, err := segments(path); err != nil {
+		return nil, fmt.Errorf("open ledger %s: %w", path, err)
+	} else if len(files) > 0 {
+		ls, err := OpenLog(path, o)
+		if err != nil {
+			return nil, fmt.Errorf("open ledger %s: apply its intent log: %w", path, err)
+		}
+		if err := ls.Close(); err != nil {
+			return nil, fmt.Errorf("open ledger %s: apply its intent log: %w", path, err)
+		}
+	}
 	s, err := openLocked(path, o)
 	if err != nil {
 		return nil, err
