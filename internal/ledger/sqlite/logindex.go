@@ -24,7 +24,7 @@ type idShard struct {
 	// known holds the hashes of the shard's identities the database may
 	// have a record of; building, while the set is rebuilt, the new one
 	// (logknown.go).
-	known, building map[uint64]struct{}
+	known, building *hashFilter
 }
 
 // reqShard is a part of the index by request id (taken after an idShard's

@@ -19,8 +19,10 @@ import (
 // forgotten only when the set is rebuilt from the database, once they
 // number a quarter of it (rebuildKnown).
 //
-// Each idShard keeps the hashes of its identities (the shard is chosen by
-// the same hash), under its mu: Claim reads and adds them in the critical
+// Each idShard keeps the hashes of its identities in a Bloom filter
+// (hashFilter: a few bytes a record, where the database may hold tens of
+// millions; a false "maybe" costs the read) — the shard is chosen by the
+// same hash — under its mu: Claim reads and adds them in the critical
 // section where it takes the identity's place in the index.
 
 // identityHash is the hash the index and the set file an identity by.
@@ -31,17 +33,16 @@ func (s *LogStore) shardOf(h uint64) *idShard { return &s.ids[h%uint64(len(s.ids
 
 // know adds h to the set (sh.mu held), and to the one being built.
 func (sh *idShard) know(h uint64) {
-	sh.known[h] = struct{}{}
+	sh.known.add(h)
 	if sh.building != nil {
-		sh.building[h] = struct{}{}
+		sh.building.add(h)
 	}
 }
 
 // mayHave reports whether the database may hold a record of the identity
 // of hash h (sh.mu held): false is certain.
 func (sh *idShard) mayHave(h uint64) bool {
-	_, ok := sh.known[h]
-	return ok
+	return sh.known.mayHave(h)
 }
 
 // forget counts records deleted from the database: the set holds their
@@ -55,10 +56,14 @@ func (s *LogStore) forget(n int) {
 // loadKnown fills the set with the identities the database holds (at
 // open: nothing else runs).
 func (s *LogStore) loadKnown(ctx context.Context) error {
-	for i := range s.ids {
-		s.ids[i].known = map[uint64]struct{}{}
+	var hs [][]uint64
+	if err := s.scanByShard(ctx, &hs); err != nil {
+		return err
 	}
-	return s.scanIdentities(ctx, func(h uint64) { s.shardOf(h).known[h] = struct{}{} })
+	for i := range s.ids {
+		s.ids[i].known = filterOf(hs[i])
+	}
+	return nil
 }
 
 // scanIdentities calls fn with the hash of every identity the database
@@ -82,6 +87,27 @@ func (s *LogStore) scanIdentities(ctx context.Context, fn func(h uint64)) error 
 	return nil
 }
 
+// scanByShard reads the hash of every identity the database holds, by
+// the shard it belongs to.
+func (s *LogStore) scanByShard(ctx context.Context, out *[][]uint64) error {
+	byShard := make([][]uint64, len(s.ids))
+	err := s.scanIdentities(ctx, func(h uint64) {
+		i := h % uint64(len(s.ids))
+		byShard[i] = append(byShard[i], h)
+	})
+	*out = byShard
+	return err
+}
+
+// filterOf is a filter of hs, with room for as many again.
+func filterOf(hs []uint64) *hashFilter {
+	f := newHashFilter(2 * len(hs))
+	for _, h := range hs {
+		f.add(h)
+	}
+	return f
+}
+
 // maybeRebuildKnown rebuilds the set once the records deleted since it
 // was built number a quarter of what it holds.
 func (s *LogStore) maybeRebuildKnown(ctx context.Context) error {
@@ -89,7 +115,7 @@ func (s *LogStore) maybeRebuildKnown(ctx context.Context) error {
 	for i := range s.ids {
 		sh := &s.ids[i]
 		sh.mu.Lock()
-		size += len(sh.known)
+		size += sh.known.len()
 		sh.mu.Unlock()
 	}
 	if 4*s.forgotten.Load() < int64(size) {
@@ -111,23 +137,20 @@ func (s *LogStore) rebuildKnown(ctx context.Context) error {
 	for i := range s.ids {
 		sh := &s.ids[i]
 		sh.mu.Lock()
-		sh.building = map[uint64]struct{}{}
+		sh.building = newHashFilter(2 * sh.known.len())
 		for id := range sh.m {
-			sh.building[s.identityHash(id)] = struct{}{}
+			sh.building.add(s.identityHash(id))
 		}
 		sh.mu.Unlock()
 	}
-	byShard := make([][]uint64, len(s.ids))
-	err := s.scanIdentities(ctx, func(h uint64) {
-		i := h % uint64(len(s.ids))
-		byShard[i] = append(byShard[i], h)
-	})
+	var byShard [][]uint64
+	err := s.scanByShard(ctx, &byShard)
 	for i := range s.ids {
 		sh := &s.ids[i]
 		sh.mu.Lock()
 		if err == nil {
 			for _, h := range byShard[i] {
-				sh.building[h] = struct{}{}
+				sh.building.add(h)
 			}
 			sh.known = sh.building
 		}
