@@ -363,12 +363,20 @@ func (g *Gateway) guards(pol *policy.Policy, opts Options) {
 		g.metrics = metrics.New(nil)
 	}
 	g.metrics.RegisterRouteLoad(g.load.InFlights)
+	if r, ok := g.ledger.(refusingStore); ok {
+		g.metrics.RegisterLedgerRefused(r.Refused)
+	}
 	if bs, ok := g.breakers.(breakerStates); ok {
 		g.metrics.RegisterBreakers(func(f func(string, int, int64)) {
 			bs.States(func(route string, st breaker.State, gen int64) { f(route, int(st), gen) })
 		})
 	}
 }
+
+// refusingStore is a store that counts the writes it acknowledged and
+// its database then refused (a SQLite ledger written through its intent
+// log; docs/durability.md).
+type refusingStore interface{ Refused() int }
 
 // seedSpend gives the tenant limits today's spend from the store, so that
 // a restart does not hand a tenant a fresh budget (docs/overload.md). At

@@ -759,3 +759,26 @@ func TestAReservationInFlightSurvivesACrash(t *testing.T) {
 		t.Fatalf("the provider saw %d calls", n-calls)
 	}
 }
+
+// refusing is a store that reports writes its database refused, as a
+// SQLite ledger written through its intent log does.
+type refusing struct {
+	ledger.Store
+	n int
+}
+
+func (r refusing) Refused() int { return r.n }
+
+// A ledger that counts refused writes has the count on /metrics, for an
+// alert: it is always 0 unless there is a bug. A store that does not count
+// them has no such metric.
+func TestLedgerRefusedWritesAreAMetric(t *testing.T) {
+	e := newEnvOpts(t, envOptions{wrap: func(s ledger.Store) ledger.Store { return refusing{Store: s, n: 3} }})
+	if v := e.metricValue("oncegate_ledger_refused_writes"); v != 3 {
+		t.Fatalf("oncegate_ledger_refused_writes %v, want the store's 3", v)
+	}
+	plain := newEnv(t, mock.Config{})
+	if strings.Contains(string(plain.metricsText()), "oncegate_ledger_refused_writes") {
+		t.Fatal("a store that counts no refused writes has the metric")
+	}
+}

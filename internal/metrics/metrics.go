@@ -315,6 +315,15 @@ func (c *routeLoadCollector) Collect(ch chan<- prometheus.Metric) {
 	})
 }
 
+// RegisterLedgerRefused exports oncegate_ledger_refused_writes: the writes
+// the ledger acknowledged and its database then refused, since the process
+// opened it (read at each scrape from refused).
+func (m *Metrics) RegisterLedgerRefused(refused func() int) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "oncegate_ledger_refused_writes",
+		Help: "Writes the ledger acknowledged and its database then refused, set aside in its meta table (docs/durability.md); always 0 unless there is a bug."},
+		func() float64 { return float64(refused()) }))
+}
+
 // ObserveDedup counts one arrival of tenant's: "miss", "joined" or
 // "replayed".
 func (m *Metrics) ObserveDedup(tenant, result string) {
