@@ -1,7 +1,9 @@
 package provider
 
 import (
+	"bytes"
 	"encoding/json"
+	"reflect"
 	"testing"
 	"unicode/utf8"
 
@@ -105,7 +107,18 @@ func FuzzStreamDecoders(f *testing.F) {
 	f.Add("response.output_item.added", []byte(`{"type":"response.output_item.added","output_index":-1,"item":{"type":"function_call"}}`))
 	f.Fuzz(func(t *testing.T, typ string, data []byte) {
 		for _, p := range []Protocol{OpenAI, Anthropic, Responses} {
-			_, _ = NewDecoder(p).Decode(sse.Event{Type: typ, Data: data}, nil)
+			// The relay hands a decoder the SSE reader's own buffer
+			// (sse.Reader.NextView), written over by the next event: what
+			// it decodes must keep nothing of it.
+			view := bytes.Clone(data)
+			got, gotErr := NewDecoder(p).Decode(sse.Event{Type: typ, Data: view}, nil)
+			for i := range view {
+				view[i] = 'x'
+			}
+			want, wantErr := NewDecoder(p).Decode(sse.Event{Type: typ, Data: bytes.Clone(data)}, nil)
+			if !reflect.DeepEqual(got, want) || (gotErr == nil) != (wantErr == nil) {
+				t.Fatalf("%s %q %q: decoded %+v (%v), and %+v (%v) once its bytes were written over", p, typ, data, want, wantErr, got, gotErr)
+			}
 		}
 	})
 }
