@@ -39,7 +39,7 @@ func receipts(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if *storeFlag != "" {
 		storeURL = *storeFlag
 	}
-	store, err := openStore(ctx, storeURL, "", true)
+	store, err := openStore(ctx, storeURL, "", true, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "oncegate receipts: %v\n", err)
 		return 1

@@ -77,7 +77,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	store, err := openStore(openCtx, storeURL, pol.Config.Ledger.Sync, false)
+	store, err := openStore(openCtx, storeURL, pol.Config.Ledger.Sync, false, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "oncegate serve: %v\n", err)
 		return 1

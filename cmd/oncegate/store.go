@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
+	"io"
 	"strings"
 
 	"github.com/oncegate/oncegate/internal/ledger"
@@ -18,7 +18,8 @@ import (
 // (serve) at the durability sync names (ledger.sync) or, with readOnly,
 // to read beside gateways that write it (receipts): a SQLite reader has
 // then caught up with the intent log of the gateway writing it.
-func openStore(ctx context.Context, store, sync string, readOnly bool) (ledger.Store, error) {
+// Warnings go to stderr.
+func openStore(ctx context.Context, store, sync string, readOnly bool, stderr io.Writer) (ledger.Store, error) {
 	normal := sync == "normal"
 	switch {
 	case store == "memory://":
@@ -32,7 +33,7 @@ func openStore(ctx context.Context, store, sync string, readOnly bool) (ledger.S
 			return nil, fmt.Errorf("store %q names no file", store)
 		}
 		if readOnly {
-			return openSQLiteReader(ctx, path)
+			return openSQLiteReader(ctx, path, stderr)
 		}
 		// Claims and terminals go to an intent log first, the database
 		// written behind it (docs/durability.md, "An intent log in front
@@ -52,7 +53,7 @@ func openStore(ctx context.Context, store, sync string, readOnly bool) (ledger.S
 // acknowledged before the command started is there. With no gateway
 // applying the log (it stopped with records not applied), the database is
 // read as it is, and a warning says what may be missing.
-func openSQLiteReader(ctx context.Context, path string) (ledger.Store, error) {
+func openSQLiteReader(ctx context.Context, path string, stderr io.Writer) (ledger.Store, error) {
 	st, err := sqlite.OpenReadOnly(path)
 	if err != nil {
 		return nil, err
@@ -62,7 +63,7 @@ func openSQLiteReader(ctx context.Context, path string) (ledger.Store, error) {
 			_ = st.Close()
 			return nil, err
 		}
-		fmt.Fprintf(os.Stderr, "oncegate: warning: %v; the gateway applies the rest when it next opens the ledger, and until then what it holds is not shown\n", err)
+		fmt.Fprintf(stderr, "oncegate: warning: %v; the gateway applies the rest when it next opens the ledger, and until then what it holds is not shown\n", err)
 	}
 	return st, nil
 }
