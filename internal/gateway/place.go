@@ -151,12 +151,8 @@ func (d *directClient) sendRest(ctx context.Context) bool {
 	if !d.started {
 		return d.gone
 	}
-	for !d.gone {
-		b, done, err := d.rd.Next(ctx)
-		if err != nil || done {
-			break
-		}
-		d.write(b)
+	if !d.gone {
+		relayChunks(ctx, d.w, d.rc, d.rd)
 	}
 	return true
 }
@@ -215,7 +211,12 @@ func (g *Gateway) serveFlight(w http.ResponseWriter, r *http.Request, rd coord.S
 		return
 	}
 	writeHead(w, h, dedup)
-	rc := http.NewResponseController(w)
+	relayChunks(ctx, w, http.NewResponseController(w), rd)
+}
+
+// relayChunks sends a stream's output from where rd is to its end,
+// flushing each chunk, until the client stops reading.
+func relayChunks(ctx context.Context, w http.ResponseWriter, rc *http.ResponseController, rd coord.Subscription) {
 	for {
 		b, done, err := rd.Next(ctx)
 		if err != nil || done {
