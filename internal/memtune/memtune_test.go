@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"testing"
+	"time"
 )
 
 func TestGCPercentKeepsTheHeapWithinHeadroomOfWhatIsLive(t *testing.T) {
@@ -113,22 +114,30 @@ func TestStartLeavesWhatTheEnvironmentSets(t *testing.T) {
 
 var ballast [][]byte
 
+// target is the collector's percentage in force.
+func target() int { p := debug.SetGCPercent(-1); debug.SetGCPercent(p); return p }
+
+// settle collects until the tuner, which re-tunes on the runtime's cleanup
+// goroutine after a collection, has put a target want accepts in force,
+// and returns the target then. It waits on that event, not on a number of
+// collections: on a loaded machine the cleanup goroutine may not run for a
+// while, however many collections pass. A minute without it is a failure.
+func settle(want func(int) bool) int {
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		runtime.GC()
+		if p := target(); want(p) {
+			return p
+		}
+		time.Sleep(time.Millisecond) // let the cleanup goroutine run
+	}
+	return target()
+}
+
 func TestTheTargetFallsAsTheLiveHeapGrowsAndRisesAgain(t *testing.T) {
 	restore(t)
 	Start(env(), 0, 0, t.TempDir())
-	target := func() int { p := debug.SetGCPercent(-1); debug.SetGCPercent(p); return p }
-	// Collect until the tuner has seen the heap as it is now (its
-	// cleanup runs after a collection, on another goroutine).
-	settle := func(want func(int) bool) int {
-		for range 200 {
-			runtime.GC()
-			runtime.Gosched()
-			if p := target(); want(p) {
-				return p
-			}
-		}
-		return target()
-	}
+	t.Cleanup(func() { ballast = nil }) // a failure must not leave 512 MiB to the next test
 	for range 64 {
 		ballast = append(ballast, make([]byte, 8<<20)) // 512 MiB live: 4 × Headroom
 	}
@@ -150,44 +159,25 @@ func TestAConfiguredHeadroomSetsTheTarget(t *testing.T) {
 		t.Fatalf("settings %+v", s)
 	}
 	t.Cleanup(func() { Start(env(), 0, 0, t.TempDir()) })
-	target := func() int { p := debug.SetGCPercent(-1); debug.SetGCPercent(p); return p }
 	for range 4 {
 		ballast = append(ballast, make([]byte, 8<<20))
 	}
 	t.Cleanup(func() { ballast = nil })
-	p := 0
-	for range 200 {
-		runtime.GC()
-		runtime.Gosched()
-		if p = target(); p >= 60 && p <= 100 {
-			return
-		}
+	if p := settle(func(p int) bool { return p >= 60 && p <= 100 }); p < 60 || p > 100 {
+		t.Fatalf("with 32 MiB alive and 32 MiB of headroom the target is %d; want about 100", p)
 	}
-	t.Fatalf("with 32 MiB alive and 32 MiB of headroom the target is %d; want about 100", p)
 }
 
 func TestHoldLowersTheTargetBeforeTheBytesExist(t *testing.T) {
 	restore(t)
 	Start(env(), 0, 0, t.TempDir())
-	target := func() int { p := debug.SetGCPercent(-1); debug.SetGCPercent(p); return p }
-	for range 200 { // until the tuner has seen the small heap of this test
-		runtime.GC()
-		runtime.Gosched()
-		if target() == MaxGCPercent {
-			break
-		}
-	}
+	settle(func(p int) bool { return p == MaxGCPercent }) // the tuner has seen this test's small heap
 	release := Hold(4 * Headroom)
 	if p := target(); p != MinGCPercent {
 		t.Fatalf("after holding 512 MiB the target is %d; want %d at once", p, MinGCPercent)
 	}
 	release()
-	for range 200 {
-		runtime.GC()
-		runtime.Gosched()
-		if target() == MaxGCPercent {
-			return
-		}
+	if p := settle(func(p int) bool { return p == MaxGCPercent }); p != MaxGCPercent {
+		t.Fatalf("after the release and a collection the target is %d; want %d", p, MaxGCPercent)
 	}
-	t.Fatalf("after the release and a collection the target is %d; want %d", target(), MaxGCPercent)
 }
