@@ -45,6 +45,10 @@ type call struct {
 	// which this call relays instead (set by claim); follows counts how
 	// often the call went after one, so it never goes round forever.
 	followTo *coord.Remote
+	// joined is the request id of the logical request another gateway
+	// runs that this arrival joined (follow): an answer about how that
+	// request ended says "joined", as its output would have.
+	joined string
 	follows  int
 	// live is the configuration the request started under: its provider
 	// clients serve every attempt, whatever a reload changes meanwhile.

@@ -93,6 +93,9 @@ func (c *call) resolve(rec *ledger.Record) (replace bool, follow *coord.Remote) 
 	now := c.g.clock.Now()
 	idem := c.g.policy().Idempotency
 	m := meta{requestID: rec.RequestID, attempts: 0}
+	if rec.RequestID == c.joined {
+		m.dedup = "joined" // the arrival joined it on its owner's gateway
+	}
 	if rec.Response != nil {
 		m.attempts = rec.Response.Attempts
 	}

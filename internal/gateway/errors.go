@@ -129,6 +129,9 @@ type meta struct {
 	attempts  int
 	terminal  gw.Terminal
 	reason    gw.Reason
+	// dedup, when set, is the answer's X-Oncegate-Dedup: "joined" for an
+	// arrival told how the request it joined ended.
+	dedup string
 }
 
 // render returns e in the client's protocol: status and headers, and the
@@ -158,7 +161,7 @@ func (e *apiError) render(p provider.Protocol, m meta) (*coord.Head, []byte) {
 	if e.retryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(e.retryAfter))
 	}
-	return &coord.Head{Status: ce.Status, Header: h, Code: e.code}, provider.EncodeError(p, ce)
+	return &coord.Head{Status: ce.Status, Header: h, Code: e.code, Dedup: m.dedup}, provider.EncodeError(p, ce)
 }
 
 // write sends e straight to a client (errors before any logical request).

@@ -53,6 +53,7 @@ const maxFollows = 3
 func (c *call) follow(rem *coord.Remote) {
 	c.follows++
 	c.followTo = nil
+	c.joined = rem.RequestID
 	now := c.g.clock.Now()
 	if !rem.Deadline.IsZero() && outlasts(rem.Deadline, c.deadline) {
 		c.publishError(c.g.joinTooLong(rem.RequestID, rem.Deadline, now), meta{requestID: rem.RequestID})
@@ -298,7 +299,7 @@ func (c *call) awaitStored(rem *coord.Remote) {
 		// — if it is running. One that stopped cannot: the outcome is
 		// unknown, as every gateway will say of it (docs/replicas.md).
 		if c.ownerGone(rec.Owner, &goneSince, c.g.clock.Now()) {
-			m := meta{requestID: rem.RequestID, terminal: gw.TerminalIndeterminate}
+			m := meta{requestID: rem.RequestID, terminal: gw.TerminalIndeterminate, dedup: "joined"}
 			c.publishError(errorf(CodeOutcomeUnknown, "the gateway running this request stopped mid-request; its outcome is unknown"), m)
 			return
 		}

@@ -233,6 +233,9 @@ func TestKillingTheOwnerOfAnAnswerEndsItsJoinersClearly(t *testing.T) {
 		if c.status != 502 || !bytes.Contains(c.body, []byte("outcome_unknown")) || c.header.Get("x-should-retry") != "false" {
 			t.Fatalf("a joiner: %v", c)
 		}
+		if d := c.header.Get("X-Oncegate-Dedup"); d != "joined" {
+			t.Fatalf("a joiner is told X-Oncegate-Dedup: %q; it joined the request whose owner died", d)
+		}
 		if took := time.Since(killed); took > lease/2 {
 			t.Fatalf("a joiner answered %v after the kill: it waited for the dead owner's lease (%v)", took, lease)
 		}
