@@ -48,8 +48,8 @@ type call struct {
 	// joined is the request id of the logical request another gateway
 	// runs that this arrival joined (follow): an answer about how that
 	// request ended says "joined", as its output would have.
-	joined string
-	follows  int
+	joined  string
+	follows int
 	// live is the configuration the request started under: its provider
 	// clients serve every attempt, whatever a reload changes meanwhile.
 	live *live
