@@ -110,6 +110,7 @@ func (g *Gateway) serveResponses(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
+	keyID := keyIDOf(r)
 	var parent *ledger.Turn
 	var history []*ledger.Turn
 	if req.PreviousResponseID != "" {
@@ -118,10 +119,12 @@ func (g *Gateway) serveResponses(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	fp := identity.Fingerprint(g.secret, t.ID, provider.Responses.Operation(), requestSHA)
+	// The turn's identities are in its key's scope (docs/identity.md).
+	scope := identity.Scope(t.ID, keyID)
+	fp := identity.Fingerprint(g.secret, scope, provider.Responses.Operation(), requestSHA)
 	// A gateway before stream left turns' digests stored a turn under
 	// its whole body's fingerprint: the same turn, if it is found so.
-	legacy := identity.Fingerprint(g.secret, t.ID, provider.Responses.Operation(), identity.SHA256Hex(canon))
+	legacy := identity.Fingerprint(g.secret, scope, provider.Responses.Operation(), identity.SHA256Hex(canon))
 	now := g.clock.Now()
 	turn := &ledger.Turn{ResponseID: newResponseID(), Tenant: t.ID, Depth: 1, Fingerprint: fp, RequestSHA256: requestSHA,
 		State: ledger.TurnPending, Try: 1, RequestID: uuid.Must(uuid.NewV7()).String(), Request: body, CreatedAt: now, UpdatedAt: now}
@@ -139,7 +142,7 @@ func (g *Gateway) serveResponses(w http.ResponseWriter, r *http.Request) {
 		turn.Depth = parent.Depth + 1
 	}
 	if key != "" {
-		turn.KeyDigest = identity.KeyDigest(t.ID, provider.Responses.Operation(), key)
+		turn.KeyDigest = identity.KeyDigest(scope, provider.Responses.Operation(), key)
 	}
 	turn.Input, _ = json.Marshal(inputItems(turn.ResponseID, req.Input))
 	join, apiErr := joinsOf(r.Header, g.policy().Idempotency.KeylessJoin)
@@ -404,7 +407,7 @@ func (g *Gateway) runTurn(w http.ResponseWriter, r *http.Request, t *policy.Tena
 	h.RequestID, h.KeySHA256, h.Fingerprint = c.id, turn.KeyDigest, turn.Fingerprint
 	if h.Fingerprint == "" {
 		// A turn that joins nothing: its receipt still names its body.
-		h.Fingerprint = identity.Fingerprint(g.secret, t.ID, provider.Responses.Operation(), turn.RequestSHA256)
+		h.Fingerprint = identity.Fingerprint(g.secret, identity.Scope(t.ID, keyIDOf(r)), provider.Responses.Operation(), turn.RequestSHA256)
 	}
 	h.Conversation = &receipt.Conversation{ID: turn.Conversation, ResponseID: turn.ResponseID, PreviousResponseID: turn.Parent,
 		Turn: turn.Depth, Try: turn.Try}
