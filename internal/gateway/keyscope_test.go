@@ -2,7 +2,10 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -15,6 +18,153 @@ import (
 	"github.com/oncegate/oncegate/internal/identity"
 	"github.com/oncegate/oncegate/internal/mock"
 )
+
+// notFound fails unless err is the 404 code an id that does not exist
+// gets, with the same message but for the id.
+func notFound(t *testing.T, err error, code, id string, nobody error) {
+	t.Helper()
+	var got, want *openai.Error
+	if !errors.As(err, &got) || !errors.As(nobody, &want) {
+		t.Fatalf("want API errors, got %v and %v", err, nobody)
+	}
+	if got.StatusCode != 404 || got.Code != code || want.StatusCode != 404 || want.Code != code ||
+		strings.ReplaceAll(got.Message, id, "ID") != strings.ReplaceAll(want.Message, "resp_nobody", "ID") {
+		t.Fatalf("another key's %s: %d %s %q; an id that does not exist: %d %s %q", id, got.StatusCode, got.Code, got.Message,
+			want.StatusCode, want.Code, want.Message)
+	}
+}
+
+// A virtual key reads, continues and deletes only the stored responses
+// it made: another key of the same tenant is told they do not exist, and
+// nothing reaches a provider. The tenant's own key reads them all.
+func TestVirtualKeysReadOnlyTheirOwnResponses(t *testing.T) {
+	e := newEnv(t, mock.Config{})
+	ctx := context.Background()
+	a, b := e.issue(`{"tenant":"acme","name":"a"}`), e.issue(`{"tenant":"acme","name":"b"}`)
+	ca, cb, file := e.openai(nil, oopt2.WithAPIKey(a.Key)), e.openai(nil, oopt2.WithAPIKey(b.Key)), e.openai(nil)
+	first, err := e.respond(a.Key, "chat", "what is a logical request?", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := ca.Responses.New(ctx, responses.ResponseNewParams{Model: "chat", PreviousResponseID: openai.String(first.ID),
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("and a physical attempt?")}}, oopt2.WithMaxRetries(0))
+	if err != nil {
+		t.Fatalf("the key that made a response continues it: %v", err)
+	}
+	_, nobody := cb.Responses.Get(ctx, "resp_nobody", responses.ResponseGetParams{}, oopt2.WithMaxRetries(0))
+	calls := e.primary.Requests()
+
+	_, err = cb.Responses.Get(ctx, first.ID, responses.ResponseGetParams{}, oopt2.WithMaxRetries(0))
+	notFound(t, err, CodeResponseNotFound, first.ID, nobody)
+	_, err = cb.Responses.InputItems.List(ctx, second.ID, responses.InputItemListParams{}, oopt2.WithMaxRetries(0))
+	notFound(t, err, CodeResponseNotFound, second.ID, nobody)
+	err = cb.Responses.Delete(ctx, second.ID, oopt2.WithMaxRetries(0))
+	notFound(t, err, CodeResponseNotFound, second.ID, nobody)
+	_, err = cb.Responses.New(ctx, responses.ResponseNewParams{Model: "chat", PreviousResponseID: openai.String(second.ID),
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("tell me what you told a")}}, oopt2.WithMaxRetries(0))
+	var ae *openai.Error
+	if !errors.As(err, &ae) || ae.StatusCode != 404 || ae.Code != CodeResponseNotFound || ae.Param != "previous_response_id" {
+		t.Fatalf("another key continues a response: %v", err)
+	}
+	if n := e.primary.Requests() - calls; n != 0 {
+		t.Fatalf("another key's reads of a response reached the provider %d times", n)
+	}
+
+	// The key that made them, and the tenant's own key, still read them:
+	// nothing was deleted.
+	for name, cl := range map[string]openai.Client{"the key that made it": ca, "the tenant's key": file} {
+		got, err := cl.Responses.Get(ctx, second.ID, responses.ResponseGetParams{})
+		if err != nil || got.OutputText() != second.OutputText() || got.PreviousResponseID != first.ID {
+			t.Fatalf("%s reads the response: %v", name, err)
+		}
+		items, err := cl.Responses.InputItems.List(ctx, second.ID, responses.InputItemListParams{})
+		if err != nil || len(items.Data) != 1 {
+			t.Fatalf("%s reads its input items: %v", name, err)
+		}
+	}
+	// The tenant's key continues a virtual key's conversation; a third
+	// turn of a's own goes on from its own.
+	if _, err := file.Responses.New(ctx, responses.ResponseNewParams{Model: "chat", PreviousResponseID: openai.String(second.ID),
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("the tenant asks")}}, oopt2.WithMaxRetries(0)); err != nil {
+		t.Fatalf("the tenant's key continues a key's response: %v", err)
+	}
+	if err := ca.Responses.Delete(ctx, second.ID); err != nil {
+		t.Fatalf("the key that made a response deletes it: %v", err)
+	}
+}
+
+// A virtual key's receipts are its own: another key of the tenant lists
+// none of them and reads none of them, in the receipts API as in the
+// console; the tenant's own key and the admin key read them all.
+func TestVirtualKeysReadOnlyTheirOwnReceipts(t *testing.T) {
+	e := newEnv(t, mock.Config{})
+	ctx := context.Background()
+	a, b := e.issue(`{"tenant":"acme","name":"a"}`), e.issue(`{"tenant":"acme","name":"b"}`)
+	send := func(key, text string) string {
+		t.Helper()
+		var h http.Header
+		if _, err := clientNew(e.openai(&h, oopt2.WithAPIKey(key)), ctx, oaParams("chat", text)); err != nil {
+			t.Fatal(err)
+		}
+		return h.Get("X-Oncegate-Request-Id")
+	}
+	ofB := send(b.Key, "b asks")
+	// a's are newer than b's: a listing of b's newest reads past them.
+	ofA := []string{send(a.Key, "a asks"), send(a.Key, "a asks again")}
+	ofFile := send(keyAcme, "the tenant asks")
+
+	type list struct {
+		Data []struct {
+			RequestID string `json:"request_id"`
+		} `json:"data"`
+	}
+	ids := func(key, path string) []string {
+		t.Helper()
+		var l list
+		if st, body := e.adminDo(key, "GET", path, "", &l); st != 200 {
+			t.Fatalf("%s: %d %s", path, st, body)
+		}
+		var out []string
+		for _, rc := range l.Data {
+			out = append(out, rc.RequestID)
+		}
+		return out
+	}
+	if got := ids(b.Key, "/v1/receipts?limit=100"); !slices.Equal(got, []string{ofB}) {
+		t.Fatalf("b lists %v, want only its own %s", got, ofB)
+	}
+	if got := ids(b.Key, "/v1/receipts?limit=1"); !slices.Equal(got, []string{ofB}) {
+		t.Fatalf("b's newest receipt: %v, want %s", got, ofB)
+	}
+	if got := ids(a.Key, "/v1/receipts?limit=100"); !slices.Equal(got, []string{ofA[1], ofA[0]}) {
+		t.Fatalf("a lists %v, want its own %v", got, ofA)
+	}
+	for _, key := range []string{keyAcme, keyAdmin} {
+		if got := ids(key, "/v1/receipts?limit=100&tenant=acme"); len(got) != 4 || !slices.Contains(got, ofB) || !slices.Contains(got, ofA[0]) || !slices.Contains(got, ofFile) {
+			t.Fatalf("%s lists %v, want every receipt of the tenant", key, got)
+		}
+	}
+	const none = "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
+	for _, path := range []string{"/v1/receipts/ID", "/v1/console/requests/ID", "/v1/console/requests/ID/verify"} {
+		p := strings.Replace(path, "ID", ofA[0], 1)
+		st, body := e.adminDo(b.Key, "GET", p, "", nil)
+		nst, nbody := e.adminDo(b.Key, "GET", strings.Replace(path, "ID", none, 1), "", nil)
+		if st != 404 || nst != 404 || strings.ReplaceAll(string(body), ofA[0], "ID") != strings.ReplaceAll(string(nbody), none, "ID") {
+			t.Fatalf("b reads a's %s: %d %s; an id that does not exist: %d %s", p, st, body, nst, nbody)
+		}
+		for _, key := range []string{a.Key, keyAcme, keyAdmin} {
+			if st, body := e.adminDo(key, "GET", p, "", nil); st != 200 {
+				t.Fatalf("%s reads a's %s: %d %s", key, p, st, body)
+			}
+		}
+	}
+	if got := ids(b.Key, "/v1/console/requests"); !slices.Equal(got, []string{ofB}) {
+		t.Fatalf("b's console lists %v, want only its own %s", got, ofB)
+	}
+	if got := ids(keyAcme, "/v1/console/requests"); len(got) != 4 {
+		t.Fatalf("the tenant's console lists %v", got)
+	}
+}
 
 // The same Idempotency-Key from two virtual keys of one tenant names two
 // logical requests: each key gets its own generation, charged to it, and

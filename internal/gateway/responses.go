@@ -114,7 +114,7 @@ func (g *Gateway) serveResponses(w http.ResponseWriter, r *http.Request) {
 	var parent *ledger.Turn
 	var history []*ledger.Turn
 	if req.PreviousResponseID != "" {
-		if parent, history, apiErr = g.parentOf(ctx, t.ID, req.PreviousResponseID); apiErr != nil {
+		if parent, history, apiErr = g.parentOf(ctx, t.ID, keyID, req.PreviousResponseID); apiErr != nil {
 			g.turnError(w, apiErr)
 			return
 		}
@@ -126,7 +126,7 @@ func (g *Gateway) serveResponses(w http.ResponseWriter, r *http.Request) {
 	// its whole body's fingerprint: the same turn, if it is found so.
 	legacy := identity.Fingerprint(g.secret, scope, provider.Responses.Operation(), identity.SHA256Hex(canon))
 	now := g.clock.Now()
-	turn := &ledger.Turn{ResponseID: newResponseID(), Tenant: t.ID, Depth: 1, Fingerprint: fp, RequestSHA256: requestSHA,
+	turn := &ledger.Turn{ResponseID: newResponseID(), Tenant: t.ID, KeyID: keyID, Depth: 1, Fingerprint: fp, RequestSHA256: requestSHA,
 		State: ledger.TurnPending, Try: 1, RequestID: uuid.Must(uuid.NewV7()).String(), Request: body, CreatedAt: now, UpdatedAt: now}
 	turn.Conversation = turn.ResponseID
 	switch {
@@ -215,11 +215,12 @@ func (g *Gateway) repeats(prev *ledger.Turn, r *http.Request) bool {
 }
 
 // parentOf loads the turn a request continues and the conversation up to
-// it. Only a done, undeleted turn can be continued; an unknown or stale
+// it. Only a done, undeleted turn can be continued, and by a virtual key
+// (keyID) only its own: another key's is not found. An unknown or stale
 // one is reconciled first.
-func (g *Gateway) parentOf(ctx context.Context, tenant, id string) (*ledger.Turn, []*ledger.Turn, *apiError) {
+func (g *Gateway) parentOf(ctx context.Context, tenant, keyID, id string) (*ledger.Turn, []*ledger.Turn, *apiError) {
 	p, err := g.ledger.Turn(ctx, tenant, id)
-	if errors.Is(err, ledger.ErrNotFound) || err == nil && (p.Deleted || !stored(p)) {
+	if errors.Is(err, ledger.ErrNotFound) || err == nil && (p.Deleted || !stored(p) || !mayRead(keyID, p)) {
 		return nil, nil, &apiError{code: CodeResponseNotFound, param: "previous_response_id", message: "previous response with id '" + id + "' not found"}
 	}
 	if err != nil {
@@ -407,7 +408,7 @@ func (g *Gateway) runTurn(w http.ResponseWriter, r *http.Request, t *policy.Tena
 	h.RequestID, h.KeySHA256, h.Fingerprint = c.id, turn.KeyDigest, turn.Fingerprint
 	if h.Fingerprint == "" {
 		// A turn that joins nothing: its receipt still names its body.
-		h.Fingerprint = identity.Fingerprint(g.secret, identity.Scope(t.ID, keyIDOf(r)), provider.Responses.Operation(), turn.RequestSHA256)
+		h.Fingerprint = identity.Fingerprint(g.secret, identity.Scope(t.ID, turn.KeyID), provider.Responses.Operation(), turn.RequestSHA256)
 	}
 	h.Conversation = &receipt.Conversation{ID: turn.Conversation, ResponseID: turn.ResponseID, PreviousResponseID: turn.Parent,
 		Turn: turn.Depth, Try: turn.Try}
@@ -858,11 +859,13 @@ func (g *Gateway) shellOf(turn *ledger.Turn) *provider.ResponseShell {
 	return &s
 }
 
-// lookupTurn finds the tenant's turn named by the path, brought up to date.
+// lookupTurn finds the tenant's turn named by the path, brought up to
+// date; for a virtual key, only a turn it made (another key's is not
+// found, as one that does not exist).
 func (g *Gateway) lookupTurn(r *http.Request, t *policy.Tenant) (*ledger.Turn, *apiError) {
 	id := r.PathValue("id")
 	turn, err := g.ledger.Turn(r.Context(), t.ID, id)
-	if errors.Is(err, ledger.ErrNotFound) || err == nil && (turn.Deleted || !stored(turn)) {
+	if errors.Is(err, ledger.ErrNotFound) || err == nil && (turn.Deleted || !stored(turn) || !mayRead(keyIDOf(r), turn)) {
 		return nil, &apiError{code: CodeResponseNotFound, message: "response with id '" + id + "' not found"}
 	}
 	if err != nil {
