@@ -17,7 +17,8 @@ import (
 
 // The web console (docs/operations.md, "Console"): static assets under
 // /ui/, and the JSON it reads under /v1/console/. The admin key sees every
-// tenant; a tenant's key sees only its own requests.
+// tenant; a tenant's key sees only its own requests, a virtual key only
+// the requests it made.
 
 // requestRow is one line of the console's list of logical requests.
 type requestRow struct {
@@ -62,14 +63,14 @@ func (g *Gateway) serveConsoleRequests(w http.ResponseWriter, r *http.Request, s
 		// Scan a few pages per tenant: filters apply after reading.
 		after := ""
 		for page := 0; page < 10 && len(rows) < limit*len(tenants); page++ {
-			list, err := g.listReceipts(r.Context(), tenant, 200, after)
+			list, err := g.listReceipts(r.Context(), tenant, receiptPage, after)
 			if err != nil {
 				storeAPIError(err).write(w, protocolOf(r), meta{})
 				return
 			}
 			for _, rc := range list {
 				after = rc.RequestID
-				if (q.Get("model") != "" && rc.Model != q.Get("model")) || (q.Get("terminal") != "" && rc.Terminal != q.Get("terminal")) ||
+				if !s.reads(rc) || (q.Get("model") != "" && rc.Model != q.Get("model")) || (q.Get("terminal") != "" && rc.Terminal != q.Get("terminal")) ||
 					(!since.IsZero() && rc.CreatedAt.Before(since)) {
 					continue
 				}
@@ -77,7 +78,7 @@ func (g *Gateway) serveConsoleRequests(w http.ResponseWriter, r *http.Request, s
 					Route: answeredBy(rc), CreatedAt: rc.CreatedAt, Attempts: len(rc.Attempts), Providers: rc.Totals.Providers, Terminal: rc.Terminal,
 					Reason: rc.Reason, Tokens: rc.Totals.BillableTokens, CostUSD: rc.Totals.CostUSD})
 			}
-			if len(list) < 200 || (!since.IsZero() && len(list) > 0 && list[len(list)-1].CreatedAt.Before(since)) {
+			if len(list) < receiptPage || (!since.IsZero() && len(list) > 0 && list[len(list)-1].CreatedAt.Before(since)) {
 				break
 			}
 		}

@@ -835,7 +835,8 @@ func (g *Gateway) listReceipts(ctx context.Context, tenant string, limit int, af
 }
 
 // serveReceipt answers GET /v1/receipts/{id}: a tenant's key reads its
-// own receipts, the admin key every tenant's (docs/receipts.md).
+// own receipts, a virtual key those of its own requests, the admin key
+// every tenant's (docs/receipts.md).
 func (g *Gateway) serveReceipt(w http.ResponseWriter, r *http.Request, s readScope) {
 	rc, err := g.scopedReceipt(r.Context(), s, r.PathValue("id"))
 	if err != nil {
@@ -852,7 +853,8 @@ func (g *Gateway) serveReceipt(w http.ResponseWriter, r *http.Request, s readSco
 }
 
 // serveReceipts answers GET /v1/receipts?limit=&after=&tenant=: the
-// newest receipts a key may read, the admin key's across tenants.
+// newest receipts a key may read (a virtual key's own), the admin key's
+// across tenants.
 func (g *Gateway) serveReceipts(w http.ResponseWriter, r *http.Request, scope readScope) {
 	limit := 20
 	if s := r.URL.Query().Get("limit"); s != "" {
@@ -868,7 +870,7 @@ func (g *Gateway) serveReceipts(w http.ResponseWriter, r *http.Request, scope re
 		apiErr.write(w, protocolOf(r), meta{})
 		return
 	}
-	list, err := g.newestReceipts(r.Context(), tenants, limit, r.URL.Query().Get("after"))
+	list, err := g.newestReceipts(r.Context(), scope, tenants, limit, r.URL.Query().Get("after"))
 	if err != nil {
 		storeAPIError(err).write(w, protocolOf(r), meta{})
 		return

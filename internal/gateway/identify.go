@@ -20,7 +20,9 @@ import (
 // identify is stage 2: it builds the logical request an admitted request
 // is — its identity (the key's digest, the keyless fingerprint, or an
 // identity of its own), its deadline, its receipt header and the routes
-// it cannot use. Nothing is shared or durable yet.
+// it cannot use. Identities are in the scope of the tenant's file keys or
+// of the virtual key the request came with (docs/identity.md). Nothing is
+// shared or durable yet.
 func (g *Gateway) identify(r *http.Request, a *admitted) (*call, *apiError) {
 	p, t, alias, cr, requestSHA, key := a.proto, a.tenant, a.alias, a.parsed, a.requestSHA, a.key
 	budgets, apiErr := callerBudgets(r.Header)
@@ -36,7 +38,9 @@ func (g *Gateway) identify(r *http.Request, a *admitted) (*call, *apiError) {
 		anthropicBeta: r.Header.Get("anthropic-beta"),
 		clientRetries: clientRetryCount(r.Header),
 	}
-	h := receipt.Receipt{RequestID: c.id, Tenant: t.ID, KeyID: keyIDOf(r), Operation: p.Operation(), Model: alias.Name,
+	keyID := keyIDOf(r)
+	scope := identity.Scope(t.ID, keyID)
+	h := receipt.Receipt{RequestID: c.id, Tenant: t.ID, KeyID: keyID, Operation: p.Operation(), Model: alias.Name,
 		RequestSHA256: c.requestSHA, CreatedAt: created, Deadline: c.deadline, Stream: c.stream, ClientRetryCount: c.clientRetries}
 	join, apiErr := joinsOf(r.Header, g.policy().Idempotency.KeylessJoin)
 	if apiErr != nil {
@@ -44,15 +48,15 @@ func (g *Gateway) identify(r *http.Request, a *admitted) (*call, *apiError) {
 	}
 	switch {
 	case key != "":
-		h.KeySHA256 = identity.KeyDigest(t.ID, p.Operation(), key)
+		h.KeySHA256 = identity.KeyDigest(scope, p.Operation(), key)
 		c.identity = "k:" + h.KeySHA256
 	case join:
-		h.Fingerprint = identity.Fingerprint(g.secret, t.ID, p.Operation(), c.requestSHA)
+		h.Fingerprint = identity.Fingerprint(g.secret, scope, p.Operation(), c.requestSHA)
 		c.identity = "f:" + h.Fingerprint
 	default:
 		// An independent sample: an identity of its own, which nothing
 		// else shares (the receipt still carries the fingerprint).
-		h.Fingerprint = identity.Fingerprint(g.secret, t.ID, p.Operation(), c.requestSHA)
+		h.Fingerprint = identity.Fingerprint(g.secret, scope, p.Operation(), c.requestSHA)
 		c.identity = "u:" + c.id
 	}
 	acceptRestart := c.streamEvents && r.Header.Get("X-Oncegate-Accept-Restart") == "1"

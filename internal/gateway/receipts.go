@@ -14,13 +14,22 @@ import (
 
 // Who may read what was recorded (docs/receipts.md, docs/operations.md):
 // a tenant's key reads its own receipts and figures, the admin key every
-// tenant's. The receipts endpoints and the console share this.
+// tenant's; a virtual key reads only the receipts of its own requests
+// (docs/keys.md). The receipts endpoints and the console share this.
 
-// readScope is who is reading: the admin (every tenant) or one tenant.
+// readScope is who is reading: the admin (every tenant), one tenant's
+// keys, or one of its virtual keys (key).
 type readScope struct {
 	admin  bool
 	tenant *policy.Tenant
+	// key is the virtual key reading ("" for the admin and the tenant's
+	// own keys): it reads only its own receipts.
+	key string
 }
+
+// reads reports whether the scope may read receipt rc of one of its
+// tenants.
+func (s readScope) reads(rc *receipt.Receipt) bool { return mayReadReceipt(s.key, rc) }
 
 // tenants are the tenants the scope may read: the configured ones for
 // the admin.
@@ -58,14 +67,15 @@ func (g *Gateway) readAuth(why string, h func(http.ResponseWriter, *http.Request
 			return
 		}
 		if t := g.tenant(r); t != nil {
-			h(w, r, readScope{tenant: t})
+			h(w, r, readScope{tenant: t, key: keyIDOf(r)})
 			return
 		}
 		errorf(CodeUnauthorized, "%s", why).write(w, protocolOf(r), meta{})
 	}
 }
 
-// scopedReceipt finds a receipt the scope may read, sealed.
+// scopedReceipt finds a receipt the scope may read, sealed: another
+// virtual key's is not found.
 func (g *Gateway) scopedReceipt(ctx context.Context, s readScope, id string) (*receipt.Receipt, error) {
 	for _, tenant := range s.tenants(g.policy()) {
 		rc, err := g.receipt(ctx, tenant, id)
@@ -75,6 +85,9 @@ func (g *Gateway) scopedReceipt(ctx context.Context, s readScope, id string) (*r
 		if err != nil {
 			return nil, err
 		}
+		if !s.reads(rc) {
+			return nil, ledger.ErrNotFound
+		}
 		if err := rc.Seal(); err != nil {
 			return nil, err
 		}
@@ -83,13 +96,14 @@ func (g *Gateway) scopedReceipt(ctx context.Context, s readScope, id string) (*r
 	return nil, ledger.ErrNotFound
 }
 
-// newestReceipts lists the tenants' newest receipts, newest first, at
-// most limit, continuing after the request id `after`. Request ids are
-// time-ordered, so one tenant's pages merge into another's by id.
-func (g *Gateway) newestReceipts(ctx context.Context, tenants []string, limit int, after string) ([]*receipt.Receipt, error) {
+// newestReceipts lists the newest receipts of the tenants the scope may
+// read, newest first, at most limit, continuing after the request id
+// `after`. Request ids are time-ordered, so one tenant's pages merge into
+// another's by id.
+func (g *Gateway) newestReceipts(ctx context.Context, s readScope, tenants []string, limit int, after string) ([]*receipt.Receipt, error) {
 	var out []*receipt.Receipt
 	for _, tenant := range tenants {
-		list, err := g.listReceipts(ctx, tenant, limit, after)
+		list, err := g.scopedReceipts(ctx, s, tenant, limit, after)
 		if err != nil {
 			return nil, err
 		}
@@ -103,6 +117,39 @@ func (g *Gateway) newestReceipts(ctx context.Context, tenants []string, limit in
 	}
 	return out, nil
 }
+
+// scopedReceipts lists a tenant's newest receipts that the scope may
+// read, at most limit, continuing after the request id `after`. A
+// virtual key's are found among the tenant's, page by page: the store
+// keeps receipts by tenant.
+func (g *Gateway) scopedReceipts(ctx context.Context, s readScope, tenant string, limit int, after string) ([]*receipt.Receipt, error) {
+	if s.key == "" {
+		return g.listReceipts(ctx, tenant, limit, after)
+	}
+	page := max(limit, receiptPage)
+	var out []*receipt.Receipt
+	for {
+		list, err := g.listReceipts(ctx, tenant, page, after)
+		if err != nil {
+			return nil, err
+		}
+		for _, rc := range list {
+			if s.reads(rc) {
+				if out = append(out, rc); len(out) == limit {
+					return out, nil
+				}
+			}
+		}
+		if len(list) < page {
+			return out, nil
+		}
+		after = list[len(list)-1].RequestID
+	}
+}
+
+// receiptPage is how many of a tenant's receipts a virtual key's listing
+// reads at a time.
+const receiptPage = 200
 
 // receiptError answers a receipt that could not be read: 404 when the
 // scope has none by that id, 503 when the store did not answer.

@@ -110,20 +110,23 @@ func (g *Gateway) serveResponses(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
+	keyID := keyIDOf(r)
 	var parent *ledger.Turn
 	var history []*ledger.Turn
 	if req.PreviousResponseID != "" {
-		if parent, history, apiErr = g.parentOf(ctx, t.ID, req.PreviousResponseID); apiErr != nil {
+		if parent, history, apiErr = g.parentOf(ctx, t.ID, keyID, req.PreviousResponseID); apiErr != nil {
 			g.turnError(w, apiErr)
 			return
 		}
 	}
-	fp := identity.Fingerprint(g.secret, t.ID, provider.Responses.Operation(), requestSHA)
+	// The turn's identities are in its key's scope (docs/identity.md).
+	scope := identity.Scope(t.ID, keyID)
+	fp := identity.Fingerprint(g.secret, scope, provider.Responses.Operation(), requestSHA)
 	// A gateway before stream left turns' digests stored a turn under
 	// its whole body's fingerprint: the same turn, if it is found so.
-	legacy := identity.Fingerprint(g.secret, t.ID, provider.Responses.Operation(), identity.SHA256Hex(canon))
+	legacy := identity.Fingerprint(g.secret, scope, provider.Responses.Operation(), identity.SHA256Hex(canon))
 	now := g.clock.Now()
-	turn := &ledger.Turn{ResponseID: newResponseID(), Tenant: t.ID, Depth: 1, Fingerprint: fp, RequestSHA256: requestSHA,
+	turn := &ledger.Turn{ResponseID: newResponseID(), Tenant: t.ID, KeyID: keyID, Depth: 1, Fingerprint: fp, RequestSHA256: requestSHA,
 		State: ledger.TurnPending, Try: 1, RequestID: uuid.Must(uuid.NewV7()).String(), Request: body, CreatedAt: now, UpdatedAt: now}
 	turn.Conversation = turn.ResponseID
 	switch {
@@ -139,7 +142,7 @@ func (g *Gateway) serveResponses(w http.ResponseWriter, r *http.Request) {
 		turn.Depth = parent.Depth + 1
 	}
 	if key != "" {
-		turn.KeyDigest = identity.KeyDigest(t.ID, provider.Responses.Operation(), key)
+		turn.KeyDigest = identity.KeyDigest(scope, provider.Responses.Operation(), key)
 	}
 	turn.Input, _ = json.Marshal(inputItems(turn.ResponseID, req.Input))
 	join, apiErr := joinsOf(r.Header, g.policy().Idempotency.KeylessJoin)
@@ -212,11 +215,12 @@ func (g *Gateway) repeats(prev *ledger.Turn, r *http.Request) bool {
 }
 
 // parentOf loads the turn a request continues and the conversation up to
-// it. Only a done, undeleted turn can be continued; an unknown or stale
+// it. Only a done, undeleted turn can be continued, and by a virtual key
+// (keyID) only its own: another key's is not found. An unknown or stale
 // one is reconciled first.
-func (g *Gateway) parentOf(ctx context.Context, tenant, id string) (*ledger.Turn, []*ledger.Turn, *apiError) {
+func (g *Gateway) parentOf(ctx context.Context, tenant, keyID, id string) (*ledger.Turn, []*ledger.Turn, *apiError) {
 	p, err := g.ledger.Turn(ctx, tenant, id)
-	if errors.Is(err, ledger.ErrNotFound) || err == nil && (p.Deleted || !stored(p)) {
+	if errors.Is(err, ledger.ErrNotFound) || err == nil && (p.Deleted || !stored(p) || !mayRead(keyID, p)) {
 		return nil, nil, &apiError{code: CodeResponseNotFound, param: "previous_response_id", message: "previous response with id '" + id + "' not found"}
 	}
 	if err != nil {
@@ -404,7 +408,7 @@ func (g *Gateway) runTurn(w http.ResponseWriter, r *http.Request, t *policy.Tena
 	h.RequestID, h.KeySHA256, h.Fingerprint = c.id, turn.KeyDigest, turn.Fingerprint
 	if h.Fingerprint == "" {
 		// A turn that joins nothing: its receipt still names its body.
-		h.Fingerprint = identity.Fingerprint(g.secret, t.ID, provider.Responses.Operation(), turn.RequestSHA256)
+		h.Fingerprint = identity.Fingerprint(g.secret, identity.Scope(t.ID, turn.KeyID), provider.Responses.Operation(), turn.RequestSHA256)
 	}
 	h.Conversation = &receipt.Conversation{ID: turn.Conversation, ResponseID: turn.ResponseID, PreviousResponseID: turn.Parent,
 		Turn: turn.Depth, Try: turn.Try}
@@ -855,11 +859,13 @@ func (g *Gateway) shellOf(turn *ledger.Turn) *provider.ResponseShell {
 	return &s
 }
 
-// lookupTurn finds the tenant's turn named by the path, brought up to date.
+// lookupTurn finds the tenant's turn named by the path, brought up to
+// date; for a virtual key, only a turn it made (another key's is not
+// found, as one that does not exist).
 func (g *Gateway) lookupTurn(r *http.Request, t *policy.Tenant) (*ledger.Turn, *apiError) {
 	id := r.PathValue("id")
 	turn, err := g.ledger.Turn(r.Context(), t.ID, id)
-	if errors.Is(err, ledger.ErrNotFound) || err == nil && (turn.Deleted || !stored(turn)) {
+	if errors.Is(err, ledger.ErrNotFound) || err == nil && (turn.Deleted || !stored(turn) || !mayRead(keyIDOf(r), turn)) {
 		return nil, &apiError{code: CodeResponseNotFound, message: "response with id '" + id + "' not found"}
 	}
 	if err != nil {

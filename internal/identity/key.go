@@ -31,12 +31,26 @@ func ValidateKey(key string) error {
 	return nil
 }
 
-// KeyDigest is key_sha256: SHA-256(tenant ‖ 0x00 ‖ operation ‖ 0x00 ‖ key).
-// The ledger stores only this, never the raw key; the scope keeps tenant
-// A's key k and tenant B's key k apart.
-func KeyDigest(tenant, operation, key string) string {
+// Scope is whose identities a request's are (docs/identity.md): the
+// tenant, for the tenant's own keys from the configuration, which share
+// one scope; tenant ‖ 0x00 ‖ "key:" ‖ virtualKey for a virtual key, whose
+// Idempotency-Keys and fingerprints are its own. A file key's scope is
+// the tenant id alone, so the digests stored before virtual keys had
+// scopes of their own still match.
+func Scope(tenant, virtualKey string) string {
+	if virtualKey == "" {
+		return tenant
+	}
+	return tenant + "\x00key:" + virtualKey
+}
+
+// KeyDigest is key_sha256: SHA-256(scope ‖ 0x00 ‖ operation ‖ 0x00 ‖ key),
+// scope as Scope makes it. The ledger stores only this, never the raw
+// key; the scope keeps tenant A's key k and tenant B's key k apart, and
+// one virtual key's k and another's.
+func KeyDigest(scope, operation, key string) string {
 	h := sha256.New()
-	h.Write([]byte(tenant))
+	h.Write([]byte(scope))
 	h.Write([]byte{0})
 	h.Write([]byte(operation))
 	h.Write([]byte{0})
@@ -45,12 +59,12 @@ func KeyDigest(tenant, operation, key string) string {
 }
 
 // Fingerprint identifies a keyless logical request:
-// HMAC-SHA256(secret, tenant ‖ 0x00 ‖ operation ‖ 0x00 ‖ request_sha256).
-// Without the gateway secret nobody can tell which request a fingerprint
-// stands for.
-func Fingerprint(secret []byte, tenant, operation, requestSHA256 string) string {
+// HMAC-SHA256(secret, scope ‖ 0x00 ‖ operation ‖ 0x00 ‖ request_sha256),
+// scope as Scope makes it. Without the gateway secret nobody can tell
+// which request a fingerprint stands for.
+func Fingerprint(secret []byte, scope, operation, requestSHA256 string) string {
 	m := hmac.New(sha256.New, secret)
-	m.Write([]byte(tenant))
+	m.Write([]byte(scope))
 	m.Write([]byte{0})
 	m.Write([]byte(operation))
 	m.Write([]byte{0})

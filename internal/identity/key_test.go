@@ -38,6 +38,32 @@ func TestKeyScopes(t *testing.T) {
 	}
 }
 
+// A file key's scope is its tenant's, so its digests are those stored
+// before virtual keys had scopes of their own; each virtual key's are
+// its own, apart from the tenant's and from each other's.
+func TestVirtualKeyScopes(t *testing.T) {
+	const op = "chat.completions"
+	// SHA-256("acme" 0x00 "chat.completions" 0x00 "order-42"): the digest
+	// a file key's Idempotency-Key always had.
+	const stored = "81ecd11c1f78981209a3dbd06801fb5b642d6672fe1d39d02786b11044060f53"
+	if got := KeyDigest(Scope("acme", ""), op, "order-42"); got != KeyDigest("acme", op, "order-42") || got != stored {
+		t.Fatalf("a file key's digest changed: %s", got)
+	}
+	s := []byte("secret")
+	scopes := []string{Scope("acme", ""), Scope("acme", "key_a"), Scope("acme", "key_b"), Scope("globex", "key_a")}
+	digests, fps := map[string]string{}, map[string]string{}
+	for _, sc := range scopes {
+		d, f := KeyDigest(sc, op, "order-42"), Fingerprint(s, sc, op, "x")
+		if prev, dup := digests[d]; dup {
+			t.Errorf("scopes %q and %q share a key digest", prev, sc)
+		}
+		if prev, dup := fps[f]; dup {
+			t.Errorf("scopes %q and %q share a fingerprint", prev, sc)
+		}
+		digests[d], fps[f] = sc, sc
+	}
+}
+
 // FuzzValidateKey: never panics, and accepts exactly 1–255 visible ASCII bytes.
 func FuzzValidateKey(f *testing.F) {
 	f.Add("order-42")

@@ -35,6 +35,12 @@ type Turn struct {
 	// ResponseID is the response id the client sees ("resp_…").
 	ResponseID string
 	Tenant     string
+	// KeyID is the virtual key that made the turn; "" for the tenant's
+	// keys from the configuration (and for turns stored before turns
+	// recorded their key). A virtual key reads, continues and deletes
+	// only its own turns (docs/keys.md); BeginTurn writes it, and no
+	// update changes it.
+	KeyID string
 	// Conversation is the response id of the conversation's first turn.
 	Conversation string
 	// Parent is the previous turn's response id; "" for a first turn.

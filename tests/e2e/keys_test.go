@@ -220,3 +220,49 @@ func TestVirtualKeyConcurrencyAcrossReplicas(t *testing.T) {
 		t.Fatalf("the key's place after its request ended: %v", err)
 	}
 }
+
+// Two virtual keys of one tenant on two replicas sharing PostgreSQL and
+// Redis: the same question from each, one held in flight on one replica,
+// is two generations, and the same Idempotency-Key from each is two
+// requests. Replicas join and replay by identity, and each key's
+// identities are its own; a key's own retry on the other replica still
+// replays its answer.
+func TestVirtualKeysStayApartAcrossReplicas(t *testing.T) {
+	f := newFleet(t, 2, mock.Config{}, "")
+	a, b := f.gws[0], f.gws[1]
+	_, ka := issueOn(t, a, `{"tenant":"e2e","name":"a"}`)
+	_, kb := issueOn(t, a, `{"tenant":"e2e","name":"b"}`)
+	f.primary.SetScript(mock.Script{Rules: []mock.Rule{{FirstCalls: 1, Fault: mock.Fault{Type: mock.FaultHang}}}})
+	body := chatJSON("chat", "the same question", false, "")
+	ctx, leave := context.WithCancel(context.Background())
+	held := make(chan call, 1)
+	go func() { held <- send(ctx, a, ka, "", false, body) }()
+	within(t, 10*time.Second, "a's request held at the provider", func() bool { return f.primary.Requests() == 1 })
+	// Joined, b's request would wait with a's at the provider.
+	bctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if c := send(bctx, b, kb, "", false, body); c.status != 200 || c.header.Get("X-Oncegate-Dedup") != "miss" {
+		t.Fatalf("b's identical request while a's is in flight on the other replica: %v", c)
+	}
+	if n := f.primary.Requests(); n != 2 {
+		t.Fatalf("the provider saw %d requests, want a's (held) and b's", n)
+	}
+	leave()
+	<-held
+
+	before := f.primary.Requests()
+	body = chatJSON("chat", "order one", false, "")
+	first := send(bctx, a, ka, "order-1", false, body)
+	other := send(bctx, b, kb, "order-1", false, body)
+	again := send(bctx, b, ka, "order-1", false, body)
+	if first.status != 200 || other.status != 200 || other.header.Get("X-Oncegate-Dedup") != "miss" ||
+		other.header.Get("X-Oncegate-Request-Id") == first.header.Get("X-Oncegate-Request-Id") {
+		t.Fatalf("the same Idempotency-Key from two keys: %v, then %v", first, other)
+	}
+	if again.header.Get("X-Oncegate-Dedup") != "replayed" || again.header.Get("X-Oncegate-Request-Id") != first.header.Get("X-Oncegate-Request-Id") {
+		t.Fatalf("a's own retry on the other replica: %v", again)
+	}
+	if n := f.primary.Requests() - before; n != 2 {
+		t.Fatalf("the provider saw %d requests for two keys' orders, want 2", n)
+	}
+}

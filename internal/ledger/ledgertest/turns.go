@@ -87,6 +87,35 @@ func runTurns(t *testing.T, open Opener) {
 			t.Fatalf("a keyed turn found by its fingerprint: %+v %v", f, err)
 		}
 	})
+	t.Run("turns: a turn keeps the virtual key that made it", func(t *testing.T) {
+		s := open(t, false)
+		own := turn("resp_own", "", "key-own")
+		own.KeyID = "key_a"
+		if _, created, err := s.BeginTurn(ctx, own); err != nil || !created {
+			t.Fatalf("begin: %v %v", created, err)
+		}
+		if _, _, err := s.BeginTurn(ctx, turn("resp_file", "", "")); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.Turn(ctx, "acme", "resp_own")
+		if err != nil || got.KeyID != "key_a" {
+			t.Fatalf("read back: %+v %v", got, err)
+		}
+		// An update writes the turn's state, never its owner.
+		got.State, got.KeyID = ledger.TurnDone, "key_b"
+		if ok, err := s.UpdateTurn(ctx, got, ledger.TurnPending, 1); err != nil || !ok {
+			t.Fatalf("update: %v %v", ok, err)
+		}
+		for id, want := range map[string]string{"resp_own": "key_a", "resp_file": ""} {
+			if got, err := s.Turn(ctx, "acme", id); err != nil || got.KeyID != want {
+				t.Fatalf("%s: key %q (%v), want %q", id, got.KeyID, err, want)
+			}
+		}
+		existing, created, err := s.BeginTurn(ctx, turn("resp_again", "", "key-own"))
+		if err != nil || created || existing.KeyID != "key_a" {
+			t.Fatalf("the turn of the same key digest: %+v %v %v", existing, created, err)
+		}
+	})
 	t.Run("turns: a deleted turn replays from nowhere", func(t *testing.T) {
 		s := open(t, false)
 		if _, _, err := s.BeginTurn(ctx, turn("resp_root", "", "")); err != nil {

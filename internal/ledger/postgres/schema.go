@@ -88,6 +88,10 @@ var migrations = []string{
 	ALTER TABLE key_spend ADD COLUMN shard smallint NOT NULL DEFAULT 0;
 	ALTER TABLE key_spend DROP CONSTRAINT key_spend_pkey;
 	ALTER TABLE key_spend ADD PRIMARY KEY (day, key_id, shard);`,
+
+	// 7: which virtual key made each turn: a virtual key reads,
+	// continues and deletes only its own (docs/keys.md).
+	turnsql.Owners(),
 }
 
 // spendShards is how many rows a tenant's day is spread over.

@@ -140,6 +140,10 @@ var migrations = []string{
 	// 8: virtual keys issued at run time, and what each was charged per
 	// UTC day (docs/keys.md).
 	keysql.Schema("BLOB", "INTEGER"),
+
+	// 9: which virtual key made each turn: a virtual key reads,
+	// continues and deletes only its own (docs/keys.md).
+	turnsql.Owners(),
 }
 
 func migrate(db *sql.DB) error {

@@ -84,12 +84,20 @@ func Branches(integer string) string {
 	CREATE UNIQUE INDEX turns_branch ON turns (parent, branch) WHERE parent <> '';`
 }
 
+// Owners is the migration that records which virtual key made each turn
+// (docs/keys.md): a virtual key reads, continues and deletes only its
+// own. The turns stored before it name no key: they are the tenant's
+// file keys' to read, as a file key's turn is.
+func Owners() string {
+	return `ALTER TABLE turns ADD COLUMN key_id TEXT NOT NULL DEFAULT ''`
+}
+
 // Cols are a turn row's columns, in Args and Scan order.
-const Cols = `response_id, tenant, conversation, parent, depth, branch, key_digest, fingerprint, request_sha256, state, try, request_id, ambiguous, input, request, response, status, upstream, deleted, created_at, updated_at`
+const Cols = `response_id, tenant, conversation, parent, depth, branch, key_digest, fingerprint, request_sha256, state, try, request_id, ambiguous, input, request, response, status, upstream, deleted, created_at, updated_at, key_id`
 
 // The statements.
 const (
-	Insert     = `INSERT INTO turns (` + Cols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	Insert     = `INSERT INTO turns (` + Cols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	ByKey      = `SELECT ` + Cols + ` FROM turns WHERE tenant = ? AND key_digest = ? AND key_digest <> ''`
 	NextBranch = `SELECT COALESCE(MAX(branch) + 1, 0) FROM turns WHERE parent = ? AND parent <> ''`
 	// InFlightTwin is the keyless turn in flight an arrival of the same
@@ -127,7 +135,7 @@ func Dollar(q string) string {
 func Args(t *ledger.Turn) []any {
 	return []any{t.ResponseID, t.Tenant, t.Conversation, t.Parent, t.Depth, t.Branch, t.KeyDigest, t.Fingerprint, t.RequestSHA256,
 		string(t.State), t.Try, t.RequestID, t.Ambiguous, t.Input, t.Request, t.Response, t.Status, t.Upstream, flag(t.Deleted),
-		ledger.UnixNano(t.CreatedAt), ledger.UnixNano(t.UpdatedAt)}
+		ledger.UnixNano(t.CreatedAt), ledger.UnixNano(t.UpdatedAt), t.KeyID}
 }
 
 // UpdateArgs are the values for Update.
@@ -158,7 +166,7 @@ func Scan(row Scanner, noRows error) (*ledger.Turn, error) {
 	var state string
 	var depth, branch, try, ambiguous, status, deleted, created, updated int64
 	if err := row.Scan(&t.ResponseID, &t.Tenant, &t.Conversation, &t.Parent, &depth, &branch, &t.KeyDigest, &t.Fingerprint, &t.RequestSHA256,
-		&state, &try, &t.RequestID, &ambiguous, &t.Input, &t.Request, &t.Response, &status, &t.Upstream, &deleted, &created, &updated); err != nil {
+		&state, &try, &t.RequestID, &ambiguous, &t.Input, &t.Request, &t.Response, &status, &t.Upstream, &deleted, &created, &updated, &t.KeyID); err != nil {
 		if errors.Is(err, noRows) {
 			return nil, ledger.ErrNotFound
 		}
