@@ -88,6 +88,12 @@ var migrations = []string{
 	ALTER TABLE key_spend ADD COLUMN shard smallint NOT NULL DEFAULT 0;
 	ALTER TABLE key_spend DROP CONSTRAINT key_spend_pkey;
 	ALTER TABLE key_spend ADD PRIMARY KEY (day, key_id, shard);`,
+
+	// 7: retention (docs/receipts.md, "Retention"): the sweep and
+	// `oncegate receipts export` find requests by when they were created
+	// — their first event's time — oldest first, in a partial index of
+	// one entry a request.
+	`CREATE INDEX events_created ON events (at, request_id) WHERE seq = 1`,
 }
 
 // spendShards is how many rows a tenant's day is spread over.
