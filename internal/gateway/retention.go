@@ -103,7 +103,9 @@ func (j *retention) run(ctx context.Context) {
 	records, histories := horizons(j.policy())
 	now := j.clock.Now()
 	if n, err := j.store.Expire(ctx, now.Add(-records)); err != nil {
-		j.log.Error("expire records", "err", err)
+		if ctx.Err() == nil {
+			j.log.Error("expire records", "err", err)
+		}
 	} else if n > 0 {
 		j.log.Info("expired idempotency records", "count", n)
 	}
