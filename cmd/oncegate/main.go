@@ -60,6 +60,9 @@ usage:
   oncegate verify  --config FILE RECEIPT.json re-run the retry engine over a receipt; exit 1 on drift
   oncegate receipts --config FILE [--tenant T] [ID]
                                               list a tenant's receipts, or print one
+  oncegate receipts export --config FILE --before T [--out FILE]
+                                              write every receipt of the requests created before T as JSON lines,
+                                              for archiving before the retention sweep deletes them
   oncegate spend   --config FILE --url URL [--group-by tenant|key|model|route|day] [--from T] [--to T] [--format table|json|csv]
                                               print a running gateway's spend report, computed from its receipts
   oncegate reload  --config FILE --url URL    have a running gateway re-read its configuration (or send it SIGHUP)

@@ -12,10 +12,15 @@ import (
 	"github.com/oncegate/oncegate/internal/receipt"
 )
 
-// receipts lists a tenant's receipts from the store, or prints one.
+// receipts lists a tenant's receipts from the store, or prints one;
+// `receipts export` writes them for archiving (export.go).
 func receipts(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "export" {
+		return receiptsExport(ctx, args[1:], stdout, stderr)
+	}
 	fs := newFlags("receipts", "--config FILE [--store URL] [--tenant T] [--limit N] [--after ID] [ID]",
-		"List a tenant's receipts, or print the one named ID, from the store.", "", stderr)
+		"List a tenant's receipts, or print the one named ID, from the store. "+
+			"`oncegate receipts export --before T` writes every tenant's receipts created before T as JSON lines (export -h).", "", stderr)
 	path := fs.String("config", "", "configuration naming the store (required)")
 	storeFlag := fs.String("store", "", "ledger to read (default: the config's store)")
 	tenant := fs.String("tenant", "", "tenant whose receipts to read (default: the config's first tenant)")

@@ -75,7 +75,8 @@ type Config struct {
 
 	// Idempotency configures the ledger's key handling (docs/identity.md).
 	Idempotency Idempotency `yaml:"idempotency"`
-	// Ledger configures how durably the store commits (docs/durability.md).
+	// Ledger configures how durably the store commits (docs/durability.md)
+	// and how long it keeps receipts (docs/receipts.md).
 	Ledger Ledger `yaml:"ledger"`
 	// Conversations configures the turns of /v1/responses
 	// (docs/conversations.md).
@@ -103,7 +104,7 @@ type Config struct {
 	present map[string]Pos
 }
 
-// Ledger configures the store's commits.
+// Ledger configures the store's commits and what it keeps.
 type Ledger struct {
 	// Sync is how durable an acknowledged write is: "full" — it survives
 	// power loss (SQLite synchronous=FULL, PostgreSQL's synchronous_commit
@@ -112,6 +113,16 @@ type Ledger struct {
 	// operating-system crash may be lost (SQLite synchronous=NORMAL,
 	// PostgreSQL synchronous_commit=off). Default "full".
 	Sync string `yaml:"sync" default:"full"`
+	// ReceiptRetention is how long receipts and attempt events are kept:
+	// a sweep deletes those of requests that arrived longer ago than
+	// this, never while the request's idempotency record (and the stored
+	// answer replays send) is still kept, and the space they held is
+	// reused (docs/receipts.md, "Retention"). Archive them first with
+	// `oncegate receipts export --before T`. Day and month spend limits
+	// are counted apart from receipts: a sweep never frees a budget. 0
+	// keeps them forever; a negative value is an error. Default 2160h (90
+	// days).
+	ReceiptRetention Duration `yaml:"receipt_retention" default:"2160h"`
 }
 
 // Tenant is one authenticated caller.

@@ -45,6 +45,7 @@ func TestParseMinimalAppliesDefaults(t *testing.T) {
 		{"route continuation", cfg.Routes[0].Capabilities.Continuation, "none"},
 		{"provider first_byte", cfg.Providers[0].Timeouts.FirstByte.D(), 30 * time.Second},
 		{"idempotency.sdk_retry_window", cfg.Idempotency.SDKRetryWindow.D(), 10 * time.Minute},
+		{"ledger.receipt_retention", cfg.Ledger.ReceiptRetention.D(), 90 * 24 * time.Hour},
 		{"breaker.half_open_probes", cfg.Breaker.HalfOpenProbes, 3},
 		{"tenant max boundary", cfg.Tenants[0].MaxDataBoundary, "external"},
 	}
@@ -77,6 +78,9 @@ func TestParseErrorsNamePositionAndPath(t *testing.T) {
 		{"malformed duration", minimal + "breaker: {open_for: 30}\n", "breaker.open_for", "12:21", "want a duration"},
 		{"duration without unit", minimal + "breaker: {open_for: \"30\"}\n", "breaker.open_for", "12:21", "malformed duration"},
 		{"negative duration", minimal + "breaker: {open_for: -1s}\n", "breaker.open_for", "12:21", "negative duration"},
+		{"negative receipt retention", minimal + "ledger: {receipt_retention: -1h}\n", "ledger.receipt_retention", "12:29", "negative duration"},
+		{"receipt retention in days", minimal + "ledger:\n  receipt_retention: 90d\n", "ledger.receipt_retention", "13:22", `malformed duration "90d"`},
+		{"receipt retention without unit", minimal + "ledger: {receipt_retention: 90}\n", "ledger.receipt_retention", "12:29", "want a duration"},
 		{"missing required field", strings.Replace(minimal, "    provider: p\n", "", 1), "routes[0].provider", "5:5", `missing required field "provider"`},
 		{"missing required section", strings.Replace(minimal, "models: [{name: chat, routes: [r]}]\n", "", 1), "models", "2:1", `missing required field "models"`},
 		{"duplicate key", minimal + "listen: a\nlisten: b\n", "listen", "13:1", "duplicate field"},
@@ -198,5 +202,20 @@ func TestRelativeStoreIsBesideTheFile(t *testing.T) {
 		if got := resolveStore(in, dir); got != want {
 			t.Fatalf("%s → %s", in, got)
 		}
+	}
+}
+
+// ledger.receipt_retention reads a duration; 0 (keep forever) is a value
+// of its own, not the default.
+func TestReceiptRetentionZeroKeepsForever(t *testing.T) {
+	cfg, err := Parse("min.yaml", []byte(minimal+"ledger: {receipt_retention: 0s}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Ledger.ReceiptRetention.D(); got != 0 {
+		t.Fatalf("receipt_retention = %v, want 0", got)
+	}
+	if !cfg.Has("ledger.receipt_retention") {
+		t.Fatal("an explicit 0 is not recorded as set")
 	}
 }

@@ -319,7 +319,7 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 	g.every(g.leaseRenew, g.renew)
 	g.every(abandonedRetry, g.giveUpAbandoned)
 	g.every(g.lease/2, g.settleLapsed)
-	g.every(time.Minute, g.expireRecords())
+	g.startRetention()
 	return g, nil
 }
 
@@ -565,26 +565,6 @@ func (g *Gateway) settleLapsed(stopping bool) {
 		g.log.Error("settle lapsed requests", "err", err)
 	} else if n > 0 {
 		g.log.Warn("settled requests whose owners' leases lapsed", "count", n)
-	}
-}
-
-// expireRecords deletes ledger records past their retention (docs/identity.md).
-// With on_expired: reject, records are kept 30 × longer so that an expired
-// key can still be recognised and refused.
-func (g *Gateway) expireRecords() func(bool) {
-	keep := g.policy().Idempotency.Retention.D()
-	if g.policy().Idempotency.OnExpired == "reject" {
-		keep *= 30
-	}
-	return func(stopping bool) {
-		if stopping {
-			return
-		}
-		if n, err := g.ledger.Expire(context.Background(), g.clock.Now().Add(-keep)); err != nil {
-			g.log.Error("expire records", "err", err)
-		} else if n > 0 {
-			g.log.Info("expired idempotency records", "count", n)
-		}
 	}
 }
 

@@ -237,12 +237,60 @@ type Store interface {
 	// Expire deletes finished records that finished before cutoff (their
 	// events and receipts stay); it returns how many.
 	Expire(ctx context.Context, cutoff time.Time) (int, error)
+	// Sweep deletes the histories of requests created before cutoff
+	// that have no record any more, and returns how many. A request's
+	// history is what the store keeps of it besides its record: its
+	// events, its receipt and the writes fenced off from it
+	// (stale_owner_write evidence), deleted together in one commit —
+	// never a receipt without the events it could be rebuilt from. Its
+	// creation time is the time of its first event (seq 1,
+	// logical_request_created), its receipt's created_at; a history
+	// without that event has no age and is never swept. A request that
+	// still has a record (in progress, or finished within its
+	// idempotency retention: a replay may still be answered from it and
+	// counted in its receipt) is never touched. Spend (Spend, KeySpend)
+	// is counted apart and never swept: deleting receipts frees no day's
+	// or month's budget. Sweep works in bounded batches, each its own
+	// commit, so that other writes never wait on it for long, and stops
+	// between batches when ctx ends (returning ctx's error).
+	Sweep(ctx context.Context, cutoff time.Time) (int, error)
+	// ReceiptsBefore lists the receipts of requests created before
+	// `before` (as Sweep dates them: a request without a creation event
+	// is not listed), oldest first (by creation, then request id), at
+	// most limit, continuing after `after` (nil: from the oldest): every
+	// receipt a Sweep at that cutoff would delete, and those it would
+	// keep because their requests still have records.
+	ReceiptsBefore(ctx context.Context, before time.Time, after *DatedReceipt, limit int) ([]DatedReceipt, error)
 	// Ping reports whether the store can be written now: it commits a
 	// heartbeat, so a store that answers reads but cannot commit (a full
 	// disk) fails it.
 	Ping(ctx context.Context) error
 	// Close flushes pending writes and releases the store.
 	Close() error
+}
+
+// DatedReceipt is a receipt with its request's id, tenant and creation
+// time, as ReceiptsBefore lists it.
+type DatedReceipt struct {
+	RequestID string
+	Tenant    string
+	Created   time.Time
+	Body      []byte
+}
+
+// SweepBatch is how many requests' histories one commit of a Sweep
+// deletes at most: about a megabyte of rows; in SQLite about 8 ms of the
+// writer's time, its commit's sync included (16 ms at worst, measured on
+// a loaded two-core machine).
+const SweepBatch = 256
+
+// Listed reports whether ReceiptsBefore listed the receipt of a request
+// created at created with id requestID at or before d (nil: none).
+func (d *DatedReceipt) Listed(created time.Time, requestID string) bool {
+	if d == nil {
+		return false
+	}
+	return created.Before(d.Created) || created.Equal(d.Created) && requestID <= d.RequestID
 }
 
 // Day is t's UTC day: days since the Unix epoch, rounded down.

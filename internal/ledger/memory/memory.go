@@ -5,7 +5,8 @@
 // durable backends, so the gateway has one storage path whichever backend
 // it runs on. The histories (events and receipts) of the oldest finished
 // requests are dropped past a bound, so a long run does not grow without
-// limit; records go when the gateway expires them, as in every backend.
+// limit; records go when the gateway expires them, and histories when it
+// sweeps them, as in every backend.
 package memory
 
 import (
@@ -276,19 +277,8 @@ func (s *Store) putReceipt(tenant, id string, body []byte, replace bool) bool {
 
 // forget drops a finished request's history: its receipt and events.
 func (s *Store) forget(id string) {
-	rc, ok := s.receipts[id]
-	if !ok {
+	if !s.dropReceipt(id) {
 		return
-	}
-	delete(s.receipts, id)
-	ids := s.byTenant[rc.tenant]
-	if i, found := slices.BinarySearch(ids, id); found {
-		if i == 0 {
-			ids = ids[1:] // the usual case: request ids are time-ordered
-		} else {
-			ids = slices.Delete(ids, i, i+1)
-		}
-		s.byTenant[rc.tenant] = ids
 	}
 	if _, live := s.byID[id]; !live || s.records[s.byID[id]].State != ledger.InProgress {
 		delete(s.events, id)

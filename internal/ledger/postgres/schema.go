@@ -92,6 +92,12 @@ var migrations = []string{
 	// 7: which virtual key made each turn: a virtual key reads,
 	// continues and deletes only its own (docs/keys.md).
 	turnsql.Owners(),
+
+	// 8: retention (docs/receipts.md, "Retention"): the sweep and
+	// `oncegate receipts export` find requests by when they were created
+	// — their first event's time — oldest first, in a partial index of
+	// one entry a request.
+	`CREATE INDEX events_created ON events (at, request_id) WHERE seq = 1`,
 }
 
 // spendShards is how many rows a tenant's day is spread over.

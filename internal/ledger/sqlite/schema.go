@@ -144,6 +144,15 @@ var migrations = []string{
 	// 9: which virtual key made each turn: a virtual key reads,
 	// continues and deletes only its own (docs/keys.md).
 	turnsql.Owners(),
+
+	// 10: retention (docs/receipts.md, "Retention"): the sweep and
+	// `oncegate receipts export` find requests by when they were created
+	// — their first event's time — oldest first, in a partial index of
+	// one small entry a request (a claim's commit adds one, at the
+	// index's end); the sweep deletes a request's fenced-off writes with
+	// the rest of its history, by request id.
+	`CREATE INDEX events_created ON events(at) WHERE seq = 1;
+	CREATE INDEX stale_events_by_request ON stale_events(request_id);`,
 }
 
 func migrate(db *sql.DB) error {
