@@ -20,7 +20,10 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/openai/openai-go/v3/shared"
 
+	"github.com/oncegate/oncegate/internal/coord"
 	"github.com/oncegate/oncegate/internal/gw"
+	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/ledger/sqlite"
 	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/receipt"
@@ -501,6 +504,84 @@ models:
 			t.Fatalf("the hedge showed %d, billed %+v (estimated %v); its mock generated %d", h.EmittedTokens, h.Usage, h.UsageEstimated, ac.OutputTokens)
 		}
 	})
+}
+
+// A stateful turn's stream cut after K events once the provider had
+// committed the turn: the gateway finds the committed answer and sends
+// the client the rest of it. The attempt's emitted_tokens is what the
+// client read — the K deltas before the cut and the rest in one — and it
+// bills no less.
+func TestAdoptedStatefulStreamCountsWhatWasShown(t *testing.T) {
+	t.Parallel()
+	const tokens, cut = 24, 8
+	inBubble(t, envOptions{mock: mock.Config{Tokens: tokens}}, func(t *testing.T, e *env) {
+		e.fallback.SetScript(rules(mock.Rule{Calls: []int{1}, Fault: mock.Fault{Type: mock.FaultCommitThenReset, After: cut}}))
+		s := e.streamAs(protoResponses, "convo", keyAcme)
+		if s.err != nil || s.deltas != cut+1 {
+			t.Fatalf("the client read %d deltas (%v); want the %d before the cut and the rest in one", s.deltas, s.err, cut)
+		}
+		r := e.receipt(s.requestID)
+		if len(r.Attempts) != 1 || r.Terminal != "succeeded" {
+			t.Fatalf("terminal %s, attempts %+v", r.Terminal, r.Attempts)
+		}
+		a := r.Attempts[0]
+		if a.Reconciled != "found" || a.EmittedTokens != s.deltas || a.Usage.OutputTokens < a.EmittedTokens || !a.UsageEstimated {
+			t.Fatalf("the adopted attempt says it showed %d and bills %+v; the client read %d deltas", a.EmittedTokens, a.Usage, s.deltas)
+		}
+		if s.usage.OutputTokens != a.Usage.OutputTokens {
+			t.Fatalf("response.completed reports %d output tokens, the receipt bills %d", s.usage.OutputTokens, a.Usage.OutputTokens)
+		}
+	})
+}
+
+// Recovery settles a request whose gateway died while its resumed stream
+// ran on another route: the attempt in flight is billed its worst case —
+// here the request's 10 tokens left — but a joiner on another gateway was
+// shown 12 of the answer, so it is billed 12, its cost and the request's
+// charge with it.
+func TestRecoveryNeverBillsBelowWhatAJoinerWasShown(t *testing.T) {
+	t.Parallel()
+	pol, secrets := recoveryPolicy(t)
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	g, err := New(pol, secrets, Options{Ledger: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	t0 := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	const id = "01dead00-0000-7000-8000-00000000b111"
+	hdr, _ := json.Marshal(receipt.Receipt{RequestID: id, Tenant: "acme", Operation: "chat.completions", Model: "chat-pair", Stream: true,
+		CreatedAt: t0, Deadline: t0.Add(time.Minute), Request: receipt.Facts{EstimatedInputTokens: 100, MaxOutputTokens: 10, MaxDataBoundary: "external"}})
+	first, _ := json.Marshal(receipt.Attempt{Ordinal: 1, Route: "primary", Provider: "mock-primary", Purpose: "initial", StartedAt: t0, ObservedAt: t0,
+		OutcomeClass: "interrupted", Kind: "stream_interrupted_after_output", VisibleOutput: true, EmittedTokens: 2,
+		Usage: gw.Usage{InputTokens: 100, OutputTokens: 2}})
+	resume, _ := json.Marshal(dispatchEvent{Ordinal: 2, Route: "claude", Purpose: "resume", NotBefore: t0})
+	evs := []ledger.Event{{Seq: 1, Type: ledger.EvCreated, Data: hdr}, {Seq: 2, Type: ledger.EvObserved, Data: first},
+		{Seq: 3, Type: ledger.EvReserved, Data: resume}, {Seq: 4, Type: ledger.EvDispatch, Data: resume}}
+	for i := range evs {
+		evs[i].RequestID, evs[i].Generation, evs[i].At = id, 1, t0
+	}
+	rec := &ledger.Record{Identity: "k:" + id, RequestID: id, Tenant: "acme", Generation: 1}
+	f := g.settlement(rec, evs, t0.Add(time.Minute), coord.Seen{Joined: 1, Emitted: 12})
+	r, err := receipt.Parse(f.Receipt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Attempts) != 2 || r.Terminal != "indeterminate" {
+		t.Fatalf("terminal %s, attempts %+v", r.Terminal, r.Attempts)
+	}
+	a := r.Attempts[1]
+	want := pol.Route("claude").Price.Cost(a.Usage)
+	if a.EmittedTokens != 12 || a.Usage.OutputTokens < 12 || !a.UsageEstimated || gw.NanoFromUSD(a.CostUSD) != want {
+		t.Fatalf("the attempt in flight shown %d, billed %+v at $%v (its usage costs %v)", a.EmittedTokens, a.Usage, a.CostUSD, want.USD())
+	}
+	if tot := r.ComputeTotals(); r.Totals.BillableTokens != tot.BillableTokens || f.Charge != int64(gw.NanoFromUSD(tot.CostUSD)) {
+		t.Fatalf("totals %+v, charge %d; the attempts sum to %+v", r.Totals, f.Charge, tot)
+	}
 }
 
 // A stream that completed with the provider's usage is billed that usage,
