@@ -141,6 +141,7 @@ func (g *Gateway) settlement(rec *ledger.Record, evs []ledger.Event, now time.Ti
 				// The attempt in flight when its gateway died had
 				// output: a joiner elsewhere was shown it.
 				a.VisibleOutput, a.EmittedTokens = true, seen.Emitted
+				g.chargeShown(r, a)
 			}
 		}
 	}
@@ -150,6 +151,22 @@ func (g *Gateway) settlement(rec *ledger.Record, evs []ledger.Event, now time.Ti
 	}
 	return &ledger.Finish{Identity: rec.Identity, RequestID: rec.RequestID, Generation: rec.Generation, State: state, At: now,
 		Events: []ledger.Event{term}, Receipt: body, Tenant: rec.Tenant, Charge: charge, Key: key, Takeover: true, Release: !pending}
+}
+
+// chargeShown raises an unobserved attempt's charge, its worst case, to
+// the output a client was shown of it if that is more: a receipt never
+// bills below what was shown (docs/streaming.md).
+func (g *Gateway) chargeShown(r *receipt.Receipt, a *receipt.Attempt) {
+	if a.Usage.OutputTokens >= a.EmittedTokens {
+		return
+	}
+	a.Usage.OutputTokens, a.UsageEstimated = a.EmittedTokens, true
+	if alias := g.policy().Alias(r.Model); alias != nil {
+		if route := alias.Route(a.Route); route != nil {
+			a.CostUSD = route.Price.Cost(a.Usage).USD()
+		}
+	}
+	r.Totals = r.ComputeTotals()
 }
 
 // rebuild reconstructs the receipt of a request recovery settled, from its

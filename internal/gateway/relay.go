@@ -63,8 +63,8 @@ type attemptStream struct {
 	input     int64 // prompt tokens: the provider's count once known
 	events    int
 	warnings  int
-	tokens    int64 // text and tool-argument events: output tokens generated
-	emitted   int64 // of which the client saw
+	tokens    int64 // output events read (counted): the gateway's count of the output generated
+	emitted   int64 // of which the client was shown
 	visible   bool
 	inTool    bool
 	finish    string
@@ -169,8 +169,21 @@ func (o *output) emit(e *provider.Event, a *attemptStream) {
 		return
 	}
 	a.visible = true
-	a.emitted++
-	o.emitted++
+	if counted(e) {
+		a.emitted++
+		o.emitted++
+	}
+}
+
+// counted reports whether an output event counts as one token of output
+// (docs/streaming.md, "What a broken stream is billed"): a piece of text,
+// refusal, thinking or tool-call arguments the model generated. A tool
+// call's opening (its id and name) makes a stream visible but is not
+// counted, nor is a refusal the gateway wrote itself: so the count is a
+// lower bound of the tokens the output holds, which a client can check
+// against the deltas it received.
+func counted(e *provider.Event) bool {
+	return e.Kind != provider.EvToolStart && e.Kind != provider.EvSignature && !e.Synthetic
 }
 
 // flush publishes pending frames to every subscriber.
@@ -284,6 +297,9 @@ read:
 					c.turn.upstreamID = e.ID
 				}
 			case provider.EvText, provider.EvRefusal, provider.EvToolStart, provider.EvToolArgs, provider.EvThinking, provider.EvRedactedThinking, provider.EvSignature:
+				if counted(e) && e.Visible() {
+					a.tokens++ // generated, whether or not it is shown
+				}
 				switch e.Kind {
 				case provider.EvToolStart:
 					a.inTool = true
@@ -293,14 +309,11 @@ read:
 					}
 					continue
 				case provider.EvThinking, provider.EvRedactedThinking:
-					a.tokens++
 					if c.proto != provider.Anthropic {
 						// The OpenAI protocol has no thinking to show: it
 						// is generated (and billed), not output.
 						continue
 					}
-				default:
-					a.tokens++
 				}
 				if e.Visible() {
 					if !a.claimed && !o.claim(a, res.race) {
@@ -340,13 +353,33 @@ read:
 	return c.endStream(res, a, endErr)
 }
 
+// billed is what an attempt's stream is charged, and whether that is an
+// estimate (docs/streaming.md, "What a broken stream is billed"). A
+// stream that completed with the provider's usage is charged that usage.
+// Any other — cut, failed, lost, abandoned by its client, or from a
+// provider whose final usage never came — is charged the larger of the
+// usage the provider reported so far (Anthropic's message_start says 1
+// output token; Gemini reports on every chunk) and the gateway's own count
+// of the output it read, with the prompt's estimate when the provider
+// never counted the input. Either way the output charged is never below
+// the output the client was shown.
+func (a *attemptStream) billed(prompt int64) (gw.Usage, bool) {
+	u := a.usage
+	complete := a.streamErr == nil && (a.done || a.finish != "")
+	if complete && a.hasUsage && u.OutputTokens >= a.emitted {
+		return u, false
+	}
+	if u.InputTokens == 0 {
+		u.InputTokens = prompt
+	}
+	u.OutputTokens = max(u.OutputTokens, a.tokens, a.emitted)
+	return u, true
+}
+
 // endStream turns how a stream ended into the attempt's outcome.
 func (c *call) endStream(res *attemptResult, a *attemptStream, endErr error) *attemptResult {
 	res.obs.VisibleOutput, res.obs.EmittedTokens, res.obs.InToolCall, res.obs.ProtocolWarnings = a.visible, a.emitted, a.inTool, a.warnings
-	res.obs.Usage = a.usage
-	if !a.hasUsage {
-		res.obs.Usage, res.obs.UsageEstimated = gw.Usage{InputTokens: res.prompt, OutputTokens: a.tokens}, true
-	}
+	res.obs.Usage, res.obs.UsageEstimated = a.billed(res.prompt)
 	var ue *upstream.Error
 	isUpstream := errors.As(endErr, &ue)
 	switch {

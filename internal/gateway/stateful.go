@@ -260,10 +260,12 @@ func (g *Gateway) sweep(ctx context.Context, route *policy.Route, conv string, e
 // has not seen yet of it.
 func (c *call) adopt(res *attemptResult, found *provider.Response) *attemptResult {
 	found.Model = firstNonEmpty(found.Model, res.route.Model)
-	usage := gw.Usage{InputTokens: c.in.PromptTokens, OutputTokens: estimateOutput(found)}
+	// The committed answer is billed whole, by estimate: never below what
+	// the attempt's own stream counted before its reply was lost.
+	usage := gw.Usage{InputTokens: c.in.PromptTokens, OutputTokens: max(estimateOutput(found), res.obs.Usage.OutputTokens)}
 	res.obs.Usage, res.obs.UsageEstimated = usage, true
-	res.obs.VisibleOutput, res.obs.EmittedTokens = true, usage.OutputTokens
 	if !c.stream {
+		res.obs.VisibleOutput, res.obs.EmittedTokens = true, usage.OutputTokens
 		res.body = c.encodeResponse(found)
 		return c.observe(res, gw.KindOK, "", "")
 	}
@@ -285,6 +287,10 @@ func (c *call) adopt(res *attemptResult, found *provider.Response) *attemptResul
 		o.begin(a)
 	}
 	o.flush()
+	// Shown of this attempt: what its stream relayed before it broke, and
+	// the rest sent now.
+	res.obs.VisibleOutput, res.obs.EmittedTokens = true, res.obs.EmittedTokens+a.emitted
+	res.obs.Usage.OutputTokens = max(res.obs.Usage.OutputTokens, res.obs.EmittedTokens)
 	res.finish = found.Finish
 	return c.observe(res, gw.KindOK, "", "")
 }

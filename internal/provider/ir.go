@@ -205,6 +205,11 @@ type Event struct {
 	Finish    string   // EvFinish
 	Usage     gw.Usage // EvUsage: cumulative for the attempt
 	Err       *UpstreamError
+	// Synthetic marks an event the decoder wrote itself rather than
+	// relayed from the model: the refusal standing for an answer Gemini
+	// withheld without a word. It is shown to the client but was not
+	// generated, so it is never counted as output (docs/streaming.md).
+	Synthetic bool
 }
 
 // Visible reports whether e is output a client could render.

@@ -257,6 +257,23 @@ var mutations = []mutation{
 		recoveredAfter(2, "indeterminate")(r)
 		r.Reason = "deadline"
 	})},
+	// A stream cut after 8 visible tokens and resumed, its first attempt
+	// billed what Anthropic's message_start said (1 output token): sealed,
+	// its cost consistent with its usage, and still below what the client
+	// was shown.
+	{"billed_below_shown", DriftBilledBelowShown, func(t *testing.T, p *policy.Policy) *Receipt {
+		r := record(t, p.Alias("chat"), header(3100), []step{
+			{start: 0, firstByte: 300, observed: 900, kind: gw.KindStreamInterruptedAfterOutput, status: 200,
+				usage: gw.Usage{InputTokens: 3100, OutputTokens: 1}},
+			{start: 900, firstByte: 1200, observed: 2400, kind: gw.KindOK, status: 200, usage: gw.Usage{InputTokens: 3110, OutputTokens: 40}},
+		})
+		a := &r.Attempts[0]
+		a.VisibleOutput, a.EmittedTokens = true, 8
+		if err := r.Seal(); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}},
 	{"tampered_digest", DriftDigest, func(t *testing.T, p *policy.Policy) *Receipt {
 		_, r := reference(t)
 		r.Attempts[2].Usage.OutputTokens = 60 // billed less, digest not recomputed

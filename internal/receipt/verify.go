@@ -35,6 +35,9 @@ const (
 	DriftTerminal        DriftCode = "wrong_terminal"
 	DriftDecision        DriftCode = "decision_mismatch"
 	DriftTotals          DriftCode = "totals_mismatch"
+	// DriftBilledBelowShown is an attempt charged fewer output tokens than
+	// the output its client was shown (emitted_tokens).
+	DriftBilledBelowShown DriftCode = "billed_below_shown"
 
 	// Attempts after the engine stopped, named by why it stopped.
 	DriftNonRetryableRetried  DriftCode = "non_retryable_retried"
@@ -164,6 +167,12 @@ func (v *verifier) static(a *Attempt) {
 	}
 	if want := route.Price.Cost(a.Usage); want != gw.NanoFromUSD(a.CostUSD) {
 		v.add(DriftCost, n, fmt.Sprintf("cost_usd %v for the recorded usage", want.USD()), fmt.Sprint(a.CostUSD))
+	}
+	if a.Usage.OutputTokens < a.EmittedTokens {
+		// Billing is never below what the client was shown
+		// (docs/receipts.md): a stream cut before the provider's final
+		// usage is charged at least the output it relayed.
+		v.add(DriftBilledBelowShown, n, fmt.Sprintf("usage.output_tokens ≥ emitted_tokens (%d)", a.EmittedTokens), fmt.Sprint(a.Usage.OutputTokens))
 	}
 	if a.ObservedAt.Before(a.StartedAt) || (a.FirstByteAt != nil && (a.FirstByteAt.Before(a.StartedAt) || a.ObservedAt.Before(*a.FirstByteAt))) {
 		v.add(DriftTimeOrder, n, "started_at ≤ first_byte_at ≤ observed_at", "out of order")

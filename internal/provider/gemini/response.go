@@ -214,7 +214,7 @@ func (d *Decoder) Decode(ev sse.Event, out []provider.Event) ([]provider.Event, 
 	}
 	finish, failed := "", ""
 	if pf := in.PromptFeedback; pf != nil && pf.BlockReason != "" && len(in.Candidates) == 0 {
-		out = append(out, provider.Event{Kind: provider.EvRefusal, Text: refusalText("an answer to the prompt", pf.BlockReason)})
+		out = append(out, provider.Event{Kind: provider.EvRefusal, Synthetic: true, Text: refusalText("an answer to the prompt", pf.BlockReason)})
 		d.visible, finish = true, provider.FinishContentFilter
 	}
 	if len(in.Candidates) > 0 {
@@ -243,7 +243,7 @@ func (d *Decoder) Decode(ev sse.Event, out []provider.Event) ([]provider.Event, 
 		case c.FinishReason != "":
 			finish = finishOf(c.FinishReason, d.tools > 0)
 			if finish == provider.FinishContentFilter && !d.visible {
-				out = append(out, provider.Event{Kind: provider.EvRefusal, Text: refusalText("the answer", c.FinishReason)})
+				out = append(out, provider.Event{Kind: provider.EvRefusal, Synthetic: true, Text: refusalText("the answer", c.FinishReason)})
 				d.visible = true
 			}
 		}
