@@ -275,3 +275,24 @@ func TestLedgerCheckAndSalvageACorruptIntentLog(t *testing.T) {
 		t.Fatalf("the upstream saw %d calls, %d before the salvage: a key generated again", got, upstream)
 	}
 }
+
+// oncegate -h lists the ledger commands; ledger -h explains them.
+func TestLedgerCommandsAreListed(t *testing.T) {
+	_, out, _ := runCLI("-h")
+	for _, want := range []string{"oncegate ledger check --config FILE", "oncegate ledger salvage --accept-loss --config FILE"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("oncegate -h does not list %q:\n%s", want, out)
+		}
+	}
+	code, _, errOut := runCLI("ledger", "-h")
+	if code != 0 || !strings.Contains(errOut, "torn last record") || !strings.Contains(errOut, "--accept-loss") {
+		t.Fatalf("ledger -h: exit %d\n%s", code, errOut)
+	}
+	if code, _, _ := runCLI("ledger", "frobnicate"); code != 2 {
+		t.Fatalf("ledger frobnicate: exit %d", code)
+	}
+	code, out, _ = runCLI("ledger", "check", "--config", "../../examples/quickstart.yaml", "--store", "memory://")
+	if code != 0 || !strings.Contains(out, "keeps no intent log") {
+		t.Fatalf("ledger check of a store with no log: exit %d\n%s", code, out)
+	}
+}
