@@ -10,6 +10,8 @@
 //	oncegate check   --config FILE            validate and print the route tables
 //	oncegate verify  --config FILE RECEIPT    re-run the retry engine over a receipt
 //	oncegate migrate --config FILE            apply the store's schema migrations
+//	oncegate ledger  check|salvage --config FILE
+//	                                          check a SQLite ledger's intent log; salvage a corrupt one
 //	oncegate spend   --config FILE --url URL  print the spend report of a running gateway
 //	oncegate health  [--url URL] [--ready]    ask a running gateway whether it is alive (or ready)
 //	oncegate version                          print the version and build information
@@ -45,6 +47,7 @@ var verbs = map[string]func(ctx context.Context, args []string, stdout, stderr i
 	"health":   health,
 	"spend":    spendCmd,
 	"models":   modelsCmd,
+	"ledger":   ledgerCmd,
 }
 
 const usage = `oncegate — an LLM gateway that owns retries
@@ -57,6 +60,12 @@ usage:
   oncegate check   --config FILE [--connect]  validate a configuration and print its route tables;
                                               --connect also reaches its store and coordination
   oncegate migrate --config FILE              apply the store's schema migrations (serve does too)
+  oncegate ledger check --config FILE         check a SQLite ledger's intent log as serve would at start, without
+                                              starting; exit 1 if it is corrupt (serve then refuses to start)
+  oncegate ledger salvage --accept-loss --config FILE
+                                              recover a corrupt intent log: apply what is intact, mark the requests
+                                              whose records were lost indeterminate (their keys are refused), print
+                                              their ids, move the damaged files aside
   oncegate verify  --config FILE RECEIPT.json re-run the retry engine over a receipt; exit 1 on drift
   oncegate receipts --config FILE [--tenant T] [ID]
                                               list a tenant's receipts, or print one

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/ledger/intentlog"
 	"github.com/oncegate/oncegate/internal/ledger/memory"
 	"github.com/oncegate/oncegate/internal/ledger/postgres"
 	"github.com/oncegate/oncegate/internal/ledger/sqlite"
@@ -38,7 +39,15 @@ func openStore(ctx context.Context, store, sync string, readOnly bool, stderr io
 		// Claims and terminals go to an intent log first, the database
 		// written behind it (docs/durability.md, "An intent log in front
 		// of SQLite"; docs/performance.md has the measurements).
-		return sqlite.OpenLog(path, sqlite.Options{SyncNormal: normal})
+		st, err := sqlite.OpenLog(path, sqlite.Options{SyncNormal: normal})
+		if errors.Is(err, intentlog.ErrCorruptLog) {
+			return nil, fmt.Errorf("%w\nthe gateway does not start on a damaged intent log: `oncegate ledger check` describes the damage, "+
+				"`oncegate ledger salvage --accept-loss` recovers what is intact (docs/durability.md)", err)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return st, nil
 	case policy.IsPostgres(store):
 		if readOnly {
 			return postgres.OpenReadOnly(ctx, store)

@@ -9,9 +9,10 @@
 //
 // After a crash the log's tail may hold a frame cut short by the crash (a
 // torn write) or bytes that never became a frame. Open reads the log from
-// its start and keeps every frame up to the first that is incomplete or
-// fails its checksum; the file is cut there, and later appends follow the
-// last good frame.
+// its start and cuts such a tail off, so that later appends follow the
+// last good frame. Damaged bytes with an intact frame after them cannot
+// be a crash's: they are corruption, which Open and Scan report with the
+// file and the byte offset and never cut (scan.go).
 package intentlog
 
 import (

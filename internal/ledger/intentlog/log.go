@@ -1,12 +1,8 @@
 package intentlog
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -106,9 +102,13 @@ func newBatch() *batch {
 // while another holds it (on Unix; the lock goes with the process). It
 // calls fn with every record of every intact frame, in the order they were
 // appended (the slice is only valid during the call; an error from fn
-// stops Open with that error). Reading stops at the first frame that is
-// cut short or fails its checksum: the file is cut there, so the next
-// append follows the last intact frame.
+// stops Open with that error). A torn tail — bytes after the last intact
+// frame that are no frame, with no intact frame after them — is cut off,
+// so the next append follows the last intact frame. Bytes that are no
+// frame with an intact frame after them are corruption: Open fails with a
+// *CorruptError (errors.Is ErrCorruptLog) naming the file and the offset,
+// and leaves the file as it is (fn has been called with the intact
+// records by then). Scan reads a log without opening it.
 func Open(path string, o Options, fn func(rec []byte) error) (*Log, Recovered, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
@@ -117,7 +117,7 @@ func Open(path string, o Options, fn func(rec []byte) error) (*Log, Recovered, e
 	err = lock(f)
 	var rc Recovered
 	if err == nil {
-		rc, err = readBack(f, fn)
+		rc, err = readBack(f, path, fn)
 	}
 	if err == nil {
 		err = syncDir(filepath.Dir(path)) // the file's name is durable too
@@ -133,54 +133,31 @@ func Open(path string, o Options, fn func(rec []byte) error) (*Log, Recovered, e
 	return &Log{f: f, sync: o.Sync, size: rc.Size, alloc: rc.Size, prealloc: max(prealloc, 0), open: newBatch()}, rc, nil
 }
 
-// readBack reads f's frames into fn and cuts f after the last intact one.
-// A file shorter than the magic that starts as it does was cut short
-// while it was being created: it is begun again.
-func readBack(f *os.File, fn func([]byte) error) (Recovered, error) {
-	st, err := f.Stat()
+// readBack reads f's frames into fn and cuts f after the last intact one
+// — unless bytes that are no intact frame have one after them: that is
+// corruption, and readBack returns it with f unchanged. A file shorter
+// than the magic that starts as it does was cut short while it was being
+// created: it is begun again.
+func readBack(f *os.File, path string, fn func([]byte) error) (Recovered, error) {
+	b, err := readAll(f)
 	if err != nil {
 		return Recovered{}, err
 	}
-	head := make([]byte, len(magic))
-	n, err := io.ReadFull(f, head)
-	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+	sc, err := scanBytes(b, path, ScanOptions{}, func(rec []byte, _ int64) error { return fn(rec) })
+	if err != nil {
 		return Recovered{}, err
 	}
-	if n < len(magic) {
-		if !bytes.Equal(head[:n], magic[:n]) {
-			return Recovered{}, errors.New("not an intent log")
-		}
+	if err := sc.Err(); err != nil {
+		return Recovered{}, err
+	}
+	if len(b) < len(magic) {
 		if err := writeAll(f, magic, 0, true); err != nil {
 			return Recovered{}, err
 		}
-		return Recovered{Size: int64(len(magic)), Dropped: int64(n)}, nil
+		return Recovered{Size: int64(len(magic)), Dropped: int64(len(b))}, nil
 	}
-	if !bytes.Equal(head, magic) {
-		return Recovered{}, errors.New("not an intent log")
-	}
-	rc := Recovered{Size: int64(len(magic))}
-	r := bufio.NewReaderSize(f, 256<<10)
-	var rec []byte
-	for {
-		var n int64
-		rec, n, err = readFrame(r, rec)
-		if err != nil {
-			break
-		}
-		if err := fn(rec); err != nil {
-			return Recovered{}, err
-		}
-		rc.Records++
-		rc.Size += n
-	}
-	switch {
-	case errors.Is(err, io.EOF), errors.Is(err, errZeros):
-	case errors.Is(err, ErrTorn), errors.Is(err, ErrCorrupt):
-		rc.Cause = err
-	default:
-		return Recovered{}, err
-	}
-	if rc.Dropped = st.Size() - rc.Size; rc.Dropped > 0 {
+	rc := Recovered{Records: sc.Records, Size: sc.End, Dropped: sc.Size - sc.End, Cause: sc.Tail}
+	if rc.Dropped > 0 {
 		if err := f.Truncate(rc.Size); err != nil {
 			return Recovered{}, fmt.Errorf("cut the log after its last intact frame: %w", err)
 		}
@@ -191,52 +168,24 @@ func readBack(f *os.File, fn func([]byte) error) (Recovered, error) {
 	return rc, nil
 }
 
-// errZeros: the next frame's header is zeros, the file's preallocated tail
-// that no frame has been written to yet: the log ends there.
+// errZeros: a frame header of zeros — the zeros the file was extended
+// with ahead of its frames, where no frame has been written yet.
 var errZeros = errors.New("intentlog: zeros")
-
-// readFrame reads the next frame's record from r into buf's memory, with
-// the frame's length. io.EOF: r ended exactly after the last frame;
-// errZeros: the preallocated tail starts.
-func readFrame(r *bufio.Reader, buf []byte) ([]byte, int64, error) {
-	var h [headerSize]byte
-	if n, err := io.ReadFull(r, h[:]); err != nil {
-		if n == 0 && errors.Is(err, io.EOF) {
-			return nil, 0, io.EOF
-		}
-		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, 0, ErrTorn
-		}
-		return nil, 0, err
-	}
-	if h == ([headerSize]byte{}) {
-		return nil, 0, errZeros
-	}
-	size := binary.LittleEndian.Uint32(h[0:4])
-	if size == 0 || size > MaxRecord {
-		return nil, 0, ErrCorrupt
-	}
-	if cap(buf) < headerSize+int(size) {
-		buf = make([]byte, headerSize+int(size))
-	}
-	buf = buf[:headerSize+int(size)]
-	copy(buf, h[:])
-	if _, err := io.ReadFull(r, buf[headerSize:]); err != nil {
-		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-			return nil, 0, ErrTorn
-		}
-		return nil, 0, err
-	}
-	rec, n, err := ReadFrame(buf)
-	return rec, int64(n), err
-}
 
 // Append adds recs to the log, in order, and returns once they are
 // written (and, with Options.Sync, on the disk). Records appended while
 // another group commit is being written go into the next one together.
 // An error means the records may or may not be in the log; after a failed
 // write or sync every later Append fails too.
-func (l *Log) Append(recs ...[]byte) error {
+func (l *Log) Append(recs ...[]byte) error { return l.AppendStamped(nil, recs...) }
+
+// AppendStamped is Append with stamp called first, under the log's lock,
+// once recs are known to be appended: what stamp writes into them (a
+// sequence number) then follows the order of the records in the file —
+// a record stamped after another is written after it. stamp must not
+// change the records' lengths; it is not called if the log is closed or
+// failed, or a record is refused (nil: no stamp).
+func (l *Log) AppendStamped(stamp func(), recs ...[]byte) error {
 	for _, r := range recs {
 		switch {
 		case len(r) == 0:
@@ -253,6 +202,9 @@ func (l *Log) Append(recs ...[]byte) error {
 			err = ErrClosed
 		}
 		return err
+	}
+	if stamp != nil {
+		stamp()
 	}
 	for _, r := range recs {
 		l.buf = AppendFrame(l.buf, r)

@@ -146,46 +146,25 @@ func segments(path string) ([]string, []int, error) {
 	return so, sn, nil
 }
 
-// readSegments reads every record of the log's files.
-func readSegments(path string, sync bool) ([]*logRecord, int, error) {
-	files, nums, err := segments(path)
-	if err != nil {
-		return nil, 0, err
-	}
-	var recs []*logRecord
-	next := 1
-	for i, f := range files {
-		l, _, err := intentlog.Open(f, intentlog.Options{Sync: sync, Preallocate: -1}, func(b []byte) error {
-			lr, err := readRecord(slices.Clone(b))
-			if err != nil {
-				return err
-			}
-			recs = append(recs, lr)
-			return nil
-		})
-		if err != nil {
-			return nil, 0, err
-		}
-		if err := l.Close(); err != nil {
-			return nil, 0, err
-		}
-		next = nums[i] + 1
-	}
-	return recs, next, nil
-}
-
 // recover applies the log past the database's position, starts a new
 // segment (deleting the old ones, all applied) and rebuilds the index.
+// A log that is corrupt (logscan.go) is refused before anything is
+// written: the error names the file and the byte offset, and every file
+// stays as it is.
 func (s *LogStore) recover(ctx context.Context) error {
 	applied, err := s.db.appliedLSN(ctx)
 	if err != nil {
 		return err
 	}
-	recs, next, err := readSegments(s.path, s.sync)
+	ls, err := scanLog(s.path, applied)
 	if err != nil {
 		return fmt.Errorf("read the intent log: %w", err)
 	}
-	last, refused, err := s.db.replayLog(ctx, recs, applied)
+	if err := ls.err(); err != nil {
+		return fmt.Errorf("%w (every file of the log is kept as it is)", err)
+	}
+	next := ls.next
+	last, refused, err := s.db.replayLog(ctx, ls.recs, applied)
 	if err != nil {
 		return fmt.Errorf("replay the intent log: %w", err)
 	}
@@ -253,9 +232,14 @@ func (s *LogStore) appendRecord(rec []byte) (int64, error) {
 		s.seg.RUnlock()
 		return 0, intentlog.ErrClosed
 	}
-	lsn := s.lsn.Add(1)
-	setLSN(rec, lsn)
-	err := s.log.Append(rec)
+	// The LSN is stamped under the log's lock: LSNs follow the order of
+	// the records in the file, which is what lets a gap in them, or one
+	// out of order, be told from a torn tail (logscan.go).
+	var lsn int64
+	err := s.log.AppendStamped(func() {
+		lsn = s.lsn.Add(1)
+		setLSN(rec, lsn)
+	}, rec)
 	full := err == nil && s.log.Size() > s.segLimit
 	s.seg.RUnlock()
 	if err != nil {

@@ -101,7 +101,7 @@ func Open(path string) (*Store, error) { return OpenWith(path, Options{}) }
 // OpenWith is Open with the commits o chooses. An intent log left beside
 // the database by a LogStore that stopped (OpenLog) is applied first:
 // what it acknowledged is in the database before anyone writes it
-// directly.
+// directly. A corrupt one is refused, as OpenLog refuses it.
 func OpenWith(path string, o Options) (*Store, error) {
 	if files, _, err := segments(path); err != nil {
 		return nil, fmt.Errorf("open ledger %s: %w", path, err)
