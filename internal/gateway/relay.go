@@ -27,7 +27,8 @@ import (
 type output struct {
 	c            *call
 	enc          provider.Encoder
-	buffer       bool // stream.buffer: hold everything until the upstream finishes
+	model        string // the model the encoder names: the serving route's
+	buffer       bool   // stream.buffer: hold everything until the upstream finishes
 	includeUsage bool
 	started      bool   // the head and the opening frame are out
 	pending      []byte // frames not yet published
@@ -78,7 +79,8 @@ type attemptStream struct {
 // stream becomes visible.
 func (o *output) begin(a *attemptStream) {
 	c := o.c
-	o.enc = c.newEncoder(firstNonEmpty(a.model, a.route.Model))
+	o.model = firstNonEmpty(a.model, a.route.Model)
+	o.enc = c.newEncoder(o.model)
 	if o.buffer {
 		o.held = o.enc.Start(o.held[:0], a.input)
 		return
@@ -119,6 +121,13 @@ func (o *output) claim(a *attemptStream, slot *raceSlot) bool {
 func (o *output) emit(e *provider.Event, a *attemptStream) {
 	if o.enc == nil || (o.buffer && len(o.held) == 0) {
 		o.begin(a)
+	}
+	if m := firstNonEmpty(a.model, a.route.Model); m != o.model {
+		// A continuation on another route: its chunks name its model.
+		if s, ok := o.enc.(provider.ModelSetter); ok {
+			s.SetModel(m)
+		}
+		o.model = m
 	}
 	dst := &o.pending
 	if o.buffer {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -236,6 +237,31 @@ func TestStallAfterOutputIsFinishedByTheNextRoute(t *testing.T) {
 		}
 		if r.Totals.BillableTokens != p.Billable()+a.Billable() || acc.Usage.TotalTokens != r.Totals.BillableTokens {
 			t.Fatalf("receipt %d, upstream %d, usage chunk %d", r.Totals.BillableTokens, p.Billable()+a.Billable(), acc.Usage.TotalTokens)
+		}
+	})
+}
+
+// After a continuation on another route the chunks name the model that
+// serves them: the first route's before the break, the continuing route's
+// after it — what the official SDK reads chunk by chunk.
+func TestAContinuationsChunksNameItsModel(t *testing.T) {
+	t.Parallel()
+	inBubble(t, envOptions{mock: mock.Config{Tokens: streamTokens}}, func(t *testing.T, e *env) {
+		e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStallAfter, After: 20})))
+		var h http.Header
+		c := e.openai(&h)
+		st := c.Chat.Completions.NewStreaming(context.Background(), openai.ChatCompletionNewParams{Model: "chat-pair", Messages: userMsg(prompt)})
+		var models []string
+		for st.Next() {
+			if m := st.Current().Model; len(models) == 0 || models[len(models)-1] != m {
+				models = append(models, m)
+			}
+		}
+		if err := st.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if want := []string{"primary-model", "claude-model"}; !slices.Equal(models, want) {
+			t.Fatalf("the chunks name %q; want %q (the continuing route's model after the break)", models, want)
 		}
 	})
 }

@@ -520,13 +520,21 @@ func (d *openAIDecoder) decodeChunk(c *oaChunk, data []byte, out []Event) ([]Eve
 // attempts produced them (the official SDK's accumulator rejects a chunk
 // whose id changes).
 type openAIEncoder struct {
-	prefix []byte // `{"id":…,"object":…,"created":…,"model":…,`
+	id      string
+	created int64
+	prefix  []byte // `{"id":…,"object":…,"created":…,"model":…,`
 }
 
 func newOpenAIEncoder(id string, created int64, model string) *openAIEncoder {
-	p := `{"id":` + strconv.Quote(id) + `,"object":"chat.completion.chunk","created":` + strconv.FormatInt(created, 10) +
-		`,"model":` + jsonString(model) + `,`
-	return &openAIEncoder{prefix: []byte(p)}
+	e := &openAIEncoder{id: id, created: created}
+	e.SetModel(model)
+	return e
+}
+
+// SetModel makes the chunks from now on name model.
+func (e *openAIEncoder) SetModel(model string) {
+	e.prefix = []byte(`{"id":` + strconv.Quote(e.id) + `,"object":"chat.completion.chunk","created":` + strconv.FormatInt(e.created, 10) +
+		`,"model":` + jsonString(model) + `,`)
 }
 
 // chunk appends one data frame; its JSON is one line, so it is written

@@ -670,6 +670,9 @@ func NewResponsesEncoder(s ResponseShell) *ResponsesEncoder {
 	return &ResponsesEncoder{shell: s, open: -1}
 }
 
+// SetModel makes the objects from now on (the final one) name model.
+func (e *ResponsesEncoder) SetModel(model string) { e.shell.Model = model }
+
 // Final is the response object the stream ended with (response.completed,
 // response.incomplete or response.failed); nil before its end.
 func (e *ResponsesEncoder) Final() []byte { return e.final }

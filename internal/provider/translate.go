@@ -541,6 +541,16 @@ type Encoder interface {
 	Error(dst []byte, e *ClientError) []byte
 }
 
+// ModelSetter is an Encoder whose frames after the first name the model
+// again (OpenAI's chunks, the Responses API's final object): SetModel
+// makes the frames from then on name model — the model of the route that
+// continues a stream another route began (docs/streaming.md). An encoder
+// whose protocol names the model only at the start (Anthropic's
+// message_start) is not one.
+type ModelSetter interface {
+	SetModel(model string)
+}
+
 // ThinkingEncoder is an Encoder that can relay extended thinking
 // (Anthropic's): thinking text, the signature that closes its block, and
 // redacted thinking.
