@@ -346,8 +346,12 @@ func (c *call) complete(res *attemptResult, resp *upstream.Response) *attemptRes
 		return c.observe(res, gw.KindProtocolViolation, "", err.Error())
 	}
 	// An answer that does not name its model (Converse's) is the
-	// route's model's.
+	// route's model's; one that names no time (Converse's, Gemini's)
+	// was created when the request was, as a stream's chunks say.
 	ir.Model = firstNonEmpty(ir.Model, res.route.Model)
+	if ir.Created == 0 {
+		ir.Created = c.created.Unix()
+	}
 	res.obs.Usage = ir.Usage
 	if c.turn != nil && spec.Stateful {
 		c.turn.upstreamID = ir.ID

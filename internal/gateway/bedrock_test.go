@@ -162,6 +162,9 @@ func TestBedrockOpenAIClient(t *testing.T) {
 	if res.Usage.PromptTokensDetails.CachedTokens != 3 || res.Usage.CompletionTokens == 0 {
 		t.Errorf("usage %+v", res.Usage)
 	}
+	if res.Created == 0 {
+		t.Errorf(`the answer says "created": 0; Converse names no time, so the request's is the answer's`)
+	}
 	r := b.receipt(h.Get("X-Oncegate-Request-Id"))
 	a := r.Attempts[0]
 	if len(r.Attempts) != 1 || a.Route != "claude-bedrock" || a.Provider != "aws-east" || a.Usage.OutputTokens != res.Usage.CompletionTokens ||

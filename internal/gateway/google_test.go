@@ -187,6 +187,9 @@ func TestOpenAISDKOverGemini(t *testing.T) {
 		if res.Choices[0].Message.Content == "" || res.Choices[0].FinishReason != "stop" || res.Usage.CompletionTokens != 12 || res.Model != c.model {
 			t.Fatalf("%s: %+v", c.alias, res)
 		}
+		if res.Created == 0 {
+			t.Errorf(`%s: the answer says "created": 0`, c.alias)
+		}
 		r := g.receipt(h.Get("X-Oncegate-Request-Id"))
 		if len(r.Attempts) != 1 || r.Attempts[0].Usage.OutputTokens != 12 || r.Attempts[0].Usage.InputTokens == 0 || r.Attempts[0].CostUSD <= 0 || r.Totals.CostUSD <= 0 {
 			t.Fatalf("%s receipt: %+v totals %+v", c.alias, r.Attempts, r.Totals)
