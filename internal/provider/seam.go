@@ -277,12 +277,14 @@ func StaticKey(cfg Config, header, prefix string) Auth {
 
 // FieldLimiter is a Type that cannot carry some client fields which the
 // OpenAI ↔ Anthropic translation carries (docs/translation.md): Uncarried
-// lists, sorted, the top-level fields of a client request body of
-// protocol p that it cannot carry. Its routes are ineligible for such a
-// request — skipped before dispatch, like a route of the other protocol
-// for a native-only field.
+// lists, sorted, the fields of a client request that it cannot carry —
+// whatever its Endpoint.Request would refuse — each named as the
+// request spells it, with the reason in parentheses when the field alone
+// does not say it. Its routes are ineligible for such a request —
+// skipped before dispatch, like a route of the other protocol for a
+// native-only field — so that a route that can carry it is tried.
 type FieldLimiter interface {
-	Uncarried(p Protocol, body []byte) []string
+	Uncarried(in *ClientRequest) []string
 }
 
 // TokenCounter is an Endpoint that counts a Messages request's tokens
