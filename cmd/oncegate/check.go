@@ -14,20 +14,23 @@ import (
 	"github.com/oncegate/oncegate/internal/ledger/postgres"
 	"github.com/oncegate/oncegate/internal/ledger/sqlite"
 	"github.com/oncegate/oncegate/internal/policy"
+	"github.com/oncegate/oncegate/internal/provider"
 	"github.com/oncegate/oncegate/internal/provider/registry"
 )
 
 // check validates a configuration (docs/configuration.md) and prints its route
 // tables and policy digests. Exit 1 lists every violation. With
 // --connect it also reaches the store and the coordination, reads every
-// secret and obtains each provider's credential, and says what it found;
-// exit 1 if any cannot be reached or read.
+// secret, obtains each provider's credential and asks each route's
+// provider, where it can be asked, whether the route's model or
+// deployment exists, and says what it found; exit 1 if any cannot be
+// reached or read, or a route's model does not exist.
 func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("check", "--config FILE [--connect]",
 		"Validate a configuration whole and print every model's route table; with --connect, also reach its store and coordination and obtain each provider's credential.",
 		configEnv, stderr)
 	path := fs.String("config", "", "configuration file (required)")
-	connect := fs.Bool("connect", false, "also reach the store and the coordination, obtain each provider's credential, and report what they are")
+	connect := fs.Bool("connect", false, "also reach the store and the coordination, obtain each provider's credential, ask whether each route's model exists, and report what they are")
 	if err := fs.Parse(args); err != nil {
 		return parseFailed(err)
 	}
@@ -70,8 +73,14 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			// A provider's credential cannot be read: it cannot be reached.
 			reportConfigError(stderr, *path, err)
 			failed = true
-		} else if !probeProviders(ctx, p, secrets, stdout, stderr) {
-			failed = true
+		} else {
+			ready, ok := probeProviders(ctx, p, secrets, stdout, stderr)
+			if !ok {
+				failed = true
+			}
+			if !probeRouteModels(ctx, p, secrets, ready, stdout, stderr) {
+				failed = true
+			}
 		}
 		if failed {
 			return 1
@@ -84,9 +93,10 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // probeProviders opens every provider with its credentials, as serve
 // would, obtains a credential from each auth step (a token, the AWS
 // chain; a static key at once) and says which one it used — never a
-// secret. It reports false if any failed.
-func probeProviders(ctx context.Context, p *policy.Policy, secrets *config.Secrets, stdout, stderr io.Writer) bool {
-	ok := true
+// secret. It returns the endpoints whose credential was obtained, by
+// provider id, and reports false if any failed.
+func probeProviders(ctx context.Context, p *policy.Policy, secrets *config.Secrets, stdout, stderr io.Writer) (map[string]provider.Endpoint, bool) {
+	ok, ready := true, map[string]provider.Endpoint{}
 	for _, pr := range p.Providers {
 		line := fmt.Sprintf("provider %s (%s)", pr.ID, pr.Type)
 		ep, err := registry.Open(pr.Config, secrets.ProviderKeys[pr.ID], os.LookupEnv)
@@ -99,6 +109,7 @@ func probeProviders(ctx context.Context, p *policy.Policy, secrets *config.Secre
 		auth := ep.Auth()
 		if auth == nil {
 			fmt.Fprintf(stdout, "%s: no credential (requests carry none)%s\n", line, extraSources(pr.Config))
+			ready[pr.ID] = ep
 			continue
 		}
 		if err := auth.Ready(ctx); err != nil {
@@ -107,8 +118,9 @@ func probeProviders(ctx context.Context, p *policy.Policy, secrets *config.Secre
 			continue
 		}
 		fmt.Fprintf(stdout, "%s: %s%s\n", line, auth.Describe(), extraSources(pr.Config))
+		ready[pr.ID] = ep
 	}
-	return ok
+	return ready, ok
 }
 
 // extraSources says where a provider's extra headers and query

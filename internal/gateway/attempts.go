@@ -296,7 +296,11 @@ func (c *call) transportFailure(res *attemptResult, err error) *attemptResult {
 func (c *call) providerError(res *attemptResult, resp *upstream.Response) *attemptResult {
 	body, _ := upstream.ReadAll(resp.Body, maxErrorBody)
 	ue, k, cause := c.live.clients[res.route.Provider.ID].ep.Fault(resp.Status, resp.Header, body)
-	if d, ok := retry.ParseRetryAfter(resp.Header, c.g.clock.Now()); ok {
+	d, ok := retry.ParseRetryAfter(resp.Header, c.g.clock.Now())
+	if !ok && ue.RetryDelay != "" {
+		d, ok = retry.ParseRetryDelay(ue.RetryDelay) // Google's RetryInfo counts as Retry-After
+	}
+	if ok {
 		d = receipt.HintFor(d)
 		res.obs.RetryAfter = &d
 	}
@@ -310,8 +314,13 @@ func (c *call) providerError(res *attemptResult, resp *upstream.Response) *attem
 		res.obs.Error = &receipt.AttemptError{Code: string(cause), Message: "the provider refused the gateway's " + what + " (HTTP " + strconv.Itoa(resp.Status) + ")"}
 		return c.observe(res, k, cause, "")
 	}
-	res.upstreamErr = c.g.scrubError(ue)
-	res.obs.Error = &receipt.AttemptError{Code: firstNonEmpty(ue.Code, ue.Type), Message: truncate(ue.Message, 300)}
+	scrubbed := c.g.scrubError(ue)
+	res.obs.Error = &receipt.AttemptError{Code: firstNonEmpty(scrubbed.Code, scrubbed.Type), Message: truncate(scrubbed.Message, 300)}
+	if k != gw.KindRouteUnavailable {
+		// A broken route's error is the operator's to read, in the
+		// receipt: it never reaches the client (docs/errors.md).
+		res.upstreamErr = scrubbed
+	}
 	return c.observe(res, k, cause, "")
 }
 

@@ -88,6 +88,13 @@ func awsEnv(t *testing.T, id, secret string) {
 
 func newBedrockEnv(t *testing.T, bcfg mock.Config, secret string) *bedrockEnv {
 	t.Helper()
+	return newBedrockEnvWith(t, bcfg, secret, "")
+}
+
+// newBedrockEnvWith is newBedrockEnv with more aliases: models entries,
+// appended to bedrockConfig's list.
+func newBedrockEnvWith(t *testing.T, bcfg mock.Config, secret, moreModels string) *bedrockEnv {
+	t.Helper()
 	id := mock.DefaultAWS.AccessKeyID
 	if secret == "" {
 		id = "" // no credentials at all
@@ -106,7 +113,7 @@ func newBedrockEnv(t *testing.T, bcfg mock.Config, secret string) *bedrockEnv {
 	bsrv, asrv := httptest.NewServer(front), httptest.NewServer(b.anthropic)
 	t.Cleanup(bsrv.Close)
 	t.Cleanup(asrv.Close)
-	yaml := strings.NewReplacer("BEDROCK", bsrv.URL, "ANTHROPIC", asrv.URL).Replace(bedrockConfig)
+	yaml := strings.NewReplacer("BEDROCK", bsrv.URL, "ANTHROPIC", asrv.URL).Replace(bedrockConfig + moreModels)
 	var err error
 	if b.pol, err = policy.Parse("bedrock.yaml", []byte(yaml)); err != nil {
 		t.Fatal(err)

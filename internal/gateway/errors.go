@@ -57,6 +57,12 @@ const (
 	CodeDraining                = "draining"
 )
 
+// CodeRouteUnavailable: every route left was broken — its model or
+// deployment missing at the provider, or its path not served
+// (docs/errors.md). Like upstream_auth_failed, the operator's to fix and
+// never the provider's text.
+const CodeRouteUnavailable = "upstream_route_unavailable"
+
 // codeStatus is each gateway code's HTTP status and whether a client may
 // retry it (x-should-retry).
 var codeStatus = map[string]struct {
@@ -73,6 +79,7 @@ var codeStatus = map[string]struct {
 	CodeModelNotFound:           {404, false, "invalid_request_error", "not_found_error"},
 	CodeReceiptNotFound:         {404, false, "invalid_request_error", "not_found_error"},
 	CodeUpstreamAuthFailed:      {502, false, "api_error", "api_error"},
+	CodeRouteUnavailable:        {502, false, "api_error", "api_error"},
 	CodeNotFound:                {404, false, "invalid_request_error", "not_found_error"},
 	CodeMethodNotAllowed:        {405, false, "invalid_request_error", "invalid_request_error"},
 	CodeKeyInUse:                {409, true, "invalid_request_error", "invalid_request_error"},
@@ -239,6 +246,10 @@ func (c *call) terminalError(d retry.Decision, last *attemptResult) *apiError {
 		}
 		return errorf(CodeUpstreamAuthFailed, "the provider of route %s refused the gateway's own %s (no other route could serve the request; nothing was wrong with it)", last.route.ID, what)
 	}
+	if last != nil && last.kind == gw.KindRouteUnavailable {
+		return errorf(CodeRouteUnavailable, "the provider of route %s does not serve its model or deployment %q (no other route could serve the request; nothing was wrong with it); the gateway's operator must fix the route",
+			last.route.ID, last.route.Model)
+	}
 	if last != nil && last.upstreamErr != nil && t == gw.TerminalRejected && last.kind != gw.KindProtocolViolation {
 		return &apiError{upstream: last.upstreamErr, code: CodeInvalidRequest}
 	}
@@ -271,6 +282,9 @@ func (c *call) terminalError(d retry.Decision, last *attemptResult) *apiError {
 		return errorf(CodeProtocolViolation, "the provider's response could not be read: %s", last.detail)
 	case t == gw.TerminalRejected && n == 0:
 		return errorf(CodeInvalidRequest, "no route of model %q can serve the request: %s", c.alias.Name, ineligible(c.rec.R.Request.IneligibleRoutes))
+	case t == gw.TerminalRejected && last != nil && last.kind == gw.KindInvalidRequest && last.detail != "":
+		// A route's own translation refused it: name what it refused.
+		return errorf(CodeInvalidRequest, "no route of model %q can serve the request: %s: %s", c.alias.Name, last.route.ID, last.detail)
 	case t == gw.TerminalRejected:
 		return errorf(CodeInvalidRequest, "no route of model %q can serve the request", c.alias.Name)
 	case allRateLimited(c.rec.R.Attempts):

@@ -104,6 +104,13 @@ func (s *syncBuffer) String() string {
 
 func newGoogleEnv(t *testing.T, tokens int) *googleEnv {
 	t.Helper()
+	return newGoogleEnvWith(t, tokens, "")
+}
+
+// newGoogleEnvWith is newGoogleEnv with more aliases: models entries,
+// appended to googleConfig's list.
+func newGoogleEnvWith(t *testing.T, tokens int, moreModels string) *googleEnv {
+	t.Helper()
 	g := &googleEnv{mock: mock.New(mock.Config{Tokens: tokens}), logs: &syncBuffer{}}
 	t.Cleanup(g.mock.Close)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -126,7 +133,7 @@ func newGoogleEnv(t *testing.T, tokens int) *googleEnv {
 	}
 	vars := map[string]string{"KEY_ACME": keyAcme, "KEY_GEMINI": mock.DefaultGeminiAPIKey, "KEY_GEMINI_BAD": badGeminiKey,
 		"SA_FILE": sa, "SA_FILE_STRANGER": stranger, "KEY_AZURE": mock.DefaultAzureAPIKey, "KEY_OPENAI": openaiKey}
-	yaml := strings.ReplaceAll(googleConfig, "MOCK", srv.URL)
+	yaml := strings.ReplaceAll(googleConfig+moreModels, "MOCK", srv.URL)
 	e := &env{t: t, client: http.DefaultClient, yaml: yaml}
 	var err error
 	if e.pol, err = policy.Parse("google.yaml", []byte(yaml)); err != nil {

@@ -260,7 +260,7 @@ func breakerOutcome(k gw.Kind) breaker.Outcome {
 	switch k {
 	case gw.KindOK:
 		return breaker.Success
-	case gw.KindAccountRefused: // the route's credential or quota is broken
+	case gw.KindAccountRefused, gw.KindRouteUnavailable: // the route's credential, quota, model or deployment is broken
 		return breaker.Failure
 	case gw.KindTimeoutBeforeResponse, gw.KindRateLimited, gw.KindUnavailable, gw.KindProtocolViolation,
 		gw.KindUnknownProviderAcceptance, gw.KindStreamInterruptedAfterOutput:

@@ -88,7 +88,7 @@ func uncarried(cr *provider.ClientRequest) func(provider.Type) []string {
 		if f, seen := found[t]; seen {
 			return f
 		}
-		f := l.Uncarried(cr.Protocol, cr.Body)
+		f := l.Uncarried(cr)
 		found[t] = f
 		return f
 	}

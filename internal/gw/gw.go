@@ -46,6 +46,13 @@ const (
 	// with the request: the route fails, and the next route on another
 	// account serves it at once (docs/retries.md).
 	KindAccountRefused Kind = "account_refused"
+	// KindRouteUnavailable: the route itself is broken, not the request —
+	// its model or deployment does not exist at the provider (a 404 for
+	// the model, Azure's DeploymentNotFound, Bedrock's "model identifier
+	// is invalid") or its path is not served. Like a refused account:
+	// the route is not tried again, and the next route serves the
+	// request at once (docs/retries.md).
+	KindRouteUnavailable Kind = "route_unavailable"
 
 	KindRejected          Kind = "rejected"
 	KindPolicyDenied      Kind = "policy_denied"
@@ -67,7 +74,7 @@ func (k Kind) Class() Class {
 	switch k {
 	case KindOK:
 		return ClassSuccess
-	case KindTimeoutBeforeResponse, KindRateLimited, KindUnavailable, KindAccountRefused:
+	case KindTimeoutBeforeResponse, KindRateLimited, KindUnavailable, KindAccountRefused, KindRouteUnavailable:
 		return ClassRetryable
 	case KindUnknownProviderAcceptance, KindStreamInterruptedAfterOutput:
 		return ClassIndeterminate
@@ -79,7 +86,7 @@ func (k Kind) Class() Class {
 // Kinds lists every kind, in the order of docs/retries.md.
 func Kinds() []Kind {
 	return []Kind{KindOK, KindTimeoutBeforeResponse, KindRateLimited, KindUnavailable, KindAccountRefused,
-		KindRejected, KindPolicyDenied, KindInvalidRequest, KindProtocolViolation,
+		KindRouteUnavailable, KindRejected, KindPolicyDenied, KindInvalidRequest, KindProtocolViolation,
 		KindUnknownProviderAcceptance, KindStreamInterruptedAfterOutput, KindCancelled}
 }
 

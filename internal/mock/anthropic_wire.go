@@ -349,6 +349,8 @@ func (anCodec) fail(x *exchange, f *Fault) {
 		status, typ, msg = 429, "insufficient_quota", "You exceeded your current quota, please check your plan and billing details."
 	case FaultRejectPrefill:
 		status, typ, msg = 400, "invalid_request_error", "This model does not support assistant message prefill. The conversation must end with a user message."
+	case FaultModelNotFound:
+		status, typ, msg = 404, "not_found_error", orDefault(msg, "model: "+x.req.model)
 	}
 	status = orInt(status, 500)
 	anError(x.w, status, orDefault(typ, anErrorType(status)), orDefault(msg, anMessage(status)))

@@ -17,6 +17,9 @@ const DefaultAzureAPIKey = "azure-mock-key"
 // azureDenied is Azure's answer to a wrong or missing api-key.
 const azureDenied = "Access denied due to invalid subscription key or wrong API endpoint. Make sure to provide a valid key for an active subscription and use a correct regional API endpoint for your resource."
 
+// azureNoDeployment is Azure's answer for a deployment that does not exist.
+const azureNoDeployment = "The API deployment for this resource does not exist. If you created the deployment within the last 5 minutes, please wait a moment and try again."
+
 // azureCodec answers as Azure OpenAI.
 type azureCodec struct {
 	oaWire
@@ -122,6 +125,11 @@ func (c azureCodec) fail(x *exchange, f *Fault) {
 		return
 	case FaultQuota:
 		azureError(x.w, 429, "insufficient_quota", "You exceeded your current quota, please check your plan and billing details.")
+		return
+	case FaultModelNotFound:
+		// A deployment name the resource does not have (the v1 API
+		// answers the same for its model).
+		azureError(x.w, 404, "DeploymentNotFound", orDefault(f.Message, azureNoDeployment))
 		return
 	}
 	status, code, msg := f.Status, f.ErrorCode, f.Message

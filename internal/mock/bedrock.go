@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -260,6 +261,9 @@ func bedrockFault(f *Fault) (int, string, string) {
 		status, typ, msg = 400, "ValidationException", orDefault(msg, "This request has been blocked by our content filters.")
 	case FaultQuota:
 		status, typ, msg = 429, "ServiceQuotaExceededException", orDefault(msg, "Your request exceeds the service quota for your account. You can view your quotas at https://console.aws.amazon.com/servicequotas. You can resubmit your request later.")
+	case FaultModelNotFound:
+		// Converse on a model id Bedrock does not know.
+		status, typ, msg = 400, "ValidationException", orDefault(msg, "The provided model identifier is invalid.")
 	}
 	if typ == "" {
 		switch status {
@@ -425,11 +429,29 @@ func (s *cvStream) finish(finish string, u usage, terminate bool) []byte {
 	return b
 }
 
-// malformed is a frame whose checksum is wrong.
+// malformed is an intact frame (its checksums hold) whose event payload
+// is not JSON.
 func (s *cvStream) malformed() []byte {
-	b := s.frame("event", "contentBlockDelta", map[string]any{"contentBlockIndex": s.index, "delta": map[string]any{"text": "garbage"}})
-	b[len(b)-1] ^= 0xff
-	return b
+	var msg eventstream.Message
+	msg.Headers.Set(":message-type", eventstream.StringValue("event"))
+	msg.Headers.Set(":event-type", eventstream.StringValue("contentBlockDelta"))
+	msg.Headers.Set(":content-type", eventstream.StringValue("application/json"))
+	msg.Payload = []byte(`{"contentBlockIndex":` + strconv.Itoa(s.index) + `,"delta":{"text":"garbage`)
+	var buf bytes.Buffer
+	_ = s.enc.Encode(&buf, msg)
+	return buf.Bytes()
+}
+
+// badCRC spoils a frame's message CRC (a message's last four bytes) or,
+// if prelude, its prelude CRC (bytes 8 to 11, after the total and headers
+// lengths).
+func (s *cvStream) badCRC(frame []byte, prelude bool) []byte {
+	if prelude {
+		frame[8] ^= 0xff
+	} else {
+		frame[len(frame)-1] ^= 0xff
+	}
+	return frame
 }
 
 // fail is an exception frame: throttlingException unless the fault names

@@ -59,3 +59,11 @@ type thinker interface {
 type authenticator interface {
 	authenticate(x *exchange, body []byte) bool
 }
+
+// checksummed is a streamer whose framing carries checksums (Bedrock's
+// event stream): it can spoil a frame's.
+type checksummed interface {
+	// badCRC returns frame with its message CRC — or, if prelude, its
+	// prelude CRC — wrong.
+	badCRC(frame []byte, prelude bool) []byte
+}

@@ -215,8 +215,9 @@ func (g geminiCodec) service() string {
 	return "generativelanguage.googleapis.com"
 }
 
+// fail writes Google's error. Google sends no Retry-After header: a 429's
+// wait is the retryDelay of its RetryInfo detail.
 func (g geminiCodec) fail(x *exchange, f *Fault) {
-	retryHeaders(x.w.Header(), f)
 	if f.Type == FaultAuth {
 		if g.vertex != nil {
 			vertexUnauthenticated(x.w)
@@ -230,6 +231,10 @@ func (g geminiCodec) fail(x *exchange, f *Fault) {
 		g.blocked(x, f)
 		return
 	}
+	if f.Type == FaultModelNotFound {
+		googleError(x.w, 404, "NOT_FOUND", orDefault(f.Message, g.modelNotFound(x)), nil)
+		return
+	}
 	code, status, msg := googleStatus(f)
 	if g.vertex != nil && code == 429 && f.Message == "" {
 		msg = "Resource exhausted. Please try again later. Please refer to https://cloud.google.com/vertex-ai/generative-ai/docs/error-code-429 for more details."
@@ -237,12 +242,46 @@ func (g geminiCodec) fail(x *exchange, f *Fault) {
 	var details []any
 	if code == 429 {
 		delay := "1s"
-		if f.RetryAfter != "" {
+		switch {
+		case f.RetryDelay != "":
+			delay = f.RetryDelay // as given: a test of the gateway's parser may send it malformed
+		case f.RetryAfter != "":
 			delay = f.RetryAfter + "s"
 		}
-		details = []any{map[string]any{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": delay}}
+		if g.vertex == nil {
+			// The Gemini API says which quota, then how long to wait.
+			details = append(details, map[string]any{"@type": "type.googleapis.com/google.rpc.QuotaFailure",
+				"violations": []any{map[string]any{"quotaMetric": "generativelanguage.googleapis.com/generate_content_paid_tier_input_token_count",
+					"quotaId": "GenerateContentPaidTierInputTokensPerModelPerMinute", "quotaValue": "1000000"}}},
+				map[string]any{"@type": "type.googleapis.com/google.rpc.Help",
+					"links": []any{map[string]any{"description": "Learn more about Gemini API quotas", "url": "https://ai.google.dev/gemini-api/docs/rate-limits"}}})
+		}
+		details = append(details, map[string]any{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": delay})
 	}
 	googleError(x.w, code, status, msg, details)
+}
+
+// modelNotFound is Google's message for a model it does not have: the
+// Gemini API's, naming the method, or Vertex AI's, naming the publisher
+// model's full resource.
+func (g geminiCodec) modelNotFound(x *exchange) string {
+	if g.vertex != nil {
+		return vertexModelNotFound(x.r, "google", x.req.model)
+	}
+	method := "generateContent"
+	if x.req.stream {
+		method = "streamGenerateContent"
+	}
+	return "models/" + x.req.model + " is not found for API version " + geminiVersion(x.r) + ", or is not supported for " + method +
+		". Call ListModels to see the list of available models and their supported methods."
+}
+
+// geminiVersion is the API version a Gemini API request names.
+func geminiVersion(r *http.Request) string {
+	if strings.HasPrefix(r.URL.Path, "/v1/") {
+		return "v1"
+	}
+	return "v1beta"
 }
 
 // googleStatus is the HTTP code, status and message of a fault, in

@@ -174,6 +174,12 @@ func (l legacyCodec) fail(x *exchange, f *Fault) {
 	case FaultRejectPrefill:
 		status, typ = 400, "invalid_request_error"
 		msg = "This model does not support assistant message prefill. The conversation must end with a user message."
+	case FaultModelNotFound:
+		status, typ, code = 404, "invalid_request_error", "model_not_found"
+		msg = orDefault(msg, oaModelNotFound(x.req.model))
+		if l.proto == provider.Anthropic {
+			typ, msg = "not_found_error", orDefault(f.Message, "model: "+x.req.model)
+		}
 	}
 	if status == 0 {
 		status = 500

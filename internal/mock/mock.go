@@ -63,7 +63,9 @@ type Mock struct {
 	calls  map[string]int
 	counts map[string]int // count_tokens calls per model
 	ids    int64
-	state  *rsState
+	// modelLookups counts the model lookups (models.go).
+	modelLookups int64
+	state        *rsState
 	// traceparents: the last traceparent each request id came with.
 	traceparents map[string]string
 	vertex       *vertexAuth
@@ -92,6 +94,9 @@ func New(cfg Config) *Mock {
 	m.mux.HandleFunc("POST /openai/v1/chat/completions", m.serveAzure)
 	m.mux.HandleFunc("POST /openai/deployments/{deployment}/embeddings", m.serveAzureEmbeddings)
 	m.mux.HandleFunc("POST /openai/v1/embeddings", m.serveAzureEmbeddings)
+	m.mux.HandleFunc("GET /v1/models/{model}", m.getModel)
+	m.mux.HandleFunc("GET /v1beta/models/{model}", m.getGeminiModel)
+	m.mux.HandleFunc("GET /v1/publishers/{publisher}/models/{model}", m.getPublisherModel)
 	m.mux.HandleFunc("POST /v1beta/models/{call}", m.serveGemini)
 	m.mux.HandleFunc("POST /v1/models/{call}", m.serveGemini)
 	for _, v := range []string{"v1", "v1beta1"} {
@@ -248,7 +253,7 @@ func (x *exchange) run() {
 	}
 	f := x.fault
 	switch x.faultType() {
-	case FaultStatus, FaultContextLength, FaultContentPolicy, FaultQuota, FaultRejectPrefill, FaultAuth:
+	case FaultStatus, FaultContextLength, FaultContentPolicy, FaultQuota, FaultRejectPrefill, FaultAuth, FaultModelNotFound:
 		x.c.fail(x, f)
 		return
 	case FaultReset:

@@ -259,6 +259,11 @@ func (s *oaStream) fail(f *Fault) []byte {
 	return append(append([]byte("data: "), b...), '\n', '\n')
 }
 
+// oaModelNotFound is OpenAI's message for a model it does not have.
+func oaModelNotFound(model string) string {
+	return "The model `" + model + "` does not exist or you do not have access to it."
+}
+
 // oaError writes an error in OpenAI's shape.
 func oaError(w http.ResponseWriter, status int, typ, code, msg string) {
 	var c any
@@ -327,6 +332,9 @@ func (oaCodec) fail(x *exchange, f *Fault) {
 	case FaultRejectPrefill:
 		status, typ = 400, "invalid_request_error"
 		msg = "This model does not support assistant message prefill. The conversation must end with a user message."
+	case FaultModelNotFound:
+		status, typ, code = 404, "invalid_request_error", "model_not_found"
+		msg = orDefault(msg, oaModelNotFound(x.req.model))
 	}
 	status = orInt(status, 500)
 	if typ == "" {

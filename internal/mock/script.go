@@ -46,6 +46,19 @@ const (
 	// its shape; ErrorType picks among its kinds, such as Bedrock's
 	// ExpiredTokenException).
 	FaultAuth = "auth"
+	// FaultModelNotFound is the provider's answer for a model or
+	// deployment it does not have, in its own shape: OpenAI's 404
+	// model_not_found, Anthropic's 404 not_found_error, Azure's 404
+	// DeploymentNotFound, Bedrock's 400 ValidationException ("The provided
+	// model identifier is invalid."), Google's 404 NOT_FOUND. The model
+	// lookups (GET …/models/{model}) answer the same for a model a rule
+	// with this fault names.
+	FaultModelNotFound = "model_not_found"
+	// FaultBadCRCAfter: a Bedrock stream sends After tokens, then the
+	// next token's frame with its message CRC wrong (ErrorType
+	// "prelude": its prelude CRC), then the rest. Other protocols have
+	// no CRC: it has no effect on them.
+	FaultBadCRCAfter = "bad_crc_after"
 )
 
 // Fault is what a matching rule does to a request.
@@ -59,6 +72,11 @@ type Fault struct {
 	RetryAfterMS string `json:"retry_after_ms,omitempty"` // retry-after-ms header value
 	After        int    `json:"after,omitempty"`          // tokens streamed before the fault
 	DelayMS      int    `json:"delay_ms,omitempty"`
+
+	// RetryDelay is the retryDelay of the RetryInfo a Google 429 carries,
+	// sent as it is ("20s", or something malformed); default RetryAfter
+	// seconds, else "1s".
+	RetryDelay string `json:"retry_delay,omitempty"`
 }
 
 // Rule matches requests and applies its fault. The first matching rule

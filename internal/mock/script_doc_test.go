@@ -30,7 +30,7 @@ func TestTheDocsDescribeTheFaultScript(t *testing.T) {
 	for _, f := range []string{FaultStatus, FaultContextLength, FaultContentPolicy, FaultQuota, FaultReset, FaultHang,
 		FaultSilentClose, FaultSlowFirstToken, FaultDropAfter, FaultStallAfter, FaultMalformedAfter, FaultNoDone,
 		FaultStreamError, FaultRejectPrefill, FaultGarbage, FaultCommitThenHang, FaultCommitThenReset, FaultCommitThen502,
-		FaultCommitTwiceThen502} {
+		FaultCommitTwiceThen502, FaultAuth, FaultModelNotFound, FaultBadCRCAfter} {
 		if !strings.Contains(text, "| `"+f+"` |") {
 			t.Errorf("docs/mock.md does not describe the fault type %q", f)
 		}

@@ -65,6 +65,11 @@ func (x *exchange) stream(tokens []string, finish string) {
 		} else {
 			b = st.text(p)
 		}
+		if c, ok := st.(checksummed); ok && f != nil && f.Type == FaultBadCRCAfter && i == f.After {
+			// This token's own frame, spoiled: a reader that skips it
+			// loses the token.
+			b = c.badCRC(b, f.ErrorType == "prelude")
+		}
 		if !send(b) {
 			return
 		}
@@ -99,6 +104,7 @@ func (x *exchange) midStream(f *Fault, send func([]byte) bool, st streamer) bool
 		return false
 	case FaultMalformedAfter:
 		return send(st.malformed())
+
 	case FaultStreamError:
 		send(st.fail(f))
 		return false

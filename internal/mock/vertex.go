@@ -296,11 +296,22 @@ type vertexAnthropic struct {
 
 func (c vertexAnthropic) authenticate(x *exchange, _ []byte) bool { return c.v.check(x) }
 
+// vertexModelNotFound is Vertex AI's message for a publisher model the
+// project cannot use or that does not exist.
+func vertexModelNotFound(r *http.Request, publisher, model string) string {
+	return "Publisher Model `projects/" + r.PathValue("project") + "/locations/" + r.PathValue("location") + "/publishers/" + publisher +
+		"/models/" + model + "` was not found or your project does not have access to it. Please ensure you are using a valid model version. For more information, see: https://cloud.google.com/vertex-ai/generative-ai/docs/learn/model-versions"
+}
+
 func (c vertexAnthropic) fail(x *exchange, f *Fault) {
 	retryHeaders(x.w.Header(), f)
 	switch f.Type {
 	case FaultAuth:
 		vertexUnauthenticated(x.w)
+		return
+	case FaultModelNotFound:
+		// Vertex itself answers, before the model: Google's shape.
+		googleError(x.w, 404, "NOT_FOUND", orDefault(f.Message, vertexModelNotFound(x.r, "anthropic", x.req.model)), nil)
 		return
 	case FaultContextLength:
 		anError(x.w, 400, "invalid_request_error", "prompt is too long: 210000 tokens > 200000 maximum")

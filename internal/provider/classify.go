@@ -21,6 +21,10 @@ type UpstreamError struct {
 	Code    string
 	Message string
 	Param   string
+	// RetryDelay is a delay hint the error body carried, as written:
+	// Google's RetryInfo.retryDelay ("20s"); "" when none. It counts as
+	// Retry-After does, read by retry.ParseRetryDelay.
+	RetryDelay string
 }
 
 func (e *UpstreamError) Error() string {
@@ -120,8 +124,38 @@ func Classify(e *UpstreamError) (gw.Kind, gw.Cause) {
 		return gw.KindPolicyDenied, ""
 	case s == 401 || s == 403:
 		return gw.KindAccountRefused, gw.CauseUpstreamAuth
+	case RouteMissing(e):
+		return gw.KindRouteUnavailable, ""
 	}
 	return gw.KindRejected, ""
+}
+
+// RouteMissing reports an error that says the route itself does not
+// exist at the provider, whatever the request: OpenAI's model_not_found
+// (any 4xx), Anthropic's 404 not_found_error naming the model ("model:
+// …"), a 404 whose message says the model does not exist (vLLM,
+// Ollama), and a 404 on the route's own path — one whose body is no API
+// error at all (an HTML or text page, {"detail":"Not Found"}),
+// Anthropic's bare "Not Found", or OpenAI's "Invalid URL". A 404 that
+// names another parameter (OpenAI's previous_response_id) is about an
+// object the request names: not the route's.
+func RouteMissing(e *UpstreamError) bool {
+	if e.Code == "model_not_found" || e.Type == "model_not_found" {
+		return e.Status >= 400 && e.Status < 500
+	}
+	if e.Status != 404 || e.Param != "" && e.Param != "model" {
+		return false
+	}
+	m := strings.ToLower(e.Message)
+	switch {
+	case e.Type == "" && e.Code == "":
+		return true // not an API's error: the path is not served
+	case e.Type == "not_found_error":
+		return strings.HasPrefix(m, "model:") || m == "not found"
+	case strings.HasPrefix(m, "invalid url"):
+		return true
+	}
+	return strings.Contains(m, "model") && (strings.Contains(m, "does not exist") || strings.Contains(m, "not found"))
 }
 
 // isQuota reports an error that refuses the gateway's account for its

@@ -277,12 +277,36 @@ func StaticKey(cfg Config, header, prefix string) Auth {
 
 // FieldLimiter is a Type that cannot carry some client fields which the
 // OpenAI ↔ Anthropic translation carries (docs/translation.md): Uncarried
-// lists, sorted, the top-level fields of a client request body of
-// protocol p that it cannot carry. Its routes are ineligible for such a
-// request — skipped before dispatch, like a route of the other protocol
-// for a native-only field.
+// lists, sorted, the fields of a client request that it cannot carry —
+// whatever its Endpoint.Request would refuse — each named as the
+// request spells it, with the reason in parentheses when the field alone
+// does not say it. Its routes are ineligible for such a request —
+// skipped before dispatch, like a route of the other protocol for a
+// native-only field — so that a route that can carry it is tried.
 type FieldLimiter interface {
-	Uncarried(p Protocol, body []byte) []string
+	Uncarried(in *ClientRequest) []string
+}
+
+// ModelLookup is an Endpoint that can ask its provider whether a route's
+// model or deployment exists, for `oncegate check --connect`
+// (docs/providers.md). LookupModel builds that question — a GET on the
+// provider's own API, authenticated as every request — or, when the
+// provider cannot be asked with the route's credential, returns nil and
+// says why. Its answer is read as an attempt's: a 2xx is found, and
+// Fault classifies the rest, gw.KindRouteUnavailable meaning the model
+// or deployment does not exist.
+type ModelLookup interface {
+	LookupModel(model string) (out *Outbound, why string)
+}
+
+// ModelLister is a ModelLookup whose provider may serve only the list of
+// its models (an OpenAI-compatible server such as vLLM has no
+// GET /models/{model}): when the lookup answered 404 without an error
+// code of the provider's (the path's 404, not the model's), ListModels
+// builds the list's GET, and Listed reads whether model is in its answer.
+type ModelLister interface {
+	ListModels() *Outbound
+	Listed(body []byte, model string) bool
 }
 
 // TokenCounter is an Endpoint that counts a Messages request's tokens

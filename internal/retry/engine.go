@@ -144,12 +144,12 @@ func (a Admission) retries(provider string) bool {
 }
 
 // candidate says whether route r may take the next attempt of a request
-// with history hist: not on an account the request found refused, and
-// not a retry on a provider whose retry budget is spent (budget reports
-// the latter).
+// with history hist: not a route the request found broken, not on an
+// account the request found refused, and not a retry on a provider whose
+// retry budget is spent (budget reports the latter).
 func candidate(p *Policy, hist []Attempt, r *Route, adm Admission) (ok, budget bool) {
 	switch {
-	case accountRefused(p, hist, r.Provider):
+	case routeBroken(hist, r.ID), accountRefused(p, hist, r.Provider):
 		return false, false
 	case tried(p, hist, r.Provider) && !adm.retries(r.Provider):
 		return false, true
@@ -177,6 +177,23 @@ func accountRefused(p *Policy, hist []Attempt, provider string) bool {
 	}
 	return false
 }
+
+// routeBroken reports whether the request found route itself broken (its
+// model or deployment missing: route_unavailable): it is not tried again.
+// Other routes on its provider may still serve.
+func routeBroken(hist []Attempt, route string) bool {
+	for i := range hist {
+		if hist[i].Route == route && hist[i].Kind == gw.KindRouteUnavailable {
+			return true
+		}
+	}
+	return false
+}
+
+// refusesRoute reports whether an outcome rules its route out for the
+// rest of the request: a refused account or a broken route. Either moves
+// the request on at once.
+func refusesRoute(k gw.Kind) bool { return k == gw.KindAccountRefused || k == gw.KindRouteUnavailable }
 
 // affords reports whether the tenant's allowance covers a reservation.
 func (a Admission) affords(reserve gw.NanoUSD) bool {
@@ -505,7 +522,7 @@ func again(p *Policy, req *Request, hist []Attempt, last *Attempt, adm Admission
 	if cur == nil {
 		return stop(gw.TerminalRejected, gw.ReasonNonRetryable) // not a route of this policy
 	}
-	moveOn := last.Cause == gw.CauseFirstByteTimeout || last.Cause == gw.CauseContextLength || last.Kind == gw.KindAccountRefused
+	moveOn := last.Cause == gw.CauseFirstByteTimeout || last.Cause == gw.CauseContextLength || refusesRoute(last.Kind)
 	next, refused, budget := nextRoute(p, req, hist, cur, moveOn, last.Cause == gw.CauseContextLength, adm, len(hist)+1)
 	switch {
 	case next == nil && refused:
@@ -556,8 +573,9 @@ func again(p *Policy, req *Request, hist []Attempt, last *Attempt, adm Admission
 // itself while its budget lasts (unless the failure moves on); else
 // another route of the tier with budget left; else a route of the next
 // tier that has one. A context that was too small instead goes to the
-// next route by priority with a strictly larger context. A route on an
-// account the request found refused is never taken, nor one that would
+// next route by priority with a strictly larger context. A route the
+// request found broken, or on an account it found refused, is never
+// taken (and the failure moves on at once), nor one that would
 // retry a provider whose retry budget is spent. refused reports that a
 // breaker turned a candidate away, budget that a retry budget did.
 // ordinal is the attempt being decided (it seeds the strategy's draws).

@@ -71,8 +71,9 @@ func genRequest(t *rapid.T, p *Policy) *Request {
 }
 
 var (
-	retryableKinds = []gw.Kind{gw.KindTimeoutBeforeResponse, gw.KindRateLimited, gw.KindUnavailable, gw.KindAccountRefused}
-	otherKinds     = []gw.Kind{gw.KindOK, gw.KindStreamInterruptedAfterOutput, gw.KindRejected, gw.KindPolicyDenied,
+	retryableKinds = []gw.Kind{gw.KindTimeoutBeforeResponse, gw.KindRateLimited, gw.KindUnavailable, gw.KindAccountRefused,
+		gw.KindRouteUnavailable}
+	otherKinds = []gw.Kind{gw.KindOK, gw.KindStreamInterruptedAfterOutput, gw.KindRejected, gw.KindPolicyDenied,
 		gw.KindInvalidRequest, gw.KindProtocolViolation, gw.KindUnknownProviderAcceptance, gw.KindCancelled}
 )
 
@@ -213,6 +214,11 @@ func TestPropertyEngineBounds(t *testing.T) {
 			}
 			if i > 0 && accountRefused(p, tr.attempts[:i], p.Route(d.Route).Provider) {
 				t.Fatalf("attempt %d on provider %s, whose account the request found refused", i+1, p.Route(d.Route).Provider)
+			}
+			for j := range i {
+				if a := tr.attempts[j]; a.Kind == gw.KindRouteUnavailable && a.Route == d.Route {
+					t.Fatalf("attempt %d on route %s, which attempt %d found broken", i+1, d.Route, j+1)
+				}
 			}
 			if i < len(tr.attempts) {
 				spentBefore += tr.attempts[i].Cost

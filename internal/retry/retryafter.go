@@ -56,6 +56,50 @@ func ParseRetryAfterValue(v string, now time.Time) (time.Duration, bool) {
 	return d, true
 }
 
+// ParseRetryDelay reads a delay hint a provider gave in its error body:
+// Google's google.rpc.RetryInfo.retryDelay, a google.protobuf.Duration in
+// its JSON form — decimal seconds with at most nine fractional digits and
+// an "s" ("20s", "1.5s", "0.020s"). It is untrusted like Retry-After and
+// read as strictly: a sign, a space, an exponent, another unit, more than
+// nine fractional digits, or an absurd value (over MaxHint) is ignored —
+// ok is false, and nothing panics. Capping to retry_after_cap is the
+// engine's job.
+func ParseRetryDelay(v string) (time.Duration, bool) {
+	if len(v) < 2 || len(v) > maxHeaderLen || v[len(v)-1] != 's' {
+		return 0, false
+	}
+	whole, frac, dotted := strings.Cut(v[:len(v)-1], ".")
+	if !digits(whole) || dotted && (len(frac) > 9 || !digits(frac)) {
+		return 0, false
+	}
+	secs, err := strconv.ParseInt(whole, 10, 64)
+	if err != nil || secs > int64(MaxHint/time.Second) {
+		return 0, false
+	}
+	d := time.Duration(secs) * time.Second
+	if dotted {
+		nanos, _ := strconv.ParseInt(frac+strings.Repeat("0", 9-len(frac)), 10, 64)
+		d += time.Duration(nanos)
+	}
+	if d > MaxHint {
+		return 0, false
+	}
+	return d, true
+}
+
+// digits reports whether s is one or more ASCII digits.
+func digits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
 func parseMillis(v string) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
 	if v == "" || len(v) > maxHeaderLen || v[0] < '0' || v[0] > '9' || strings.ContainsAny(v, "eE_xXpP") {

@@ -2,6 +2,8 @@ package retry
 
 import (
 	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -72,6 +74,74 @@ func FuzzParseRetryAfter(f *testing.F) {
 		}
 		if d < 0 || d > MaxHint {
 			t.Fatalf("delay %v outside [0, %v] for %q / %q", d, MaxHint, ra, ms)
+		}
+	})
+}
+
+// Google's RetryInfo.retryDelay counts like Retry-After: a Duration's JSON
+// form read strictly, anything else ignored.
+func TestParseRetryDelay(t *testing.T) {
+	for _, tc := range []struct {
+		in     string
+		want   time.Duration
+		wantOK bool
+	}{
+		{"20s", 20 * time.Second, true},
+		{"2s", 2 * time.Second, true},
+		{"0s", 0, true},
+		{"1.5s", 1500 * time.Millisecond, true},
+		{"0.020s", 20 * time.Millisecond, true},
+		{"39.108725145s", 39*time.Second + 108725145*time.Nanosecond, true},
+		{"604800s", MaxHint, true},
+		{"604800.000000001s", 0, false},
+		{"604801s", 0, false},
+		{"99999999999999999999s", 0, false},
+		{"", 0, false},
+		{"s", 0, false},
+		{"20", 0, false},
+		{"20ms", 0, false},
+		{"-1s", 0, false},
+		{"+1s", 0, false},
+		{" 1s", 0, false},
+		{"1s ", 0, false},
+		{"1.s", 0, false},
+		{".5s", 0, false},
+		{"1.0000000001s", 0, false},
+		{"1e3s", 0, false},
+		{"0x10s", 0, false},
+		{"NaNs", 0, false},
+		{"１s", 0, false},
+		{"1,5s", 0, false},
+	} {
+		got, ok := ParseRetryDelay(tc.in)
+		if ok != tc.wantOK || got != tc.want {
+			t.Errorf("ParseRetryDelay(%q) = (%v, %v), want (%v, %v)", tc.in, got, ok, tc.want, tc.wantOK)
+		}
+	}
+}
+
+// FuzzParseRetryDelay: an untrusted RetryInfo delay never panics and
+// never yields a negative or absurd delay; what it accepts is exactly a
+// Duration's JSON form, which formats back to the same number.
+func FuzzParseRetryDelay(f *testing.F) {
+	for _, s := range []string{"20s", "1.5s", "0s", "0.020s", "39.108725145s", "-1s", "1e3s", "20", "s", ".5s", "604801s", "९s"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		d, ok := ParseRetryDelay(v)
+		if !ok {
+			if d != 0 {
+				t.Fatalf("%q: not ok but delay %v", v, d)
+			}
+			return
+		}
+		if d < 0 || d > MaxHint {
+			t.Fatalf("%q: delay %v outside [0, %v]", v, d, MaxHint)
+		}
+		whole, frac, _ := strings.Cut(strings.TrimSuffix(v, "s"), ".")
+		secs, err := strconv.ParseInt(whole, 10, 64)
+		if err != nil || time.Duration(secs)*time.Second > d || d-time.Duration(secs)*time.Second >= time.Second || len(frac) > 9 {
+			t.Fatalf("%q read as %v", v, d)
 		}
 	})
 }

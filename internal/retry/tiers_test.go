@@ -98,3 +98,39 @@ func TestARetryStaysInTheTierFirst(t *testing.T) {
 		t.Fatalf("the same request chose %s, then %s", first.Route, again.Route)
 	}
 }
+
+// A member of a weighted tier whose model is missing (route_unavailable)
+// loses every request drawn to it to another member at once, and is not
+// drawn again within the request.
+func TestABrokenMemberOfAWeightedTierIsPassedOver(t *testing.T) {
+	p := tieredPolicy(StrategyWeighted)
+	p.MaxAttempts, p.Routes[0].MaxAttempts, p.Routes[1].MaxAttempts = 5, 2, 2
+	drawn := 0
+	for i := range 500 {
+		req := testRequest()
+		req.ID = fmt.Sprintf("req-%d", i)
+		d := Start(p, req, Admission{}, t0)
+		if d.Route != "A" {
+			continue
+		}
+		drawn++
+		hist := []Attempt{att(1, "A", gw.KindRouteUnavailable, 100)}
+		d, err := Decide(p, req, hist, Admission{})
+		if err != nil || d.Action != ActionFallback || d.Route != "B" || d.NotBefore != t0.Add(ms(300)) {
+			t.Fatalf("%s after A was found broken: %v %v", req.ID, d, err)
+		}
+		// B fails too: its own retry, never A again.
+		hist = append(hist, att(2, "B", gw.KindUnavailable, 400))
+		if d, err = Decide(p, req, hist, Admission{}); err != nil || d.Route != "B" {
+			t.Fatalf("%s after B failed: %v %v", req.ID, d, err)
+		}
+		// B's budget spent: the next tier, though A has attempts left.
+		hist = append(hist, att(3, "B", gw.KindUnavailable, 700))
+		if d, err = Decide(p, req, hist, Admission{}); err != nil || d.Route != "C" {
+			t.Fatalf("%s after B failed twice: %v %v", req.ID, d, err)
+		}
+	}
+	if drawn < 300 {
+		t.Fatalf("A drawn %d times of 500; want about 375", drawn)
+	}
+}

@@ -70,7 +70,11 @@ func (e *Endpoint) Request(in *provider.ClientRequest, t provider.Target, prefix
 //     is account_refused: upstream_auth_failed, the route's own fault;
 //   - 429 is rate_limited (its retry-after-ms honoured by the engine),
 //     unless it says the quota is spent;
-//   - 404 DeploymentNotFound is rejected: the route's deployment is wrong.
+//   - DeploymentNotFound (404) — the route's deployment does not exist —
+//     and any other 404 on the route's path (Azure's bare "Resource not
+//     found" for a wrong path or a missing api-version) are
+//     route_unavailable: the route is broken, not the request; the next
+//     route serves, and the provider's text never reaches the client.
 func (e *Endpoint) Fault(status int, h http.Header, body []byte) (*provider.UpstreamError, gw.Kind, gw.Cause) {
 	ue := provider.ParseError(status, body)
 	switch {
@@ -78,6 +82,8 @@ func (e *Endpoint) Fault(status int, h http.Header, body []byte) (*provider.Upst
 		return ue, gw.KindAccountRefused, gw.CauseUpstreamAuth
 	case isContentFilter(ue, body):
 		return ue, gw.KindPolicyDenied, ""
+	case isRouteMissing(status, ue):
+		return ue, gw.KindRouteUnavailable, ""
 	}
 	k, c := provider.Classify(ue)
 	return ue, k, c
@@ -119,4 +125,17 @@ func isContentFilter(ue *provider.UpstreamError, body []byte) bool {
 	}
 	s := string(body)
 	return strings.Contains(s, `"ResponsibleAIPolicyViolation"`) || strings.Contains(s, `"content_filter_result"`)
+}
+
+// isRouteMissing reports Azure's answer for a route that does not exist:
+// code DeploymentNotFound, or a 404 that names no parameter of the
+// request (Azure's chat and embeddings calls name no stored object).
+func isRouteMissing(status int, ue *provider.UpstreamError) bool {
+	switch {
+	case ue.Code == "DeploymentNotFound":
+		return true
+	case status == http.StatusNotFound:
+		return ue.Param == "" || ue.Param == "model"
+	}
+	return provider.RouteMissing(ue)
 }

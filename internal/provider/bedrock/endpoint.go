@@ -49,22 +49,33 @@ func (converseType) Open(cfg provider.Config) (provider.Endpoint, error) {
 // carry although the other client protocol could (provider.FieldLimiter):
 // those the bedrock column makes native only and the OpenAI ↔ Anthropic
 // table does not — parallel_tool_calls: false, Anthropic's
-// disable_parallel_tool_use — and an image by URL, which Converse
-// cannot fetch. The gateway then skips bedrock routes for
-// the request instead of failing it on them.
-func (converseType) Uncarried(p provider.Protocol, body []byte) []string {
+// disable_parallel_tool_use — an image by URL, which Converse cannot
+// fetch, and, failing those, the field Build would refuse (tool_choice
+// none in a conversation that used tools: Converse has no "none" and
+// wants its tools whenever the history holds tool calls). The gateway
+// then skips bedrock routes for the request — a route that can carry it
+// serves — instead of failing it on them.
+func (converseType) Uncarried(in *provider.ClientRequest) []string {
 	var top map[string]json.RawMessage
-	if json.Unmarshal(body, &top) != nil {
+	if json.Unmarshal(in.Body, &top) != nil {
 		return nil
 	}
 	var out []string
 	for name, v := range top {
-		if FateOf(p, name, v) == provider.FateNativeOnly && provider.FateOf(p, name, v) != provider.FateNativeOnly {
+		if FateOf(in.Protocol, name, v) == provider.FateNativeOnly && provider.FateOf(in.Protocol, name, v) != provider.FateNativeOnly {
 			out = append(out, name)
 		}
 	}
 	if imageByURL(top["messages"]) {
 		out = append(out, "messages (an image by URL)")
+	}
+	if len(out) == 0 && in.IR != nil {
+		// What the field table cannot see: values Converse refuses in
+		// their context. Build refuses exactly what Request would.
+		var ire *provider.InvalidRequestError
+		if _, err := Build(in.IR, 0); errors.As(err, &ire) {
+			out = append(out, ire.Param+" ("+ire.Message+")")
+		}
 	}
 	slices.Sort(out)
 	return out

@@ -159,10 +159,16 @@ func StatusOf(code string) int {
 //     upstream_auth_failed, never the provider's text.
 //   - ServiceQuotaExceededException: account_refused, cause
 //     insufficient_quota.
-//   - ValidationException: rejected, with cause context_length_exceeded
-//     when the input does not fit the model, or policy_denied when a
-//     content filter refused it; ResourceNotFoundException and other 4xx:
-//     rejected.
+//   - ValidationException: route_unavailable when it says the route's
+//     model id is wrong ("The provided model identifier is invalid.", a
+//     model that needs an inference profile, one past its end of life);
+//     rejected otherwise, with cause context_length_exceeded when the
+//     input does not fit the model, or policy_denied when a content
+//     filter refused it.
+//   - ResourceNotFoundException, and a 404 of an unknown code: the
+//     route's model (or path) does not exist — route_unavailable. A
+//     Converse request names no other resource.
+//   - ConflictException and other 4xx: rejected.
 func Classify(e *provider.UpstreamError) (gw.Kind, gw.Cause) {
 	switch strings.ToLower(e.Type) {
 	case "throttlingexception":
@@ -178,7 +184,9 @@ func Classify(e *provider.UpstreamError) (gw.Kind, gw.Cause) {
 		return gw.KindAccountRefused, gw.CauseQuota
 	case "validationexception":
 		return validation(e)
-	case "resourcenotfoundexception", "conflictexception":
+	case "resourcenotfoundexception":
+		return gw.KindRouteUnavailable, ""
+	case "conflictexception":
 		return gw.KindRejected, ""
 	}
 	s := e.Status
@@ -197,6 +205,8 @@ func Classify(e *provider.UpstreamError) (gw.Kind, gw.Cause) {
 		return gw.KindAccountRefused, gw.CauseUpstreamAuth
 	case s == 400:
 		return validation(e)
+	case s == 404:
+		return gw.KindRouteUnavailable, ""
 	}
 	return gw.KindRejected, ""
 }
@@ -205,6 +215,11 @@ func Classify(e *provider.UpstreamError) (gw.Kind, gw.Cause) {
 func validation(e *provider.UpstreamError) (gw.Kind, gw.Cause) {
 	m := strings.ToLower(e.Message)
 	switch {
+	case strings.Contains(m, "model identifier is invalid"), strings.Contains(m, "could not resolve the foundation model"),
+		strings.Contains(m, "on-demand throughput isn"), strings.Contains(m, "reached the end of its life"):
+		// The route's model id, not the request: Bedrock answers these
+		// for any request on it.
+		return gw.KindRouteUnavailable, ""
 	case strings.Contains(m, "too long") && (strings.Contains(m, "input") || strings.Contains(m, "prompt")),
 		strings.Contains(m, "too many input tokens"), strings.Contains(m, "too many total text bytes"),
 		strings.Contains(m, "context window"), strings.Contains(m, "context length"), strings.Contains(m, "exceed context limit"):

@@ -237,9 +237,28 @@ func TestUncarried(t *testing.T) {
 		{provider.OpenAI, `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,AA=="}}]}]}`, nil},
 		{provider.Anthropic, `{"model":"m","messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"https://x/cat.png"}}]}]}`, []string{"messages (an image by URL)"}},
 		{provider.Anthropic, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, nil},
+		// tool_choice none is carried (the tools are left out) — unless the
+		// conversation already used tools, which Converse accepts only
+		// with its toolConfig: then it names the field, not a route's 400.
+		{provider.OpenAI, `{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[` + weather + `],"tool_choice":"none"}`, nil},
+		{provider.OpenAI, `{"model":"m","tools":[` + weather + `],"tool_choice":"none","messages":[{"role":"user","content":"Weather in Paris?"},` +
+			`{"role":"assistant","tool_calls":[{"id":"c1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},` +
+			`{"role":"tool","tool_call_id":"c1","content":"18C"}]}`,
+			[]string{"tool_choice (bedrock routes cannot forbid tools in a conversation that used them)"}},
+		{provider.Anthropic, `{"model":"m","max_tokens":9,"tools":[{"name":"get_weather","input_schema":{"type":"object"}}],"tool_choice":{"type":"none"},"messages":[` +
+			`{"role":"user","content":"Weather in Paris?"},{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"get_weather","input":{"city":"Paris"}}]},` +
+			`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"18C"}]}]}`,
+			[]string{"tool_choice (bedrock routes cannot forbid tools in a conversation that used them)"}},
 	} {
-		if got := l.Uncarried(c.p, []byte(c.body)); !slices.Equal(got, c.want) {
+		cr, err := provider.ParseRequest(c.p, []byte(c.body))
+		if err != nil {
+			cr = &provider.ClientRequest{Protocol: c.p, Body: []byte(c.body)} // the field table alone
+		}
+		if got := l.Uncarried(cr); !slices.Equal(got, c.want) {
 			t.Errorf("%s: %v, want %v", c.body, got, c.want)
 		}
 	}
 }
+
+// weather is an OpenAI function tool.
+const weather = `{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}`

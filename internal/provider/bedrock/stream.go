@@ -23,19 +23,23 @@ const MaxMessageBytes = 1 << 20
 // and the prelude's CRC, four bytes each.
 const preludeLen = 12
 
-// ErrFraming is a ConverseStream whose framing is lost (a prelude with a
-// bad checksum or impossible lengths): nothing after it can be read, so
-// the stream is broken there.
+// ErrFraming is a ConverseStream whose framing or integrity is lost: a
+// prelude or a message that fails its CRC, impossible lengths, headers
+// that cannot be read. Nothing after it can be trusted, and skipping it
+// would silently drop what it carried, so the stream is broken there
+// (docs/streaming.md): before visible output the request fails over,
+// after it the alias's stream.after_output decides.
 var ErrFraming = errors.New("bedrock: event-stream framing lost")
 
 // ErrTooLarge is a ConverseStream message longer than MaxMessageBytes: a
 // protocol violation, which ends the stream.
 var ErrTooLarge = errors.New("bedrock: event-stream message too large")
 
-// MalformedError is one event-stream message that was read whole but
-// cannot be understood (a bad checksum or header, an event whose JSON does
-// not parse). The stream goes on: the message is skipped and counted as a
-// protocol warning (docs/streaming.md), never forwarded.
+// MalformedError is one event-stream message that was read whole and
+// passed its checksums but cannot be understood (an event whose JSON does
+// not parse, a message type Converse does not send). The stream goes on:
+// the message is skipped and counted as a protocol warning
+// (docs/streaming.md), never forwarded.
 type MalformedError struct{ Err error }
 
 func (e *MalformedError) Error() string { return "bedrock: malformed stream event: " + e.Err.Error() }
@@ -66,7 +70,8 @@ func NewStream(r io.Reader, model string) *Stream {
 // It returns io.EOF when the stream ended cleanly between messages, a
 // *MalformedError for a message to skip (the stream goes on), and any
 // other error — io.ErrUnexpectedEOF for a cut inside a message,
-// ErrFraming, ErrTooLarge, or the reader's own error — when the stream is broken.
+// ErrFraming (a failed CRC, prelude or message), ErrTooLarge, or the
+// reader's own error — when the stream is broken.
 // metadata, Converse's last event, ends with EvDone.
 func (s *Stream) Next(out []provider.Event) ([]provider.Event, error) {
 	var prelude [preludeLen]byte
@@ -94,7 +99,8 @@ func (s *Stream) Next(out []provider.Event) ([]provider.Event, error) {
 	}
 	msg, err := s.dec.Decode(bytes.NewReader(s.frame), s.payload[:0])
 	if err != nil {
-		return out, &MalformedError{Err: err}
+		// The prelude passed; the message's CRC or its headers did not.
+		return out, fmt.Errorf("%w: %w", ErrFraming, err)
 	}
 	s.payload = msg.Payload[:0]
 	return s.message(&msg, out)

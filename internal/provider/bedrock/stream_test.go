@@ -174,9 +174,10 @@ func TestStreamException(t *testing.T) {
 	}
 }
 
-// TestStreamBroken: a cut inside a message breaks the stream; a message
-// whose checksum fails is skipped and the stream goes on; a prelude that
-// fails its checksum loses the framing.
+// TestStreamBroken: a cut inside a message breaks the stream; so does a
+// message whose checksum fails, and a prelude that fails its checksum —
+// never a message skipped in silence, whose text would be lost; only an
+// intact message whose JSON does not parse is skipped.
 func TestStreamBroken(t *testing.T) {
 	whole := mustRead(t, "testdata/converse_stream_text.bin")
 	_, _, end := decodeAll(bytes.NewReader(whole[:len(whole)-5]))
@@ -187,10 +188,10 @@ func TestStreamBroken(t *testing.T) {
 	one := encodeFrames(t, fixtures["converse_stream_text.bin"][1:2])
 	bad := bytes.Clone(one)
 	bad[len(bad)-1] ^= 0xff // the message checksum
-	stream := append(append(bytes.Clone(bad), one...), encodeFrames(t, fixtures["converse_stream_text.bin"][4:])...)
+	stream := append(append(bytes.Clone(one), bad...), encodeFrames(t, fixtures["converse_stream_text.bin"][4:])...)
 	evs, skipped, end := decodeAll(bytes.NewReader(stream))
-	if end != io.EOF || skipped != 1 || len(evs) != 4 || evs[0].Text != "Hello" {
-		t.Errorf("bad checksum: end %v, skipped %d, events %+v", end, skipped, evs)
+	if !errors.Is(end, ErrFraming) || skipped != 0 || len(evs) != 1 || evs[0].Text != "Hello" {
+		t.Errorf("bad message checksum: end %v, skipped %d, events %+v", end, skipped, evs)
 	}
 
 	bad = bytes.Clone(one)

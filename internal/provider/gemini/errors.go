@@ -15,8 +15,9 @@ import (
 //	{"error":{"code":400,"message":"…","status":"INVALID_ARGUMENT",
 //	  "details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"API_KEY_INVALID",…}]}}
 //
-// ParseError keeps status in UpstreamError.Type and the ErrorInfo reason
-// (or, for quota, the violated quota's id) in Code.
+// ParseError keeps status in UpstreamError.Type, the ErrorInfo reason in
+// Code, a per-day quota violation in Param and the RetryInfo delay in
+// RetryDelay.
 
 type googleStatus struct {
 	Code    json.RawMessage   `json:"code"`
@@ -26,8 +27,9 @@ type googleStatus struct {
 }
 
 type googleDetail struct {
-	Type       string `json:"@type"`
-	Reason     string `json:"reason"`
+	Type       string          `json:"@type"`
+	Reason     string          `json:"reason"`
+	RetryDelay json.RawMessage `json:"retryDelay"`
 	Violations []struct {
 		QuotaID string `json:"quotaId"`
 	} `json:"violations"`
@@ -68,6 +70,8 @@ func ParseError(status int, body []byte) *provider.UpstreamError {
 		switch {
 		case strings.HasSuffix(d.Type, "google.rpc.ErrorInfo") && d.Reason != "" && e.Code == "":
 			e.Code = word(json.RawMessage(strconv.Quote(d.Reason)))
+		case strings.HasSuffix(d.Type, "google.rpc.RetryInfo") && e.RetryDelay == "":
+			e.RetryDelay = word(d.RetryDelay) // "20s"; a non-string or odd text is no hint
 		case strings.HasSuffix(d.Type, "google.rpc.QuotaFailure"):
 			for _, v := range d.Violations {
 				if strings.Contains(v.QuotaID, "PerDay") {
@@ -161,15 +165,36 @@ func Classify(e *provider.UpstreamError) (gw.Kind, gw.Cause) {
 		case strings.Contains(msg, "input token count") && strings.Contains(msg, "exceeds the maximum"),
 			strings.Contains(msg, "exceeds the maximum number of tokens"):
 			return gw.KindRejected, gw.CauseContextLength
+		case strings.Contains(msg, "unexpected model name format"):
+			return gw.KindRouteUnavailable, "" // the route's model, whatever the request
 		}
 		return gw.KindRejected, ""
-	case "NOT_FOUND", "ALREADY_EXISTS", "CANCELLED":
+	case "NOT_FOUND":
+		switch {
+		case e.Status >= 500:
+			return gw.KindUnavailable, ""
+		case namesRequestObject(msg):
+			return gw.KindRejected, ""
+		}
+		// The route's model ("models/x is not found for API version
+		// v1beta"; Vertex's "Publisher Model … was not found"), project
+		// or location: the route is broken, not the request.
+		return gw.KindRouteUnavailable, ""
+	case "ALREADY_EXISTS", "CANCELLED":
 		if e.Status >= 500 {
 			return gw.KindUnavailable, ""
 		}
 		return gw.KindRejected, ""
 	}
 	return provider.Classify(e)
+}
+
+// namesRequestObject reports a NOT_FOUND message about an object a
+// request can name — a cached content or an uploaded file — rather than
+// the route's model.
+func namesRequestObject(msg string) bool {
+	return strings.Contains(msg, "cachedcontents/") || strings.Contains(msg, "cached content") ||
+		strings.Contains(msg, "files/") || strings.Contains(msg, "file ")
 }
 
 // ClassifyStreamError maps an error that arrived inside a stream, before

@@ -434,7 +434,14 @@ func TestClassify(t *testing.T) {
 		{"permission denied", 403, googleErr(403, "PERMISSION_DENIED", "Permission 'aiplatform.endpoints.predict' denied on resource"), gw.KindAccountRefused, gw.CauseUpstreamAuth},
 		{"scope", 403, []byte(`{"error":{"code":403,"message":"Request had insufficient authentication scopes.","status":"PERMISSION_DENIED","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"ACCESS_TOKEN_SCOPE_INSUFFICIENT"}]}}`), gw.KindAccountRefused, gw.CauseUpstreamAuth},
 		{"unauthenticated", 401, googleErr(401, "UNAUTHENTICATED", "Request had invalid authentication credentials."), gw.KindAccountRefused, gw.CauseUpstreamAuth},
-		{"not found", 404, googleErr(404, "NOT_FOUND", "models/gemini-9 is not found for API version v1beta"), gw.KindRejected, ""},
+		// The route's model missing is the route's fault; an object the
+		// request names is not.
+		{"model not found", 404, file("model_not_found.json"), gw.KindRouteUnavailable, ""},
+		{"vertex publisher model not found", 404, file("vertex_model_not_found.json"), gw.KindRouteUnavailable, ""},
+		{"model name format", 400, googleErr(400, "INVALID_ARGUMENT", "* GenerateContentRequest.model: unexpected model name format\n"), gw.KindRouteUnavailable, ""},
+		{"a path not served", 404, []byte(`<!DOCTYPE html><html lang=en><title>Error 404 (Not Found)!!1</title><p>The requested URL <code>/v1beta/modelz/gemini:generateContent</code> was not found on this server.</html>`), gw.KindRouteUnavailable, ""},
+		{"cached content not found", 404, googleErr(404, "NOT_FOUND", "CachedContent not found (or permission denied): cachedContents/abc123"), gw.KindRejected, ""},
+		{"file not found", 404, googleErr(404, "NOT_FOUND", "File files/abc123 not found."), gw.KindRejected, ""},
 		{"location", 400, googleErr(400, "FAILED_PRECONDITION", "User location is not supported for the API use."), gw.KindAccountRefused, gw.CauseQuota},
 		{"array", 429, []byte(`[{"error":{"code":429,"message":"Resource exhausted.","status":"RESOURCE_EXHAUSTED"}}]`), gw.KindRateLimited, ""},
 		{"anthropic on vertex", 529, []byte(`{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`), gw.KindUnavailable, ""},
