@@ -271,6 +271,9 @@ func TestABedrockFrameThatFailsItsCRCBreaksTheStream(t *testing.T) {
 			r.Attempts[0].ProtocolWarnings != 0 || last.Route != "claude" || last.Kind != "ok" {
 			t.Fatalf("%s CRC before output: attempts %+v", crc, r.Attempts)
 		}
+		if e := r.Attempts[0].Error; e == nil || !strings.Contains(e.Message, "checksum mismatch") {
+			t.Fatalf("%s CRC before output: the receipt does not say why the stream broke: %+v", crc, e)
+		}
 		if nb, na := b.bedrock.Stats().Requests, b.anthropic.Stats().Requests; nb != 2 || na != 1 {
 			t.Fatalf("%s CRC before output: Bedrock %d calls, Anthropic %d; want 2 and 1", crc, nb, na)
 		}

@@ -431,5 +431,9 @@ func (c *call) endStream(res *attemptResult, a *attemptStream, endErr error) *at
 	case a.events > 0 && a.warnings == a.events:
 		return c.observe(res, gw.KindProtocolViolation, "", "the stream had no valid events")
 	}
+	if endErr != nil && endErr != io.EOF {
+		// A broken frame (a Bedrock CRC) says why in the receipt.
+		return c.observe(res, gw.KindUnavailable, "", "stream broke before any output: "+endErr.Error())
+	}
 	return c.observe(res, gw.KindUnavailable, "", "stream ended before any output")
 }
