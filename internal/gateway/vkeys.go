@@ -172,8 +172,9 @@ func (g *Gateway) keyUsable(lk *liveKey) bool {
 		return false
 	case !k.ExpiresAt.IsZero() && !now.Before(k.ExpiresAt):
 		return false
-	case lk.digest != k.Digest && !now.Before(k.PrevUntil):
-		return false
+	case lk.digest != k.Digest:
+		p := k.Prev(lk.digest) // a previous secret works until its own end
+		return p != nil && now.Before(p.Until)
 	}
 	return true
 }

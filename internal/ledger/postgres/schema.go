@@ -88,6 +88,10 @@ var migrations = []string{
 	ALTER TABLE key_spend ADD COLUMN shard smallint NOT NULL DEFAULT 0;
 	ALTER TABLE key_spend DROP CONSTRAINT key_spend_pkey;
 	ALTER TABLE key_spend ADD PRIMARY KEY (day, key_id, shard);`,
+
+	// 7: every change to a key is one conditional write on its version,
+	// and each previous secret keeps its own grace (docs/keys.md).
+	keysql.Versions("bigint"),
 }
 
 // spendShards is how many rows a tenant's day is spread over.

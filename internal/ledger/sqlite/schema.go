@@ -140,6 +140,10 @@ var migrations = []string{
 	// 8: virtual keys issued at run time, and what each was charged per
 	// UTC day (docs/keys.md).
 	keysql.Schema("BLOB", "INTEGER"),
+
+	// 9: every change to a key is one conditional write on its version,
+	// and each previous secret keeps its own grace (docs/keys.md).
+	keysql.Versions("INTEGER"),
 }
 
 func migrate(db *sql.DB) error {
