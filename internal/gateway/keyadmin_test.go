@@ -164,3 +164,25 @@ func TestKeyBodiesAreStrict(t *testing.T) {
 		t.Fatalf("%d distinct models: %s", len(names), got)
 	}
 }
+
+// A route refused by a virtual key's data boundary, narrower than its
+// tenant's, is refused in the key's name; the tenant's own boundary in
+// the tenant's.
+func TestKeyBoundaryRefusalNamesTheKey(t *testing.T) {
+	e := newEnv(t, mock.Config{})
+	narrow := e.issue(`{"tenant":"acme","max_data_boundary":"private"}`)
+	same := e.issue(`{"tenant":"globex","max_data_boundary":"private"}`)
+	for _, c := range []struct{ name, key, want string }{
+		{"a key narrower than its tenant", narrow.Key, "claude: data boundary external exceeds virtual key " + narrow.ID + "'s private"},
+		{"a key as narrow as its tenant", same.Key, "claude: data boundary external exceeds the tenant's private"},
+		{"a tenant's file key", keyGlobex, "claude: data boundary external exceeds the tenant's private"},
+	} {
+		res, body := e.postKey(c.key, "/v1/chat/completions", chatBody("claude", false), nil)
+		if res.StatusCode != 400 || !strings.Contains(string(body), c.want) {
+			t.Errorf("%s: %d %s, want 400 saying %q", c.name, res.StatusCode, body, c.want)
+		}
+	}
+	if n := e.anthropic.Requests(); n != 0 {
+		t.Fatalf("the provider saw %d requests", n)
+	}
+}
