@@ -8,21 +8,24 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/provider"
+	"github.com/oncegate/oncegate/internal/strictjson"
 	"github.com/oncegate/oncegate/internal/vkey"
 )
 
 // The admin API (docs/keys.md): virtual keys issued, listed, read,
 // changed, revoked and rotated at run time, and the spend report — all
 // behind the admin key (admin_key_env). Bodies are strict JSON: an
-// unknown field or a wrong type is a 400 naming it. Every action is one
-// audit log line (who, what, which key — never a secret) and a count in
+// unknown field, a wrong type or a member given twice is a 400 naming
+// it. Every change to a key is one conditional write on its version
+// (keyWrite), so racing admin calls never lose each other's change and
+// a revocation is final. Every action is one audit log line (who, what,
+// which key — never a secret) and a count in
 // oncegate_admin_actions_total.
 
 // adminRoutes adds the admin API to m.
@@ -85,11 +88,21 @@ type keyView struct {
 	CreatedAt       time.Time         `json:"created_at"`
 	UpdatedAt       time.Time         `json:"updated_at"`
 	RevokedAt       *time.Time        `json:"revoked_at"`
-	// PreviousValidUntil is when the secret a rotation replaced stops
-	// working (absent when none does).
+	// Version counts the key's changes; its ETag is made of it.
+	Version int64 `json:"version"`
+	// Previous are the secrets rotations replaced that still work, each
+	// until its own end; PreviousValidUntil is the last of those ends
+	// (both absent when none works).
+	Previous           []prevView `json:"previous,omitempty"`
 	PreviousValidUntil *time.Time `json:"previous_valid_until,omitempty"`
 	// Spend is what the key was charged today and this month (UTC).
 	Spend *keySpendView `json:"spend,omitempty"`
+}
+
+// prevView is a previous secret as the admin API shows it.
+type prevView struct {
+	Prefix     string    `json:"prefix"`
+	ValidUntil time.Time `json:"valid_until"`
 }
 
 type keySpendView struct {
@@ -107,9 +120,14 @@ func timePtr(t time.Time) *time.Time {
 func viewOf(k *ledger.Key, now time.Time) keyView {
 	v := keyView{ID: k.ID, Object: "key", Prefix: k.Prefix, Tenant: k.Tenant, Name: k.Name, Models: k.Spec.Models, Budget: k.Spec.Budget,
 		MaxDataBoundary: k.Spec.MaxDataBoundary, ExpiresAt: timePtr(k.ExpiresAt), Metadata: k.Spec.Metadata,
-		CreatedAt: k.CreatedAt, UpdatedAt: k.UpdatedAt, RevokedAt: timePtr(k.RevokedAt)}
-	if k.PrevDigest != "" && now.Before(k.PrevUntil) {
-		v.PreviousValidUntil = timePtr(k.PrevUntil)
+		CreatedAt: k.CreatedAt, UpdatedAt: k.UpdatedAt, RevokedAt: timePtr(k.RevokedAt), Version: k.Version}
+	if !k.Revoked() {
+		for _, p := range k.LivePrevious(now) {
+			v.Previous = append(v.Previous, prevView{Prefix: p.Prefix, ValidUntil: p.Until})
+			if v.PreviousValidUntil == nil || p.Until.After(*v.PreviousValidUntil) {
+				v.PreviousValidUntil = timePtr(p.Until)
+			}
+		}
 	}
 	if v.Models == nil {
 		v.Models = []string{}
@@ -120,9 +138,11 @@ func viewOf(k *ledger.Key, now time.Time) keyView {
 	return v
 }
 
-// readStrict decodes a JSON body into v: unknown fields, wrong types and
-// trailing data are 400s naming the field.
-func readStrict(r *http.Request, v any) *apiError {
+// readStrict decodes a JSON body into v: unknown fields, wrong types,
+// members given twice and trailing data are 400s naming the field. maps
+// are the paths of v's maps, whose keys may differ in case only
+// (strictjson.Duplicates).
+func readStrict(r *http.Request, v any, maps ...string) *apiError {
 	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, 1<<20))
 	if err != nil {
 		return errorf(CodeInvalidRequest, "could not read the request body: %v", err)
@@ -137,7 +157,14 @@ func readStrict(r *http.Request, v any) *apiError {
 		err = errors.New("data after the JSON object")
 	}
 	if err == nil {
+		err = strictjson.Duplicates(body, maps...)
+	}
+	if err == nil {
 		return nil
+	}
+	var de *strictjson.DuplicateError
+	if errors.As(err, &de) {
+		return &apiError{code: CodeInvalidRequest, param: de.Path, message: fmt.Sprintf("%s is given twice: each member may appear once", de.Path)}
 	}
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
@@ -148,6 +175,23 @@ func readStrict(r *http.Request, v any) *apiError {
 		return &apiError{code: CodeInvalidRequest, param: f, message: fmt.Sprintf("unknown field %q", f)}
 	}
 	return errorf(CodeInvalidRequest, "the request body is not a JSON object: %v", err)
+}
+
+// maxKeyModels bounds a key's models list (after duplicates are
+// dropped).
+const maxKeyModels = 256
+
+// distinct is list without its repeats, in the order of first sight.
+func distinct(list []string) []string {
+	seen := make(map[string]bool, len(list))
+	out := make([]string, 0, len(list))
+	for _, s := range list {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // apply checks b and writes what it sets into k (issue: the tenant
@@ -175,12 +219,16 @@ func (g *Gateway) apply(k *ledger.Key, b *keyBody, issue bool, now time.Time) *a
 		k.Name = *b.Name
 	}
 	if b.Models != nil {
-		for _, m := range *b.Models {
+		models := distinct(*b.Models)
+		if len(models) > maxKeyModels {
+			return bad("models", "a key lists at most %d models, not %d", maxKeyModels, len(models))
+		}
+		for _, m := range models {
 			if pol.Alias(m) == nil {
 				return bad("models", "no model %q is configured", m)
 			}
 		}
-		k.Spec.Models = slices.Clone(*b.Models)
+		k.Spec.Models = models
 	}
 	if b.Budget != nil {
 		bu := *b.Budget
@@ -232,7 +280,7 @@ func (g *Gateway) audit(r *http.Request, action string, k *ledger.Key) {
 // issueKey answers POST /admin/keys: 201 with the secret, shown once.
 func (g *Gateway) issueKey(w http.ResponseWriter, r *http.Request) {
 	var b keyBody
-	if e := readStrict(r, &b); e != nil {
+	if e := readStrict(r, &b, "metadata"); e != nil {
 		e.write(w, provider.OpenAI, meta{})
 		return
 	}
@@ -251,6 +299,7 @@ func (g *Gateway) issueKey(w http.ResponseWriter, r *http.Request) {
 	g.audit(r, "issue", k)
 	v := viewOf(k, now)
 	v.Key = secret
+	w.Header().Set("ETag", etagOf(k))
 	writeJSON(w, http.StatusCreated, v)
 }
 
@@ -298,13 +347,9 @@ func (g *Gateway) keySpends(ctx context.Context) (today, month map[string]int64,
 
 // storedKey reads the key {id}, or answers 404.
 func (g *Gateway) storedKey(w http.ResponseWriter, r *http.Request) *ledger.Key {
-	k, err := g.ledger.Key(r.Context(), r.PathValue("id"))
-	if errors.Is(err, ledger.ErrNotFound) {
-		errorf(CodeNotFound, "no key %q", r.PathValue("id")).write(w, provider.OpenAI, meta{})
-		return nil
-	}
-	if err != nil {
-		storeAPIError(err).write(w, provider.OpenAI, meta{})
+	k, e := g.readStoredKey(r, r.PathValue("id"))
+	if e != nil {
+		e.write(w, provider.OpenAI, meta{})
 		return nil
 	}
 	return k
@@ -323,63 +368,58 @@ func (g *Gateway) readKey(w http.ResponseWriter, r *http.Request) {
 	}
 	v := viewOf(k, g.clock.Now())
 	v.Spend = &keySpendView{TodayUSD: gw.NanoUSD(today[k.ID]).USD(), MonthUSD: gw.NanoUSD(month[k.ID]).USD()}
+	w.Header().Set("ETag", etagOf(k))
 	writeJSON(w, http.StatusOK, v)
 }
 
 // updateKey answers PATCH /admin/keys/{id}: name, models, budget,
-// boundary, expiry, metadata.
+// boundary, expiry, metadata. Racing another change, the body is
+// applied again to the key as that change left it (keyWrite).
 func (g *Gateway) updateKey(w http.ResponseWriter, r *http.Request) {
-	k := g.storedKey(w, r)
-	if k == nil {
-		return
-	}
 	var b keyBody
-	if e := readStrict(r, &b); e != nil {
+	if e := readStrict(r, &b, "metadata"); e != nil {
 		e.write(w, provider.OpenAI, meta{})
 		return
 	}
 	now := g.clock.Now().UTC()
-	if e := g.apply(k, &b, false, now); e != nil {
+	k, e := g.keyWrite(r, func(k *ledger.Key) *apiError {
+		if e := g.apply(k, &b, false, now); e != nil {
+			return e
+		}
+		k.UpdatedAt = now
+		return nil
+	})
+	if e != nil {
 		e.write(w, provider.OpenAI, meta{})
-		return
-	}
-	k.UpdatedAt = now
-	if err := g.ledger.UpdateKey(r.Context(), k); err != nil {
-		storeAPIError(err).write(w, provider.OpenAI, meta{})
 		return
 	}
 	g.keyChanged(r.Context(), k.ID)
 	g.audit(r, "update", k)
+	w.Header().Set("ETag", etagOf(k))
 	writeJSON(w, http.StatusOK, viewOf(k, now))
 }
 
 // revokeKey answers DELETE /admin/keys/{id}: 204, and the key is refused
-// on every replica within a second.
+// on every replica within a second. The revocation is one conditional
+// write no later change undoes; a key revoked already is 204 too.
 func (g *Gateway) revokeKey(w http.ResponseWriter, r *http.Request) {
-	k := g.storedKey(w, r)
-	if k == nil {
+	k, e := g.revoke(r)
+	if e != nil {
+		e.write(w, provider.OpenAI, meta{})
 		return
-	}
-	if !k.Revoked() {
-		now := g.clock.Now().UTC()
-		k.RevokedAt, k.UpdatedAt, k.PrevDigest, k.PrevUntil = now, now, "", time.Time{}
-		if err := g.ledger.UpdateKey(r.Context(), k); err != nil {
-			storeAPIError(err).write(w, provider.OpenAI, meta{})
-			return
-		}
 	}
 	g.keyChanged(r.Context(), k.ID)
 	g.audit(r, "revoke", k)
+	w.Header().Set("ETag", etagOf(k))
 	w.WriteHeader(http.StatusNoContent)
 }
 
 // rotateKey answers POST /admin/keys/{id}/rotate {"grace": "10m"}: a new
-// secret, shown once; the old one keeps working for grace (default 0).
+// secret, shown once; the old one keeps working for grace (default 0),
+// and the secrets earlier rotations replaced keep their own ends. Of two
+// rotations racing, one wins: the other finds the secret it was to
+// replace gone and answers 409 key_conflict.
 func (g *Gateway) rotateKey(w http.ResponseWriter, r *http.Request) {
-	k := g.storedKey(w, r)
-	if k == nil {
-		return
-	}
 	var b struct {
 		Grace string `json:"grace"`
 	}
@@ -396,24 +436,34 @@ func (g *Gateway) rotateKey(w http.ResponseWriter, r *http.Request) {
 		}
 		grace = d
 	}
-	if k.Revoked() {
-		(&apiError{code: CodeInvalidRequest, param: "id", message: "key " + k.ID + " is revoked; issue a new key"}).write(w, provider.OpenAI, meta{})
-		return
-	}
 	now := g.clock.Now().UTC()
 	secret, display := vkey.New()
-	k.PrevDigest, k.PrevUntil = "", time.Time{}
-	if grace > 0 {
-		k.PrevDigest, k.PrevUntil = k.Digest, now.Add(grace)
-	}
-	k.Digest, k.Prefix, k.UpdatedAt = vkey.Digest(g.secret, secret), display, now
-	if err := g.ledger.UpdateKey(r.Context(), k); err != nil {
-		storeAPIError(err).write(w, provider.OpenAI, meta{})
+	replaced := "" // the secret this rotation replaces: the first one read
+	k, e := g.keyWrite(r, func(k *ledger.Key) *apiError {
+		if replaced == "" {
+			replaced = k.Digest
+		} else if k.Digest != replaced {
+			return errorf(CodeKeyConflict, "key %s was rotated by another request meanwhile; read it and rotate again if you still need to", k.ID)
+		}
+		prev := k.LivePrevious(now)
+		if grace > 0 {
+			if len(prev) >= ledger.MaxPrevious {
+				return &apiError{code: CodeInvalidRequest, param: "grace", message: fmt.Sprintf("key %s already has %d previous secrets in their grace: rotate with no grace, or once one ends", k.ID, len(prev))}
+			}
+			prev = append(prev, ledger.PrevSecret{Digest: k.Digest, Prefix: k.Prefix, Until: now.Add(grace)})
+		}
+		k.Previous = prev
+		k.Digest, k.Prefix, k.UpdatedAt = vkey.Digest(g.secret, secret), display, now
+		return nil
+	})
+	if e != nil {
+		e.write(w, provider.OpenAI, meta{})
 		return
 	}
 	g.keyChanged(r.Context(), k.ID)
 	g.audit(r, "rotate", k)
 	v := viewOf(k, now)
 	v.Key = secret
+	w.Header().Set("ETag", etagOf(k))
 	writeJSON(w, http.StatusOK, v)
 }

@@ -55,6 +55,11 @@ const (
 	CodeStoreUnavailable        = "store_unavailable"
 	CodeCoordinationUnavailable = "coordination_unavailable"
 	CodeDraining                = "draining"
+
+	// The admin API's conditional writes of a key (docs/keys.md).
+	CodeKeyRevoked         = "key_revoked"
+	CodeKeyConflict        = "key_conflict"
+	CodePreconditionFailed = "precondition_failed"
 )
 
 // CodeRouteUnavailable: every route left was broken — its model or
@@ -96,6 +101,9 @@ var codeStatus = map[string]struct {
 	CodeKeyRateLimited:          {429, true, "rate_limit_error", "rate_limit_error"},
 	CodeKeyBudget:               {429, false, "rate_limit_error", "rate_limit_error"},
 	CodeKeyConcurrency:          {429, true, "rate_limit_error", "rate_limit_error"},
+	CodeKeyRevoked:              {409, false, "invalid_request_error", "invalid_request_error"},
+	CodeKeyConflict:             {409, false, "invalid_request_error", "invalid_request_error"},
+	CodePreconditionFailed:      {412, false, "invalid_request_error", "invalid_request_error"},
 	CodeOutcomeUnknown:          {502, false, "api_error", "api_error"},
 	CodeProtocolViolation:       {502, false, "api_error", "api_error"},
 	CodeUpstreamUnavailable:     {503, false, "api_error", "overloaded_error"},

@@ -70,7 +70,7 @@ func (g *Gateway) identify(r *http.Request, a *admitted) (*call, *apiError) {
 		IneligibleRoutes: alias.Ineligible(policy.Needs{Images: needs.Images, Audio: needs.Audio, Tools: needs.Tools,
 			JSONSchema: needs.JSONSchema, Stream: needs.Stream, ContextTokens: cr.PromptTokens + cr.IR.MaxTokens,
 			Protocol: string(cr.Protocol), NativeOnly: native, NativeOnlyOn: c.nativeOnlyOn, Embeddings: p == provider.Embeddings,
-			Uncarried: uncarried(cr)}, t.MaxBoundary)}
+			Uncarried: uncarried(cr), BoundaryOf: g.boundaryOf(r, t)}, t.MaxBoundary)}
 	c.rec = receipt.NewRecorder(alias, h)
 	c.out = newOutput(c)
 	return c, nil

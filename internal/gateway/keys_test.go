@@ -149,12 +149,18 @@ func TestVirtualKeyRotateWithGraceAndUpdate(t *testing.T) {
 			t.Fatalf("within the grace, %s…: %v", k[:8], err)
 		}
 	}
+	// A second rotation, without grace: the secret it replaces stops at
+	// once, the first keeps its own grace.
+	first := rot
 	if st, b := e.adminDo(keyAdmin, "POST", "/admin/keys/"+v.ID+"/rotate", `{}`, &rot); st != 200 {
 		t.Fatalf("rotate without grace: %d %s", st, b)
 	}
-	_, err := clientNew(e.openai(nil, oopt2.WithAPIKey(v.Key)), context.Background(), oaParams("chat", "hi"))
+	_, err := clientNew(e.openai(nil, oopt2.WithAPIKey(first.Key)), context.Background(), oaParams("chat", "hi"))
 	if st, _, _ := apiErrorOf(t, err); st != 401 {
-		t.Fatalf("the first secret after a rotation without grace: %d", st)
+		t.Fatalf("the second secret after a rotation without grace: %d", st)
+	}
+	if _, err := clientNew(e.openai(nil, oopt2.WithAPIKey(v.Key)), context.Background(), oaParams("chat", "hi")); err != nil {
+		t.Fatalf("the first secret within its own grace: %v", err)
 	}
 	// PATCH narrows the models: the next request is refused by name.
 	if st, b := e.adminDo(keyAdmin, "PATCH", "/admin/keys/"+v.ID, `{"models":["chat-stop"],"name":"renamed"}`, nil); st != 200 {
@@ -323,10 +329,10 @@ func TestVirtualKeySecretNeverStored(t *testing.T) {
 	var rot keyView
 	e.adminDo(keyAdmin, "POST", "/admin/keys/"+v.ID+"/rotate", `{"grace":"1h"}`, &rot)
 	stored, err := e.store.Key(context.Background(), v.ID)
-	if err != nil {
-		t.Fatal(err)
+	if err != nil || len(stored.Previous) != 1 {
+		t.Fatalf("%+v %v", stored, err)
 	}
-	for _, stolen := range []string{stored.Digest, stored.PrevDigest, "og-" + stored.Digest[:43]} {
+	for _, stolen := range []string{stored.Digest, stored.Previous[0].Digest, "og-" + stored.Digest[:43]} {
 		_, err := clientNew(e.openai(nil, oopt2.WithAPIKey(stolen)), context.Background(), oaParams("chat", "stolen"))
 		if st, _, _ := apiErrorOf(t, err); st != 401 {
 			t.Fatalf("a digest from the store authenticated: %d", st)

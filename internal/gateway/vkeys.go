@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -172,8 +173,9 @@ func (g *Gateway) keyUsable(lk *liveKey) bool {
 		return false
 	case !k.ExpiresAt.IsZero() && !now.Before(k.ExpiresAt):
 		return false
-	case lk.digest != k.Digest && !now.Before(k.PrevUntil):
-		return false
+	case lk.digest != k.Digest:
+		p := k.Prev(lk.digest) // a previous secret works until its own end
+		return p != nil && now.Before(p.Until)
 	}
 	return true
 }
@@ -305,6 +307,20 @@ func (g *Gateway) keyTenant(lk *liveKey) *policy.Tenant {
 	}
 	lk.tenant.Store(&narrowed{base: base, t: t})
 	return t
+}
+
+// boundaryOf names whose data boundary the tenant t of request r
+// carries, as a route's refusal says it: its virtual key's when the key
+// narrowed its tenant's, "" for the tenant's own.
+func (g *Gateway) boundaryOf(r *http.Request, t *policy.Tenant) string {
+	lk := keyOf(r.Context())
+	if lk == nil || lk.boundary == 0 || lk.boundary != t.MaxBoundary {
+		return ""
+	}
+	if base := g.policy().Tenant(t.ID); base == nil || base.MaxBoundary <= lk.boundary {
+		return ""
+	}
+	return "virtual key " + lk.k.ID + "'s"
 }
 
 // virtualTenant authenticates a virtual key's secret: its tenant, narrowed

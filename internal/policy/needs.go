@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 
@@ -46,6 +47,10 @@ type Needs struct {
 	// type t cannot carry although the other protocol could
 	// (provider.FieldLimiter); nil or empty: none.
 	Uncarried func(t provider.Type) []string
+	// BoundaryOf names whose limit the data boundary Ineligible is given
+	// is, as a reason says it ("virtual key key_1's"); empty: the
+	// tenant's.
+	BoundaryOf string
 }
 
 // Ineligible returns, for each of the alias's routes that cannot serve a
@@ -63,7 +68,7 @@ func (a *Alias) Ineligible(n Needs, maxBoundary gw.DataBoundary) map[string]stri
 	for _, r := range a.Routes {
 		switch {
 		case r.Boundary > maxBoundary:
-			out[r.ID] = fmt.Sprintf("data boundary %s exceeds the tenant's %s", r.Boundary, maxBoundary)
+			out[r.ID] = fmt.Sprintf("data boundary %s exceeds %s %s", r.Boundary, cmp.Or(n.BoundaryOf, "the tenant's"), maxBoundary)
 		case n.Embeddings && !r.Provider.Impl.Spec().Embeddings:
 			out[r.ID] = fmt.Sprintf("embeddings need a provider that serves them, not %s", r.Provider.Type)
 		case len(n.nativeOnly(r)) > 0:

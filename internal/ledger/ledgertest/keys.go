@@ -44,22 +44,27 @@ func runKeys(t *testing.T, open Opener) {
 		if got, err := s.KeyByDigest(ctx, "d2"); err != nil || got.ID != "k2" {
 			t.Fatalf("by digest: %+v %v", got, err)
 		}
+		if a.Version != 1 || got.Version != 1 {
+			t.Fatalf("a new key's version: %d, stored %d, want 1", a.Version, got.Version)
+		}
 		// A rotation: the new digest and the old one, until its grace ends.
-		a.PrevDigest, a.PrevUntil, a.Digest, a.UpdatedAt = "d1", t0.Add(time.Minute), "d1b", t0.Add(2*time.Second)
+		a.Previous = []ledger.PrevSecret{{Digest: "d1", Prefix: "og-d1", Until: t0.Add(time.Minute)}}
+		a.Digest, a.UpdatedAt = "d1b", t0.Add(2*time.Second)
 		a.Spec.Models = []string{"chat", "embed"}
-		if err := s.UpdateKey(ctx, a); err != nil {
-			t.Fatal(err)
+		if err := s.UpdateKey(ctx, a); err != nil || a.Version != 2 {
+			t.Fatalf("update: %v, version %d", err, a.Version)
 		}
 		for _, d := range []string{"d1", "d1b"} {
-			if got, err := s.KeyByDigest(ctx, d); err != nil || got.ID != "k1" || !got.PrevUntil.Equal(t0.Add(time.Minute)) {
+			got, err := s.KeyByDigest(ctx, d)
+			if err != nil || got.ID != "k1" || got.Version != 2 || len(got.Previous) != 1 || got.Prev("d1") == nil ||
+				!got.Prev("d1").Until.Equal(t0.Add(time.Minute)) || got.Prev("d1").Prefix != "og-d1" {
 				t.Fatalf("by digest %s after rotation: %+v %v", d, got, err)
 			}
 		}
 		if err := s.UpdateKey(ctx, key("nope", "acme", "dx", t0)); !errors.Is(err, ledger.ErrNotFound) {
 			t.Fatalf("update of an unknown key: %v", err)
 		}
-		b.RevokedAt = t0.Add(3 * time.Second)
-		if err := s.UpdateKey(ctx, b); err != nil {
+		if _, err := s.RevokeKey(ctx, "k2", 0, t0.Add(3*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.Close(); err != nil {
@@ -90,10 +95,14 @@ func runKeys(t *testing.T, open Opener) {
 				t.Fatalf("list %+v: %v, want %v", c.f, ids, c.want)
 			}
 		}
-		if got, _ := s.Key(ctx, "k1"); got == nil || len(got.Spec.Models) != 2 || got.Digest != "d1b" {
+		if got, _ := s.Key(ctx, "k1"); got == nil || len(got.Spec.Models) != 2 || got.Digest != "d1b" || got.Version != 2 || got.Prev("d1") == nil {
 			t.Fatalf("after a restart: %+v", got)
 		}
+		if got, _ := s.Key(ctx, "k2"); got == nil || !got.RevokedAt.Equal(t0.Add(3*time.Second)) || got.Version != 2 {
+			t.Fatalf("a revoked key after a restart: %+v", got)
+		}
 	})
+	runKeyVersions(t, open)
 	t.Run("keys: a request's charge counts for its key's days", func(t *testing.T) {
 		s := open(t, false)
 		for i, id := range []string{"r1", "r2", "r3"} {

@@ -15,7 +15,33 @@ func copyKey(k *ledger.Key) *ledger.Key {
 	c := *k
 	c.Spec.Models = slices.Clone(k.Spec.Models)
 	c.Spec.Metadata = maps.Clone(k.Spec.Metadata)
+	c.Previous = slices.Clone(k.Previous)
 	return &c
+}
+
+// owner is the key whose current or previous digest is d ("": none);
+// s.mu is held.
+func (s *Store) owner(d string) string {
+	for id, k := range s.keys {
+		if k.Digest == d || k.Prev(d) != nil {
+			return id
+		}
+	}
+	return ""
+}
+
+// digestsFree returns ErrKeyExists if k's digest or a previous one names
+// another key; s.mu is held.
+func (s *Store) digestsFree(k *ledger.Key) error {
+	if o := s.owner(k.Digest); o != "" && o != k.ID {
+		return ledger.ErrKeyExists
+	}
+	for _, p := range k.Previous {
+		if o := s.owner(p.Digest); o != "" && o != k.ID {
+			return ledger.ErrKeyExists
+		}
+	}
+	return nil
 }
 
 // CreateKey stores a new key.
@@ -27,11 +53,10 @@ func (s *Store) CreateKey(_ context.Context, k *ledger.Key) error {
 	if _, ok := s.keys[k.ID]; ok {
 		return ledger.ErrKeyExists
 	}
-	for _, o := range s.keys {
-		if o.Digest == k.Digest || o.PrevDigest == k.Digest {
-			return ledger.ErrKeyExists
-		}
+	if err := s.digestsFree(k); err != nil {
+		return err
 	}
+	k.Version = 1
 	s.keys[k.ID] = copyKey(k)
 	return nil
 }
@@ -55,10 +80,8 @@ func (s *Store) KeyByDigest(_ context.Context, digest string) (*ledger.Key, erro
 		return nil, err
 	}
 	defer s.mu.Unlock()
-	for _, k := range s.keys {
-		if k.Digest == digest || (k.PrevDigest != "" && k.PrevDigest == digest) {
-			return copyKey(k), nil
-		}
+	if id := s.owner(digest); id != "" {
+		return copyKey(s.keys[id]), nil
 	}
 	return nil, ledger.ErrNotFound
 }
@@ -84,20 +107,51 @@ func (s *Store) Keys(_ context.Context, f ledger.KeyFilter) ([]*ledger.Key, erro
 	return out, nil
 }
 
-// UpdateKey writes a stored key's mutable fields.
+// UpdateKey writes k over the stored key if it is still at k.Version
+// and not revoked.
 func (s *Store) UpdateKey(_ context.Context, k *ledger.Key) error {
 	if err := s.lock(); err != nil {
 		return err
 	}
 	defer s.mu.Unlock()
 	old, ok := s.keys[k.ID]
-	if !ok {
+	switch {
+	case !ok:
 		return ledger.ErrNotFound
+	case old.Revoked():
+		return ledger.ErrKeyRevoked
+	case old.Version != k.Version:
+		return ledger.ErrConflict
+	}
+	if err := s.digestsFree(k); err != nil {
+		return err
 	}
 	c := copyKey(k)
-	c.Tenant, c.CreatedAt = old.Tenant, old.CreatedAt
+	c.Tenant, c.CreatedAt, c.RevokedAt, c.Version = old.Tenant, old.CreatedAt, old.RevokedAt, old.Version+1
 	s.keys[k.ID] = c
+	k.Version = c.Version
 	return nil
+}
+
+// RevokeKey revokes key id, if at version (0: any), and returns it as
+// revoked.
+func (s *Store) RevokeKey(_ context.Context, id string, version int64, at time.Time) (*ledger.Key, error) {
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	k, ok := s.keys[id]
+	switch {
+	case !ok:
+		return nil, ledger.ErrNotFound
+	case k.Revoked():
+		return nil, ledger.ErrKeyRevoked
+	case version != 0 && k.Version != version:
+		return nil, ledger.ErrConflict
+	}
+	k.RevokedAt, k.UpdatedAt, k.Previous = at, at, nil
+	k.Version++
+	return copyKey(k), nil
 }
 
 // KeySpend sums each key's charges over the days [fromDay, toDay].

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -20,27 +21,79 @@ var (
 	qDigestTaken = turnsql.Dollar(keysql.DigestTaken)
 	qListKeys    = turnsql.Dollar(keysql.List)
 	qUpdateKey   = turnsql.Dollar(keysql.Update)
+	qRevokeKey   = turnsql.Dollar(keysql.Revoke)
+	qKeyState    = turnsql.Dollar(keysql.State)
+	qDropSecrets = turnsql.Dollar(keysql.DropSecrets)
+	qAddSecret   = turnsql.Dollar(keysql.AddSecret)
 	qKeySpend    = turnsql.Dollar(`SELECT key_id, SUM(charged)::bigint FROM key_spend WHERE day >= ? AND day <= ? GROUP BY key_id`)
 )
 
-// CreateKey stores a new key; the unique id and digest stand behind the
-// look for a previous digest equal to the new one.
+// CreateKey stores a new key at version 1; the unique id and digests
+// stand behind the look for a previous digest equal to the new one.
 func (s *Store) CreateKey(ctx context.Context, k *ledger.Key) error {
-	var n int
-	if err := s.pool.QueryRow(ctx, qDigestTaken, k.Digest, k.Digest).Scan(&n); err != nil {
-		return fmt.Errorf("create key %s: %w", k.ID, err)
-	}
-	if n > 0 {
-		return fmt.Errorf("create key %s: %w", k.ID, ledger.ErrKeyExists)
-	}
-	if _, err := s.pool.Exec(ctx, qInsertKey, keysql.Args(k)...); err != nil {
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == "23505" { // unique_violation
-			return fmt.Errorf("create key %s: %w", k.ID, ledger.ErrKeyExists)
+	k.Version = 1
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := digestsFree(ctx, tx, k); err != nil {
+			return err
 		}
-		return fmt.Errorf("create key %s: %w", k.ID, err)
+		if _, err := tx.Exec(ctx, qInsertKey, keysql.Args(k)...); err != nil {
+			return err
+		}
+		return putSecrets(ctx, tx, k)
+	})
+	if err != nil {
+		return fmt.Errorf("create key %s: %w", k.ID, keyError(err))
 	}
 	return nil
+}
+
+// keyError is ErrKeyExists for a unique violation (an id or digest
+// taken meanwhile), else err.
+func keyError(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23505" { // unique_violation
+		return ledger.ErrKeyExists
+	}
+	return err
+}
+
+// digestsFree returns ErrKeyExists if k's digest or a previous one names
+// another key.
+func digestsFree(ctx context.Context, tx pgx.Tx, k *ledger.Key) error {
+	ds := []string{k.Digest}
+	for _, p := range k.Previous {
+		ds = append(ds, p.Digest)
+	}
+	for _, d := range ds {
+		var n int
+		if err := tx.QueryRow(ctx, qDigestTaken, d, k.ID, d, k.ID).Scan(&n); err != nil {
+			return err
+		}
+		if n > 0 {
+			return ledger.ErrKeyExists
+		}
+	}
+	return nil
+}
+
+// putSecrets makes key_secrets hold exactly k's previous secrets.
+func putSecrets(ctx context.Context, tx pgx.Tx, k *ledger.Key) error {
+	if _, err := tx.Exec(ctx, qDropSecrets, k.ID); err != nil {
+		return err
+	}
+	for _, p := range k.Previous {
+		if _, err := tx.Exec(ctx, qAddSecret, p.Digest, k.ID, ledger.UnixNano(p.Until)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// refusal says why a conditional write of key id changed no row.
+func refusal(ctx context.Context, tx pgx.Tx, id string) error {
+	var revoked int64
+	err := tx.QueryRow(ctx, qKeyState, id).Scan(&revoked)
+	return keysql.Refusal(revoked, err, pgx.ErrNoRows)
 }
 
 // Key returns a key by id.
@@ -75,16 +128,53 @@ func (s *Store) Keys(ctx context.Context, f ledger.KeyFilter) ([]*ledger.Key, er
 	return keysql.Filter(list, f), nil
 }
 
-// UpdateKey writes a stored key's mutable fields.
+// UpdateKey writes k over the stored key if it is still at k.Version
+// and not revoked: the conditional UPDATE takes the row's lock, so a
+// write that raced it finds the new version and changes nothing, and
+// the previous secrets' rows change in the same transaction.
 func (s *Store) UpdateKey(ctx context.Context, k *ledger.Key) error {
-	tag, err := s.pool.Exec(ctx, qUpdateKey, keysql.UpdateArgs(k)...)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := digestsFree(ctx, tx, k); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, qUpdateKey, keysql.UpdateArgs(k)...)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return refusal(ctx, tx, k.ID)
+		}
+		return putSecrets(ctx, tx, k)
+	})
 	if err != nil {
-		return fmt.Errorf("update key %s: %w", k.ID, err)
+		return fmt.Errorf("update key %s: %w", k.ID, keyError(err))
 	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("update key %s: %w", k.ID, ledger.ErrNotFound)
-	}
+	k.Version++
 	return nil
+}
+
+// RevokeKey revokes key id, if at version (0: any), in one conditional
+// write, and returns it as revoked.
+func (s *Store) RevokeKey(ctx context.Context, id string, version int64, at time.Time) (*ledger.Key, error) {
+	var out *ledger.Key
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, qRevokeKey, keysql.RevokeArgs(id, version, at)...)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return refusal(ctx, tx, id)
+		}
+		if _, err := tx.Exec(ctx, qDropSecrets, id); err != nil {
+			return err
+		}
+		out, err = keysql.Scan(tx.QueryRow(ctx, qKeyByID, id), pgx.ErrNoRows)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("revoke key %s: %w", id, err)
+	}
+	return out, nil
 }
 
 // KeySpend sums each key's charges over the days [fromDay, toDay].

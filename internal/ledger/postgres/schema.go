@@ -98,6 +98,10 @@ var migrations = []string{
 	// — their first event's time — oldest first, in a partial index of
 	// one entry a request.
 	`CREATE INDEX events_created ON events (at, request_id) WHERE seq = 1`,
+
+	// 9: every change to a key is one conditional write on its version,
+	// and each previous secret keeps its own grace (docs/keys.md).
+	keysql.Versions("bigint"),
 }
 
 // spendShards is how many rows a tenant's day is spread over.

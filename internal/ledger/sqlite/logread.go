@@ -241,12 +241,23 @@ func (s *LogStore) CreateKey(ctx context.Context, k *ledger.Key) error {
 	return s.db.CreateKey(ctx, k)
 }
 
-// UpdateKey writes a stored key's fields, once the database has applied the log's records before the call.
+// UpdateKey writes a stored key's fields if it is still at k.Version,
+// once the database has applied the log's records before the call. Key
+// writes bypass the log: the database's one writer makes the
+// conditional write and its check one transaction.
 func (s *LogStore) UpdateKey(ctx context.Context, k *ledger.Key) error {
 	if err := s.barrier(ctx); err != nil {
 		return err
 	}
 	return s.db.UpdateKey(ctx, k)
+}
+
+// RevokeKey revokes a key in one conditional write, once the database has applied the log's records before the call.
+func (s *LogStore) RevokeKey(ctx context.Context, id string, version int64, at time.Time) (*ledger.Key, error) {
+	if err := s.barrier(ctx); err != nil {
+		return nil, err
+	}
+	return s.db.RevokeKey(ctx, id, version, at)
 }
 
 // Ping appends a heartbeat to the log and commits one to the database:

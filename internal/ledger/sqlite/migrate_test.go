@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -130,5 +131,57 @@ func TestMigrationNumbersExistingContinuations(t *testing.T) {
 		Fingerprint: "fp-next", State: ledger.TurnPending, Try: 1, CreatedAt: time.Now(), UpdatedAt: time.Now()}
 	if _, created, err := s.BeginTurn(ctx, next); err != nil || !created || next.Branch != 3 {
 		t.Fatalf("a new continuation: %v %v, branch %d", created, err, next.Branch)
+	}
+}
+
+// A database written before keys had versions (schema 8) keeps its keys:
+// each at version 1, a rotated key's previous secret moved to where a
+// lookup finds it, with its end.
+func TestMigrationKeepsAKeysPreviousSecret(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "v8.db")
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs := []string{`CREATE TABLE schema_version (version INTEGER NOT NULL)`}
+	qs = append(qs, migrations[:8]...)
+	qs = append(qs, `INSERT INTO schema_version (version) VALUES (8)`, migratedKeys)
+	for _, q := range qs {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	_ = db.Close()
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	checkMigratedKeys(t, s)
+}
+
+// migratedKeys are two keys as schema 8 stored them: k1 rotated with a
+// grace until 2100, k2 revoked while its previous secret still worked.
+const migratedKeys = `INSERT INTO keys (id, tenant, name, digest, prefix, prev_digest, prev_until, spec, expires_at, created_at, updated_at, revoked_at)
+	VALUES ('k1', 'acme', 'app', 'new1', 'og-new', 'old1', 4102444800000000000, '{"budget":{}}', 0, 1, 2, 0),
+	       ('k2', 'acme', 'gone', 'new2', 'og-new', 'old2', 4102444800000000000, '{"budget":{}}', 0, 1, 2, 3)`
+
+func checkMigratedKeys(t *testing.T, s ledger.Store) {
+	t.Helper()
+	ctx := context.Background()
+	until := time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, d := range []string{"new1", "old1"} {
+		k, err := s.KeyByDigest(ctx, d)
+		if err != nil || k.ID != "k1" || k.Version != 1 || len(k.Previous) != 1 || k.Prev("old1") == nil || !k.Prev("old1").Until.Equal(until) {
+			t.Fatalf("by digest %s after the migration: %+v %v", d, k, err)
+		}
+	}
+	if _, err := s.KeyByDigest(ctx, "old2"); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("a revoked key's previous secret after the migration: %v", err)
+	}
+	k, _ := s.Key(ctx, "k1")
+	k.Name = "renamed"
+	if err := s.UpdateKey(ctx, k); err != nil || k.Version != 2 {
+		t.Fatalf("a write at version 1 after the migration: %v, version %d", err, k.Version)
 	}
 }

@@ -153,6 +153,10 @@ var migrations = []string{
 	// the rest of its history, by request id.
 	`CREATE INDEX events_created ON events(at) WHERE seq = 1;
 	CREATE INDEX stale_events_by_request ON stale_events(request_id);`,
+
+	// 11: every change to a key is one conditional write on its version,
+	// and each previous secret keeps its own grace (docs/keys.md).
+	keysql.Versions("INTEGER"),
 }
 
 func migrate(db *sql.DB) error {

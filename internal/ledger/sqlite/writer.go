@@ -330,9 +330,11 @@ func (s *Store) commit(batch []*op) {
 // errReplay asks commit to replay a batch one operation at a time.
 var errReplay = errors.New("ledger: replay the batch one by one")
 
-// clean reports whether an operation's error left no partial writes.
+// clean reports whether an operation's error left no partial writes
+// (a key's writes, too, check before they write).
 func clean(err error) bool {
-	return err == nil || errors.Is(err, ledger.ErrStaleGeneration) || errors.Is(err, ledger.ErrFinished) || errors.Is(err, ledger.ErrNotFound)
+	return err == nil || errors.Is(err, ledger.ErrStaleGeneration) || errors.Is(err, ledger.ErrFinished) || errors.Is(err, ledger.ErrNotFound) ||
+		errors.Is(err, ledger.ErrConflict) || errors.Is(err, ledger.ErrKeyRevoked) || errors.Is(err, ledger.ErrKeyExists)
 }
 
 func (s *Store) apply(batch []*op) error {
