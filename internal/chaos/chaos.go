@@ -74,6 +74,13 @@ type Report struct {
 	Examples []string
 }
 
+// example keeps one of the first violations, to start from.
+func (r *Report) example(format string, args ...any) {
+	if len(r.Examples) < 10 {
+		r.Examples = append(r.Examples, fmt.Sprintf(format, args...))
+	}
+}
+
 // Violations is the sum over the rows.
 func (r *Report) Violations() int {
 	n := 0
@@ -177,6 +184,7 @@ models:
     retry: {max_attempts: 3, base_delay: 50ms, max_delay: 200ms, deadline: 20s}
 lease: {ttl: 3s, renew: 1s}
 log: {level: warn}
+admin_key_env: CHAOS_ADMIN_KEY
 `
 
 // faults is the mock's script: about a quarter of the calls fail, each
@@ -184,7 +192,7 @@ log: {level: warn}
 // itself (context length, content policy: a client's error, never
 // retried, which would only make answers rarer). The stateful routes'
 // calls also fail in the ways that commit a turn and then lose the reply.
-var faults = mock.Script{Rules: append(statefulFaults("m-rs-a", "m-rs-b"), []mock.Rule{
+var faults = mock.Script{Rules: append(append(statefulFaults("m-rs-a", "m-rs-b"), cloudCuts...), []mock.Rule{
 	{Percent: 5, Fault: mock.Fault{Type: mock.FaultStatus, Status: 500}},
 	{Percent: 4, Fault: mock.Fault{Type: mock.FaultStatus, Status: 429, RetryAfter: "0"}},
 	{Percent: 3, Fault: mock.Fault{Type: mock.FaultReset}},
@@ -200,6 +208,19 @@ var faults = mock.Script{Rules: append(statefulFaults("m-rs-a", "m-rs-b"), []moc
 	{Percent: 1, Fault: mock.Fault{Type: mock.FaultGarbage}},
 	{Percent: 1, Fault: mock.Fault{Type: mock.FaultQuota}},
 }...)}
+
+// cloudCuts cut the other clouds' streams after output, each in its
+// own framing: Azure OpenAI's and Gemini's SSE dropped, Vertex AI's
+// Claude events dropped, a Bedrock event-stream frame that fails its
+// checksum. Bedrock and Vertex continue a cut stream; Azure and Gemini
+// cannot, so theirs end in band unless another route of the tier takes
+// the continuation. Either way the receipt bills what the client saw.
+var cloudCuts = []mock.Rule{
+	{Model: "m-azure", Percent: 5, Fault: mock.Fault{Type: mock.FaultDropAfter, After: 6}},
+	{Model: "m-bedrock", Percent: 5, Fault: mock.Fault{Type: mock.FaultBadCRCAfter, After: 6}},
+	{Model: "m-vertex", Percent: 5, Fault: mock.Fault{Type: mock.FaultDropAfter, After: 6}},
+	{Model: "m-gemini", Percent: 5, Fault: mock.Fault{Type: mock.FaultDropAfter, After: 6}},
+}
 
 // statefulFaults are the faults of a Responses API that stores
 // conversations: the turn is committed, then its reply is lost (a hang,
@@ -273,7 +294,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		gws[i] = &gateway{bin: cfg.Binary, config: cfgPath, env: []string{"CHAOS_KEY=" + apiKey, "CHAOS_PRIVATE_KEY=" + privateKey, "CHAOS_CAPPED_KEY=" + cappedKey,
 			"CHAOS_AZURE_KEY=" + mock.DefaultAzureAPIKey, "CHAOS_VERTEX_SA=" + account, "CHAOS_GEMINI_KEY=" + mock.DefaultGeminiAPIKey,
 			"AWS_ACCESS_KEY_ID=" + mock.DefaultAWS.AccessKeyID, "AWS_SECRET_ACCESS_KEY=" + mock.DefaultAWS.SecretAccessKey, "AWS_SESSION_TOKEN=",
-			"AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null"}, log: logf}
+			"AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null", "CHAOS_ADMIN_KEY=" + adminKey}, log: logf}
 		if err := gws[i].start(ctx); err != nil {
 			return nil, err
 		}
@@ -308,6 +329,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	var next, done atomic.Int64
 	progressed := make(chan struct{}, 1)
 	var wg sync.WaitGroup
+	churn := &keyChurn{pick: pick}
+	churnStop := make(chan struct{})
+	churnDone := make(chan struct{})
+	go func() { defer close(churnDone); churn.run(ctx, churnStop) }()
 	for range max(1, cfg.Workers) {
 		wg.Go(func() {
 			for {
@@ -365,6 +390,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	wg.Wait()
+	close(churnStop)
+	<-churnDone
 	// A last restart of every gateway settles what the kills left in
 	// progress.
 	for _, g := range gws {
@@ -384,7 +411,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := finishConversations(ctx, gws[0].url(), outcomes); err != nil {
 		return nil, err
 	}
-	return check(ctx, rep, outcomes, m, pol, gws[0], st)
+	rep, err = check(ctx, rep, outcomes, m, pol, gws[0], st)
+	if err != nil {
+		return nil, err
+	}
+	rep.Rows = append(rep.Rows, churn.check(ctx, gws, rep.example))
+	return rep, nil
 }
 
 // readStore is what the checker reads of the ledger.
@@ -516,11 +548,7 @@ func check(ctx context.Context, rep *Report, outcomes []outcome, m *mock.Mock, p
 	}
 	rep.Receipts = len(receipts)
 	rep.Calls = stats.Requests
-	example := func(format string, args ...any) {
-		if len(rep.Examples) < 10 {
-			rep.Examples = append(rep.Examples, fmt.Sprintf(format, args...))
-		}
-	}
+	example := rep.example
 
 	// 1. Every upstream call is an attempt of a receipt, and every
 	// attempt a call — but for attempts a kill cut between their durable
@@ -648,7 +676,7 @@ func check(ctx context.Context, rep *Report, outcomes []outcome, m *mock.Mock, p
 			example("request %d (%s): read %q, one generation is %q", i, o.kind, o.text, want)
 		}
 	}
-	rep.Rows = append(rep.Rows, has, clean)
+	rep.Rows = append(rep.Rows, has, clean, billedShown(receipts, outcomes, example))
 
 	// 6. Conversations: every committed turn has as many assistant turns
 	// as user turns before it, along its chain, and no user action — one

@@ -50,10 +50,10 @@ var (
 		p      profile
 		weight int
 	}{
-		{plain, 40},
+		{plain, 34},
 		// The other clouds: Azure OpenAI, Bedrock and Vertex AI in a
 		// weighted tier, then Gemini.
-		{profile{name: "clouds", apiKey: apiKey, model: "chat-clouds"}, 10},
+		{profile{name: "clouds", apiKey: apiKey, model: "chat-clouds"}, 16},
 		// A weighted tier of two routes on two protocols, then the
 		// private route (docs/routing.md).
 		{profile{name: "spread", apiKey: apiKey, model: "chat-spread"}, 14},
@@ -114,6 +114,10 @@ type outcome struct {
 	body      []byte
 	requestID string
 	err       string
+	// shown is the most visible deltas (text pieces) one of its streams
+	// delivered to the client, whole or cut: what it was shown, which its
+	// receipt must bill at least.
+	shown int64
 	// turns are a conversation's answered turns, in order; pending is the
 	// input of the turn it was still trying when it stopped.
 	turns   []turn
@@ -175,6 +179,9 @@ func do(ctx context.Context, base string, pick func() string, kind string, prof 
 		acc := openai.ChatCompletionAccumulator{}
 		for st.Next() {
 			acc.AddChunk(st.Current())
+			if ch := st.Current(); len(ch.Choices) > 0 && ch.Choices[0].Delta.Content != "" {
+				o.shown++
+			}
 		}
 		if err := st.Err(); err != nil {
 			o.err = err.Error()
@@ -206,8 +213,12 @@ func do(ctx context.Context, base string, pick func() string, kind string, prof 
 		st := c.Messages.NewStreaming(ctx, p)
 		var msg anthropic.Message
 		for st.Next() {
-			if err := msg.Accumulate(st.Current()); err != nil {
+			ev := st.Current()
+			if err := msg.Accumulate(ev); err != nil {
 				o.err = err.Error()
+			}
+			if d, ok := ev.AsAny().(anthropic.ContentBlockDeltaEvent); ok && d.Delta.Text != "" {
+				o.shown++
 			}
 		}
 		if err := st.Err(); err != nil {
@@ -259,6 +270,9 @@ func do(ctx context.Context, base string, pick func() string, kind string, prof 
 			st, b, h, err := post(ctx, base, prof, o.key, "/v1/chat/completions", chatBody(o.prompt, o.stream, prof))
 			if h.Get("X-Oncegate-Request-Id") != "" {
 				keep(&http.Response{Header: h})
+			}
+			if o.stream && st == 200 {
+				o.shown = max(o.shown, deltas(b)) // what it read, whole or cut
 			}
 			if err != nil {
 				o.err = err.Error()
@@ -362,6 +376,29 @@ func answerText(b []byte, stream bool) (string, bool) {
 		}
 	}
 	return text.String(), finished && sawDone
+}
+
+// deltas counts the visible deltas (non-empty text pieces) of a Chat
+// Completions stream, read whole or cut.
+func deltas(b []byte) int64 {
+	var n int64
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		var c struct {
+			Choices []struct {
+				Delta struct{ Content string } `json:"delta"`
+			} `json:"choices"`
+		}
+		if json.Unmarshal([]byte(data), &c) == nil && len(c.Choices) > 0 && c.Choices[0].Delta.Content != "" {
+			n++
+		}
+	}
+	return n
 }
 
 func firstLine(b []byte) string {
