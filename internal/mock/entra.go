@@ -57,6 +57,9 @@ type EntraConfig struct {
 	// TenantID, ClientID and ClientSecret: the app registration (defaults
 	// DefaultEntraTenant, DefaultEntraClient, DefaultEntraSecret).
 	TenantID, ClientID, ClientSecret string
+	// Others are further app registrations of the tenant: client id →
+	// client secret.
+	Others map[string]string
 	// Certificate, when set, is a certificate of the app registration:
 	// client assertions signed with its key are accepted.
 	Certificate *x509.Certificate
@@ -237,9 +240,13 @@ func (m *Mock) serveEntraToken(w http.ResponseWriter, r *http.Request) {
 	case f.Get("scope") == "":
 		entraError(w, 400, "invalid_request", 900144, "The request body must contain the following parameter: 'scope'.")
 		return
-	case f.Get("client_id") != cfg.ClientID:
+	case f.Get("client_id") != cfg.ClientID && cfg.Others[f.Get("client_id")] == "":
 		entraError(w, 400, "unauthorized_client", 700016, fmt.Sprintf("Application with identifier '%s' was not found in the directory '%s'. This can happen if the application has not been installed by the administrator of the tenant or consented to by any user in the tenant. You may have sent your authentication request to the wrong tenant.", f.Get("client_id"), tenant))
 		return
+	}
+	if id := f.Get("client_id"); id != cfg.ClientID {
+		// Another app: its own secret, and no certificate or federation.
+		cfg = EntraConfig{ClientID: id, ClientSecret: cfg.Others[id], TokenTTL: cfg.TokenTTL}
 	}
 	if status, code, aadsts, msg := cfg.checkClient(f.Get("client_secret"), f.Get("client_assertion_type"), f.Get("client_assertion"), authority(r)+r.URL.Path); status != 0 {
 		entraError(w, status, code, aadsts, msg)

@@ -158,8 +158,9 @@ func TestTokensRefreshOn(t *testing.T) {
 }
 
 // A request without a valid token waits for the fetch no longer than its
-// own deadline, while the fetch goes on for the others; a failed fetch is
-// the classified error, and the next request tries again.
+// own deadline, while the fetch goes on; a failed fetch is the
+// classified error of the request waiting for it, and the next request
+// tries again.
 func TestTokensNeverWaitPastTheDeadline(t *testing.T) {
 	cred := newFakeCred()
 	refused := errors.New("refused")
@@ -167,12 +168,21 @@ func TestTokensNeverWaitPastTheDeadline(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := tokenAsync(ts, ctx)
 	<-cred.asked
-	cancel() // the request's deadline
+	cancel() // the request's deadline, while the token endpoint is silent
 	if res := <-r; res.err == nil || !errors.Is(res.err, context.Canceled) {
 		t.Fatalf("gave up: %+v", res)
 	}
-	// The fetch is still running: another request joins it.
+	ts.mu.Lock()
+	fetch := ts.inflight
+	ts.mu.Unlock()
+	if fetch == nil {
+		t.Fatal("the fetch ended with the request that started it")
+	}
+	cred.reply <- result{err: errors.New("late answer")}
+	<-fetch
+
 	second := tokenAsync(ts, context.Background())
+	<-cred.asked
 	cred.reply <- result{err: errors.New("the endpoint said no")}
 	if res := <-second; !errors.Is(res.err, refused) {
 		t.Fatalf("failed fetch: %+v", res)
@@ -183,7 +193,7 @@ func TestTokensNeverWaitPastTheDeadline(t *testing.T) {
 	if res := <-third; res.err != nil || res.tok.Token != "ok" {
 		t.Fatalf("retry: %+v", res)
 	}
-	if cred.count() != 2 {
-		t.Fatalf("%d fetches, want 2", cred.count())
+	if cred.count() != 3 {
+		t.Fatalf("%d fetches, want 3", cred.count())
 	}
 }
