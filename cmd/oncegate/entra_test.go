@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/uuid"
+
 	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/provider"
 )
@@ -91,5 +93,38 @@ func TestCheckConnectObtainsAnEntraToken(t *testing.T) {
 		!strings.Contains(errOut, "Microsoft Entra ID refused the credential: ClientSecretCredential (HTTP 401 invalid_client AADSTS7000215)") ||
 		strings.Contains(out+errOut, "a-wrong-secret-31c5") || strings.Contains(out, "configuration OK") {
 		t.Fatalf("refused: exit %d\n%s\n%s", code, out, errOut)
+	}
+}
+
+// On App Service (and Functions, Container Apps) the managed identity's
+// endpoint is in IDENTITY_ENDPOINT: check --connect obtains its token —
+// the user-assigned identity client_id names — and names it.
+func TestCheckConnectObtainsAManagedIdentityToken(t *testing.T) {
+	// The SDK caches managed identity tokens for the whole process: an
+	// identity of this run's own.
+	client := uuid.NewString()
+	m := mock.New(mock.Config{Entra: mock.EntraConfig{ClientID: client}})
+	defer m.Close()
+	srv := httptest.NewTLSServer(m)
+	defer srv.Close()
+	tokenAuthority = &provider.TokenAuthority{URL: srv.URL, Client: mock.OnlyTo(srv.Client(), srv.URL)}
+	t.Cleanup(func() { tokenAuthority = nil })
+	t.Setenv("CHECK_TENANT_KEY", "sk-tenant-check")
+	t.Setenv("IDENTITY_ENDPOINT", srv.URL+"/msi/token")
+	t.Setenv("IDENTITY_HEADER", mock.DefaultIdentityHeader)
+	t.Setenv("AZURE_TOKEN_CREDENTIALS", "prod")
+	path := writeConfig(t, strings.Replace(entraCheckConfig, mock.DefaultEntraClient, client, 1))
+
+	code, out, errOut := runCLI("check", "--connect", "--config", path)
+	want := "provider azure-mi (azure-openai) at https://east.openai.azure.com: Microsoft Entra ID token from ManagedIdentityCredential (user-assigned, client " +
+		client + ", AppService)"
+	if code != 0 || !strings.Contains(out, want) {
+		t.Fatalf("exit %d, want %q\n%s\n%s", code, want, out, errOut)
+	}
+	if n := m.EntraTokensIssued(); n != 1 {
+		t.Errorf("check --connect obtained %d tokens, want 1", n)
+	}
+	if strings.Contains(out+errOut, mock.DefaultIdentityHeader) || strings.Contains(out+errOut, "entra-mock-") {
+		t.Fatal("a secret or the token was printed")
 	}
 }

@@ -32,7 +32,9 @@ import (
 //
 // (Instance discovery, GET https://login.microsoftonline.com/common/discovery/instance,
 // is asked only for an authority host Microsoft does not know, and goes
-// to Microsoft itself: a client of this fake turns it off.) The tokens it
+// to Microsoft itself: a client of this fake turns it off.) A managed
+// identity's tokens come from GET /msi/token, as App Service's endpoint
+// answers them. The tokens it
 // issues are what the Azure OpenAI fake takes as
 // `Authorization: Bearer`, until they expire. azidentity requires the
 // authority to be HTTPS: serve the mock with TLS for it.
@@ -43,6 +45,11 @@ const (
 	DefaultEntraClient = "3e6f0a4c-0000-4000-8000-0000000c11e7"
 	DefaultEntraSecret = "entra-mock-secret~Xq8Q"
 )
+
+// DefaultIdentityHeader is the secret an App Service managed identity
+// endpoint takes in X-IDENTITY-HEADER (its IDENTITY_HEADER variable)
+// unless Config.Entra says otherwise.
+const DefaultIdentityHeader = "mock-identity-header-5a7e"
 
 // entraScope is the scope of an Azure OpenAI token.
 const entraScope = "https://cognitiveservices.azure.com/.default"
@@ -68,6 +75,10 @@ type EntraConfig struct {
 	FederatedToken string
 	// TokenTTL is the life of the access tokens issued (default 1h).
 	TokenTTL time.Duration
+	// IdentityHeader is what the managed identity endpoint takes in
+	// X-IDENTITY-HEADER (default DefaultIdentityHeader). Its identities
+	// are the system-assigned one and ClientID, user-assigned.
+	IdentityHeader string
 }
 
 // entraAuth issues and checks the fake's Entra ID tokens.
@@ -97,6 +108,9 @@ func newEntraAuth(c EntraConfig) *entraAuth {
 	if c.TokenTTL <= 0 {
 		c.TokenTTL = time.Hour
 	}
+	if c.IdentityHeader == "" {
+		c.IdentityHeader = DefaultIdentityHeader
+	}
 	return &entraAuth{cfg: c, issued: make(chan struct{}), tokens: map[string]etoken{}}
 }
 
@@ -104,6 +118,36 @@ func newEntraAuth(c EntraConfig) *entraAuth {
 func (m *Mock) routeEntra() {
 	m.mux.HandleFunc("GET /{tenant}/v2.0/.well-known/openid-configuration", m.serveOpenIDConfig)
 	m.mux.HandleFunc("POST /{tenant}/oauth2/v2.0/token", m.serveEntraToken)
+	m.mux.HandleFunc("GET /msi/token", m.serveManagedIdentity)
+}
+
+// serveManagedIdentity is an App Service (and Functions, Container Apps)
+// managed identity endpoint, as IDENTITY_ENDPOINT names it
+// (learn.microsoft.com/azure/app-service/overview-managed-identity#rest-endpoint-reference):
+// GET with api-version 2019-08-01, the resource, an optional client_id,
+// and X-IDENTITY-HEADER.
+func (m *Mock) serveManagedIdentity(w http.ResponseWriter, r *http.Request) {
+	e := m.entra
+	e.mu.Lock()
+	cfg := e.cfg
+	e.mu.Unlock()
+	q := r.URL.Query()
+	id := q.Get("client_id")
+	switch {
+	case subtle.ConstantTimeCompare([]byte(r.Header.Get("X-IDENTITY-HEADER")), []byte(cfg.IdentityHeader)) != 1:
+		writeJSON(w, 401, map[string]any{"statusCode": 401, "message": "Unauthorized: the X-IDENTITY-HEADER is missing or wrong."})
+		return
+	case q.Get("api-version") != "2019-08-01" || q.Get("resource") == "":
+		writeJSON(w, 400, map[string]any{"statusCode": 400, "message": "Bad Request: api-version 2019-08-01 and resource are required."})
+		return
+	case id != "" && id != cfg.ClientID:
+		writeJSON(w, 400, map[string]any{"statusCode": 400, "message": "Unable to load the proper Managed Identity.", "correlationId": newID()})
+		return
+	}
+	resource := strings.TrimSuffix(q.Get("resource"), "/")
+	tok := e.issue(resource+"/.default", cfg.TokenTTL)
+	writeJSON(w, 200, map[string]any{"access_token": tok, "token_type": "Bearer", "resource": resource,
+		"expires_on": fmt.Sprint(time.Now().Add(cfg.TokenTTL).Unix()), "client_id": orDefault(id, cfg.ClientID)})
 }
 
 // EntraTokensIssued counts the Entra ID access tokens issued.
