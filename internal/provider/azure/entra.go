@@ -111,15 +111,16 @@ func openEntra(cfg provider.Config) (*entraAuth, error) {
 	}
 	env := func(name string) string { v, _ := lookup(name); return strings.TrimSpace(v) }
 	p := cfg.Provider
-	c := chainConfig{tenant: p.TenantID, client: p.ClientID, tenantSetting: "tenant_id", clientSetting: "client_id"}
+	c := chainConfig{tenant: p.TenantID, client: p.ClientID, tenantConfigured: p.TenantID != ""}
 	if c.tenant == "" {
-		c.tenant, c.tenantSetting = env(envTenantID), envTenantID
+		c.tenant = env(envTenantID)
 	}
 	if c.client == "" {
-		c.client, c.clientSetting = env(envClientID), envClientID
+		c.client = env(envClientID)
 	}
 	c.opts.Cloud.ActiveDirectoryAuthorityHost = env(envAuthority)
-	c.probe = &http.Client{Transport: &http.Transport{Proxy: nil}} // IMDS is link-local: never through a proxy
+	// IMDS is link-local: never through a proxy, and probed once.
+	c.probe = &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
 	if a := cfg.Authority; a != nil {
 		c.opts.Cloud.ActiveDirectoryAuthorityHost, c.opts.Transport, c.probe = a.URL, a.Client, a.Client
 		// The stand-in authority cannot be vouched for by Microsoft's
@@ -148,11 +149,11 @@ func openEntra(cfg provider.Config) (*entraAuth, error) {
 
 // chainConfig is what every source of the chain shares.
 type chainConfig struct {
-	tenant, client               string
-	tenantSetting, clientSetting string // where each came from, for messages
-	opts                         azcore.ClientOptions
-	noDiscovery                  bool
-	probe                        *http.Client // the IMDS probe's client
+	tenant, client   string
+	tenantConfigured bool // tenant is tenant_id's, not AZURE_TENANT_ID's
+	opts             azcore.ClientOptions
+	noDiscovery      bool
+	probe            *http.Client // the IMDS probe's client
 }
 
 // who describes the app registration, never its secret.
@@ -282,7 +283,7 @@ func managedSource(c *chainConfig, _ func(string) string) (*source, error) {
 // cliSource is the Azure CLI's signed-in account.
 func cliSource(c *chainConfig, _ func(string) string) (*source, error) {
 	o := &azidentity.AzureCLICredentialOptions{}
-	if c.tenantSetting == "tenant_id" {
+	if c.tenantConfigured {
 		o.TenantID = c.tenant // as DefaultAzureCredential: only a tenant set for it
 	}
 	cred, err := azidentity.NewAzureCLICredential(o)
