@@ -90,6 +90,11 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// tokenAuthority, when set, is where check --connect obtains Microsoft
+// Entra ID tokens instead of the cloud's: this package's tests set it to
+// the mock's. Nil outside tests.
+var tokenAuthority *provider.TokenAuthority
+
 // probeProviders opens every provider with its credentials, as serve
 // would, obtains a credential from each auth step (a token, the AWS
 // chain; a static key at once) and says which one it used — never a
@@ -99,7 +104,7 @@ func probeProviders(ctx context.Context, p *policy.Policy, secrets *config.Secre
 	ok, ready := true, map[string]provider.Endpoint{}
 	for _, pr := range p.Providers {
 		line := fmt.Sprintf("provider %s (%s)", pr.ID, pr.Type)
-		ep, err := registry.Open(pr.Config, secrets.ProviderKeys[pr.ID], os.LookupEnv)
+		ep, err := registry.Open(provider.Config{Provider: pr.Config, APIKey: secrets.ProviderKeys[pr.ID], Lookup: os.LookupEnv, Authority: tokenAuthority})
 		if err != nil {
 			fmt.Fprintf(stderr, "%s: %v\n", line, err)
 			ok = false

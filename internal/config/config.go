@@ -194,6 +194,21 @@ type Provider struct {
 	// APIVersion is azure-openai's api-version query parameter. Empty
 	// (default): the v1 API (docs/providers.md).
 	APIVersion string `yaml:"api_version"`
+	// Auth is how azure-openai authenticates: "key" (default) sends the
+	// key of api_key_env or api_key_file in the api-key header; "entra"
+	// sends a Microsoft Entra ID token from the Azure credential chain
+	// (environment, workload identity, managed identity, Azure CLI) as
+	// Authorization: Bearer, and takes no api_key_env or api_key_file
+	// (docs/providers.md).
+	Auth string `yaml:"auth"`
+	// TenantID is the Microsoft Entra tenant of auth: entra. Default: the
+	// AZURE_TENANT_ID environment variable.
+	TenantID string `yaml:"tenant_id"`
+	// ClientID is the application (client) id of auth: entra: the app
+	// registration, or the user-assigned managed identity. Default: the
+	// AZURE_CLIENT_ID environment variable (none: a system-assigned
+	// managed identity).
+	ClientID string `yaml:"client_id"`
 	// Region is bedrock's AWS region, e.g. "us-east-1".
 	Region string `yaml:"region"`
 	// AWSProfile names bedrock's shared-config profile. Empty (default):

@@ -297,6 +297,9 @@ type envOptions struct {
 	// config, when set, replaces testConfig (PRIMARY, FALLBACK and
 	// ANTHROPIC stand for the three mocks' URLs).
 	config string
+	// entra serves the primary mock's Microsoft Entra ID fake over TLS
+	// too, as the gateway's token authority.
+	entra bool
 }
 
 func newEnvOpts(t *testing.T, o envOptions) *env {
@@ -364,6 +367,11 @@ func newEnvOpts(t *testing.T, o envOptions) *env {
 		Breakers: o.breakers, RetryBudget: o.budget, Tenants: o.tenants, Tracer: o.tracer}
 	if e.mem != nil {
 		e.opts.Dial = e.mem.DialContext
+	}
+	if o.entra {
+		srv := httptest.NewTLSServer(e.primary)
+		t.Cleanup(srv.Close)
+		e.opts.TokenAuthority = &provider.TokenAuthority{URL: srv.URL, Client: mock.OnlyTo(srv.Client(), srv.URL)}
 	}
 	if logs != nil {
 		e.opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -48,6 +48,10 @@ type Options struct {
 	// Dial, when set, opens every connection to providers instead of the
 	// system's network (tests use an in-memory one).
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// TokenAuthority, when set, is where providers that obtain Microsoft
+	// Entra ID tokens (azure-openai with auth: entra) get them instead of
+	// the cloud's: tests use the mock's. Nil: the cloud's.
+	TokenAuthority *provider.TokenAuthority
 	// Logger receives the gateway's own events (default: discard).
 	Logger *slog.Logger
 	// AccessLog receives one line per HTTP exchange (docs/operations.md,
@@ -155,6 +159,7 @@ type Gateway struct {
 	// *atomic.Int64), for budget.max_concurrent.
 	running     sync.Map
 	dial        func(ctx context.Context, network, addr string) (net.Conn, error)
+	authority   *provider.TokenAuthority
 	ledger      ledger.Store
 	flights     Flights
 	remotes     Remotes // nil: no other gateways
@@ -239,7 +244,7 @@ type tenantKey struct {
 // New builds a gateway for a compiled policy and its resolved secrets. With
 // a ledger it first recovers what a previous process left unfinished.
 func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, error) {
-	g := &Gateway{dial: opts.Dial, ledger: opts.Ledger,
+	g := &Gateway{dial: opts.Dial, authority: opts.TokenAuthority, ledger: opts.Ledger,
 		clock: opts.Clock, log: opts.Logger, drain: opts.DrainTimeout, lease: opts.Lease, rejoinGrace: opts.RejoinGrace,
 		flights: opts.Flights, owner: opts.Owner, coordHealth: opts.Coordination, stop: make(chan struct{})}
 	if g.owner == "" {

@@ -73,7 +73,7 @@ func (g *Gateway) newLive(pol *policy.Policy, secrets *config.Secrets, prev *liv
 				continue
 			}
 		}
-		c, err := openProvider(p, secrets, os.LookupEnv, g.dial)
+		c, err := openProvider(p, secrets, os.LookupEnv, g.dial, g.authority)
 		if err != nil {
 			return nil, err
 		}
@@ -87,8 +87,8 @@ func (g *Gateway) newLive(pol *policy.Policy, secrets *config.Secrets, prev *liv
 // client: the endpoint's base URL and auth step, the provider's extra
 // headers and query parameters.
 func openProvider(p *policy.Provider, secrets *config.Secrets, lookup func(string) (string, bool),
-	dial func(ctx context.Context, network, addr string) (net.Conn, error)) (*upstreamClient, error) {
-	ep, err := registry.Open(p.Config, secrets.ProviderKeys[p.ID], lookup)
+	dial func(ctx context.Context, network, addr string) (net.Conn, error), authority *provider.TokenAuthority) (*upstreamClient, error) {
+	ep, err := registry.Open(provider.Config{Provider: p.Config, APIKey: secrets.ProviderKeys[p.ID], Lookup: lookup, Authority: authority})
 	if err != nil {
 		return nil, fmt.Errorf("provider %s: %w", p.ID, err)
 	}

@@ -7,8 +7,9 @@ import (
 )
 
 // The Azure OpenAI fake (learn.microsoft.com/azure/ai-foundry/openai/reference):
-// deployment URLs with api-version, the v1 API, the api-key header, and
-// Azure's error shapes.
+// deployment URLs with api-version, the v1 API, the api-key header or a
+// Microsoft Entra ID bearer token of the mock's own Entra fake
+// (entra.go), and Azure's error shapes.
 
 // DefaultAzureAPIKey is the api-key the Azure OpenAI fake accepts unless
 // Config.AzureAPIKey says otherwise.
@@ -23,7 +24,8 @@ const azureNoDeployment = "The API deployment for this resource does not exist. 
 // azureCodec answers as Azure OpenAI.
 type azureCodec struct {
 	oaWire
-	key string
+	key   string
+	entra *entraAuth
 }
 
 func (m *Mock) azureKey() string {
@@ -55,7 +57,7 @@ func (m *Mock) serveAzure(w http.ResponseWriter, r *http.Request) {
 		azureError(w, 400, "BadRequest", "model is required")
 		return
 	}
-	c := azureCodec{oaWire: oaWire{azure: true, usage: in.StreamOptions != nil && in.StreamOptions.IncludeUsage}, key: m.azureKey()}
+	c := azureCodec{oaWire: oaWire{azure: true, usage: in.StreamOptions != nil && in.StreamOptions.IncludeUsage}, key: m.azureKey(), entra: m.entra}
 	x := m.begin(c, w, r, a)
 	x.logprobs = in.Logprobs
 	x.finishServe()
@@ -80,12 +82,17 @@ func (m *Mock) serveAzureEmbeddings(w http.ResponseWriter, r *http.Request) {
 	if deployment != "" {
 		model = deployment
 	}
-	x := m.begin(azureCodec{key: m.azureKey()}, w, r, &ask{model: model, promptTokens: prompt})
+	x := m.begin(azureCodec{key: m.azureKey(), entra: m.entra}, w, r, &ask{model: model, promptTokens: prompt})
 	x.emb = e
 	x.finishServe()
 }
 
+// authenticate takes the api-key, or else an Entra ID bearer token (as
+// Azure does: a request with both is judged by its key).
 func (c azureCodec) authenticate(x *exchange, _ []byte) bool {
+	if k := x.r.Header.Get("api-key"); k == "" && x.r.Header.Get("Authorization") != "" && c.entra != nil {
+		return c.entra.azureBearer(x.w, x.r.Header.Get("Authorization"))
+	}
 	if x.r.Header.Get("api-key") == c.key {
 		return true
 	}

@@ -49,6 +49,9 @@ type Config struct {
 	VertexClientEmail string
 	VertexPublicKey   *rsa.PublicKey
 	VertexTokenTTL    time.Duration
+	// Entra is the app registration the Microsoft Entra ID fake knows
+	// (entra.go; defaults: DefaultEntraTenant, …).
+	Entra EntraConfig
 }
 
 // Mock is the fake provider. It is an http.Handler and safe for
@@ -69,6 +72,7 @@ type Mock struct {
 	// traceparents: the last traceparent each request id came with.
 	traceparents map[string]string
 	vertex       *vertexAuth
+	entra        *entraAuth
 	closing      chan struct{}
 	once         sync.Once
 }
@@ -79,7 +83,7 @@ func New(cfg Config) *Mock {
 		cfg.Tokens = 24
 	}
 	m := &Mock{cfg: cfg, stats: newStats(), script: cfg.Script, setAt: time.Now(), calls: map[string]int{}, counts: map[string]int{}, closing: make(chan struct{}),
-		state: newRSState(), traceparents: map[string]string{}, vertex: newVertexAuth(&cfg)}
+		state: newRSState(), traceparents: map[string]string{}, vertex: newVertexAuth(&cfg), entra: newEntraAuth(cfg.Entra)}
 	m.mux = http.NewServeMux()
 	m.mux.HandleFunc("POST /v1/chat/completions", m.serveOpenAI)
 	m.mux.HandleFunc("POST /v1/messages", m.serveAnthropic)
@@ -103,6 +107,7 @@ func New(cfg Config) *Mock {
 		m.mux.HandleFunc("POST /"+v+"/projects/{project}/locations/{location}/publishers/{publisher}/models/{call}", m.serveVertex)
 	}
 	m.mux.HandleFunc("POST /token", m.serveToken)
+	m.routeEntra()
 	m.mux.HandleFunc("POST /model/{model}/converse", m.serveBedrock)
 	m.mux.HandleFunc("POST /model/{model}/converse-stream", m.serveBedrock)
 	m.mux.HandleFunc("GET /mock/stats", m.serveStats)

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -505,19 +506,28 @@ func (v *validator) providerType(i int, p *config.Provider) provider.Type {
 		impl = pc.For(p)
 	}
 	spec := impl.Spec()
+	typ := p.Type
+	if spec.Variant != "" {
+		typ += " with " + spec.Variant
+	}
 	for _, key := range registry.Keys() {
 		if v.cfg.Has(path+"."+key) && !slices.Contains(spec.Allowed, key) {
-			v.fail(path+"."+key, "provider type %s has no key %q (its keys: %s)", p.Type, key, strings.Join(spec.Allowed, ", "))
+			v.fail(path+"."+key, "provider type %s has no key %q (its keys: %s)", typ, key, strings.Join(spec.Allowed, ", "))
 		}
 	}
 	for _, req := range spec.Required {
 		alts := registry.Alternatives(req)
 		if !slices.ContainsFunc(alts, func(k string) bool { return v.cfg.Has(path + "." + k) }) {
-			v.fail(path, "provider type %s needs %s", p.Type, strings.Join(alts, " or "))
+			v.fail(path, "provider type %s needs %s", typ, strings.Join(alts, " or "))
 		}
 	}
 	if _, err := impl.Open(provider.Config{Provider: p, Lookup: func(string) (string, bool) { return "", false }}); err != nil {
-		v.fail(path, "%v", err)
+		var ce *provider.ConfigError
+		if errors.As(err, &ce) {
+			v.fail(path+"."+ce.Key, "%v", ce.Err)
+		} else {
+			v.fail(path, "%v", err)
+		}
 	}
 	return impl
 }

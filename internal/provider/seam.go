@@ -72,6 +72,9 @@ type Spec struct {
 	// and may set (Required ⊆ Allowed). `oncegate check` refuses a
 	// missing or unknown one with its position.
 	Required, Allowed []string
+	// Variant names the setting that chose this Spec among a PerConfig
+	// type's ("auth: entra"), for messages; "" when the type has one.
+	Variant string
 	// Continuations are the route continuation styles the type can serve
 	// (docs/streaming.md): "assistant_prefill", "prefix_flag",
 	// "continue_final_message". "none" is always allowed.
@@ -98,7 +101,34 @@ type Config struct {
 	// Lookup reads the environment (os.LookupEnv outside tests), for a
 	// type whose credentials come from a chain of variables and files.
 	Lookup func(string) (string, bool)
+	// Authority, when set, is where a type that obtains tokens from an
+	// identity provider of a cloud's own (azure-openai's Microsoft Entra
+	// ID) gets them instead: tests point it at the mock. Nil (always,
+	// outside tests): the cloud's.
+	Authority *TokenAuthority
 }
+
+// TokenAuthority is an identity provider standing in for a cloud's, for
+// tests: its root URL and the client that reaches it (and trusts its
+// certificate). Every call the credential makes goes through Client.
+type TokenAuthority struct {
+	// URL is the authority's root, "https://127.0.0.1:4321".
+	URL string
+	// Client makes the calls.
+	Client *http.Client
+}
+
+// ConfigError is an Open error about one of the provider's
+// configuration keys: `oncegate check` reports it at that key's
+// position.
+type ConfigError struct {
+	Key string // the key's name, "auth"
+	Err error
+}
+
+func (e *ConfigError) Error() string { return e.Key + ": " + e.Err.Error() }
+
+func (e *ConfigError) Unwrap() error { return e.Err }
 
 // Op is the operation one attempt performs.
 type Op uint8

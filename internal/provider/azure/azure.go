@@ -2,8 +2,9 @@
 // OpenAI's Chat Completions and embeddings as Azure OpenAI serves them —
 // on a deployment, {base_url}/openai/deployments/{deployment}/…?api-version=…,
 // or on the v1 API, {base_url}/openai/v1/…, when api_version is empty —
-// with the key in the api-key header. The route's model is the deployment
-// name. Bodies are OpenAI's; faults are read in Azure's shapes.
+// with the key in the api-key header, or with a Microsoft Entra ID token
+// (auth: entra, entra.go). The route's model is the deployment name.
+// Bodies are OpenAI's; faults are read in Azure's shapes.
 package azure
 
 import (
@@ -11,33 +12,75 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 
+	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/provider"
 	"github.com/oncegate/oncegate/internal/provider/openai"
 )
 
-// OpenAI is the "azure-openai" type.
+// OpenAI is the "azure-openai" type. A configured provider's type is its
+// auth's (provider.PerConfig): "key" takes api_key_env or api_key_file;
+// "entra" takes neither, and may name tenant_id and client_id.
 var OpenAI provider.Type = azureType{}
 
-type azureType struct{}
+// The auth settings.
+const (
+	AuthKey   = "key"   // the api-key header (default)
+	AuthEntra = "entra" // a Microsoft Entra ID bearer token
+)
 
-func (azureType) Spec() provider.Spec {
-	return provider.Spec{Protocol: provider.OpenAI, Required: []string{"base_url", "api_key_env|api_key_file"},
-		Allowed: []string{"base_url", "api_version", "api_key_env", "api_key_file"}, Embeddings: true}
+// azureType is the type of a provider whose auth is auth ("": the
+// default, key; anything else unknown, which Open refuses).
+type azureType struct{ auth string }
+
+var keyKeys = []string{"base_url", "api_version", "api_key_env", "api_key_file", "auth"}
+
+var entraKeys = []string{"base_url", "api_version", "auth", "tenant_id", "client_id"}
+
+func (t azureType) Spec() provider.Spec {
+	s := provider.Spec{Protocol: provider.OpenAI, Embeddings: true}
+	switch t.auth {
+	case "", AuthKey:
+		s.Required, s.Allowed = []string{"base_url", "api_key_env|api_key_file"}, keyKeys
+	case AuthEntra:
+		s.Required, s.Allowed, s.Variant = []string{"base_url"}, entraKeys, "auth: entra"
+	default:
+		// Open names the unknown auth; every key of either kind is
+		// allowed meanwhile, so that it is the one error.
+		s.Required, s.Allowed = []string{"base_url"}, append(slices.Clone(keyKeys), "tenant_id", "client_id")
+	}
+	return s
 }
+
+// For is the type of one configured provider: its auth's.
+func (azureType) For(p *config.Provider) provider.Type { return azureType{auth: p.Auth} }
 
 func (azureType) Open(cfg provider.Config) (provider.Endpoint, error) {
 	p := cfg.Provider
 	if v := p.APIVersion; strings.ContainsAny(v, "&?#/ ") {
-		return nil, fmt.Errorf("api_version %q: want a version such as 2024-10-21", v)
+		return nil, &provider.ConfigError{Key: "api_version", Err: fmt.Errorf("%q: want a version such as 2024-10-21", v)}
 	}
 	base := strings.TrimRight(p.BaseURL, "/")
 	// A resource endpoint written with the SDKs' /openai suffix is the
 	// same endpoint.
 	base = strings.TrimSuffix(base, "/openai")
-	return &Endpoint{Endpoint: openai.NewEndpoint(base, provider.StaticKey(cfg, "api-key", "")), version: p.APIVersion}, nil
+	var auth provider.Auth
+	switch p.Auth {
+	case "", AuthKey:
+		auth = provider.StaticKey(cfg, "api-key", "")
+	case AuthEntra:
+		a, err := openEntra(cfg)
+		if err != nil {
+			return nil, err
+		}
+		auth = a
+	default:
+		return nil, &provider.ConfigError{Key: "auth", Err: fmt.Errorf("unknown value %q (want %s or %s)", p.Auth, AuthKey, AuthEntra)}
+	}
+	return &Endpoint{Endpoint: openai.NewEndpoint(base, auth), version: p.APIVersion}, nil
 }
 
 // An Azure answer is OpenAI's: it is read, and scanned, as one.

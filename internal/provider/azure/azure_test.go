@@ -65,6 +65,8 @@ func TestFault(t *testing.T) {
 		cause  gw.Cause
 	}{
 		{"invalid subscription key", 401, `{"error":{"code":"401","message":"Access denied due to invalid subscription key or wrong API endpoint. Make sure to provide a valid key for an active subscription and use a correct regional API endpoint for your resource."}}`, gw.KindAccountRefused, gw.CauseUpstreamAuth},
+		{"bearer token refused (auth: entra)", 401, `{"statusCode": 401, "message": "Unauthorized. Access token is missing, invalid, audience is incorrect (https://cognitiveservices.azure.com), or have expired."}`, gw.KindAccountRefused, gw.CauseUpstreamAuth},
+		{"identity without a role (auth: entra)", 401, `{"error":{"code":"PermissionDenied","message":"Principal does not have access to API/Operation."}}`, gw.KindAccountRefused, gw.CauseUpstreamAuth},
 		{"access denied 403", 403, `{"error":{"code":"403","message":"Access denied due to Virtual Network/Firewall rules."}}`, gw.KindAccountRefused, gw.CauseUpstreamAuth},
 		{"content filter", 400, `{"error":{"message":"The response was filtered due to the prompt triggering Azure OpenAI's content management policy.","type":null,"param":"prompt","code":"content_filter","status":400,"innererror":{"code":"ResponsibleAIPolicyViolation","content_filter_result":{"violence":{"filtered":true,"severity":"medium"}}}}}`, gw.KindPolicyDenied, ""},
 		{"token rate limit", 429, `{"error":{"code":"429","message":"Requests to the ChatCompletions_Create Operation under Azure OpenAI API version 2024-10-21 have exceeded token rate limit of your current OpenAI S0 pricing tier. Please retry after 6 seconds."}}`, gw.KindRateLimited, ""},

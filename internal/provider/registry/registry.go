@@ -70,14 +70,17 @@ func Keys() []string {
 // which satisfies it ("api_key_env|api_key_file").
 func Alternatives(required string) []string { return strings.Split(required, "|") }
 
-// Open opens the provider p describes with its key (read from api_key_env
-// or api_key_file; "" when none) and the environment.
-func Open(p *config.Provider, key string, lookup func(string) (string, bool)) (provider.Endpoint, error) {
+// Open opens the provider cfg describes: cfg.Provider with its key (read
+// from api_key_env or api_key_file; "" when none) and the environment.
+// KeySource is filled in.
+func Open(cfg provider.Config) (provider.Endpoint, error) {
+	p := cfg.Provider
 	t, ok := Lookup(p.Type)
 	if !ok {
 		return nil, fmt.Errorf("unknown provider type %q", p.Type)
 	}
-	return t.Open(provider.Config{Provider: p, APIKey: key, KeySource: keySource(p), Lookup: lookup})
+	cfg.KeySource = keySource(p)
+	return t.Open(cfg)
 }
 
 // keySource names where a provider's key comes from, for messages.

@@ -47,7 +47,7 @@ func TestEveryTypeKeepsTheSeamsRules(t *testing.T) {
 		if name == "vertex" {
 			key = serviceAccountKey(t) // its key is a service account's JSON key file
 		}
-		ep, err := Open(p, key, func(string) (string, bool) { return "", false })
+		ep, err := Open(provider.Config{Provider: p, APIKey: key, Lookup: func(string) (string, bool) { return "", false }})
 		if err != nil {
 			t.Errorf("%s: open: %v", name, err)
 			continue
@@ -59,7 +59,7 @@ func TestEveryTypeKeepsTheSeamsRules(t *testing.T) {
 			t.Errorf("%s: its auth does not say what it uses", name)
 		}
 	}
-	if _, err := Open(&config.Provider{Type: "cohere"}, "", nil); err == nil {
+	if _, err := Open(provider.Config{Provider: &config.Provider{Type: "cohere"}}); err == nil {
 		t.Error("an unknown type opens")
 	}
 }
