@@ -36,8 +36,6 @@ func anClient(url string) anthropic.Client {
 
 const question = "Why does a gateway need one retry owner?"
 
-func jsonQuote(s string) string { b, _ := json.Marshal(s); return string(b) }
-
 func TestOpenAISDKAgainstTheMock(t *testing.T) {
 	m, url := start(t, mock.Config{Tokens: 30})
 	c := oaClient(url)

@@ -15,8 +15,8 @@ import (
 // echoed, the rest is the API's defaults.
 type rsObject struct {
 	ID                 string           `json:"id"`
-	AccessPrograms     rsAccess         `json:"access_programs"`
 	Object             string           `json:"object"`
+	AccessPrograms     rsAccess         `json:"access_programs"`
 	CreatedAt          int64            `json:"created_at"`
 	Status             string           `json:"status"`
 	Background         bool             `json:"background"`
@@ -73,12 +73,13 @@ func (t *rsTurn) stored() bool { return t.req.Store == nil || *t.req.Store }
 // status, with its output and usage (nil: none yet).
 func (t *rsTurn) object(id, status string, output []Item, u *usage, completedAt int64) *rsObject {
 	r := &t.req
-	o := &rsObject{ID: id, AccessPrograms: rsAccess{Cyber: "standard"}, Object: "response", CreatedAt: t.created, Status: status, Instructions: r.Instructions,
-		MaxOutputTokens: r.MaxOutputTokens, Metadata: orRaw(r.Metadata, `{}`), Model: r.Model, Output: []map[string]any{},
-		ParallelToolCalls: r.ParallelToolCalls == nil || *r.ParallelToolCalls, PromptCacheKey: r.PromptCacheKey,
-		Reasoning: orRaw(r.Reasoning, `{"effort":null,"summary":null}`), SafetyIdentifier: r.SafetyIdentifier,
-		ServiceTier: "default", Store: t.stored(), Temperature: 1, Text: orRaw(r.Text, `{"format":{"type":"text"}}`),
-		ToolChoice: orRaw(r.ToolChoice, `"auto"`), Tools: orRaw(r.Tools, `[]`), TopP: 1, Truncation: "disabled", User: r.User}
+	o := &rsObject{ID: id, Object: "response", AccessPrograms: rsAccess{Cyber: "standard"}, CreatedAt: t.created, Status: status,
+		Instructions: r.Instructions, MaxOutputTokens: r.MaxOutputTokens, Metadata: orRaw(r.Metadata, `{}`), Model: r.Model,
+		Output: []map[string]any{}, ParallelToolCalls: r.ParallelToolCalls == nil || *r.ParallelToolCalls,
+		PromptCacheKey: r.PromptCacheKey, Reasoning: orRaw(r.Reasoning, `{"effort":null,"summary":null}`),
+		SafetyIdentifier: r.SafetyIdentifier, ServiceTier: "default", Store: t.stored(), Temperature: 1,
+		Text: orRaw(r.Text, `{"format":{"type":"text"}}`), ToolChoice: orRaw(r.ToolChoice, `"auto"`), Tools: orRaw(r.Tools, `[]`),
+		TopP: 1, Truncation: "disabled", User: r.User}
 	if r.Temperature != nil {
 		o.Temperature = *r.Temperature
 	}
