@@ -2,8 +2,10 @@ package mock_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"math"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -162,5 +164,44 @@ func TestEmbeddingsSDKAgainstTheMock(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A Responses request the fake cannot read is a 400 in OpenAI's shape,
+// naming the parameter at fault, and never reaches the script or the
+// counters.
+func TestResponsesRefusals(t *testing.T) {
+	m, url := start(t, mock.Config{})
+	for _, tc := range []struct{ body, param string }{
+		{`{"input":"hi"}`, "model"},
+		{`{"model":"m"}`, "input"},
+		{`{"model":"m","input":"hi","max_output_tokens":0}`, "max_output_tokens"},
+		{`{"model":"m","input":"hi","conversation":"conv_1","previous_response_id":"resp_1"}`, "previous_response_id"},
+		{`{"model":"m","input":"hi","tool_choice":"sometimes"}`, "tool_choice"},
+		{`{"model":"m","input":[{"role":"robot","content":"hi"}]}`, "input[0].role"},
+		{`{"model":"m","input":[{"type":"message","role":"user","content":[{"type":"input_video"}]}]}`, "input[0].content[0].type"},
+		{`{"model":"m","input":[{"type":"item_reference","id":"x"}]}`, "input[0].type"},
+		{`{"model":"m","input":[{"type":"function_call_output","output":"x"}]}`, "input[0].call_id"},
+		{`{"model":"m","input":[{"type":"function_call","call_id":"c1","arguments":"{}"}]}`, "input[0].name"},
+		{`{"model":"m","input":"hi","metadata":["x"]}`, "metadata"},
+	} {
+		res, err := http.Post(url+"/v1/responses", "application/json", strings.NewReader(tc.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e struct {
+			Error struct {
+				Type, Message string
+				Param         *string
+			}
+		}
+		_ = json.NewDecoder(res.Body).Decode(&e)
+		_ = res.Body.Close()
+		if res.StatusCode != 400 || e.Error.Type != "invalid_request_error" || e.Error.Param == nil || *e.Error.Param != tc.param || e.Error.Message == "" {
+			t.Errorf("%s: %d %+v, want a 400 naming %s", tc.body, res.StatusCode, e.Error, tc.param)
+		}
+	}
+	if n := m.Requests(); n != 0 {
+		t.Fatalf("%d refused requests counted", n)
 	}
 }

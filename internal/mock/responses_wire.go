@@ -76,7 +76,7 @@ func (it Item) Text() string {
 // wire is the item as the API writes it, in a status (a message being
 // streamed has no content yet; an output_text part carries its
 // annotations and logprobs).
-func (it *Item) wire(status string) map[string]any {
+func (it Item) wire(status string) map[string]any {
 	w := map[string]any{"type": it.Type, "status": status}
 	if it.ID != "" {
 		w["id"] = it.ID
@@ -169,8 +169,11 @@ func parseItem(raw json.RawMessage, param string) (Item, *rsInvalid) {
 	case itemMessage:
 		return parseMessage(in.Role, in.Content, param)
 	case itemCall:
-		if in.CallID == "" || in.Name == "" {
-			return Item{}, invalidf(param, "Missing required parameter: '%s.call_id' or '%s.name'.", param, param)
+		switch {
+		case in.CallID == "":
+			return Item{}, invalidf(param+".call_id", "Missing required parameter: '%s.call_id'.", param)
+		case in.Name == "":
+			return Item{}, invalidf(param+".name", "Missing required parameter: '%s.name'.", param)
 		}
 		return Item{Type: itemCall, CallID: in.CallID, Name: in.Name, Arguments: in.Arguments}, nil
 	case itemCallOutput:
