@@ -32,7 +32,6 @@ import (
 	"github.com/oncegate/oncegate/internal/ledger/sqlite"
 	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/policy"
-	"github.com/oncegate/oncegate/internal/provider"
 	"github.com/oncegate/oncegate/internal/receipt"
 )
 
@@ -645,20 +644,20 @@ func check(ctx context.Context, rep *Report, outcomes []outcome, m *mock.Mock, p
 		if o.kind == kindConversation || o.kind == kindStateful {
 			// Every answered turn: its receipt, and the answer to the
 			// conversation as it stood, generated once.
-			var history []provider.Message
+			var history []string
 			for k, tn := range o.turns {
-				history = append(history, provider.Message{Role: provider.RoleUser, Parts: []provider.Part{{Type: provider.PartText, Text: tn.input}}})
+				history = append(history, tn.input)
 				has.Checked++
 				if tn.requestID == "" || receipts[tn.requestID] == nil {
 					has.Violations++
 					example("conversation %d turn %d: answered, request id %q, no receipt", i, k+1, tn.requestID)
 				}
 				clean.Checked++
-				if want := mock.Answer(0, &provider.Request{Messages: history}, tokens); tn.text != want {
+				if want := mock.AnswerTo(0, "", history, tokens); tn.text != want {
 					clean.Violations++
 					example("conversation %d turn %d: read %q, one generation is %q", i, k+1, tn.text, want)
 				}
-				history = append(history, provider.Message{Role: provider.RoleAssistant, Parts: []provider.Part{{Type: provider.PartText, Text: tn.text}}})
+				history = append(history, tn.text)
 			}
 			continue
 		}

@@ -215,7 +215,10 @@ func providerConversations(ctx context.Context, receipts map[string]*receipt.Rec
 			Conversation string `json:"conversation"`
 		}
 		_ = json.Unmarshal(tip.Upstream, &up)
-		_, held := provider.ItemsToMessages(m.Conversation(up.Conversation))
+		var held []provider.Message
+		for _, it := range m.Conversation(up.Conversation) {
+			held = append(held, provider.Message{Role: it.Role, Parts: []provider.Part{{Type: provider.PartText, Text: it.Text()}}})
+		}
 		var read []provider.Message
 		for _, t := range o.turns {
 			read = append(read, provider.Message{Role: provider.RoleUser, Parts: []provider.Part{{Type: provider.PartText, Text: t.input}}},

@@ -202,8 +202,8 @@ retry_budget: {ratio: 10, min_per_second: 1000, window: 10s}
 			t.Fatalf("conversation %d: the provider holds %d items, the gateway %d", i, len(stored), len(items))
 		}
 		for j := range items {
-			if itemText(stored[j]) != itemText(items[j]) {
-				t.Fatalf("conversation %d item %d: provider %q, gateway %q", i, j, itemText(stored[j]), itemText(items[j]))
+			if mockItemText(stored[j]) != itemText(items[j]) {
+				t.Fatalf("conversation %d item %d: provider %q, gateway %q", i, j, mockItemText(stored[j]), itemText(items[j]))
 			}
 		}
 		os, err := store.Orphans(ctx, "acme", root)

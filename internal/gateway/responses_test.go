@@ -27,12 +27,12 @@ import (
 // conversationAnswer is the mock's answer to a conversation: the user
 // texts in order, each followed by the answer before it.
 func conversationAnswer(users []string, n int) (answers []string) {
-	var msgs []provider.Message
+	var texts []string
 	for _, u := range users {
-		msgs = append(msgs, provider.Message{Role: provider.RoleUser, Parts: []provider.Part{{Type: provider.PartText, Text: u}}})
-		a := mock.Answer(0, &provider.Request{Messages: msgs}, n)
+		texts = append(texts, u)
+		a := mock.AnswerTo(0, "", texts, n)
 		answers = append(answers, a)
-		msgs = append(msgs, provider.Message{Role: provider.RoleAssistant, Parts: []provider.Part{{Type: provider.PartText, Text: a}}})
+		texts = append(texts, a)
 	}
 	return answers
 }
@@ -377,6 +377,15 @@ func itemText(it provider.Item) string {
 	return s
 }
 
+// mockItemText is itemText for an item the mock provider stores.
+func mockItemText(it mock.Item) string {
+	s := it.Type + "/" + it.Role + ":"
+	if it.Type == provider.ItemMessage {
+		s += it.Text()
+	}
+	return s
+}
+
 // On a stateful route the provider keeps the conversation. Replies lost
 // after the provider committed them are reconciled, never re-sent blind:
 // found, the answer is adopted; absent, the turn is retried; twice, one
@@ -460,8 +469,8 @@ func TestStatefulTurnsAreReconciledNotDuplicated(t *testing.T) {
 			t.Fatalf("the provider holds %d items, the gateway %d", len(stored), len(items))
 		}
 		for i := range items {
-			if itemText(stored[i]) != itemText(items[i]) {
-				t.Fatalf("item %d: provider %q, gateway %q", i, itemText(stored[i]), itemText(items[i]))
+			if mockItemText(stored[i]) != itemText(items[i]) {
+				t.Fatalf("item %d: provider %q, gateway %q", i, mockItemText(stored[i]), itemText(items[i]))
 			}
 		}
 		orphans, err := e.gw.ledger.Orphans(ctx, "acme", ids[0])
@@ -684,8 +693,8 @@ func TestStatefulBranchesGetAnUpstreamConversationOfTheirOwn(t *testing.T) {
 				t.Fatalf("%v: the provider's conversation holds %d items, the branch %d", tc.users, len(stored), len(items))
 			}
 			for i := range items {
-				if itemText(stored[i]) != itemText(items[i]) {
-					t.Fatalf("%v, item %d: provider %q, gateway %q", tc.users, i, itemText(stored[i]), itemText(items[i]))
+				if mockItemText(stored[i]) != itemText(items[i]) {
+					t.Fatalf("%v, item %d: provider %q, gateway %q", tc.users, i, mockItemText(stored[i]), itemText(items[i]))
 				}
 			}
 		}

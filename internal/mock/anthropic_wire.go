@@ -6,8 +6,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-
-	"github.com/oncegate/oncegate/internal/tokens"
 )
 
 // This file is the mock's own reading and writing of the Anthropic
@@ -63,7 +61,7 @@ func anText(raw json.RawMessage, sep string) string {
 func anTurns(role string, raw json.RawMessage) (turns []turn, n int64) {
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
-		return []turn{{role: role, text: s}}, tokens.PerMessage + tokens.Text(s)
+		return []turn{{role: role, text: s}}, perMessage + textTokens(s)
 	}
 	var blocks []struct {
 		Type    string          `json:"type"`
@@ -80,10 +78,10 @@ func anTurns(role string, raw json.RawMessage) (turns []turn, n int64) {
 		switch b.Type {
 		case "text":
 			cur.text += b.Text
-			size += tokens.Text(b.Text)
+			size += textTokens(b.Text)
 			parts++
 		case "image", "document":
-			size += tokens.PerImage
+			size += perImage
 			parts++
 		case "tool_use":
 			args := string(b.Input)
@@ -92,16 +90,16 @@ func anTurns(role string, raw json.RawMessage) (turns []turn, n int64) {
 			}
 			cur.calls += b.Name + args
 			cur.hasCalls = true
-			size += tokens.Text(b.Name) + tokens.Text(args)
+			size += textTokens(b.Name) + textTokens(args)
 		case "tool_result":
 			t := anText(b.Content, "")
 			turns = append(turns, turn{role: roleTool, text: t})
-			n += tokens.PerMessage + tokens.Text(t)
+			n += perMessage + textTokens(t)
 		}
 	}
 	if parts > 0 || cur.hasCalls || len(turns) == 0 {
 		turns = append(turns, cur)
-		n += tokens.PerMessage + size
+		n += perMessage + size
 	}
 	return turns, n
 }
@@ -128,9 +126,9 @@ func decodeAnthropicPrompt(body []byte, generate bool) (*ask, *anRequest, error)
 	}
 	a := &ask{model: in.Model, stream: in.Stream, maxTokens: in.MaxTokens}
 	a.system = anText(in.System, "\n\n")
-	n := int64(tokens.PerRequest)
+	n := int64(perRequest)
 	if a.system != "" {
-		n += tokens.PerMessage + tokens.Text(a.system)
+		n += perMessage + textTokens(a.system)
 	}
 	for _, m := range in.Messages {
 		ts, size := anTurns(m.Role, m.Content)
@@ -139,7 +137,7 @@ func decodeAnthropicPrompt(body []byte, generate bool) (*ask, *anRequest, error)
 	}
 	for _, t := range in.Tools {
 		a.tools = append(a.tools, t.Name)
-		n += tokens.Text(t.Name) + tokens.Text(t.Description) + tokens.Text(string(t.InputSchema))
+		n += textTokens(t.Name) + textTokens(t.Description) + textTokens(string(t.InputSchema))
 	}
 	a.promptTokens = n
 	if tc := in.ToolChoice; tc != nil {

@@ -16,8 +16,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/protocol/eventstream"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
-
-	"github.com/oncegate/oncegate/internal/tokens"
 )
 
 // The Bedrock fake (docs.aws.amazon.com/bedrock/latest/APIReference):
@@ -97,7 +95,7 @@ func decodeConverse(body []byte, model string, stream bool) (*ask, error) {
 		}
 	}
 	a.system = strings.Join(sys, "\n\n")
-	n := tokens.Text(a.system)
+	n := textTokens(a.system)
 	for _, m := range in.Messages {
 		t := turn{role: m.Role}
 		for _, b := range m.Content {
@@ -112,7 +110,7 @@ func decodeConverse(body []byte, model string, stream bool) (*ask, error) {
 				}
 			}
 		}
-		n += tokens.PerMessage + tokens.Text(t.text+t.calls)
+		n += perMessage + textTokens(t.text+t.calls)
 		a.turns = append(a.turns, t)
 	}
 	a.promptTokens = n

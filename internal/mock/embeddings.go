@@ -10,8 +10,6 @@ import (
 	"net/http"
 	"strconv"
 	"time"
-
-	"github.com/oncegate/oncegate/internal/tokens"
 )
 
 // embeddingsDims is the length of the mock's vectors unless a request
@@ -76,7 +74,7 @@ func parseEmbeddings(body []byte, modelInURL bool) (model string, e *rsEmbed, pr
 		return "", nil, 0, "'input' must not be empty"
 	}
 	for _, s := range e.inputs {
-		prompt += tokens.Text(s)
+		prompt += textTokens(s)
 	}
 	return in.Model, e, prompt, ""
 }

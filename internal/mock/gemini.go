@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"strings"
 	"time"
-
-	"github.com/oncegate/oncegate/internal/tokens"
 )
 
 // The Gemini fakes (ai.google.dev/api/generate-content): the Gemini API's
@@ -70,7 +68,7 @@ func decodeGemini(body []byte, model string, stream bool) (*ask, error) {
 		var parts []string
 		for _, p := range si.Parts {
 			parts = append(parts, p.Text)
-			n += tokens.Text(p.Text)
+			n += textTokens(p.Text)
 		}
 		a.system = strings.Join(parts, "\n\n")
 	}
@@ -90,7 +88,7 @@ func decodeGemini(body []byte, model string, stream bool) (*ask, error) {
 				t.text += string(p.FunctionResponse)
 			}
 		}
-		n += tokens.Text(t.text+t.calls) + 1
+		n += textTokens(t.text+t.calls) + 1
 		a.turns = append(a.turns, t)
 	}
 	a.promptTokens = max(n, 1)

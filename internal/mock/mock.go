@@ -28,8 +28,9 @@ type Config struct {
 	Tokens int
 	// CachedTokens and CacheWriteTokens are how many of each prompt's
 	// tokens the usage reports as read from and written to the prompt
-	// cache (capped at the prompt; OpenAI's protocol has no cache writes,
-	// so it reports them as plain input). Default 0: no caching.
+	// cache (capped at the prompt; OpenAI's Chat Completions has no cache
+	// writes, so it reports them as plain input; the Responses API names
+	// them). Default 0: no caching.
 	CachedTokens     int64
 	CacheWriteTokens int64
 	Script           Script
@@ -91,6 +92,8 @@ func New(cfg Config) *Mock {
 	m.mux.HandleFunc("POST /v1/embeddings", m.serveEmbeddings)
 	m.mux.HandleFunc("POST /v1/messages/count_tokens", m.countTokens)
 	m.mux.HandleFunc("GET /v1/responses/{id}", m.getResponse)
+	m.mux.HandleFunc("DELETE /v1/responses/{id}", m.deleteResponse)
+	m.mux.HandleFunc("GET /v1/responses/{id}/input_items", m.inputItems)
 	m.mux.HandleFunc("POST /v1/conversations", m.createConversation)
 	m.mux.HandleFunc("GET /v1/conversations/{id}/items", m.listItems)
 	m.mux.HandleFunc("DELETE /v1/conversations/{id}/items/{item}", m.deleteItem)
@@ -300,11 +303,15 @@ func (x *exchange) run() {
 		return
 	}
 	x.countOut(int64(len(tokens)))
-	if x.rs != nil {
-		x.w.Header().Set("Content-Type", "application/json")
-		_, _ = x.w.Write(x.commit(tokens, finish, "", true))
-		return
-	}
+	b := x.c.body(x, x.answerOf(tokens, finish))
+	x.w.Header().Set("Content-Type", "application/json")
+	x.w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	_, _ = x.w.Write(b)
+}
+
+// answerOf is the whole answer planned from tokens: the text, or the tool
+// call when the mock calls one, with its usage.
+func (x *exchange) answerOf(tokens []string, finish string) *answer {
 	a := &answer{finish: finish}
 	if name, ok := x.req.tool(); ok {
 		a.tool, a.finish = &toolCall{id: x.toolCallID(), name: name, args: strings.Join(toolArgs, "")}, finishTools
@@ -313,10 +320,7 @@ func (x *exchange) run() {
 		a.text = strings.Join(tokens, "")
 		a.usage = x.usage(int64(len(tokens)))
 	}
-	b := x.c.body(x, a)
-	x.w.Header().Set("Content-Type", "application/json")
-	x.w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	_, _ = x.w.Write(b)
+	return a
 }
 
 // plan decides the answer: the deterministic text (continued from a

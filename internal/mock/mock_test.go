@@ -16,7 +16,6 @@ import (
 	"github.com/openai/openai-go/v3/shared"
 
 	"github.com/oncegate/oncegate/internal/mock"
-	"github.com/oncegate/oncegate/internal/provider"
 )
 
 func start(t *testing.T, cfg mock.Config) (*mock.Mock, string) {
@@ -37,23 +36,6 @@ func anClient(url string) anthropic.Client {
 
 const question = "Why does a gateway need one retry owner?"
 
-func wantText(t *testing.T, p provider.Protocol, n int) string {
-	t.Helper()
-	var body string
-	if p == provider.OpenAI {
-		body = `{"model":"m","messages":[{"role":"user","content":` + jsonQuote(question) + `}]}`
-	} else {
-		body = `{"model":"m","max_tokens":100,"messages":[{"role":"user","content":` + jsonQuote(question) + `}]}`
-	}
-	cr, err := provider.ParseRequest(p, []byte(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return mock.Answer(0, cr.IR, n)
-}
-
-func jsonQuote(s string) string { b, _ := json.Marshal(s); return string(b) }
-
 func TestOpenAISDKAgainstTheMock(t *testing.T) {
 	m, url := start(t, mock.Config{Tokens: 30})
 	c := oaClient(url)
@@ -63,7 +45,7 @@ func TestOpenAISDKAgainstTheMock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := wantText(t, provider.OpenAI, 30)
+	want := mock.AnswerFor(0, question, 30)
 	if res.Choices[0].Message.Content != want || res.Choices[0].FinishReason != "stop" || res.Usage.CompletionTokens != 30 {
 		t.Fatalf("json answer %q finish %q usage %+v", res.Choices[0].Message.Content, res.Choices[0].FinishReason, res.Usage)
 	}
@@ -113,7 +95,7 @@ func TestAnthropicSDKAgainstTheMock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := wantText(t, provider.Anthropic, 30)
+	want := mock.AnswerFor(0, question, 30)
 	if len(res.Content) != 1 || res.Content[0].Text != want || res.StopReason != "end_turn" || res.Usage.OutputTokens != 30 {
 		t.Fatalf("json answer %+v", res)
 	}
@@ -149,7 +131,7 @@ func TestAnthropicSDKAgainstTheMock(t *testing.T) {
 
 func TestContinuationCarriesOnWhereThePrefixEnds(t *testing.T) {
 	_, url := start(t, mock.Config{Tokens: 40})
-	want := wantText(t, provider.OpenAI, 40)
+	want := mock.AnswerFor(0, question, 40)
 	c := oaClient(url)
 	for _, cut := range []int{1, 57, len(want) / 2, len(want) - 3} {
 		prefix := strings.TrimRight(want[:cut], " \n")

@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"strings"
 	"time"
-
-	"github.com/oncegate/oncegate/internal/tokens"
 )
 
 // This file is the mock's own reading and writing of the OpenAI Chat
@@ -50,7 +48,7 @@ type oaRequest struct {
 func oaContent(raw json.RawMessage) (string, int64) {
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
-		return s, tokens.Text(s)
+		return s, textTokens(s)
 	}
 	var parts []struct {
 		Type string `json:"type"`
@@ -62,9 +60,9 @@ func oaContent(raw json.RawMessage) (string, int64) {
 	for _, p := range parts {
 		if p.Type == "text" {
 			b.WriteString(p.Text)
-			n += tokens.Text(p.Text)
+			n += textTokens(p.Text)
 		} else {
-			n += tokens.PerImage
+			n += perImage
 		}
 	}
 	return b.String(), n
@@ -87,28 +85,28 @@ func decodeOpenAI(body []byte) (*ask, *oaRequest, error) {
 		a.maxTokens = in.MaxTokens
 	}
 	var system []string
-	n := int64(tokens.PerRequest)
+	n := int64(perRequest)
 	for _, m := range in.Messages {
 		text, size := oaContent(m.Content)
 		if m.Role == "system" || m.Role == "developer" {
 			system = append(system, text)
 			continue
 		}
-		n += tokens.PerMessage + size
+		n += perMessage + size
 		t := turn{role: m.Role, text: text, hasCalls: len(m.ToolCalls) > 0}
 		for _, c := range m.ToolCalls {
 			t.calls += c.Function.Name + c.Function.Arguments
-			n += tokens.Text(c.Function.Name) + tokens.Text(c.Function.Arguments)
+			n += textTokens(c.Function.Name) + textTokens(c.Function.Arguments)
 		}
 		a.turns = append(a.turns, t)
 	}
 	a.system = strings.Join(system, "\n\n")
 	if a.system != "" {
-		n += tokens.PerMessage + tokens.Text(a.system)
+		n += perMessage + textTokens(a.system)
 	}
 	for _, t := range in.Tools {
 		a.tools = append(a.tools, t.Function.Name)
-		n += tokens.Text(t.Function.Name) + tokens.Text(t.Function.Description) + tokens.Text(string(t.Function.Parameters))
+		n += textTokens(t.Function.Name) + textTokens(t.Function.Description) + textTokens(string(t.Function.Parameters))
 	}
 	a.promptTokens = n
 	var mode string

@@ -6,19 +6,16 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
-
-	"github.com/oncegate/oncegate/internal/provider"
 )
 
 // The OpenAI Responses API with server-side storage: responses kept by id
-// (GET /v1/responses/{id}), conversation objects whose items a response
-// appends to when it completes (POST /v1/conversations, GET
-// /v1/conversations/{id}/items, DELETE …/items/{item}). Its faults that
-// commit a turn and then lose the reply are what a stateful gateway must
-// reconcile.
+// (GET and DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items),
+// conversation objects whose items a response appends to when it
+// completes (POST /v1/conversations, GET /v1/conversations/{id}/items,
+// DELETE …/items/{item}). Its faults that commit a turn and then lose the
+// reply are what a stateful gateway must reconcile.
 
 // Faults of the Responses API that commit the turn server-side first.
 const (
@@ -35,71 +32,81 @@ type rsState struct {
 	mu        sync.Mutex
 	n         int
 	responses map[string]*storedResponse
-	convs     map[string][]provider.Item
+	convs     map[string]*conversation
 	lookups   int64
 }
 
+// storedResponse is a committed response: its object, the input items it
+// was asked with (named), everything it followed (its history, then that
+// input) and its output. A turn that follows it reads its context and
+// output, whatever became of the responses before it.
 type storedResponse struct {
-	object []byte
-	input  []provider.Item
-	output []provider.Item
-	conv   string
-	prev   string
+	object  []byte
+	input   []Item
+	context []Item
+	output  []Item
+}
+
+// conversation is a conversation object and its items, oldest first.
+type conversation struct {
+	items    []Item
+	created  int64
+	metadata json.RawMessage
 }
 
 func newRSState() *rsState {
-	return &rsState{responses: map[string]*storedResponse{}, convs: map[string][]provider.Item{}}
+	return &rsState{responses: map[string]*storedResponse{}, convs: map[string]*conversation{}}
 }
 
-// name gives items the ids the mock stores them under: unique, and never
-// an output item's (those are the response's id and their index).
-func (s *rsState) name(items []provider.Item, prefix string) []provider.Item {
-	out := make([]provider.Item, len(items))
+// itemPrefix starts the ids the mock gives input items of a type.
+var itemPrefix = map[string]string{itemMessage: "msg", itemCall: "fc", itemCallOutput: "fco"}
+
+// name gives input items the ids the mock stores them under: unique, and
+// never an output item's.
+func (s *rsState) name(items []Item) []Item {
+	out := make([]Item, len(items))
 	for i, it := range items {
 		s.n++
-		it.ID = prefix + "_mockin" + strconv.Itoa(s.n)
-		if it.Status == "" {
-			it.Status = "completed"
-		}
+		it.ID = itemPrefix[it.Type] + "_mockin" + strconv.Itoa(s.n)
 		out[i] = it
 	}
 	return out
 }
 
 // history is what a request's answer follows: its conversation's items, or
-// its previous response's chain.
-func (s *rsState) history(conv, prev string) ([]provider.Item, string) {
+// its previous response's chain. A missing one is refused as OpenAI does.
+func (s *rsState) history(conv, prev string) ([]Item, func(http.ResponseWriter)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if conv != "" {
-		items, ok := s.convs[conv]
+		c, ok := s.convs[conv]
 		if !ok {
-			return nil, "Conversation with id '" + conv + "' not found."
+			return nil, func(w http.ResponseWriter) { rsNotFound(w, "Conversation with id '"+conv+"' not found.") }
 		}
-		return slices.Clone(items), ""
+		return slices.Clone(c.items), nil
 	}
-	var chain [][]provider.Item
-	for id := prev; id != ""; {
-		r, ok := s.responses[id]
-		if !ok {
-			return nil, "Previous response with id '" + prev + "' not found."
+	if prev == "" {
+		return nil, nil
+	}
+	r, ok := s.responses[prev]
+	if !ok {
+		return nil, func(w http.ResponseWriter) {
+			oaErrorParam(w, 400, "invalid_request_error", "previous_response_not_found", "previous_response_id",
+				"Previous response with id '"+prev+"' not found.")
 		}
-		chain = append(chain, append(slices.Clone(r.input), r.output...))
-		id = r.prev
 	}
-	var items []provider.Item
-	for i := len(chain) - 1; i >= 0; i-- {
-		items = append(items, chain[i]...)
-	}
-	return items, ""
+	return append(slices.Clone(r.context), r.output...), nil
 }
 
 // Conversation returns a stored conversation's items, oldest first: the
 // ground truth a gateway's turn ledger is checked against.
-func (m *Mock) Conversation(id string) []provider.Item {
+func (m *Mock) Conversation(id string) []Item {
 	m.state.mu.Lock()
 	defer m.state.mu.Unlock()
-	return slices.Clone(m.state.convs[id])
+	if c := m.state.convs[id]; c != nil {
+		return slices.Clone(c.items)
+	}
+	return nil
 }
 
 // StoredResponses counts the responses the mock committed.
@@ -110,44 +117,34 @@ func (m *Mock) StoredResponses() int {
 }
 
 // Lookups counts the reads and edits of stored state (retrievals,
-// listings, conversation creations and item deletions): calls that
-// generate nothing.
+// listings, deletions and conversation creations): calls that generate
+// nothing.
 func (m *Mock) Lookups() int64 {
 	m.state.mu.Lock()
 	defer m.state.mu.Unlock()
 	return m.state.lookups
 }
 
-// rsTurn is what a Responses request commits.
-type rsTurn struct {
-	req   *provider.ResponsesRequest
-	shell provider.ResponseShell
-}
-
+// serveResponses answers POST /v1/responses.
 func (m *Mock) serveResponses(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, 32<<20))
 	if err != nil {
 		return
 	}
-	req, err := provider.ParseResponsesRequest(body)
-	if err != nil {
-		writeError(w, provider.OpenAI, 400, "invalid_request_error", "", err.Error(), nil)
+	t, bad := decodeResponses(body)
+	if bad != nil {
+		oaErrorParam(w, 400, "invalid_request_error", "", bad.param, bad.msg)
 		return
 	}
-	history, missing := m.state.history(req.Conversation, req.PreviousResponseID)
-	if missing != "" {
-		writeError(w, provider.OpenAI, 404, "invalid_request_error", "not_found", missing, nil)
+	history, refuse := m.state.history(t.conv, t.req.PreviousResponseID)
+	if refuse != nil {
+		refuse(w)
 		return
 	}
-	system, msgs := provider.ItemsToMessages(append(history, req.Input...))
-	if req.Instructions != nil && *req.Instructions != "" {
-		system = append([]string{*req.Instructions}, system...)
-	}
-	ir := &provider.Request{Model: req.Model, System: strings.Join(system, "\n\n"), Messages: msgs, Tools: req.Tools,
-		ToolChoice: req.ToolChoice, MaxTokens: req.MaxOutputTokens, Stream: req.Stream}
-	x := m.begin(legacyCodec{provider.Responses}, w, r, askOf(ir, provider.PromptTokens(ir)))
-	x.rs = &rsTurn{req: req, shell: provider.ShellOf(req, "resp_mock"+x.id, time.Now().Unix())}
-	x.rs.shell.Model = req.Model
+	t.history = history
+	x := m.begin(rsCodec{}, w, r, t.ask())
+	t.id, t.created = "resp_mock"+x.id, time.Now().Unix()
+	x.rs = t
 	x.finishServe()
 }
 
@@ -156,20 +153,20 @@ func (m *Mock) serveResponses(w http.ResponseWriter, r *http.Request) {
 func (x *exchange) afterCommit(tokens []string, finish string) bool {
 	switch x.faultType() {
 	case FaultCommitThenHang:
-		x.commit(tokens, finish, "", false)
+		x.commit(x.answerOf(tokens, finish), "", false)
 		x.block(nil)
 	case FaultCommitThen502:
-		x.commit(tokens, finish, "", false)
+		x.commit(x.answerOf(tokens, finish), "", false)
 		x.infrastructure502()
 	case FaultCommitTwiceThen502:
-		x.commit(tokens, finish, "", false)
-		x.commit(tokens, finish, "b", false)
+		x.commit(x.answerOf(tokens, finish), "", false)
+		x.commit(x.answerOf(tokens, finish), "b", false)
 		x.infrastructure502()
 	case FaultCommitThenReset:
 		if x.req.stream {
 			return false // stream() commits, then resets after After events
 		}
-		x.commit(tokens, finish, "", false)
+		x.commit(x.answerOf(tokens, finish), "", false)
 		reset(x.w)
 	default:
 		return false
@@ -184,37 +181,42 @@ func (x *exchange) infrastructure502() {
 	_, _ = x.w.Write([]byte("<html><body><h1>502 Bad Gateway</h1></body></html>"))
 }
 
-// commit stores the answer planned from tokens as a response (suffix
-// names a second copy; counted: its output tokens were counted as they
-// were sent) and appends the turn's input and output to its
-// conversation; it returns the response object.
-func (x *exchange) commit(tokens []string, finish, suffix string, counted bool) []byte {
-	resp := &provider.Response{Model: x.req.model, Finish: finish}
-	if name, ok := x.req.tool(); ok {
-		resp.ToolCalls, resp.Finish = []provider.ToolCall{{ID: x.toolCallID() + suffix, Name: name, Arguments: strings.Join(toolArgs, "")}}, provider.FinishToolCalls
-		resp.Usage.OutputTokens = int64(len(toolArgs))
-	} else {
-		resp.Text = strings.Join(tokens, "")
-		resp.Usage.OutputTokens = int64(len(tokens))
+// commit stores an answer as a response (suffix names a second copy,
+// with ids of its own; counted: its output tokens were counted as they
+// were sent), appends the turn's input and output to its conversation,
+// and returns the response object.
+func (x *exchange) commit(a *answer, suffix string, counted bool) []byte {
+	t := x.rs
+	if suffix != "" && a.tool != nil {
+		tc := *a.tool
+		tc.id += suffix
+		cp := *a
+		cp.tool = &tc
+		a = &cp
 	}
-	resp.Usage.InputTokens = x.prompt
-	shell := x.rs.shell
-	shell.ID += suffix
-	object := provider.EncodeResponsesObject(&shell, resp, time.Now().Unix())
-	output, _, _ := provider.ResponseOutput(object)
+	output := outputItems(x.id+suffix, a)
+	object := t.finished(t.id+suffix, output, a)
 	s := x.m.state
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	input := s.name(x.rs.req.Input, "msg")
-	s.responses[shell.ID] = &storedResponse{object: object, input: input, output: output, conv: x.rs.req.Conversation, prev: x.rs.req.PreviousResponseID}
-	if c := x.rs.req.Conversation; c != "" {
-		s.convs[c] = append(append(s.convs[c], input...), output...)
+	input := s.name(t.input)
+	if t.stored() {
+		s.responses[t.id+suffix] = &storedResponse{object: object, input: input, output: output,
+			context: append(slices.Clone(t.history), input...)}
 	}
+	if t.conv != "" {
+		c := s.convs[t.conv]
+		if c == nil {
+			c = &conversation{created: t.created}
+			s.convs[t.conv] = c
+		}
+		c.items = append(append(c.items, input...), output...)
+	}
+	s.mu.Unlock()
 	switch {
 	case suffix != "":
-		x.countOut(resp.Usage.OutputTokens) // a second generation, billed too
+		x.countOut(a.usage.output) // a second generation, billed too
 	case !counted:
-		x.countOut(resp.Usage.OutputTokens - x.out) // generated and billed, though never delivered
+		x.countOut(a.usage.output - x.out) // generated and billed, though never delivered
 	}
 	return object
 }
@@ -225,34 +227,70 @@ func (m *Mock) lookup() {
 	m.state.mu.Unlock()
 }
 
-func (m *Mock) getResponse(w http.ResponseWriter, r *http.Request) {
-	m.lookup()
-	m.state.mu.Lock()
-	sr, ok := m.state.responses[r.PathValue("id")]
-	m.state.mu.Unlock()
-	if !ok {
-		writeError(w, provider.OpenAI, 404, "invalid_request_error", "not_found", "Response with id '"+r.PathValue("id")+"' not found.", nil)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(sr.object)
+// rsNotFound is OpenAI's 404 for stored state it does not have.
+func rsNotFound(w http.ResponseWriter, msg string) {
+	oaError(w, 404, "invalid_request_error", "not_found", msg)
 }
 
+// stored returns a stored response, or answers 404.
+func (m *Mock) stored(w http.ResponseWriter, r *http.Request) *storedResponse {
+	m.lookup()
+	id := r.PathValue("id")
+	m.state.mu.Lock()
+	sr := m.state.responses[id]
+	m.state.mu.Unlock()
+	if sr == nil {
+		rsNotFound(w, "Response with id '"+id+"' not found.")
+	}
+	return sr
+}
+
+// getResponse answers GET /v1/responses/{id}: the stored object.
+func (m *Mock) getResponse(w http.ResponseWriter, r *http.Request) {
+	if sr := m.stored(w, r); sr != nil {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(sr.object)
+	}
+}
+
+// deleteResponse answers DELETE /v1/responses/{id}: the response is gone
+// (a turn can no longer follow it); the items it added to a conversation
+// stay there.
+func (m *Mock) deleteResponse(w http.ResponseWriter, r *http.Request) {
+	if m.stored(w, r) == nil {
+		return
+	}
+	id := r.PathValue("id")
+	m.state.mu.Lock()
+	delete(m.state.responses, id)
+	m.state.mu.Unlock()
+	writeJSON(w, 200, map[string]any{"id": id, "object": "response", "deleted": true})
+}
+
+// inputItems answers GET /v1/responses/{id}/input_items: the items the
+// request sent (not its history), with the ids the mock gave them.
+func (m *Mock) inputItems(w http.ResponseWriter, r *http.Request) {
+	if sr := m.stored(w, r); sr != nil {
+		writeItems(w, r, slices.Clone(sr.input))
+	}
+}
+
+// createConversation answers POST /v1/conversations.
 func (m *Mock) createConversation(w http.ResponseWriter, r *http.Request) {
 	m.lookup()
 	var in struct {
 		Items    json.RawMessage `json:"items"`
 		Metadata json.RawMessage `json:"metadata"`
 	}
-	if err := json.NewDecoder(io.LimitReader(r.Body, 32<<20)).Decode(&in); err != nil {
-		writeError(w, provider.OpenAI, 400, "invalid_request_error", "", "invalid body: "+err.Error(), nil)
+	if err := json.NewDecoder(io.LimitReader(r.Body, 32<<20)).Decode(&in); err != nil && err != io.EOF {
+		oaErrorParam(w, 400, "invalid_request_error", "", "", "We could not parse the JSON body of your request.")
 		return
 	}
-	var items []provider.Item
-	if len(in.Items) > 0 && string(in.Items) != "null" && string(in.Items) != "[]" {
-		var err error
-		if items, err = provider.ParseInput(in.Items); err != nil {
-			writeError(w, provider.OpenAI, 400, "invalid_request_error", "", err.Error(), nil)
+	var items []Item
+	if isSet(in.Items) {
+		var bad *rsInvalid
+		if items, bad = parseItems(in.Items, "items"); bad != nil {
+			oaErrorParam(w, 400, "invalid_request_error", "", bad.param, bad.msg)
 			return
 		}
 	}
@@ -260,63 +298,97 @@ func (m *Mock) createConversation(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.n++
 	id := "conv_mock" + strconv.Itoa(s.n)
-	s.convs[id] = s.name(items, "msg")
+	c := &conversation{items: s.name(items), created: time.Now().Unix(), metadata: in.Metadata}
+	s.convs[id] = c
 	s.mu.Unlock()
-	writeConversation(w, id)
+	writeConversation(w, id, c)
 }
 
-func writeConversation(w http.ResponseWriter, id string) {
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{"id": id, "object": "conversation", "created_at": time.Now().Unix(), "metadata": map[string]string{}})
+// writeConversation writes a conversation object.
+func writeConversation(w http.ResponseWriter, id string, c *conversation) {
+	writeJSON(w, 200, map[string]any{"id": id, "object": "conversation", "created_at": c.created, "metadata": orRaw(c.metadata, `{}`)})
 }
 
-// listItems lists a conversation's items: order desc (the default) or
-// asc, after an item id, at most limit (default 20, at most 100).
+// listItems answers GET /v1/conversations/{id}/items.
 func (m *Mock) listItems(w http.ResponseWriter, r *http.Request) {
 	m.lookup()
 	m.state.mu.Lock()
-	items, ok := m.state.convs[r.PathValue("id")]
-	items = slices.Clone(items)
+	c := m.state.convs[r.PathValue("id")]
+	var items []Item
+	if c != nil {
+		items = slices.Clone(c.items)
+	}
 	m.state.mu.Unlock()
-	if !ok {
-		writeError(w, provider.OpenAI, 404, "invalid_request_error", "not_found", "Conversation with id '"+r.PathValue("id")+"' not found.", nil)
+	if c == nil {
+		rsNotFound(w, "Conversation with id '"+r.PathValue("id")+"' not found.")
 		return
 	}
+	writeItems(w, r, items)
+}
+
+// writeItems writes a page of items, oldest first: order desc (the
+// default) or asc, after an item id, at most limit (default 20, at most
+// 100), with first_id, last_id and has_more.
+func writeItems(w http.ResponseWriter, r *http.Request, items []Item) {
 	q := r.URL.Query()
 	if q.Get("order") != "asc" {
 		slices.Reverse(items)
 	}
 	if after := q.Get("after"); after != "" {
-		for i, it := range items {
-			if it.ID == after {
-				items = items[i+1:]
-				break
-			}
+		if i := slices.IndexFunc(items, func(it Item) bool { return it.ID == after }); i >= 0 {
+			items = items[i+1:]
 		}
 	}
 	limit := 20
 	if n, err := strconv.Atoi(q.Get("limit")); err == nil && n >= 1 && n <= 100 {
 		limit = n
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(provider.ItemList(items, limit))
+	more := len(items) > limit
+	if more {
+		items = items[:limit]
+	}
+	data := make([]map[string]any, len(items))
+	first, last := "", ""
+	for i := range items {
+		data[i] = items[i].wire("completed")
+	}
+	if len(items) > 0 {
+		first, last = items[0].ID, items[len(items)-1].ID
+	}
+	writeJSON(w, 200, map[string]any{"object": "list", "data": data, "first_id": first, "last_id": last, "has_more": more})
 }
 
+// deleteItem answers DELETE /v1/conversations/{id}/items/{item} with the
+// conversation.
 func (m *Mock) deleteItem(w http.ResponseWriter, r *http.Request) {
 	m.lookup()
 	id, item := r.PathValue("id"), r.PathValue("item")
 	s := m.state
 	s.mu.Lock()
-	items, ok := s.convs[id]
-	found := false
-	if i := slices.IndexFunc(items, func(it provider.Item) bool { return it.ID == item }); ok && i >= 0 {
-		s.convs[id] = slices.Delete(items, i, i+1)
-		found = true
+	c, found := s.convs[id], false
+	if c != nil {
+		if i := slices.IndexFunc(c.items, func(it Item) bool { return it.ID == item }); i >= 0 {
+			c.items = slices.Delete(c.items, i, i+1)
+			found = true
+		}
 	}
 	s.mu.Unlock()
-	if !ok || !found {
-		writeError(w, provider.OpenAI, 404, "invalid_request_error", "not_found", "Item with id '"+item+"' not found.", nil)
+	if !found {
+		rsNotFound(w, "Item with id '"+item+"' not found.")
 		return
 	}
-	writeConversation(w, id)
+	writeConversation(w, id, c)
+}
+
+// oaErrorParam writes an error in OpenAI's shape naming the parameter at
+// fault ("" for none).
+func oaErrorParam(w http.ResponseWriter, status int, typ, code, param, msg string) {
+	var c, p any
+	if code != "" {
+		c = code
+	}
+	if param != "" {
+		p = param
+	}
+	writeJSON(w, status, map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": p, "code": c}})
 }

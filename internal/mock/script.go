@@ -3,12 +3,14 @@
 // AWS Bedrock Converse (its event-stream framing and a real SigV4 check),
 // the Gemini API and Vertex AI (with an OAuth2 token endpoint for a
 // service account's signed JWT) (docs/mock.md), faithful to their wire
-// formats: chunk shapes and [DONE], the Anthropic event sequence, usage,
-// error bodies, Retry-After and retry-after-ms. A shared core (script,
-// counters, text, timing, faults) drives one codec per wire format; the
-// codecs are written from the providers' API references, independent of
-// internal/provider (which only the Responses fake still uses), and
-// checked against the official SDKs in the package's tests. Its answers are deterministic text
+// formats: chunk shapes and [DONE], the Anthropic and Responses event
+// sequences, usage, error bodies, Retry-After and retry-after-ms. A shared
+// core (script, counters, text, timing, faults) drives one codec per wire
+// format; the codecs are written from the providers' API references and
+// checked against the official SDKs in the package's tests. The package
+// imports nothing of the gateway's — not internal/provider, nor its SSE,
+// usage or token-estimate code — so that it is an independent witness of
+// the gateway's wire code. Its answers are deterministic text
 // drawn from a seed and the prompt, so a continuation request (assistant
 // prefill, "prefix": true, or vLLM's continue_final_message) carries on
 // exactly where its prefix ends. Faults are scripted per model, per

@@ -48,7 +48,7 @@ func (x *exchange) stream(tokens []string, finish string) {
 	f := x.fault
 	for i, p := range pieces {
 		if f != nil && f.Type == FaultCommitThenReset && i == f.After {
-			x.commit(tokens, finish, "", false)
+			x.commit(x.answerOf(tokens, finish), "", false)
 			panic(http.ErrAbortHandler) // committed whole; the connection drops mid-stream
 		}
 		if f != nil && i == f.After {
@@ -81,14 +81,11 @@ func (x *exchange) stream(tokens []string, finish string) {
 		}
 	}
 	if f != nil && f.Type == FaultCommitThenReset {
-		x.commit(tokens, finish, "", true)
+		x.commit(x.answerOf(tokens, finish), "", true)
 		panic(http.ErrAbortHandler)
 	}
-	tail := st.finish(finish, x.usage(x.out), f == nil || f.Type != FaultNoDone)
-	if x.rs != nil {
-		x.commit(tokens, finish, "", true)
-	}
-	send(tail)
+	// A Responses stream's finish commits the response it ends with.
+	send(st.finish(finish, x.usage(x.out), f == nil || f.Type != FaultNoDone))
 }
 
 // midStream applies a fault once After tokens are out; it reports whether

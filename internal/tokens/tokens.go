@@ -1,8 +1,10 @@
 // Package tokens estimates token counts without a model's tokenizer. The
 // gateway uses it to reserve worst-case cost before dispatch and to charge
 // an attempt whose provider reported no usage (a stream cut before its
-// usage event); the mock provider uses the same function to report usage,
-// so that a receipt and the mock's own counter agree exactly.
+// usage event). The mock provider counts prompts by the same rule
+// (docs/mock.md), written out in its own code rather than calling this
+// one, so that a receipt and the mock's own counter agree exactly and a
+// change to this rule shows up as a disagreement in the tests.
 package tokens
 
 import "unicode/utf8"

@@ -17,7 +17,6 @@ import (
 	"github.com/oncegate/oncegate/internal/ledger/postgres"
 	"github.com/oncegate/oncegate/internal/ledger/sqlite"
 	"github.com/oncegate/oncegate/internal/mock"
-	"github.com/oncegate/oncegate/internal/provider"
 )
 
 const statefulConfig = `
@@ -118,10 +117,7 @@ func TestCrashDuringAStatefulTurn(t *testing.T) {
 		if n := w.mock.Stats().Requests; n != generated {
 			t.Fatalf("the provider generated %d times after the crash: a blind re-send", n-generated)
 		}
-		want := mock.Answer(0, &provider.Request{Messages: []provider.Message{
-			{Role: "user", Parts: []provider.Part{{Type: "text", Text: "hello"}}},
-			{Role: "assistant", Parts: []provider.Part{{Type: "text", Text: outputText(first)}}},
-			{Role: "user", Parts: []provider.Part{{Type: "text", Text: "and then?"}}}}}, 8)
+		want := mock.AnswerTo(0, "", []string{"hello", outputText(first), "and then?"}, 8)
 		if got := outputText(second); got != want {
 			t.Fatalf("turn 2 adopted %q, the provider committed %q", got, want)
 		}
@@ -179,12 +175,7 @@ func TestCrashDuringAGatewayHeldTurn(t *testing.T) {
 		if err != nil || st != 200 {
 			t.Fatalf("turn 3: %d %v %v", st, third, err)
 		}
-		want := mock.Answer(0, &provider.Request{Messages: []provider.Message{
-			{Role: "user", Parts: []provider.Part{{Type: "text", Text: "hello"}}},
-			{Role: "assistant", Parts: []provider.Part{{Type: "text", Text: outputText(first)}}},
-			{Role: "user", Parts: []provider.Part{{Type: "text", Text: "and then?"}}},
-			{Role: "assistant", Parts: []provider.Part{{Type: "text", Text: outputText(second)}}},
-			{Role: "user", Parts: []provider.Part{{Type: "text", Text: "thanks"}}}}}, 8)
+		want := mock.AnswerTo(0, "", []string{"hello", outputText(first), "and then?", outputText(second), "thanks"}, 8)
 		if got := outputText(third); got != want {
 			t.Fatalf("turn 3 read the conversation otherwise: got %q want %q", got, want)
 		}
@@ -220,17 +211,14 @@ func TestCrashWhileRemovingAnOrphan(t *testing.T) {
 		if n := w.mock.Stats().Requests; n != generated {
 			t.Fatalf("the provider generated %d times after the crash", n-generated)
 		}
-		hello := provider.Message{Role: "user", Parts: []provider.Part{{Type: "text", Text: "hello"}}}
-		if got, want := outputText(first), mock.Answer(0, &provider.Request{Messages: []provider.Message{hello}}, 8); got != want {
+		if got, want := outputText(first), mock.AnswerFor(0, "hello", 8); got != want {
 			t.Fatalf("turn 1 read %q, the provider generated %q", got, want)
 		}
 		st, second, err := g2.postTurn(ctx, "", `{"model":"convo","input":"and then?","previous_response_id":"`+first["id"].(string)+`"}`)
 		if err != nil || st != 200 {
 			t.Fatalf("turn 2: %d %v %v", st, second, err)
 		}
-		want := mock.Answer(0, &provider.Request{Messages: []provider.Message{hello,
-			{Role: "assistant", Parts: []provider.Part{{Type: "text", Text: outputText(first)}}},
-			{Role: "user", Parts: []provider.Part{{Type: "text", Text: "and then?"}}}}}, 8)
+		want := mock.AnswerTo(0, "", []string{"hello", outputText(first), "and then?"}, 8)
 		if got := outputText(second); got != want {
 			t.Fatalf("turn 2 was generated from another conversation than the client read: got %q want %q", got, want)
 		}

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/oncegate/oncegate/internal/mock"
-	"github.com/oncegate/oncegate/internal/provider"
 )
 
 // The official Node openai client works unchanged: a conversation through
@@ -67,14 +66,14 @@ models:
 			if err := json.Unmarshal(stdout, &got); err != nil {
 				t.Fatalf("node printed %s: %v", stdout, err)
 			}
-			var msgs []provider.Message
+			var texts []string
 			for i, u := range []string{"hello from node", "and then?", "tell me more"} {
-				msgs = append(msgs, provider.Message{Role: "user", Parts: []provider.Part{{Type: "text", Text: u}}})
-				want := mock.Answer(0, &provider.Request{Messages: msgs}, 7)
+				texts = append(texts, u)
+				want := mock.AnswerTo(0, "", texts, 7)
 				if got.Texts[i] != want {
 					t.Fatalf("turn %d: node read %q, want %q", i+1, got.Texts[i], want)
 				}
-				msgs = append(msgs, provider.Message{Role: "assistant", Parts: []provider.Part{{Type: "text", Text: want}}})
+				texts = append(texts, want)
 			}
 			if got.Deltas != got.Texts[2] || got.Events[0] != "response.created" || got.Events[1] != "response.completed" ||
 				got.Retrieved != got.Texts[1] || len(got.InputItems) != 1 || got.InputItems[0] != "tell me more" ||
