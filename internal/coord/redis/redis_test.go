@@ -561,7 +561,8 @@ func testALapsedClaimIsNotRenewed(t *testing.T, d redistest.Deployment) {
 	kept, _ := a.Place(ctx, arrival("kept", "sha"))
 	v, _ := a.claims.Load("k:lapsed")
 	v.(*claim).until.Store(time.Now().Add(-time.Second).UnixNano()) // this gateway's lease ran out
-	for _, id := range []string{"k:lapsed", "k:kept"} {             // one key a command: in a cluster they are on different shards
+	// One key a command: in a cluster they are on different shards.
+	for _, id := range []string{"k:lapsed", "k:kept"} {
 		if err := a.rdb.Del(ctx, a.key(nsClaim, id)).Err(); err != nil {
 			t.Fatal(err)
 		}

@@ -94,13 +94,30 @@ func IsURL(s string) bool {
 // starts every key and channel; the other options are go-redis's own for
 // that kind of client (pool_size, client_name, …).
 func ParseURL(raw string) (*Target, error) {
-	u, err := url.Parse(raw)
+	scheme, rest, _ := strings.Cut(raw, "://")
+	if !IsURL(raw) {
+		return nil, fmt.Errorf("coordination URL: unknown scheme %q (want %s)", scheme, strings.Join(schemeList(), ", "))
+	}
+	base, mode, multi := strings.Cut(scheme, "+")
+	// The host part of a multi-host URL is read here: net/url takes one
+	// host (and refuses [::1] among several).
+	var authority string
+	if multi {
+		i := strings.IndexAny(rest, "/?#")
+		if i < 0 {
+			i = len(rest)
+		}
+		authority, rest = rest[:i], rest[i:]
+		if at := strings.LastIndexByte(authority, '@'); at >= 0 {
+			rest = authority[:at+1] + "x" + rest
+			authority = authority[at+1:]
+		} else {
+			rest = "x" + rest
+		}
+	}
+	u, err := url.Parse(base + "://" + rest)
 	if err != nil {
 		return nil, fmt.Errorf("coordination URL: %w", unwrapURLError(err))
-	}
-	base, mode, ok := strings.Cut(u.Scheme, "+")
-	if !IsURL(raw) || (base != "redis" && base != "rediss") {
-		return nil, fmt.Errorf("coordination URL: unknown scheme %q (want %s)", u.Scheme, strings.Join(schemeList(), ", "))
 	}
 	t := &Target{TLS: base == "rediss", Prefix: defaultPrefix}
 	q := u.Query()
@@ -110,26 +127,24 @@ func ParseURL(raw string) (*Target, error) {
 		}
 		q.Del("key_prefix")
 	}
-	if !ok {
-		return t, t.parseSingle(u, q)
+	if !multi {
+		if err := t.parseSingle(u, q); err != nil {
+			return nil, err
+		}
+		return t, nil
 	}
-	hosts, err := parseHosts(u.Host)
-	if err != nil {
+	if t.Hosts, err = parseHosts(authority); err != nil {
 		return nil, err
 	}
-	t.Hosts = hosts
 	for _, k := range []string{"addr", "username", "password"} {
 		if q.Has(k) {
-			return nil, fmt.Errorf("coordination URL: %s is not an option of %s:// (list every host before the path, and put the servers' credentials before the @)", k, u.Scheme)
+			return nil, fmt.Errorf("coordination URL: %s is not an option of %s:// (list every host before the path, and put the servers' credentials before the @)", k, scheme)
 		}
 	}
-	switch mode {
-	case "sentinel":
-		t.Mode = Sentinel
-		err = t.parseSentinel(u, q)
-	case "cluster":
-		t.Mode = Cluster
-		err = t.parseCluster(u, q)
+	if mode == "sentinel" {
+		t.Mode, err = Sentinel, t.parseSentinel(scheme, u, q)
+	} else {
+		t.Mode, err = Cluster, t.parseCluster(u, q)
 	}
 	if err != nil {
 		return nil, err
@@ -196,10 +211,10 @@ func (t *Target) parseSingle(u *url.URL, q url.Values) error {
 	return nil
 }
 
-func (t *Target) parseSentinel(u *url.URL, q url.Values) error {
+func (t *Target) parseSentinel(scheme string, u *url.URL, q url.Values) error {
 	t.Master = q.Get("master_name")
 	if t.Master == "" {
-		return fmt.Errorf("coordination URL: %s:// needs master_name, the name the sentinels know the master by", u.Scheme)
+		return fmt.Errorf("coordination URL: %s:// needs master_name, the name the sentinels know the master by", scheme)
 	}
 	// go-redis's failover URL takes the sentinels' credentials from its
 	// userinfo and the servers' from its query: the other way round from

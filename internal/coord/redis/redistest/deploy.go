@@ -55,7 +55,7 @@ var shared struct {
 	mu       sync.Mutex
 	main     bool
 	stops    []func()
-	cluster  []string // its nodes' host:port
+	cluster  *Cluster
 	sentinel *Sentinel
 	err      error // why they could not start
 }
@@ -88,18 +88,93 @@ func ClusterURL(tb testing.TB) string {
 	needServers(tb)
 	shared.mu.Lock()
 	if shared.cluster == nil && shared.err == nil {
-		var stop func()
-		shared.cluster, stop, shared.err = startCluster(3)
-		if stop != nil {
-			shared.stops = append(shared.stops, stop)
+		var c *Cluster
+		c, shared.err = startCluster(3)
+		if c != nil {
+			shared.cluster = c
+			shared.stops = append(shared.stops, c.stop)
 		}
 	}
-	nodes, err := shared.cluster, shared.err
+	c, err := shared.cluster, shared.err
 	shared.mu.Unlock()
 	if err != nil {
 		tb.Fatalf("start a Redis Cluster: %v", err)
 	}
-	return namespace(tb, "redis+cluster://"+strings.Join(nodes, ","))
+	return c.URL(tb)
+}
+
+// NewCluster starts a three-node cluster for one test (stopped when it
+// ends): Stop and Start take a node down and back.
+func NewCluster(tb testing.TB) *Cluster {
+	tb.Helper()
+	needServers(tb)
+	c, err := startCluster(3)
+	if c != nil {
+		tb.Cleanup(c.stop)
+	}
+	if err != nil {
+		tb.Fatalf("start a Redis Cluster: %v", err)
+	}
+	return c
+}
+
+// Cluster is a Redis Cluster of the tests' own: masters, no replicas.
+type Cluster struct {
+	dir   string
+	nodes []*process
+}
+
+// URL is a redis+cluster:// URL of the cluster with a fresh key_prefix.
+func (c *Cluster) URL(tb testing.TB) string {
+	return namespace(tb, "redis+cluster://"+strings.Join(c.Addrs(), ","))
+}
+
+// Addrs are the nodes' host:port.
+func (c *Cluster) Addrs() []string {
+	out := make([]string, len(c.nodes))
+	for i, p := range c.nodes {
+		out[i] = p.addr
+	}
+	return out
+}
+
+// Stop kills node i (SIGKILL: it keeps no data, only its cluster
+// configuration).
+func (c *Cluster) Stop(i int) { c.nodes[i].kill() }
+
+// Start starts node i again and waits until every node says the cluster
+// is ok.
+func (c *Cluster) Start(tb testing.TB, i int) {
+	tb.Helper()
+	if err := c.nodes[i].start(); err != nil {
+		tb.Fatal(err)
+	}
+	if err := c.waitOK(); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+func (c *Cluster) stop() {
+	for _, p := range c.nodes {
+		p.kill()
+	}
+	_ = os.RemoveAll(c.dir)
+}
+
+// waitOK waits until every node says cluster_state:ok and knows them all.
+func (c *Cluster) waitOK() error {
+	for _, p := range c.nodes {
+		rdb := goredis.NewClient(&goredis.Options{Addr: p.addr})
+		err := until(30*time.Second, func(ctx context.Context) bool {
+			v, err := rdb.ClusterInfo(ctx).Result()
+			return err == nil && strings.Contains(v, "cluster_state:ok") && strings.Contains(v, "cluster_known_nodes:"+strconv.Itoa(len(c.nodes)))
+		})
+		_ = rdb.Close()
+		if err != nil {
+			return fmt.Errorf("node %s: cluster state never ok: %w (logs in %s)", p.addr, err, c.dir)
+		}
+	}
+	return nil
 }
 
 // SentinelURL returns a redis+sentinel:// URL with a fresh key_prefix on
@@ -209,6 +284,8 @@ func freePort() (int, error) {
 // process is a redis-server of the tests' own.
 type process struct {
 	addr string
+	args []string
+	dir  string
 	cmd  *exec.Cmd
 }
 
@@ -219,21 +296,26 @@ func startServer(dir string, args ...string) (*process, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &process{addr: "127.0.0.1:" + strconv.Itoa(port)}
-	all := append([]string{}, args...)
-	all = append(all, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+	p := &process{addr: "127.0.0.1:" + strconv.Itoa(port), dir: dir}
+	p.args = append(append([]string{}, args...), "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"))
-	p.cmd = exec.Command("redis-server", all...)
+	return p, p.start()
+}
+
+// start starts the server (again: empty, on its port) and waits until
+// it answers.
+func (p *process) start() error {
+	p.cmd = exec.Command("redis-server", p.args...)
 	if err := p.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start redis-server: %w", err)
+		return fmt.Errorf("start redis-server: %w", err)
 	}
 	rdb := goredis.NewClient(&goredis.Options{Addr: p.addr})
 	defer rdb.Close()
 	if err := until(10*time.Second, func(ctx context.Context) bool { return rdb.Ping(ctx).Err() == nil }); err != nil {
 		p.kill()
-		return nil, fmt.Errorf("redis-server on %s did not answer: %w (log in %s)", p.addr, err, dir)
+		return fmt.Errorf("redis-server on %s did not answer: %w (log in %s)", p.addr, err, p.dir)
 	}
-	return p, nil
+	return nil
 }
 
 func (p *process) kill() {
@@ -263,51 +345,33 @@ func until(d time.Duration, cond func(ctx context.Context) bool) error {
 // startCluster starts n masters and makes them a cluster
 // (redis-cli --cluster create), waiting until every node says
 // cluster_state:ok.
-func startCluster(n int) (nodes []string, stop func(), err error) {
+func startCluster(n int) (*Cluster, error) {
 	dir, err := os.MkdirTemp("", "oncegate-redis-cluster")
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	var procs []*process
-	stop = func() {
-		for _, p := range procs {
-			p.kill()
-		}
-		_ = os.RemoveAll(dir)
-	}
+	c := &Cluster{dir: dir}
 	for i := range n {
 		d := filepath.Join(dir, strconv.Itoa(i))
 		if err := os.Mkdir(d, 0o755); err != nil {
-			return nil, stop, err
+			return c, err
 		}
 		busPort, err := freePort()
 		if err != nil {
-			return nil, stop, err
+			return c, err
 		}
 		p, err := startServer(d, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(d, "nodes.conf"),
 			"--cluster-port", strconv.Itoa(busPort), "--cluster-node-timeout", "2000")
 		if err != nil {
-			return nil, stop, err
+			return c, err
 		}
-		procs = append(procs, p)
-		nodes = append(nodes, p.addr)
+		c.nodes = append(c.nodes, p)
 	}
-	create := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, nodes...), "--cluster-replicas", "0", "--cluster-yes")...)
+	create := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, c.Addrs()...), "--cluster-replicas", "0", "--cluster-yes")...)
 	if out, err := create.CombinedOutput(); err != nil {
-		return nil, stop, fmt.Errorf("redis-cli --cluster create: %v\n%s", err, out)
+		return c, fmt.Errorf("redis-cli --cluster create: %v\n%s", err, out)
 	}
-	for _, addr := range nodes {
-		rdb := goredis.NewClient(&goredis.Options{Addr: addr})
-		err := until(30*time.Second, func(ctx context.Context) bool {
-			v, err := rdb.ClusterInfo(ctx).Result()
-			return err == nil && strings.Contains(v, "cluster_state:ok") && strings.Contains(v, "cluster_known_nodes:"+strconv.Itoa(n))
-		})
-		_ = rdb.Close()
-		if err != nil {
-			return nil, stop, fmt.Errorf("node %s: cluster state never ok: %w", addr, err)
-		}
-	}
-	return nodes, stop, nil
+	return c, c.waitOK()
 }
 
 // Sentinel is a master that Redis Sentinel watches, with (if started
@@ -351,8 +415,13 @@ func (s *Sentinel) MasterAddr(ctx context.Context) (string, error) {
 	return net.JoinHostPort(v[0], v[1]), nil
 }
 
-// Failover has the Sentinel promote the replica and waits until the
-// Sentinel names it master and it says so itself.
+// Failover has the Sentinel promote the replica (SENTINEL FAILOVER: a
+// switchover, the old master still running), and waits until it is
+// over: the Sentinel names the replica master, it says so itself, and
+// the old master has become its replica — until then the old master
+// still takes writes, which its conversion discards. The Sentinel would
+// convert the old master at its next look, up to ten seconds later;
+// Failover sends it the same REPLICAOF at once.
 func (s *Sentinel) Failover(tb testing.TB) {
 	tb.Helper()
 	if s.replica == nil {
@@ -365,18 +434,28 @@ func (s *Sentinel) Failover(tb testing.TB) {
 	if err := sc.Failover(ctx, s.Name).Err(); err != nil {
 		tb.Fatalf("SENTINEL FAILOVER: %v", err)
 	}
-	rdb := goredis.NewClient(&goredis.Options{Addr: s.replica.addr})
-	defer rdb.Close()
-	err := until(30*time.Second, func(ctx context.Context) bool {
-		addr, err := s.MasterAddr(ctx)
-		if err != nil || addr != s.replica.addr {
+	promoted := goredis.NewClient(&goredis.Options{Addr: s.replica.addr})
+	defer promoted.Close()
+	demoted := goredis.NewClient(&goredis.Options{Addr: s.master.addr})
+	defer demoted.Close()
+	host, port, _ := net.SplitHostPort(s.replica.addr)
+	err := until(60*time.Second, func(ctx context.Context) bool {
+		m, err := sc.Master(ctx, s.Name).Result()
+		if err != nil || net.JoinHostPort(m["ip"], m["port"]) != s.replica.addr || strings.Contains(m["flags"], "failover") {
 			return false
 		}
-		role, err := rdb.Do(ctx, "ROLE").Slice()
-		return err == nil && len(role) > 0 && role[0] == "master"
+		if role, err := promoted.Do(ctx, "ROLE").Slice(); err != nil || len(role) == 0 || role[0] != "master" {
+			return false
+		}
+		info, err := demoted.Info(ctx, "replication").Result()
+		if err == nil && strings.Contains(info, "role:master") {
+			demoted.SlaveOf(ctx, host, port)
+		}
+		return err == nil && strings.Contains(info, "role:slave") && strings.Contains(info, "master_port:"+port) &&
+			strings.Contains(info, "master_link_status:up")
 	})
 	if err != nil {
-		tb.Fatalf("the replica was never promoted: %v", err)
+		tb.Fatalf("the failover never completed: %v", err)
 	}
 	s.master, s.replica = s.replica, s.master
 }
@@ -402,13 +481,15 @@ func startSentinel(withReplica bool) (*Sentinel, error) {
 		_ = os.Mkdir(d, 0o755)
 		return d
 	}
-	if s.master, err = startServer(sub("master")); err != nil {
+	// A replica's first sync at once, not after the default 5 s delay.
+	quick := []string{"--repl-diskless-sync-delay", "0"}
+	if s.master, err = startServer(sub("master"), quick...); err != nil {
 		s.stop()
 		return nil, err
 	}
 	if withReplica {
 		host, port, _ := net.SplitHostPort(s.master.addr)
-		if s.replica, err = startServer(sub("replica"), "--replicaof", host, port); err != nil {
+		if s.replica, err = startServer(sub("replica"), append(quick, "--replicaof", host, port)...); err != nil {
 			s.stop()
 			return nil, err
 		}
