@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/oncegate/oncegate/internal/coord/redis/redistest"
+	"github.com/oncegate/oncegate/internal/ledger/postgres/pgtest"
 	"github.com/oncegate/oncegate/internal/mock"
 )
 
@@ -101,5 +102,56 @@ func oneGatewayOn(t *testing.T, coordination string) {
 	}
 	if len(admitted) != 2 {
 		t.Fatalf("%d of 3 admitted in a minute of 2", len(admitted))
+	}
+}
+
+// Two replicas whose store URL lists a PostgreSQL primary and its standby
+// (target_session_attrs=read-write) survive a primary switch: while no
+// server takes writes a new request is refused 503 store_unavailable,
+// nothing sent upstream; once the standby is promoted, each replica
+// serves again from its first request on, and every request answered
+// before the switch is replayed from the promoted standby, byte for
+// byte, on either replica.
+func TestReplicasSurviveAPostgreSQLPrimarySwitch(t *testing.T) {
+	pair := pgtest.NewPair(t)
+	f := newFleetWith(t, 2, mock.Config{Tokens: 4}, "", func(f *fleet) { f.store = pair.URL() })
+	ctx := context.Background()
+	const n = 12
+	body := func(key string) string { return chatJSON("chat", "before the switch: "+key, len(key)%2 == 1, "") }
+	before := map[string]call{}
+	for i := range n {
+		key := fmt.Sprintf("switch-%d", i)
+		c := send(ctx, f.gws[i%2], apiKey, key, false, body(key))
+		if c.status != 200 {
+			t.Fatalf("%s: %v", key, c)
+		}
+		before[key] = c
+	}
+	pair.StopPrimary()
+	for r, g := range f.gws {
+		c := send(ctx, g, apiKey, fmt.Sprintf("during-%d", r), false, chatJSON("chat", "while no server takes writes", false, ""))
+		if c.status != 503 || errorCode(c) != "store_unavailable" || c.header.Get("x-should-retry") != "true" {
+			t.Fatalf("replica %d while no server takes writes: %v", r, c)
+		}
+	}
+	if got := f.primary.Stats().Requests; got != n {
+		t.Fatalf("the provider saw %d requests, want %d: a refused request was sent", got, n)
+	}
+	pair.Promote()
+	for r, g := range f.gws {
+		if c := send(ctx, g, apiKey, fmt.Sprintf("after-%d", r), false, chatJSON("chat", "after the switch", false, "")); c.status != 200 {
+			t.Fatalf("replica %d, its first request after the promotion: %v", r, c)
+		}
+	}
+	i := 0
+	for key, first := range before {
+		i++
+		c := send(ctx, f.gws[i%2], apiKey, key, false, body(key))
+		if c.status != 200 || c.header.Get("X-Oncegate-Dedup") != "replayed" || !bytes.Equal(c.body, first.body) {
+			t.Fatalf("%s, answered before the switch, asked again after it: %v (want a byte-for-byte replay of %s)", key, c, first.body)
+		}
+	}
+	if got := f.primary.Stats().Requests; got != n+2 {
+		t.Fatalf("the provider saw %d requests, want %d", got, n+2)
 	}
 }
