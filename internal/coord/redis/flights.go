@@ -285,12 +285,14 @@ const listenCheckEvery = 250 * time.Millisecond
 
 // listening reports whether Redis counts this gateway as listening on its
 // channel, or cannot say (it is down: go-redis subscribes again when it
-// is back).
+// is back). It is no verdict on Redis's availability: the node it asks
+// may answer while the deployment cannot serve (a cluster that lost
+// another shard).
 func (c *Coordinator) listening() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
 	defer cancel()
 	n, err := c.listeners(ctx, c.cfg.Owner)
-	return c.check(err) != nil || n > 0
+	return err != nil || n > 0
 }
 
 // resubscribe subscribes to this gateway's channel again, on the node
@@ -310,7 +312,6 @@ func (c *Coordinator) resubscribe() *goredis.PubSub {
 			c.log.Info("coordination: subscribed again to this gateway's channel, which Redis had dropped (a failover, or a cluster moved its slot)")
 			return ps
 		}
-		c.check(err)
 		select {
 		case <-c.stop:
 			return nil
@@ -546,7 +547,8 @@ func (r *remote) ownerHolds(ctx context.Context) bool {
 		return false
 	}
 	n, err := r.c.listeners(ctx, r.r.Owner)
-	if r.c.check(err) != nil {
+	if err != nil {
+		r.c.check(err)
 		return false
 	}
 	return n > 0

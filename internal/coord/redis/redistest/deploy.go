@@ -306,6 +306,7 @@ func startServer(dir string, args ...string) (*process, error) {
 // it answers.
 func (p *process) start() error {
 	p.cmd = exec.Command("redis-server", p.args...)
+	dieWithTests(p.cmd)
 	if err := p.cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}
@@ -449,7 +450,7 @@ func (s *Sentinel) Failover(tb testing.TB) {
 		}
 		info, err := demoted.Info(ctx, "replication").Result()
 		if err == nil && strings.Contains(info, "role:master") {
-			demoted.SlaveOf(ctx, host, port)
+			demoted.ReplicaOf(ctx, host, port)
 		}
 		return err == nil && strings.Contains(info, "role:slave") && strings.Contains(info, "master_port:"+port) &&
 			strings.Contains(info, "master_link_status:up")
