@@ -88,6 +88,8 @@ func TestServeRefusesWhatItCannotServe(t *testing.T) {
 	}{
 		{[]string{"--coordination", "etcd://x"}, `coordination "etcd://x": want local or redis://`},
 		{[]string{"--coordination", "redis://127.0.0.1:9/0"}, "can be opened by one process only"},
+		{[]string{"--coordination", "redis+cluster://127.0.0.1:7000,127.0.0.1"}, `host 2 of 2 is "127.0.0.1": want host:port`},
+		{[]string{"--coordination", "redis+cluster://127.0.0.1:7000,127.0.0.1:7001"}, "can be opened by one process only"},
 		{[]string{"--store", "mysql://x"}, `store "mysql://x": want sqlite://PATH, postgres://… or memory://`},
 	} {
 		code, _, errOut := runCLI(append([]string{"serve", "--config", "../../examples/quickstart.yaml", "--listen", "127.0.0.1:0"}, c.args...)...)
