@@ -199,6 +199,9 @@ func probeCoordination(ctx context.Context, c *config.Config) (string, error) {
 	if err != nil {
 		return line, err
 	}
+	if info.Detail != "" {
+		line += ": " + info.Detail
+	}
 	return fmt.Sprintf("%s: Redis %s, ping %v", line, info.Version, info.Ping.Round(10*time.Microsecond)), nil
 }
 

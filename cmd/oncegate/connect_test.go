@@ -45,6 +45,28 @@ func TestCheckConnectAndMigrate(t *testing.T) {
 	}
 }
 
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }
+
+// check --connect reaches a Redis Sentinel's master and a Redis Cluster,
+// and says what each is; an unreachable cluster fails it, named.
+func TestCheckConnectReachesSentinelAndCluster(t *testing.T) {
+	store := pgtest.URL(t)
+	for _, c := range []struct{ url, want string }{
+		{redistest.SentinelURL(t), ": master oncegate-test (master), 0 replica(s) connected: Redis 7"},
+		{redistest.ClusterURL(t), ": cluster of 3 shard(s), 3 node(s), state ok: Redis 7"},
+	} {
+		code, out, errOut := runCLI("check", "--connect", "--config", withStores(t, store, c.url))
+		if code != 0 || !strings.Contains(out, c.want) {
+			t.Fatalf("%s: exit %d\n%s\n%s", c.url, code, out, errOut)
+		}
+	}
+	down := "redis+cluster://127.0.0.1:9,127.0.0.1:10"
+	code, out, errOut := runCLI("check", "--connect", "--config", withStores(t, store, down))
+	if code != 1 || !strings.Contains(errOut, "coordination "+down) || strings.Contains(out, "configuration OK") {
+		t.Fatalf("an unreachable cluster: exit %d\n%s\n%s", code, out, errOut)
+	}
+}
+
 // Unreachable parts fail check --connect, each named.
 func TestCheckConnectNamesWhatIsUnreachable(t *testing.T) {
 	cfg := withStores(t, "postgres://postgres@127.0.0.1:9/test?sslmode=disable&connect_timeout=2", "redis://127.0.0.1:9/0")
@@ -66,6 +88,8 @@ func TestServeRefusesWhatItCannotServe(t *testing.T) {
 	}{
 		{[]string{"--coordination", "etcd://x"}, `coordination "etcd://x": want local or redis://`},
 		{[]string{"--coordination", "redis://127.0.0.1:9/0"}, "can be opened by one process only"},
+		{[]string{"--coordination", "redis+cluster://127.0.0.1:7000,127.0.0.1"}, `host 2 of 2 is "127.0.0.1": want host:port`},
+		{[]string{"--coordination", "redis+cluster://127.0.0.1:7000,127.0.0.1:7001"}, "can be opened by one process only"},
 		{[]string{"--store", "mysql://x"}, `store "mysql://x": want sqlite://PATH, postgres://… or memory://`},
 	} {
 		code, _, errOut := runCLI(append([]string{"serve", "--config", "../../examples/quickstart.yaml", "--listen", "127.0.0.1:0"}, c.args...)...)

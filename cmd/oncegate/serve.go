@@ -67,8 +67,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		coordURL = *coordFlag
 	}
 	if coordURL != "local" && !policy.IsRedis(coordURL) {
-		fmt.Fprintf(stderr, "oncegate serve: coordination %q: want local or redis://…\n", coordURL)
+		fmt.Fprintf(stderr, "oncegate serve: coordination %q: want local or redis://… (redis+sentinel://…, redis+cluster://…)\n", coordURL)
 		return 2
+	}
+	if policy.IsRedis(coordURL) {
+		if _, err := redis.ParseURL(coordURL); err != nil {
+			fmt.Fprintf(stderr, "oncegate serve: %v\n", err)
+			return 2
+		}
 	}
 	if policy.IsRedis(coordURL) && !policy.IsPostgres(storeURL) {
 		fmt.Fprintf(stderr, "oncegate serve: coordination %s shares state between gateways, but store %s can be opened by one process only: use postgres://…\n",
@@ -154,8 +160,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "oncegate metrics on http://%s/metrics\n", mln.Addr())
 	}
 	fmt.Fprintf(stdout, "oncegate listening on http://%s (policy %s, gateway %s)\n", ln.Addr(), pol.Digest[:12], opts.Owner)
+	coordText := coordURL
+	if policy.IsRedis(coordURL) {
+		coordText = redis.Redact(coordURL) // a Sentinel's password may be in its query
+	}
 	log.Info("listening", "addr", ln.Addr().String(), "policy", pol.Digest[:12], "gateway", opts.Owner,
-		"store", redactURL(storeURL), "coordination", redactURL(coordURL), "version", strings.SplitN(versionText(), "\n", 2)[0],
+		"store", redactURL(storeURL), "coordination", coordText, "version", strings.SplitN(versionText(), "\n", 2)[0],
 		"models", len(pol.Aliases), "tenants", len(pol.Tenants), "gogc", gcText(mem), "memory_limit", limitText(mem))
 	if err := g.Serve(ctx, ln); err != nil {
 		fmt.Fprintf(stderr, "oncegate serve: %v\n", err)

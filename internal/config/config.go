@@ -31,15 +31,20 @@ type Config struct {
 	// Store is where the ledger, receipts and conversations live:
 	// "sqlite://PATH" (a relative PATH is relative to the configuration
 	// file's directory), "postgres://…" (several replicas; a password is
-	// best left out of the URL: PGPASSFILE or PGPASSWORD) or "memory://"
+	// best left out of the URL: PGPASSFILE or PGPASSWORD; a primary and
+	// its standbys are listed host:port,host:port with
+	// ?target_session_attrs=read-write, docs/replicas.md) or "memory://"
 	// (in the process only: nothing outlives it). Default
 	// "sqlite://oncegate.db".
 	Store string `yaml:"store" default:"sqlite://oncegate.db"`
 	// Coordination is where in-flight claims, joins, breakers and the fleet
-	// retry budget are shared: "local" (one process) or "redis://…"
-	// (replicas; ?key_prefix=NAME: namespaces the keys — quote such a URL
-	// in YAML, "redis://host:6379/0?key_prefix=NAME:", as a plain value
-	// ending in ":" is not YAML). Default "local".
+	// retry budget are shared: "local" (one process) or, for replicas, one
+	// Redis server "redis://host:port/db", a master Redis Sentinel fails
+	// over "redis+sentinel://host:port,host:port/db?master_name=NAME", or
+	// a Redis Cluster "redis+cluster://host:port,host:port" (rediss… for
+	// TLS; docs/replicas.md). ?key_prefix=NAME: namespaces the keys —
+	// quote such a URL in YAML, "redis://host:6379/0?key_prefix=NAME:", as
+	// a plain value ending in ":" is not YAML. Default "local".
 	Coordination string `yaml:"coordination" default:"local"`
 	// SecretEnv names the environment variable holding the fingerprint
 	// HMAC secret; at most one of secret_env and secret_file. Empty (the

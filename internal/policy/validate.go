@@ -16,7 +16,6 @@ import (
 	"github.com/oncegate/oncegate/internal/provider"
 	"github.com/oncegate/oncegate/internal/provider/registry"
 	"github.com/oncegate/oncegate/internal/retry"
-	"github.com/redis/go-redis/v9"
 )
 
 // validator collects every violation in one pass over the configuration.
@@ -465,10 +464,9 @@ func IsPostgres(store string) bool {
 	return strings.HasPrefix(store, "postgres://") || strings.HasPrefix(store, "postgresql://")
 }
 
-// IsRedis reports whether a coordination URL names Redis.
-func IsRedis(coordination string) bool {
-	return strings.HasPrefix(coordination, "redis://") || strings.HasPrefix(coordination, "rediss://")
-}
+// IsRedis reports whether a coordination URL names Redis: one server, a
+// Sentinel's, or a cluster (docs/replicas.md).
+func IsRedis(coordination string) bool { return rediscoord.IsURL(coordination) }
 
 // coordination checks the coordination URL, and that replicas sharing it
 // can share the store too.
@@ -476,18 +474,14 @@ func (v *validator) coordination(s, store string) {
 	switch {
 	case s == "local":
 	case IsRedis(s):
-		u, _, err := rediscoord.SplitPrefix(s)
-		if err == nil {
-			_, err = redis.ParseURL(u)
-		}
-		if err != nil {
+		if _, err := rediscoord.ParseURL(s); err != nil {
 			v.fail("coordination", "%v", err)
 		}
 		if !IsPostgres(store) {
 			v.fail("coordination", "%s shares state between several gateways, but store %q can be opened by one process only: use postgres://… (or coordination: local)", rediscoord.Redact(s), store)
 		}
 	default:
-		v.fail("coordination", "want local or redis://…, found %q", s)
+		v.fail("coordination", "want local or redis://… (redis+sentinel://… for Redis Sentinel, redis+cluster://… for Redis Cluster), found %q", s)
 	}
 }
 

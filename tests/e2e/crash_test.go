@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/coord/redis/redistest"
 	"github.com/oncegate/oncegate/internal/ledger/postgres/pgtest"
 	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/receipt"
@@ -38,7 +39,7 @@ func TestMain(m *testing.M) {
 	if err := build.Run(); err != nil {
 		panic("build the binary: " + err.Error())
 	}
-	code := m.Run()
+	code := redistest.Main(m) // runs the tests, then stops the Redis deployments they started
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -185,7 +185,9 @@ func (b *Breakers) AddRoutes(routes []string) {
 	}
 }
 
-func (b *Breakers) key(route string) string { return b.c.prefix + "breaker:" + route }
+// key is route's breaker hash; its window counts and its replicas' in
+// flight are keys made from it by appending, in its slot.
+func (b *Breakers) key(route string) string { return b.c.key("breaker:", route) }
 
 // Allows reports whether route would admit an attempt now, by this
 // gateway's copy of its state.

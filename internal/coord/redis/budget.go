@@ -169,7 +169,9 @@ func (b *Budget) providers() []string {
 	return out
 }
 
-func (b *Budget) key(provider string) string { return b.c.prefix + "budget:" + provider + ":" }
+// key starts the names of provider's window slots (the script appends
+// the slot's number: one hash slot for them all in a cluster).
+func (b *Budget) key(provider string) string { return b.c.key("budget:", provider) + ":" }
 
 func (b *Budget) args(ctx context.Context, s goredis.Scripter, provider string, firsts int64, take bool) *goredis.Cmd {
 	t := "0"

@@ -42,7 +42,9 @@ type claimValue struct {
 // the tenant's rate (KEYS[2], when ARGV[3], the requests per minute, is
 // not 0): a new logical request counts against the rate, a join does
 // not. ARGV: value, TTL ms, rpm, now ms. Returns {0} when it claimed, {1,
-// value} when a claim exists, {2, ms} when the rate refused.
+// value} when a claim exists, {2, ms} when the rate refused. In a cluster
+// the claim and the tenant's bucket are on different shards: it is run
+// with the claim alone and rpm 0, and the token is taken after (claim).
 var scriptClaim = goredis.NewScript(rateLib + `
 local v = redis.call('GET', KEYS[1])
 if v then return {1, v} end
@@ -80,11 +82,14 @@ func (c *Coordinator) Place(ctx context.Context, a coord.Arrival) (coord.Place, 
 		return coord.Place{Flight: f, Work: work}, err
 	}
 	p := coord.Place{Flight: f, Owner: true, Work: work}
-	key := c.prefix + prefixClaim + a.Identity
+	key := c.key(nsClaim, a.Identity)
 	v, _ := json.Marshal(claimValue{Owner: c.cfg.Owner, RequestID: a.RequestID, SHA256: a.SHA256, Deadline: a.Deadline.UnixMilli()})
 	now := c.clock.Now()
-	res, err := scriptClaim.Run(ctx, c.rdb, []string{key, rateKey(c.prefix, a.Tenant)}, string(v), c.cfg.LeaseTTL.Milliseconds(),
-		a.RequestsPerMinute, now.UnixMilli()).Slice()
+	keys, rpm := []string{key, c.rateKey(tenantNS, a.Tenant)}, a.RequestsPerMinute
+	if c.clustered() {
+		keys, rpm = keys[:1], 0
+	}
+	res, err := scriptClaim.Run(ctx, c.rdb, keys, string(v), c.cfg.LeaseTTL.Milliseconds(), rpm, now.UnixMilli()).Slice()
 	if err = c.check(err); err != nil || len(res) == 0 {
 		p.Err = err
 		if err == nil {
@@ -95,9 +100,15 @@ func (c *Coordinator) Place(ctx context.Context, a coord.Arrival) (coord.Place, 
 	switch kind, _ := res[0].(int64); kind {
 	case 0:
 		cl := newClaim(key, string(v), now.Add(c.cfg.LeaseTTL))
+		p.RateTaken = true
+		if c.clustered() && a.RequestsPerMinute != 0 {
+			if p.Err = c.takeAfterClaim(ctx, a, now); p.Err != nil {
+				c.unclaim(ctx, cl)
+				return p, nil
+			}
+		}
 		c.claims.Store(a.Identity, cl)
 		f.SetOnFinish(func() { c.release(a.Identity, cl) })
-		p.RateTaken = true
 		return p, nil
 	case 2:
 		wait, _ := res[1].(int64)
@@ -127,6 +138,32 @@ func (c *Coordinator) Place(ctx context.Context, a coord.Arrival) (coord.Place, 
 func (c *Coordinator) release(identity string, cl *claim) {
 	c.claims.CompareAndDelete(identity, cl)
 	c.batch.add(func(p goredis.Pipeliner) { scriptRelease.Eval(context.Background(), p, []string{cl.key}, cl.value) })
+}
+
+// takeAfterClaim takes a token of the tenant's rate for a request just
+// claimed, in a cluster (scriptClaim): nil if it was taken.
+func (c *Coordinator) takeAfterClaim(ctx context.Context, a coord.Arrival, now time.Time) error {
+	v, err := scriptRate.Run(ctx, c.rdb, []string{c.rateKey(tenantNS, a.Tenant)}, now.UnixMilli(), a.RequestsPerMinute).Int64Slice()
+	if err = c.check(err); err != nil {
+		return err
+	}
+	if len(v) != 2 {
+		return fmt.Errorf("%w: the rate script answered %v", coord.ErrUnavailable, v)
+	}
+	if v[0] == 0 {
+		return &coord.RateLimited{RetryAfter: time.Duration(v[1]) * time.Millisecond}
+	}
+	return nil
+}
+
+// unclaim lets a claim go at once: its request was refused (the claim
+// then lasted one round trip; an arrival that met it meanwhile joined a
+// refused request of the same tenant, and gets the same refusal). If
+// Redis does not answer, the claim lapses with its TTL.
+func (c *Coordinator) unclaim(ctx context.Context, cl *claim) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ioTimeout)
+	defer cancel()
+	c.check(scriptRelease.Run(ctx, c.rdb, []string{cl.key}, cl.value).Err())
 }
 
 // renewClaims renews every claim this gateway holds, every Renew, in one
@@ -191,31 +228,32 @@ type watchMsg struct {
 	Retries   int    `json:"n,omitempty"`
 }
 
-// subscribe subscribes to this gateway's channel and waits until Redis
-// confirmed it: from then on, other gateways' watches reach it.
-func (c *Coordinator) subscribe(ctx context.Context) (*goredis.PubSub, error) {
-	ps := c.rdb.Subscribe(ctx, c.prefix+prefixOwner+c.cfg.Owner)
-	if _, err := ps.Receive(ctx); err != nil {
-		_ = ps.Close()
-		return nil, err
-	}
-	return ps, nil
-}
-
 // listen receives the watch and leave messages other gateways send this
-// one about its flights. go-redis resubscribes after an outage.
+// one about its flights. go-redis subscribes again when its connection
+// broke; a subscription Redis dropped without breaking it is found by
+// asking, every listenCheckEvery, whether this gateway still listens on
+// the server other replicas ask: a Sentinel failover leaves it on the old
+// master (a replica now), a cluster that moves the channel's slot to
+// another shard unsubscribes it. Then it subscribes again.
 func (c *Coordinator) listen(ps *goredis.PubSub) {
 	defer c.wg.Done()
-	defer ps.Close()
-	ch := ps.Channel()
+	defer func() { _ = ps.Close() }()
+	ch := ps.ChannelWithSubscriptions()
+	tick := time.NewTicker(listenCheckEvery)
+	defer tick.Stop()
 	for {
+		var m any
 		select {
 		case <-c.stop:
 			return
-		case m, ok := <-ch:
-			if !ok {
-				return
+		case <-tick.C:
+			if c.listening() {
+				continue
 			}
+		case m = <-ch:
+		}
+		switch m := m.(type) {
+		case *goredis.Message:
 			var w watchMsg
 			if json.Unmarshal([]byte(m.Payload), &w) != nil {
 				continue
@@ -226,9 +264,65 @@ func (c *Coordinator) listen(ps *goredis.PubSub) {
 			case "leave":
 				c.unwatch(w.RequestID)
 			}
+			continue
+		case *goredis.Subscription:
+			if m.Kind != "sunsubscribe" && m.Kind != "unsubscribe" {
+				continue
+			}
+		}
+		_ = ps.Close()
+		if ps = c.resubscribe(); ps == nil {
+			return
+		}
+		ch = ps.ChannelWithSubscriptions()
+	}
+}
+
+// listenCheckEvery is how often a gateway makes sure it still listens on
+// its channel: well within the half second a joiner's gateway gives an
+// owner seen gone to come back.
+const listenCheckEvery = 250 * time.Millisecond
+
+// listening reports whether Redis counts this gateway as listening on its
+// channel, or cannot say (it is down: go-redis subscribes again when it
+// is back). It is no verdict on Redis's availability: the node it asks
+// may answer while the deployment cannot serve (a cluster that lost
+// another shard).
+func (c *Coordinator) listening() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
+	defer cancel()
+	n, err := c.listeners(ctx, c.cfg.Owner)
+	return err != nil || n > 0
+}
+
+// resubscribe subscribes to this gateway's channel again, on the node
+// that serves it now, trying every resubscribeEvery until it can; nil
+// once the coordinator stops.
+func (c *Coordinator) resubscribe() *goredis.PubSub {
+	t := time.NewTicker(resubscribeEvery)
+	defer t.Stop()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
+		if cl, ok := c.rdb.(*goredis.ClusterClient); ok {
+			cl.ReloadState(ctx)
+		}
+		ps, err := c.subscribe(ctx)
+		cancel()
+		if err == nil {
+			c.log.Info("coordination: subscribed again to this gateway's channel, which Redis had dropped (a failover, or a cluster moved its slot)")
+			return ps
+		}
+		select {
+		case <-c.stop:
+			return nil
+		case <-t.C:
 		}
 	}
 }
+
+// resubscribeEvery is how often a gateway whose channel Redis dropped
+// tries to subscribe again.
+const resubscribeEvery = 100 * time.Millisecond
 
 // forwarder copies one flight's output into its Redis stream, from its
 // first byte, for the joiners other gateways have on it.
@@ -260,7 +354,7 @@ const outputMaxEntries = 100_000
 // forward starts copying a flight's output for a remote joiner, or
 // answers why it cannot.
 func (c *Coordinator) forward(w watchMsg) {
-	key := c.prefix + prefixOutput + w.RequestID
+	key := c.outputKey(c.cfg.Owner, w.RequestID)
 	f, err := c.local.Join(w.Identity, w.RequestID)
 	if err != nil {
 		kind := entryGone
@@ -365,9 +459,10 @@ func (c *Coordinator) xadd(key, kind string, data []byte, end bool) {
 // the join buffer, coord.ErrUnavailable while Redis cannot be reached.
 func (c *Coordinator) Watch(ctx context.Context, identity string, r coord.Remote, clientRetries int) (coord.Subscription, error) {
 	msg, _ := json.Marshal(watchMsg{Op: "watch", Identity: identity, RequestID: r.RequestID, Retries: clientRetries})
-	rd := &remote{c: c, identity: identity, r: r, key: c.prefix + prefixOutput + r.RequestID, last: "0", signal: make(chan struct{}, 1)}
+	rd := &remote{c: c, identity: identity, r: r, key: c.outputKey(r.Owner, r.RequestID), group: c.readGroup(r.Owner), last: "0",
+		signal: make(chan struct{}, 1)}
 	c.hub.add(rd) // before the owner can write: nothing is missed
-	n, err := c.rdb.Publish(ctx, c.prefix+prefixOwner+r.Owner, msg).Result()
+	n, err := c.publish(ctx, c.rdb, r.Owner, msg).Result()
 	if err == nil && n == 0 {
 		err = coord.ErrOwnerGone // nobody listens for that owner: it is not running
 	} else if err != nil {
@@ -387,6 +482,7 @@ type remote struct {
 	identity string
 	r        coord.Remote
 	key      string
+	group    string // of the streams the hub reads together (readGroup)
 	last     string // the last entry the hub read (under hub.mu)
 	mu       sync.Mutex
 	pending  []goredis.XMessage
@@ -441,18 +537,21 @@ func (r *remote) next(ctx context.Context) (goredis.XMessage, error) {
 // not subscribed any more has stopped (or lost Redis: either way it can
 // copy nothing more).
 func (r *remote) ownerHolds(ctx context.Context) bool {
-	pipe := r.c.rdb.Pipeline()
-	get := pipe.Get(ctx, r.c.prefix+prefixClaim+r.identity)
-	subs := pipe.PubSubNumSub(ctx, r.c.prefix+prefixOwner+r.r.Owner)
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
+	v, err := r.c.rdb.Get(ctx, r.c.key(nsClaim, r.identity)).Result()
+	if err != nil && !errors.Is(err, goredis.Nil) {
 		r.c.check(err)
 		return false
 	}
 	var held claimValue
-	if json.Unmarshal([]byte(get.Val()), &held) != nil || held.RequestID != r.r.RequestID || held.Owner != r.r.Owner {
+	if json.Unmarshal([]byte(v), &held) != nil || held.RequestID != r.r.RequestID || held.Owner != r.r.Owner {
 		return false
 	}
-	return subs.Val()[r.c.prefix+prefixOwner+r.r.Owner] > 0
+	n, err := r.c.listeners(ctx, r.r.Owner)
+	if err != nil {
+		r.c.check(err)
+		return false
+	}
+	return n > 0
 }
 
 func entry(m goredis.XMessage) (kind string, data []byte) {
@@ -519,8 +618,7 @@ func (r *remote) Leave() {
 	r.left = true
 	r.c.hub.remove(r)
 	msg, _ := json.Marshal(watchMsg{Op: "leave", Identity: r.identity, RequestID: r.r.RequestID})
-	owner := r.c.prefix + prefixOwner + r.r.Owner
-	r.c.batch.add(func(p goredis.Pipeliner) { p.Publish(context.Background(), owner, msg) })
+	r.c.batch.add(func(p goredis.Pipeliner) { r.c.publish(context.Background(), p, r.r.Owner, msg) })
 }
 
 // Len is how many flights are in flight in this gateway.
@@ -536,12 +634,11 @@ func (c *Coordinator) String() string {
 // subscription, at once; one that lost Redis for a moment subscribes
 // again as soon as it is back.
 func (c *Coordinator) OwnerAlive(ctx context.Context, owner string) (bool, error) {
-	ch := c.prefix + prefixOwner + owner
-	n, err := c.rdb.PubSubNumSub(ctx, ch).Result()
+	n, err := c.listeners(ctx, owner)
 	if err = c.check(err); err != nil {
 		return false, err
 	}
-	return n[ch] > 0, nil
+	return n > 0, nil
 }
 
 // seenTTL is how long joiners' evidence is kept for recovery to find.
@@ -558,7 +655,7 @@ return 1`)
 // Saw records, in the background, that a client here was relayed emitted
 // visible events of a request whose owner stopped before its end.
 func (c *Coordinator) Saw(requestID string, emitted int64) {
-	key := c.prefix + prefixSeen + requestID
+	key := c.key(nsSeen, requestID)
 	c.batch.add(func(p goredis.Pipeliner) {
 		scriptSaw.Eval(context.Background(), p, []string{key}, emitted, seenTTL.Milliseconds())
 	})
@@ -573,7 +670,7 @@ func (c *Coordinator) Seen(ctx context.Context, requestIDs []string) (map[string
 	pipe := c.rdb.Pipeline()
 	cmds := make([]*goredis.MapStringStringCmd, len(requestIDs))
 	for i, id := range requestIDs {
-		cmds[i] = pipe.HGetAll(ctx, c.prefix+prefixSeen+id)
+		cmds[i] = pipe.HGetAll(ctx, c.key(nsSeen, id))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, c.check(err)

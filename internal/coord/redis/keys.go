@@ -55,7 +55,8 @@ func (k *KeyFeed) Follow(f func(ids []string, all bool)) {
 }
 
 func (k *KeyFeed) names() (version, changes string) {
-	return k.c.prefix + "keys:version", k.c.prefix + "keys:changes"
+	k0 := k.c.key("keys", "") // one hash tag for both: scriptKeyChanged writes both
+	return k0 + ":version", k0 + ":changes"
 }
 
 // Changed tells every replica that key id changed.

@@ -11,8 +11,8 @@ import (
 
 // A key changed on one replica is heard of on the other, by id; the
 // first read drops every key.
-func TestKeyFeedTellsTheOtherReplica(t *testing.T) {
-	a, b := pair(t, redistest.URL(t), 5*time.Second)
+func testKeyFeedTellsTheOtherReplica(t *testing.T, d redistest.Deployment) {
+	a, b := pair(t, d.URL(t), 5*time.Second)
 	fa, fb := a.NewKeyFeed(), b.NewKeyFeed()
 	heard := make(chan []string, 16)
 	fb.Follow(func(ids []string, all bool) {

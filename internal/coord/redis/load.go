@@ -37,7 +37,7 @@ func (c *Coordinator) NewLoads(t *load.Table) *Loads {
 }
 
 func (l *Loads) keys(route string) (inflight, quota string) {
-	k := l.c.prefix + "route:" + route
+	k := l.c.key("route:", route)
 	return k + ":inflight", k + ":quota"
 }
 

@@ -24,7 +24,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,8 +38,8 @@ import (
 
 // Config configures a Coordinator.
 type Config struct {
-	// URL is the coordination URL: redis://[user:password@]host:port/db
-	// (or rediss:// for TLS).
+	// URL is the coordination URL: one Redis server, a server Redis
+	// Sentinel fails over, or a Redis Cluster (ParseURL).
 	URL string
 	// Owner is this gateway's id: the store's record owner, and the name
 	// other replicas reach it by.
@@ -58,8 +59,9 @@ type Config struct {
 // concurrent use.
 type Coordinator struct {
 	cfg    Config
+	target *Target
 	prefix string // of every key and channel
-	rdb    *goredis.Client
+	rdb    goredis.UniversalClient
 	local  *coord.Local
 	clock  clock.Clock
 	log    *slog.Logger
@@ -82,51 +84,32 @@ type Coordinator struct {
 	wg         sync.WaitGroup
 }
 
-// What keys and channels are named, after the coordinator's prefix
-// ("oncegate:" unless the URL's key_prefix says otherwise).
-const (
-	prefixClaim  = "claim:"
-	prefixOutput = "out:"
-	prefixOwner  = "owner:"
-	prefixSeen   = "seen:"
-)
-
 // New connects to Redis and starts the coordinator's background work:
 // renewing claims, the batcher, and the listener for joins from other
 // replicas. It fails if Redis cannot be reached now; once running, an
 // outage is reported per call and survived.
 func New(ctx context.Context, cfg Config) (*Coordinator, error) {
-	u, prefix, err := SplitPrefix(cfg.URL)
+	t, err := ParseURL(cfg.URL)
 	if err != nil {
-		return nil, fmt.Errorf("coordination: %w", err)
+		return nil, err
 	}
-	opts, err := goredis.ParseURL(u)
-	if err != nil {
-		return nil, fmt.Errorf("coordination: %w", err)
-	}
-	// Fail fast when Redis is down: a new request waits for a
-	// connection at most this long before it is refused.
-	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = time.Second, 2*time.Second, 2*time.Second
-	opts.MaxRetries = 0    // the gateway owns retries; a command is sent once
-	opts.DialerRetries = 1 // and a connection is tried once: an outage is reported at once, not after backoffs
 	if cfg.Clock == nil {
 		cfg.Clock = clock.System{}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	c := &Coordinator{cfg: cfg, prefix: prefix, rdb: goredis.NewClient(opts), local: coord.NewLocal(cfg.JoinBuffer), clock: cfg.Clock,
+	c := &Coordinator{cfg: cfg, target: t, prefix: t.Prefix, rdb: t.newClient(), local: coord.NewLocal(cfg.JoinBuffer), clock: cfg.Clock,
 		log: cfg.Logger, forwards: map[string]*forwarder{}, stop: make(chan struct{})}
 	c.rdb.AddHook(counter{&c.roundTrips})
 	ps, err := c.subscribe(ctx)
 	if err != nil {
 		_ = c.rdb.Close()
-		return nil, fmt.Errorf("coordination %s: %w", Redact(cfg.URL), err)
+		return nil, fmt.Errorf("coordination %s: %w", t, err)
 	}
 	c.batch, c.hub = newBatcher(c), newHub(c)
-	c.wg.Add(5)
+	c.wg.Add(4)
 	go c.batch.run()
-	go c.hub.run()
 	go c.syncLoop()
 	go c.renewClaims()
 	go c.listen(ps)
@@ -169,9 +152,9 @@ func (c *Coordinator) Ping(ctx context.Context) error {
 // check records what a Redis call's error says of Redis's availability
 // and returns it, wrapping coord.ErrUnavailable when Redis could not be
 // reached. A reply (even "no such key", or a script's error) is not an
-// outage.
+// outage, unless it says the deployment cannot serve (isOutage).
 func (c *Coordinator) check(err error) error {
-	if err == nil || errors.Is(err, goredis.Nil) || isReply(err) {
+	if err == nil || errors.Is(err, goredis.Nil) || (isReply(err) && !isOutage(err)) {
 		c.setDown(nil)
 		return err
 	}
@@ -185,6 +168,20 @@ func (c *Coordinator) check(err error) error {
 func isReply(err error) bool {
 	var re goredis.Error
 	return errors.As(err, &re)
+}
+
+// isOutage reports whether an error reply says the deployment cannot
+// serve now: a cluster without a majority or with slots uncovered, a
+// server that is a replica now (Sentinel failed it over), still loading
+// its data, or refusing writes until it reaches its replicas.
+func isOutage(err error) bool {
+	if goredis.IsReadOnlyError(err) || goredis.IsClusterDownError(err) || goredis.IsLoadingError(err) ||
+		goredis.IsTryAgainError(err) || goredis.IsMasterDownError(err) {
+		return true
+	}
+	_, moved := goredis.IsMovedError(err)
+	_, ask := goredis.IsAskError(err)
+	return moved || ask || strings.HasPrefix(err.Error(), "NOREPLICAS")
 }
 
 func (c *Coordinator) setDown(err error) {
@@ -253,43 +250,6 @@ func (c *Coordinator) syncLoop() {
 	}
 }
 
-// SplitPrefix takes the key_prefix parameter oncegate adds to a Redis URL
-// out of it: every key and channel starts with it, so that several
-// deployments (or tests) can share one Redis. Default "oncegate:".
-func SplitPrefix(raw string) (redisURL, prefix string, err error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "", "", err
-	}
-	q := u.Query()
-	prefix = "oncegate:"
-	if q.Has("key_prefix") {
-		if prefix = q.Get("key_prefix"); prefix == "" {
-			return "", "", fmt.Errorf("key_prefix is empty")
-		}
-		q.Del("key_prefix")
-		u.RawQuery = q.Encode()
-	}
-	return u.String(), prefix, nil
-}
-
-// Redact returns a Redis URL fit for logs: its password hidden.
-func Redact(raw string) string {
-	u, prefix, err := SplitPrefix(raw)
-	if err != nil {
-		return "redis://…"
-	}
-	opts, err := goredis.ParseURL(u)
-	if err != nil {
-		return "redis://…"
-	}
-	s := fmt.Sprintf("redis://%s/%d", opts.Addr, opts.DB)
-	if prefix != "oncegate:" {
-		s += "?key_prefix=" + url.QueryEscape(prefix)
-	}
-	return s
-}
-
 // counter is a go-redis hook counting round trips.
 type counter struct{ n *atomic.Int64 }
 
@@ -309,31 +269,63 @@ func (h counter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.P
 	}
 }
 
-// Info is what `oncegate check --connect` reports of a Redis server.
+// Info is what `oncegate check --connect` reports of a Redis deployment.
 type Info struct {
 	Version string
 	Ping    time.Duration
+	// Detail describes a Sentinel's or a Cluster's deployment ("" for one
+	// server).
+	Detail string
 }
 
-// Probe connects and says what it found, changing nothing.
+// Probe connects and says what it found, changing nothing. A cluster
+// must be in state ok, and run Redis 7 or later (sharded pub/sub).
 func Probe(ctx context.Context, raw string) (*Info, error) {
-	u, _, err := SplitPrefix(raw)
+	t, err := ParseURL(raw)
 	if err != nil {
-		return nil, fmt.Errorf("coordination: %w", err)
+		return nil, err
 	}
-	opts, err := goredis.ParseURL(u)
-	if err != nil {
-		return nil, fmt.Errorf("coordination: %w", err)
-	}
-	rdb := goredis.NewClient(opts)
+	rdb := t.newClient()
 	defer rdb.Close()
 	start := time.Now()
 	if err := rdb.Ping(ctx).Err(); err != nil {
-		return nil, fmt.Errorf("reach %s: %w", Redact(raw), err)
+		return nil, fmt.Errorf("reach %s: %w", t, err)
 	}
 	info := &Info{Ping: time.Since(start)}
 	if m, err := rdb.InfoMap(ctx, "server").Result(); err == nil {
 		info.Version = m["Server"]["redis_version"]
 	}
+	switch t.Mode {
+	case Sentinel:
+		m, err := rdb.InfoMap(ctx, "replication").Result()
+		if err != nil {
+			return nil, fmt.Errorf("reach %s: %w", t, err)
+		}
+		info.Detail = fmt.Sprintf("master %s (%s), %s replica(s) connected", t.Master, m["Replication"]["role"], m["Replication"]["connected_slaves"])
+	case Cluster:
+		v, err := rdb.ClusterInfo(ctx).Result()
+		if err != nil {
+			return nil, fmt.Errorf("reach %s: %w", t, err)
+		}
+		fields := map[string]string{}
+		for _, line := range strings.Split(v, "\n") {
+			if k, val, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+				fields[k] = val
+			}
+		}
+		if fields["cluster_state"] != "ok" {
+			return nil, fmt.Errorf("reach %s: the cluster's state is %q, not ok", t, fields["cluster_state"])
+		}
+		if major, _, _ := strings.Cut(info.Version, "."); atoi(major) < 7 {
+			return nil, fmt.Errorf("reach %s: Redis %s: a cluster needs Redis 7 or later (sharded pub/sub)", t, info.Version)
+		}
+		info.Detail = fmt.Sprintf("cluster of %s shard(s), %s node(s), state ok", fields["cluster_size"], fields["cluster_known_nodes"])
+	}
 	return info, nil
+}
+
+// atoi is s's value, 0 if it is not a number.
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
 }

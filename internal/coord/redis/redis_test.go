@@ -52,8 +52,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // One claim per identity across gateways: the second gateway relays the
 // first's flight, a different body conflicts, and the claim goes with
 // the flight.
-func TestOneClaimPerIdentityAcrossGateways(t *testing.T) {
-	a, b := pair(t, redistest.URL(t), 5*time.Second)
+func testOneClaimPerIdentityAcrossGateways(t *testing.T, d redistest.Deployment) {
+	a, b := pair(t, d.URL(t), 5*time.Second)
 	ctx := context.Background()
 	pa, err := a.Place(ctx, arrival("x", "sha1"))
 	if err != nil || !pa.Owner || pa.Remote != nil || pa.Err != nil {
@@ -79,8 +79,8 @@ func TestOneClaimPerIdentityAcrossGateways(t *testing.T) {
 
 // A joiner on another gateway reads the owner's output from its first
 // byte, then live, to the end; it counts as a joiner of the owner's flight.
-func TestARemoteJoinerReadsFromTheFirstByte(t *testing.T) {
-	a, b := pair(t, redistest.URL(t), 5*time.Second)
+func testARemoteJoinerReadsFromTheFirstByte(t *testing.T, d redistest.Deployment) {
+	a, b := pair(t, d.URL(t), 5*time.Second)
 	ctx := context.Background()
 	pa, _ := a.Place(ctx, arrival("s", "sha"))
 	f := pa.Flight
@@ -121,8 +121,8 @@ func TestARemoteJoinerReadsFromTheFirstByte(t *testing.T) {
 
 // When the owner stops (its process dies: here it stops listening), a
 // remote joiner finds out in about a poll, not when the lease lapses.
-func TestARemoteJoinerLearnsTheOwnerIsGone(t *testing.T) {
-	a, b := pair(t, redistest.URL(t), 30*time.Second)
+func testARemoteJoinerLearnsTheOwnerIsGone(t *testing.T, d redistest.Deployment) {
+	a, b := pair(t, d.URL(t), 30*time.Second)
 	ctx := context.Background()
 	pa, _ := a.Place(ctx, arrival("g", "sha"))
 	pa.Flight.SetHead(&coord.Head{Status: 200})
@@ -164,8 +164,8 @@ func TestARemoteJoinerLearnsTheOwnerIsGone(t *testing.T) {
 
 // A flight that finished before the watch reached its owner says so: the
 // joiner goes to the store.
-func TestAWatchOfAFinishedFlightSaysGone(t *testing.T) {
-	a, b := pair(t, redistest.URL(t), 5*time.Second)
+func testAWatchOfAFinishedFlightSaysGone(t *testing.T, d redistest.Deployment) {
+	a, b := pair(t, d.URL(t), 5*time.Second)
 	ctx := context.Background()
 	pa, _ := a.Place(ctx, arrival("f", "sha"))
 	pb, _ := b.Place(ctx, arrival("f", "sha"))
@@ -183,8 +183,8 @@ var breakerCfg = breaker.Config{FailureRatio: 0.5, MinRequests: 4, Window: 10 * 
 
 // A breaker opened by failures seen on one gateway is open on the other
 // after a sync.
-func TestABreakerOpenedOnOneGatewayIsOpenOnAll(t *testing.T) {
-	a, b := pair(t, redistest.URL(t), 5*time.Second)
+func testABreakerOpenedOnOneGatewayIsOpenOnAll(t *testing.T, d redistest.Deployment) {
+	a, b := pair(t, d.URL(t), 5*time.Second)
 	ba, bb := a.NewBreakers(breakerCfg, []string{"primary", "fallback"}), b.NewBreakers(breakerCfg, []string{"primary", "fallback"})
 	for range 4 {
 		tk, ok := ba.Acquire("primary")
@@ -209,10 +209,10 @@ func TestABreakerOpenedOnOneGatewayIsOpenOnAll(t *testing.T) {
 
 // Half-open probes are counted fleet-wide: two gateways together admit
 // half_open_probes, and the probe's success closes the breaker for both.
-func TestHalfOpenProbesAreFleetWide(t *testing.T) {
+func testHalfOpenProbesAreFleetWide(t *testing.T, d redistest.Deployment) {
 	cfg := breakerCfg
 	cfg.OpenFor = 300 * time.Millisecond
-	ba, bb := halfOpenPair(t, cfg)
+	ba, bb := halfOpenPair(t, d, cfg)
 	tk, ok := ba.Acquire("r")
 	if !ok || !tk.Probe() {
 		t.Fatalf("the first probe: %+v %v", tk, ok)
@@ -229,10 +229,10 @@ func TestHalfOpenProbesAreFleetWide(t *testing.T) {
 // The probes' verdict is the fleet's: with three probes at ratio 0.5, one
 // gateway's failed probe leaves the breaker half-open, and the other
 // gateway's success closes it for both.
-func TestProbeVerdictsAreCountedFleetWide(t *testing.T) {
+func testProbeVerdictsAreCountedFleetWide(t *testing.T, d redistest.Deployment) {
 	cfg := breakerCfg
 	cfg.OpenFor, cfg.HalfOpenProbes = 300*time.Millisecond, 3
-	ba, bb := halfOpenPair(t, cfg)
+	ba, bb := halfOpenPair(t, d, cfg)
 	p1, ok1 := ba.Acquire("r")
 	p2, ok2 := bb.Acquire("r")
 	p3, ok3 := ba.Acquire("r")
@@ -252,8 +252,8 @@ func TestProbeVerdictsAreCountedFleetWide(t *testing.T) {
 
 // Another gateway's attempts in flight keep fast failures from opening a
 // breaker on their own: the fleet's in-flight count is part of the ratio.
-func TestAttemptsInFlightAcrossTheFleetHoldABreakerClosed(t *testing.T) {
-	a, b := pair(t, redistest.URL(t), 5*time.Second)
+func testAttemptsInFlightAcrossTheFleetHoldABreakerClosed(t *testing.T, d redistest.Deployment) {
+	a, b := pair(t, d.URL(t), 5*time.Second)
 	ba, bb := a.NewBreakers(breakerCfg, []string{"r"}), b.NewBreakers(breakerCfg, []string{"r"}) // min 4, ratio 0.5
 	ctx := context.Background()
 	key := ba.key("r")
@@ -274,7 +274,7 @@ func TestAttemptsInFlightAcrossTheFleetHoldABreakerClosed(t *testing.T) {
 		bb.Done("r", tk, breaker.Failure)
 	}
 	waitFor(t, "gateway b's failures counted", func() bool {
-		keys, _ := a.rdb.Keys(ctx, key+":w:*").Result()
+		keys, _ := keysLike(ctx, a, key, key+":w:*")
 		failed := 0
 		for _, k := range keys {
 			n, _ := a.rdb.HGet(ctx, k, "fail").Int()
@@ -302,9 +302,9 @@ func probeState(b *Breakers) (breaker.State, int64) {
 
 // halfOpenPair is two gateways sharing breaker "r" under cfg, opened by
 // failures one of them saw and half-open again for both.
-func halfOpenPair(t *testing.T, cfg breaker.Config) (ba, bb *Breakers) {
+func halfOpenPair(t *testing.T, d redistest.Deployment, cfg breaker.Config) (ba, bb *Breakers) {
 	t.Helper()
-	a, b := pair(t, redistest.URL(t), 5*time.Second)
+	a, b := pair(t, d.URL(t), 5*time.Second)
 	ba, bb = a.NewBreakers(cfg, []string{"r"}), b.NewBreakers(cfg, []string{"r"})
 	for range cfg.MinRequests {
 		tk, _ := ba.Acquire("r")
@@ -321,8 +321,8 @@ func halfOpenPair(t *testing.T, cfg breaker.Config) (ba, bb *Breakers) {
 
 // Two gateways together take no more retries than ratio × first attempts
 // + min_per_second × window.
-func TestTheRetryBudgetIsFleetWide(t *testing.T) {
-	a, b := pair(t, redistest.URL(t), 5*time.Second)
+func testTheRetryBudgetIsFleetWide(t *testing.T, d redistest.Deployment) {
+	a, b := pair(t, d.URL(t), 5*time.Second)
 	cfg := breaker.BudgetConfig{Ratio: 0.5, MinPerSecond: 0.2, Window: 10 * time.Second} // reserve 2
 	ua, ub := a.NewBudget(cfg), b.NewBudget(cfg)
 	for range 10 {
@@ -371,8 +371,8 @@ func TestTheRetryBudgetIsFleetWide(t *testing.T) {
 
 // 64 concurrent spenders on two gateways never reserve past the ceiling;
 // what settles is charged, what lapses is charged its worst case.
-func TestTenantCeilingAcrossGateways(t *testing.T) {
-	a, b := pair(t, redistest.URL(t), 5*time.Second)
+func testTenantCeilingAcrossGateways(t *testing.T, d redistest.Deployment) {
+	a, b := pair(t, d.URL(t), 5*time.Second)
 	const ceiling, reserve = gw.NanoUSD(1_000_000), gw.NanoUSD(30_000)
 	limits := map[string]quota.Tenant{"acme": {CostPerDay: ceiling}}
 	none := func(context.Context, int64) (map[string]int64, error) { return nil, nil }
@@ -421,8 +421,8 @@ func TestTenantCeilingAcrossGateways(t *testing.T) {
 
 // A day Redis does not have is seeded from the store: no fresh budget
 // after Redis restarted empty.
-func TestTheDaysSpendIsSeededFromTheStore(t *testing.T) {
-	a, _ := pair(t, redistest.URL(t), 5*time.Second)
+func testTheDaysSpendIsSeededFromTheStore(t *testing.T, d redistest.Deployment) {
+	a, _ := pair(t, d.URL(t), 5*time.Second)
 	calls := 0
 	spend := func(_ context.Context, day int64) (map[string]int64, error) {
 		calls++
@@ -454,8 +454,8 @@ func TestTheDaysSpendIsSeededFromTheStore(t *testing.T) {
 
 // Tenants' request rates are shared: two gateways together admit a
 // minute's worth.
-func TestTenantRateAcrossGateways(t *testing.T) {
-	a, b := pair(t, redistest.URL(t), 5*time.Second)
+func testTenantRateAcrossGateways(t *testing.T, d redistest.Deployment) {
+	a, b := pair(t, d.URL(t), 5*time.Second)
 	limits := map[string]quota.Tenant{"acme": {RequestsPerMinute: 10}}
 	ta, tb := a.NewTenants(limits, nil), b.NewTenants(limits, nil)
 	admitted := 0
@@ -477,6 +477,45 @@ func TestTenantRateAcrossGateways(t *testing.T) {
 	}
 	if admitted != 10 || wait <= 0 || wait > 6*time.Second {
 		t.Fatalf("admitted %d of 30 (want 10), retry after %v", admitted, wait)
+	}
+}
+
+// A new logical request takes a token of its tenant's rate with its
+// claim; a join of it on another gateway takes none; a request the rate
+// refuses holds no claim, so the next arrival of it is a new request.
+func testTheRateCountsNewRequestsNotJoins(t *testing.T, d redistest.Deployment) {
+	a, b := pair(t, d.URL(t), 5*time.Second)
+	ctx := context.Background()
+	rated := func(id string) coord.Arrival {
+		ar := arrival(id, "sha")
+		ar.Tenant, ar.RequestsPerMinute = "acme", 2
+		return ar
+	}
+	one, err := a.Place(ctx, rated("one"))
+	if err != nil || !one.Owner || one.Err != nil || !one.RateTaken || one.Remote != nil {
+		t.Fatalf("the first request: %+v %v", one, err)
+	}
+	joined, _ := b.Place(ctx, rated("one"))
+	if joined.Remote == nil || joined.Err != nil {
+		t.Fatalf("the same request on another gateway: %+v", joined)
+	}
+	two, _ := b.Place(ctx, rated("two"))
+	if two.Err != nil || two.Remote != nil {
+		t.Fatalf("the second request (the join took no token): %+v", two)
+	}
+	three, _ := a.Place(ctx, rated("three"))
+	var limited *coord.RateLimited
+	if !errors.As(three.Err, &limited) || limited.RetryAfter <= 0 || !three.RateTaken {
+		t.Fatalf("the third request in a minute of 2: %+v", three)
+	}
+	if n, _ := a.rdb.Exists(ctx, a.key(nsClaim, "k:three")).Result(); n != 0 {
+		t.Fatal("a request the rate refused holds its claim")
+	}
+	if _, held := a.claims.Load("k:three"); held {
+		t.Fatal("the gateway counts a refused request's claim as its own")
+	}
+	for _, p := range []coord.Place{one, joined, two, three} {
+		p.Flight.Finish(nil, nil)
 	}
 }
 
@@ -515,24 +554,27 @@ func TestAnOutageRefusesAndRecovers(t *testing.T) {
 // not set again (another gateway may hold it by now). A claim Redis lost
 // while this gateway's lease still runs (Redis restarted empty) is set
 // again.
-func TestALapsedClaimIsNotRenewed(t *testing.T) {
-	a, b := pair(t, redistest.URL(t), 5*time.Second)
+func testALapsedClaimIsNotRenewed(t *testing.T, d redistest.Deployment) {
+	a, b := pair(t, d.URL(t), 5*time.Second)
 	ctx := context.Background()
 	lost, _ := a.Place(ctx, arrival("lapsed", "sha"))
 	kept, _ := a.Place(ctx, arrival("kept", "sha"))
 	v, _ := a.claims.Load("k:lapsed")
 	v.(*claim).until.Store(time.Now().Add(-time.Second).UnixNano()) // this gateway's lease ran out
-	if err := a.rdb.Del(ctx, a.prefix+prefixClaim+"k:lapsed", a.prefix+prefixClaim+"k:kept").Err(); err != nil {
-		t.Fatal(err)
+	// One key a command: in a cluster they are on different shards.
+	for _, id := range []string{"k:lapsed", "k:kept"} {
+		if err := a.rdb.Del(ctx, a.key(nsClaim, id)).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	a.renew()
-	if n, _ := a.rdb.Exists(ctx, a.prefix+prefixClaim+"k:lapsed").Result(); n != 0 {
+	if n, _ := a.rdb.Exists(ctx, a.key(nsClaim, "k:lapsed")).Result(); n != 0 {
 		t.Fatal("a lapsed claim was set again")
 	}
 	if _, held := a.claims.Load("k:lapsed"); held {
 		t.Fatal("the gateway still counts a lapsed claim as its own")
 	}
-	if n, _ := a.rdb.Exists(ctx, a.prefix+prefixClaim+"k:kept").Result(); n != 1 {
+	if n, _ := a.rdb.Exists(ctx, a.key(nsClaim, "k:kept")).Result(); n != 1 {
 		t.Fatal("a claim Redis lost under a live lease was not set again")
 	}
 	// Another gateway can claim the lapsed identity now.
@@ -547,8 +589,8 @@ func TestALapsedClaimIsNotRenewed(t *testing.T) {
 // rate-limit headroom its provider's headers gave are in the other's
 // figures within a sync, and a gateway's attempts leave them when they
 // end.
-func TestRoutesLoadIsSharedAcrossGateways(t *testing.T) {
-	a, b := pair(t, redistest.URL(t), 5*time.Second)
+func testRoutesLoadIsSharedAcrossGateways(t *testing.T, d redistest.Deployment) {
+	a, b := pair(t, d.URL(t), 5*time.Second)
 	limits := map[string]load.Limits{"east": {Share: true}, "west": {Share: true}}
 	ta, tb := load.New(clock.System{}, limits), load.New(clock.System{}, limits)
 	a.NewLoads(ta)

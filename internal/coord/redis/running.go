@@ -56,7 +56,7 @@ func (c *Coordinator) NewRunning(ns string) *Running {
 	return r
 }
 
-func (r *Running) key(name string) string { return r.c.prefix + r.ns + name }
+func (r *Running) key(name string) string { return r.c.key(r.ns, name) }
 
 // Enter admits one more request of name when fewer than limit hold a
 // lease, until release is called; ok is false when limit already do. An

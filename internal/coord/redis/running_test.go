@@ -13,9 +13,9 @@ import (
 // runningPair is two replicas' shared counts of requests in progress, each
 // replica with a clock of its own, so that one can stand still (a replica
 // that died) while the other's time goes on.
-func runningPair(t *testing.T, ttl time.Duration) (ra, rb *Running, ca, cb *clock.Fake) {
+func runningPair(t *testing.T, d redistest.Deployment, ttl time.Duration) (ra, rb *Running, ca, cb *clock.Fake) {
 	t.Helper()
-	url := redistest.URL(t)
+	url := d.URL(t)
 	start := time.Now()
 	ca, cb = clock.NewFake(start), clock.NewFake(start)
 	mk := func(owner string, clk clock.Clock) *Running {
@@ -31,8 +31,8 @@ func runningPair(t *testing.T, ttl time.Duration) (ra, rb *Running, ca, cb *cloc
 
 // A name's requests in progress are counted across replicas: the limit
 // holds for both together, and a release lets the next one in at once.
-func TestRequestsInProgressAreCountedAcrossReplicas(t *testing.T) {
-	ra, rb, _, _ := runningPair(t, time.Minute)
+func testRequestsInProgressAreCountedAcrossReplicas(t *testing.T, d redistest.Deployment) {
+	ra, rb, _, _ := runningPair(t, d, time.Minute)
 	release, ok, err := ra.Enter("key_1", 2)
 	if err != nil || !ok {
 		t.Fatalf("the first request: %v %v", ok, err)
@@ -60,8 +60,8 @@ func TestRequestsInProgressAreCountedAcrossReplicas(t *testing.T) {
 }
 
 // Many concurrent arrivals on two replicas never admit more than the limit.
-func TestRequestsInProgressNeverPastTheLimit(t *testing.T) {
-	ra, rb, _, _ := runningPair(t, time.Minute)
+func testRequestsInProgressNeverPastTheLimit(t *testing.T, d redistest.Deployment) {
+	ra, rb, _, _ := runningPair(t, d, time.Minute)
 	var mu sync.Mutex
 	admitted := 0
 	var wg sync.WaitGroup
@@ -90,9 +90,9 @@ func TestRequestsInProgressNeverPastTheLimit(t *testing.T) {
 // their last renewal, and its place is free again on the others. A
 // replica alive renews its long requests' leases, which then outlast the
 // first TTL.
-func TestLeasesLapseUnlessRenewed(t *testing.T) {
+func testLeasesLapseUnlessRenewed(t *testing.T, d redistest.Deployment) {
 	const ttl = 30 * time.Second
-	ra, rb, ca, cb := runningPair(t, ttl)
+	ra, rb, ca, cb := runningPair(t, d, ttl)
 	ctx := context.Background()
 	renew := func(r *Running) {
 		pipe := r.c.rdb.Pipeline()

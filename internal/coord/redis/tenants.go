@@ -78,8 +78,11 @@ var scriptRate = goredis.NewScript(rateLib + `
 local ok, wait = take(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]))
 return {ok, wait}`)
 
-// rateKey is a tenant's bucket.
-func rateKey(prefix, tenant string) string { return prefix + "tenant:" + tenant + ":rate" }
+// tenantNS names the tenants' keys.
+const tenantNS = "tenant:"
+
+// rateKey is the bucket of tenant (or virtual key) id in namespace ns.
+func (c *Coordinator) rateKey(ns, id string) string { return c.key(ns, id) + ":rate" }
 
 // The day's spend: KEYS[1] the day hash (charged, reserved), KEYS[2] a
 // sorted set of reservations by when their attempts end, KEYS[3] a hash
@@ -153,7 +156,7 @@ return {tonumber(redis.call('HGET', KEYS[1], 'charged') or '0'), tonumber(redis.
 // NewTenants returns the shared limits of tenants; spend reads a day's
 // charges from the store, to seed a day Redis does not have.
 func (c *Coordinator) NewTenants(limits map[string]quota.Tenant, spend func(ctx context.Context, day int64) (map[string]int64, error)) *Tenants {
-	t := &Tenants{c: c, ns: "tenant:", period: gw.Day, spend: spend, known: map[string]gw.NanoUSD{}}
+	t := &Tenants{c: c, ns: tenantNS, period: gw.Day, spend: spend, known: map[string]gw.NanoUSD{}}
 	t.SetLimits(limits)
 	return t
 }
@@ -181,7 +184,7 @@ func (t *Tenants) SetLimits(limits map[string]quota.Tenant) {
 }
 
 func (t *Tenants) spendKeys(tenant string, day int64) []string {
-	k := t.c.prefix + t.ns + tenant + ":" + strconv.FormatInt(day, 10)
+	k := t.c.key(t.ns, tenant+":"+strconv.FormatInt(day, 10)) // one hash tag: every spend script writes all three
 	return []string{k, k + ":resv", k + ":amt"}
 }
 
@@ -193,7 +196,7 @@ func (t *Tenants) Take(tenant string) (bool, time.Duration, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	v, err := scriptRate.Run(ctx, t.c.rdb, []string{t.c.prefix + t.ns + tenant + ":rate"}, t.c.clock.Now().UnixMilli(), lim.RequestsPerMinute).Int64Slice()
+	v, err := scriptRate.Run(ctx, t.c.rdb, []string{t.c.rateKey(t.ns, tenant)}, t.c.clock.Now().UnixMilli(), lim.RequestsPerMinute).Int64Slice()
 	if err = t.c.check(err); err != nil {
 		return false, 0, err
 	}

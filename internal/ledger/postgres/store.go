@@ -25,6 +25,7 @@ import (
 type Store struct {
 	pool  *pgxpool.Pool
 	batch *batcher // nil: read-only
+	loss  *lossWatch
 }
 
 var _ ledger.Store = (*Store)(nil)
@@ -61,24 +62,32 @@ func OpenWith(ctx context.Context, url string, o Options) (*Store, error) {
 	if !hasParam(url, "pool_max_conns") {
 		cfg.MaxConns = defaultMaxConns
 	}
+	loss := watchLosses(cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open ledger %s: %w", Redact(url), err)
 	}
+	loss.attach(pool)
 	if _, err := migrate(ctx, pool); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("migrate ledger %s: %w", Redact(url), err)
 	}
-	return &Store{pool: pool, batch: newBatcher(pool)}, nil
+	return &Store{pool: pool, batch: newBatcher(pool), loss: loss}, nil
 }
 
 // OpenReadOnly connects to read (`oncegate receipts`): it applies no
 // migration, and fails unless the database is at this binary's schema.
 func OpenReadOnly(ctx context.Context, url string) (*Store, error) {
-	pool, err := pgxpool.New(ctx, url)
+	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
+	loss := watchLosses(cfg)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	loss.attach(pool)
 	v, err := schemaVersion(ctx, pool)
 	if err == nil && v != Version() {
 		err = fmt.Errorf("the database's schema is version %d, this binary's %d (run oncegate migrate)", v, Version())
@@ -87,7 +96,7 @@ func OpenReadOnly(ctx context.Context, url string) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("open ledger %s: %w", Redact(url), err)
 	}
-	return &Store{pool: pool}, nil
+	return &Store{pool: pool, loss: loss}, nil
 }
 
 // Migrate applies the migrations the database lacks and reports how many
