@@ -87,21 +87,6 @@ func (w *logWriter) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the connection (flushes).
 func (w *logWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// noteCode records the gateway error code an answer carries.
-func noteCode(w http.ResponseWriter, code string) {
-	for {
-		switch v := w.(type) {
-		case *logWriter:
-			v.access.set(func(a *accessLog) { a.code = code })
-			return
-		case interface{ Unwrap() http.ResponseWriter }:
-			w = v.Unwrap() // a writer wrapped on the way (formWriter)
-		default:
-			return
-		}
-	}
-}
-
 // ServeHTTP serves one exchange and logs it.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
@@ -190,4 +175,9 @@ func routesOf(routes []string) string {
 		}
 	}
 	return strings.Join(out, ",")
+}
+
+// api.NoteCode records the gateway error code the answer carries (api.NoteCode).
+func (w *logWriter) NoteCode(code string) {
+	w.access.set(func(a *accessLog) { a.code = code })
 }

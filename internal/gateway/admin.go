@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/provider"
@@ -49,13 +50,13 @@ func (g *Gateway) admin(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case g.cur.Load().adminKey == "":
-			errorf(CodeUnauthorized, "the admin API is off: set admin_key_env (or admin_key_file)").write(w, provider.OpenAI, meta{})
+			api.Errorf(api.CodeUnauthorized, "the admin API is off: set admin_key_env (or admin_key_file)").Write(w, provider.OpenAI, api.Meta{})
 		case g.isAdmin(r):
 			h(w, r)
 		case g.tenant(r) != nil:
-			errorf(CodeForbidden, "the admin API needs the admin key; a tenant's or a virtual key may not use it").write(w, provider.OpenAI, meta{})
+			api.Errorf(api.CodeForbidden, "the admin API needs the admin key; a tenant's or a virtual key may not use it").Write(w, provider.OpenAI, api.Meta{})
 		default:
-			errorf(CodeUnauthorized, "the admin API needs the admin key (admin_key_env)").write(w, provider.OpenAI, meta{})
+			api.Errorf(api.CodeUnauthorized, "the admin API needs the admin key (admin_key_env)").Write(w, provider.OpenAI, api.Meta{})
 		}
 	}
 }
@@ -142,10 +143,10 @@ func viewOf(k *ledger.Key, now time.Time) keyView {
 // members given twice and trailing data are 400s naming the field. maps
 // are the paths of v's maps, whose keys may differ in case only
 // (strictjson.Duplicates).
-func readStrict(r *http.Request, v any, maps ...string) *apiError {
+func readStrict(r *http.Request, v any, maps ...string) *api.Error {
 	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, 1<<20))
 	if err != nil {
-		return errorf(CodeInvalidRequest, "could not read the request body: %v", err)
+		return api.Errorf(api.CodeInvalidRequest, "could not read the request body: %v", err)
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		body = []byte("{}")
@@ -164,17 +165,17 @@ func readStrict(r *http.Request, v any, maps ...string) *apiError {
 	}
 	var de *strictjson.DuplicateError
 	if errors.As(err, &de) {
-		return &apiError{code: CodeInvalidRequest, param: de.Path, message: fmt.Sprintf("%s is given twice: each member may appear once", de.Path)}
+		return &api.Error{Code: api.CodeInvalidRequest, Param: de.Path, Message: fmt.Sprintf("%s is given twice: each member may appear once", de.Path)}
 	}
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
-		return &apiError{code: CodeInvalidRequest, param: te.Field, message: fmt.Sprintf("field %s: want %s, got a JSON %s", te.Field, te.Type, te.Value)}
+		return &api.Error{Code: api.CodeInvalidRequest, Param: te.Field, Message: fmt.Sprintf("field %s: want %s, got a JSON %s", te.Field, te.Type, te.Value)}
 	}
 	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		f = strings.Trim(f, `"`)
-		return &apiError{code: CodeInvalidRequest, param: f, message: fmt.Sprintf("unknown field %q", f)}
+		return &api.Error{Code: api.CodeInvalidRequest, Param: f, Message: fmt.Sprintf("unknown field %q", f)}
 	}
-	return errorf(CodeInvalidRequest, "the request body is not a JSON object: %v", err)
+	return api.Errorf(api.CodeInvalidRequest, "the request body is not a JSON object: %v", err)
 }
 
 // maxKeyModels bounds a key's models list (after duplicates are
@@ -196,9 +197,9 @@ func distinct(list []string) []string {
 
 // apply checks b and writes what it sets into k (issue: the tenant
 // too). Every refusal names its field.
-func (g *Gateway) apply(k *ledger.Key, b *keyBody, issue bool, now time.Time) *apiError {
-	bad := func(param, format string, args ...any) *apiError {
-		return &apiError{code: CodeInvalidRequest, param: param, message: fmt.Sprintf(format, args...)}
+func (g *Gateway) apply(k *ledger.Key, b *keyBody, issue bool, now time.Time) *api.Error {
+	bad := func(param, format string, args ...any) *api.Error {
+		return &api.Error{Code: api.CodeInvalidRequest, Param: param, Message: fmt.Sprintf(format, args...)}
 	}
 	pol := g.policy()
 	if issue {
@@ -281,18 +282,18 @@ func (g *Gateway) audit(r *http.Request, action string, k *ledger.Key) {
 func (g *Gateway) issueKey(w http.ResponseWriter, r *http.Request) {
 	var b keyBody
 	if e := readStrict(r, &b, "metadata"); e != nil {
-		e.write(w, provider.OpenAI, meta{})
+		e.Write(w, provider.OpenAI, api.Meta{})
 		return
 	}
 	now := g.clock.Now().UTC()
 	secret, display := vkey.New()
 	k := &ledger.Key{ID: vkey.NewID(), Digest: vkey.Digest(g.secret, secret), Prefix: display, CreatedAt: now, UpdatedAt: now}
 	if e := g.apply(k, &b, true, now); e != nil {
-		e.write(w, provider.OpenAI, meta{})
+		e.Write(w, provider.OpenAI, api.Meta{})
 		return
 	}
 	if err := g.ledger.CreateKey(r.Context(), k); err != nil {
-		storeAPIError(err).write(w, provider.OpenAI, meta{})
+		storeAPIError(err).Write(w, provider.OpenAI, api.Meta{})
 		return
 	}
 	g.keyChanged(r.Context(), k.ID)
@@ -313,17 +314,17 @@ func (g *Gateway) listKeys(w http.ResponseWriter, r *http.Request) {
 		v := q.Get("revoked") == "true"
 		f.Revoked = &v
 	default:
-		(&apiError{code: CodeInvalidRequest, param: "revoked", message: "revoked must be true or false"}).write(w, provider.OpenAI, meta{})
+		(&api.Error{Code: api.CodeInvalidRequest, Param: "revoked", Message: "revoked must be true or false"}).Write(w, provider.OpenAI, api.Meta{})
 		return
 	}
 	list, err := g.ledger.Keys(r.Context(), f)
 	if err != nil {
-		storeAPIError(err).write(w, provider.OpenAI, meta{})
+		storeAPIError(err).Write(w, provider.OpenAI, api.Meta{})
 		return
 	}
 	today, month, err := g.keySpends(r.Context())
 	if err != nil {
-		storeAPIError(err).write(w, provider.OpenAI, meta{})
+		storeAPIError(err).Write(w, provider.OpenAI, api.Meta{})
 		return
 	}
 	now := g.clock.Now()
@@ -349,7 +350,7 @@ func (g *Gateway) keySpends(ctx context.Context) (today, month map[string]int64,
 func (g *Gateway) storedKey(w http.ResponseWriter, r *http.Request) *ledger.Key {
 	k, e := g.readStoredKey(r, r.PathValue("id"))
 	if e != nil {
-		e.write(w, provider.OpenAI, meta{})
+		e.Write(w, provider.OpenAI, api.Meta{})
 		return nil
 	}
 	return k
@@ -363,7 +364,7 @@ func (g *Gateway) readKey(w http.ResponseWriter, r *http.Request) {
 	}
 	today, month, err := g.keySpends(r.Context())
 	if err != nil {
-		storeAPIError(err).write(w, provider.OpenAI, meta{})
+		storeAPIError(err).Write(w, provider.OpenAI, api.Meta{})
 		return
 	}
 	v := viewOf(k, g.clock.Now())
@@ -378,11 +379,11 @@ func (g *Gateway) readKey(w http.ResponseWriter, r *http.Request) {
 func (g *Gateway) updateKey(w http.ResponseWriter, r *http.Request) {
 	var b keyBody
 	if e := readStrict(r, &b, "metadata"); e != nil {
-		e.write(w, provider.OpenAI, meta{})
+		e.Write(w, provider.OpenAI, api.Meta{})
 		return
 	}
 	now := g.clock.Now().UTC()
-	k, e := g.keyWrite(r, func(k *ledger.Key) *apiError {
+	k, e := g.keyWrite(r, func(k *ledger.Key) *api.Error {
 		if e := g.apply(k, &b, false, now); e != nil {
 			return e
 		}
@@ -390,7 +391,7 @@ func (g *Gateway) updateKey(w http.ResponseWriter, r *http.Request) {
 		return nil
 	})
 	if e != nil {
-		e.write(w, provider.OpenAI, meta{})
+		e.Write(w, provider.OpenAI, api.Meta{})
 		return
 	}
 	g.keyChanged(r.Context(), k.ID)
@@ -405,7 +406,7 @@ func (g *Gateway) updateKey(w http.ResponseWriter, r *http.Request) {
 func (g *Gateway) revokeKey(w http.ResponseWriter, r *http.Request) {
 	k, e := g.revoke(r)
 	if e != nil {
-		e.write(w, provider.OpenAI, meta{})
+		e.Write(w, provider.OpenAI, api.Meta{})
 		return
 	}
 	g.keyChanged(r.Context(), k.ID)
@@ -424,14 +425,14 @@ func (g *Gateway) rotateKey(w http.ResponseWriter, r *http.Request) {
 		Grace string `json:"grace"`
 	}
 	if e := readStrict(r, &b); e != nil {
-		e.write(w, provider.OpenAI, meta{})
+		e.Write(w, provider.OpenAI, api.Meta{})
 		return
 	}
 	var grace time.Duration
 	if b.Grace != "" {
 		d, err := time.ParseDuration(b.Grace)
 		if err != nil || d < 0 {
-			(&apiError{code: CodeInvalidRequest, param: "grace", message: "grace must be a duration such as \"10m\" (0 or absent: the old secret stops now)"}).write(w, provider.OpenAI, meta{})
+			(&api.Error{Code: api.CodeInvalidRequest, Param: "grace", Message: "grace must be a duration such as \"10m\" (0 or absent: the old secret stops now)"}).Write(w, provider.OpenAI, api.Meta{})
 			return
 		}
 		grace = d
@@ -439,16 +440,16 @@ func (g *Gateway) rotateKey(w http.ResponseWriter, r *http.Request) {
 	now := g.clock.Now().UTC()
 	secret, display := vkey.New()
 	replaced := "" // the secret this rotation replaces: the first one read
-	k, e := g.keyWrite(r, func(k *ledger.Key) *apiError {
+	k, e := g.keyWrite(r, func(k *ledger.Key) *api.Error {
 		if replaced == "" {
 			replaced = k.Digest
 		} else if k.Digest != replaced {
-			return errorf(CodeKeyConflict, "key %s was rotated by another request meanwhile; read it and rotate again if you still need to", k.ID)
+			return api.Errorf(api.CodeKeyConflict, "key %s was rotated by another request meanwhile; read it and rotate again if you still need to", k.ID)
 		}
 		prev := k.LivePrevious(now)
 		if grace > 0 {
 			if len(prev) >= ledger.MaxPrevious {
-				return &apiError{code: CodeInvalidRequest, param: "grace", message: fmt.Sprintf("key %s already has %d previous secrets in their grace: rotate with no grace, or once one ends", k.ID, len(prev))}
+				return &api.Error{Code: api.CodeInvalidRequest, Param: "grace", Message: fmt.Sprintf("key %s already has %d previous secrets in their grace: rotate with no grace, or once one ends", k.ID, len(prev))}
 			}
 			prev = append(prev, ledger.PrevSecret{Digest: k.Digest, Prefix: k.Prefix, Until: now.Add(grace)})
 		}
@@ -457,7 +458,7 @@ func (g *Gateway) rotateKey(w http.ResponseWriter, r *http.Request) {
 		return nil
 	})
 	if e != nil {
-		e.write(w, provider.OpenAI, meta{})
+		e.Write(w, provider.OpenAI, api.Meta{})
 		return
 	}
 	g.keyChanged(r.Context(), k.ID)

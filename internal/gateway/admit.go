@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"sync/atomic"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/identity"
 	"github.com/oncegate/oncegate/internal/memtune"
 	"github.com/oncegate/oncegate/internal/policy"
@@ -16,10 +17,10 @@ import (
 // enterTenant starts stage 1 of an API request: it finds the tenant (or
 // virtual key) by the request's key and counts the request against their
 // limits until release is called — before the body is read.
-func (g *Gateway) enterTenant(r *http.Request) (*policy.Tenant, *liveKey, func(), *apiError) {
+func (g *Gateway) enterTenant(r *http.Request) (*policy.Tenant, *liveKey, func(), *api.Error) {
 	t := g.tenant(r)
 	if t == nil {
-		return nil, nil, nil, errorf(CodeUnauthorized, "missing or unknown API key")
+		return nil, nil, nil, api.Errorf(api.CodeUnauthorized, "missing or unknown API key")
 	}
 	lk, release, apiErr := g.enterBoth(r, t)
 	if apiErr != nil {
@@ -32,7 +33,7 @@ func (g *Gateway) enterTenant(r *http.Request) (*policy.Tenant, *liveKey, func()
 // called, or refuses it when the tenant already has budget.max_concurrent
 // in progress on this gateway — before its body is read, so a burst of
 // large requests costs no memory.
-func (g *Gateway) enter(t *policy.Tenant) (release func(), _ *apiError) {
+func (g *Gateway) enter(t *policy.Tenant) (release func(), _ *api.Error) {
 	v, ok := g.running.Load(t.ID)
 	if !ok {
 		v, _ = g.running.LoadOrStore(t.ID, new(atomic.Int64))
@@ -40,9 +41,9 @@ func (g *Gateway) enter(t *policy.Tenant) (release func(), _ *apiError) {
 	n := v.(*atomic.Int64)
 	if running := n.Add(1); t.MaxConcurrent > 0 && running > int64(t.MaxConcurrent) {
 		n.Add(-1)
-		g.metrics.ObserveTenantRejection(t.ID, CodeTenantConcurrency)
-		e := errorf(CodeTenantConcurrency, "tenant %s has %d requests in progress, its limit on this gateway", t.ID, t.MaxConcurrent)
-		e.retryAfter = 1
+		g.metrics.ObserveTenantRejection(t.ID, api.CodeTenantConcurrency)
+		e := api.Errorf(api.CodeTenantConcurrency, "tenant %s has %d requests in progress, its limit on this gateway", t.ID, t.MaxConcurrent)
+		e.RetryAfter = 1
 		return nil, e
 	}
 	return func() { n.Add(-1) }, nil
@@ -62,7 +63,7 @@ type admitted struct {
 
 // admit is stage 1 after the tenant's limits: it reads and checks a
 // request. Every rejection names what was wrong.
-func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, p provider.Protocol, t *policy.Tenant) (*admitted, *apiError) {
+func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, p provider.Protocol, t *policy.Tenant) (*admitted, *api.Error) {
 	key, body, apiErr := g.readRequest(w, r)
 	if apiErr != nil {
 		return nil, apiErr
@@ -77,23 +78,23 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, p provider.Proto
 		return nil, modelNotFound(cr.IR.Model)
 	}
 	if alias.Stateful {
-		return nil, &apiError{code: CodeInvalidRequest, param: "model", message: "the model `" + alias.Name +
+		return nil, &api.Error{Code: api.CodeInvalidRequest, Param: "model", Message: "the model `" + alias.Name +
 			"` keeps its conversations at the provider (openai-responses): use it on POST /v1/responses"}
 	}
 	canon, err := identity.Canonicalize(body)
 	if err != nil {
-		return nil, errorf(CodeInvalidRequest, "request body is not canonical JSON: %v", err)
+		return nil, api.Errorf(api.CodeInvalidRequest, "request body is not canonical JSON: %v", err)
 	}
 	return &admitted{proto: p, tenant: t, alias: alias, parsed: cr, requestSHA: identity.SHA256Hex(canon), key: key}, nil
 }
 
 // readRequest reads a request's Idempotency-Key (validated when sent)
 // and its body, within the body limit.
-func (g *Gateway) readRequest(w http.ResponseWriter, r *http.Request) (string, []byte, *apiError) {
+func (g *Gateway) readRequest(w http.ResponseWriter, r *http.Request) (string, []byte, *api.Error) {
 	key := r.Header.Get("Idempotency-Key")
 	if _, sent := r.Header["Idempotency-Key"]; sent {
 		if err := identity.ValidateKey(key); err != nil {
-			return "", nil, &apiError{code: CodeInvalidKey, param: "Idempotency-Key", message: err.Error()}
+			return "", nil, &api.Error{Code: api.CodeInvalidKey, Param: "Idempotency-Key", Message: err.Error()}
 		}
 	}
 	if n := r.ContentLength; n >= memtune.LargeBytes && n <= g.policy().Limits.MaxBodyBytes {
@@ -106,16 +107,16 @@ func (g *Gateway) readRequest(w http.ResponseWriter, r *http.Request) (string, [
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			return "", nil, errorf(CodeRequestTooLarge, "request body is larger than %d bytes", tooLarge.Limit)
+			return "", nil, api.Errorf(api.CodeRequestTooLarge, "request body is larger than %d bytes", tooLarge.Limit)
 		}
 		var late *bodyTimeout
 		if errors.As(err, &late) {
 			// What is left of the body may still come: the connection
 			// cannot carry another request (docs/api.md, "Limits").
 			w.Header().Set("Connection", "close")
-			return "", nil, errorf(CodeRequestTimeout, "%v", late)
+			return "", nil, api.Errorf(api.CodeRequestTimeout, "%v", late)
 		}
-		return "", nil, errorf(CodeInvalidRequest, "could not read the request body: %v", err)
+		return "", nil, api.Errorf(api.CodeInvalidRequest, "could not read the request body: %v", err)
 	}
 	if g.cur.Load().logBodies {
 		accessOf(r.Context()).set(func(a *accessLog) { a.body = string(body) })
@@ -150,15 +151,15 @@ func readBody(r io.Reader, contentLength, limit int64) ([]byte, error) {
 }
 
 // invalidRequest is the 400 for a request body the parser refused.
-func invalidRequest(err error) *apiError {
+func invalidRequest(err error) *api.Error {
 	var inv *provider.InvalidRequestError
 	if errors.As(err, &inv) {
-		return &apiError{code: CodeInvalidRequest, message: inv.Message, param: inv.Param}
+		return &api.Error{Code: api.CodeInvalidRequest, Message: inv.Message, Param: inv.Param}
 	}
-	return errorf(CodeInvalidRequest, "%v", err)
+	return api.Errorf(api.CodeInvalidRequest, "%v", err)
 }
 
 // modelNotFound is the 404 for a model no alias names.
-func modelNotFound(model string) *apiError {
-	return &apiError{code: CodeModelNotFound, param: "model", message: "the model `" + model + "` does not exist or you do not have access to it"}
+func modelNotFound(model string) *api.Error {
+	return &api.Error{Code: api.CodeModelNotFound, Param: "model", Message: "the model `" + model + "` does not exist or you do not have access to it"}
 }

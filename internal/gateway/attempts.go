@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/policy"
@@ -35,9 +36,9 @@ func (c *call) runAttempts() (d retry.Decision, last *attemptResult, settle bool
 	}
 	c.rateTaken = false // a later run of this call (a new request after a follow) is counted
 	if err != nil {
-		e := errorf(CodeCoordinationUnavailable, "the gateway's shared coordination (Redis) is unreachable; nothing was sent, retry shortly")
-		e.retryAfter = 1
-		c.publishError(e, meta{})
+		e := api.Errorf(api.CodeCoordinationUnavailable, "the gateway's shared coordination (Redis) is unreachable; nothing was sent, retry shortly")
+		e.RetryAfter = 1
+		c.publishError(e, api.Meta{})
 		return d, nil, false
 	}
 	if !ok {
@@ -114,10 +115,10 @@ func (c *call) runAttempts() (d retry.Decision, last *attemptResult, settle bool
 
 // rateLimited refuses a new logical request of a tenant over its rate.
 func (c *call) rateLimited(wait time.Duration) {
-	c.g.metrics.ObserveTenantRejection(c.tenant.ID, CodeTenantRateLimited)
-	e := errorf(CodeTenantRateLimited, "tenant %s is over its %d requests per minute", c.tenant.ID, c.tenant.RequestsPerMinute)
-	e.retryAfter = int(math.Ceil(max(1, wait.Seconds())))
-	c.publishError(e, meta{})
+	c.g.metrics.ObserveTenantRejection(c.tenant.ID, api.CodeTenantRateLimited)
+	e := api.Errorf(api.CodeTenantRateLimited, "tenant %s is over its %d requests per minute", c.tenant.ID, c.tenant.RequestsPerMinute)
+	e.RetryAfter = int(math.Ceil(max(1, wait.Seconds())))
+	c.publishError(e, api.Meta{})
 }
 
 // single observes one unhedged attempt: its permit goes back, the engine

@@ -14,6 +14,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/openai/openai-go/v3"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/mock"
 )
@@ -282,8 +283,8 @@ func TestAzureOpenAIRefusedKey(t *testing.T) {
 
 	_, err = c.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: "revoked-only", Messages: userMsg("hello again")})
 	var ae *openai.Error
-	if !errors.As(err, &ae) || ae.StatusCode != http.StatusBadGateway || ae.Code != CodeUpstreamAuthFailed {
-		t.Fatalf("want 502 %s, got %v", CodeUpstreamAuthFailed, err)
+	if !errors.As(err, &ae) || ae.StatusCode != http.StatusBadGateway || ae.Code != api.CodeUpstreamAuthFailed {
+		t.Fatalf("want 502 %s, got %v", api.CodeUpstreamAuthFailed, err)
 	}
 	rc = e.receipt(ae.Response.Header.Get("X-Oncegate-Request-Id"))
 	rj, _ := json.Marshal(rc)

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/coord"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/policy"
@@ -107,14 +108,14 @@ type attemptResult struct {
 	purpose     string                  // why it was made: initial, retry, fallback …
 }
 
-func (c *call) meta() meta {
+func (c *call) meta() api.Meta {
 	r := c.rec.R
-	return meta{requestID: c.id, attempts: len(r.Attempts), terminal: gw.Terminal(r.Terminal), reason: gw.Reason(r.Reason)}
+	return api.Meta{RequestID: c.id, Attempts: len(r.Attempts), Terminal: gw.Terminal(r.Terminal), Reason: gw.Reason(r.Reason)}
 }
 
 // publishError ends the flight with an error response.
-func (c *call) publishError(e *apiError, m meta) {
-	head, body := e.render(c.proto, m)
+func (c *call) publishError(e *api.Error, m api.Meta) {
+	head, body := e.Render(c.proto, m)
 	c.flight.Finish(head, body)
 }
 

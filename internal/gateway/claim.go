@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/coord"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/retry"
@@ -65,7 +66,7 @@ func (c *call) claim(d retry.Decision) bool {
 			return false // answered
 		}
 	}
-	c.publishError(errorf(CodeKeyInUse, "the idempotency key is changing hands; retry"), meta{requestID: c.id})
+	c.publishError(api.Errorf(api.CodeKeyInUse, "the idempotency key is changing hands; retry"), api.Meta{RequestID: c.id})
 	return false
 }
 
@@ -73,14 +74,14 @@ func (c *call) claim(d retry.Decision) bool {
 // sent, so the client may come back (503 store_unavailable).
 func (c *call) storeDown(err error) {
 	if c.ctx.Err() != nil {
-		c.publishError(errorf(CodeInternal, "the client went away"), meta{})
+		c.publishError(api.Errorf(api.CodeInternal, "the client went away"), api.Meta{})
 		return
 	}
 	c.g.store.failed(err)
 	c.g.log.Debug("store unavailable: request refused", "request_id", c.id, "err", err)
-	e := errorf(CodeStoreUnavailable, "the gateway's store is unreachable; nothing was sent, retry shortly")
-	e.retryAfter = 1
-	c.publishError(e, meta{})
+	e := api.Errorf(api.CodeStoreUnavailable, "the gateway's store is unreachable; nothing was sent, retry shortly")
+	e.RetryAfter = 1
+	c.publishError(e, api.Meta{})
 }
 
 // resolve answers an arrival whose identity already has a record (
@@ -92,12 +93,12 @@ func (c *call) storeDown(err error) {
 func (c *call) resolve(rec *ledger.Record) (replace bool, follow *coord.Remote) {
 	now := c.g.clock.Now()
 	idem := c.g.policy().Idempotency
-	m := meta{requestID: rec.RequestID, attempts: 0}
+	m := api.Meta{RequestID: rec.RequestID, Attempts: 0}
 	if rec.RequestID == c.joined {
-		m.dedup = "joined" // the arrival joined it on its owner's gateway
+		m.Dedup = "joined" // the arrival joined it on its owner's gateway
 	}
 	if rec.Response != nil {
-		m.attempts = rec.Response.Attempts
+		m.Attempts = rec.Response.Attempts
 	}
 	if rec.State == ledger.InProgress {
 		if rec.Owner == c.g.owner && !rec.LeaseUntil.Before(now) {
@@ -118,21 +119,21 @@ func (c *call) resolve(rec *ledger.Record) (replace bool, follow *coord.Remote) 
 				// reconciles it or tries it again (docs/conversations.md).
 				// The lease lapsed between the turn's look at the try
 				// and this claim.
-				e := errorf(CodeConversationBusy, "response %s: its try ended when its gateway stopped; retry to reconcile it or try it again",
+				e := api.Errorf(api.CodeConversationBusy, "response %s: its try ended when its gateway stopped; retry to reconcile it or try it again",
 					c.turn.turn.ResponseID)
-				e.retryAfter = 1
+				e.RetryAfter = 1
 				c.publishError(e, m)
 				return false, nil
 			}
-			e := errorf(CodeOutcomeUnknown, "the request's owner stopped mid-request; its outcome is unknown (state indeterminate)")
+			e := api.Errorf(api.CodeOutcomeUnknown, "the request's owner stopped mid-request; its outcome is unknown (state indeterminate)")
 			c.publishError(e, m)
 			return false, nil
 		}
 		if rec.Owner != c.g.owner && c.g.remotes != nil && rec.RequestSHA256 == c.requestSHA {
 			return false, &coord.Remote{Owner: rec.Owner, RequestID: rec.RequestID}
 		}
-		e := errorf(CodeKeyInUse, "this request is in progress elsewhere")
-		e.retryAfter = int(math.Ceil(max(1, rec.LeaseUntil.Sub(now).Seconds())))
+		e := api.Errorf(api.CodeKeyInUse, "this request is in progress elsewhere")
+		e.RetryAfter = int(math.Ceil(max(1, rec.LeaseUntil.Sub(now).Seconds())))
 		c.publishError(e, m)
 		return false, nil
 	}
@@ -140,7 +141,7 @@ func (c *call) resolve(rec *ledger.Record) (replace bool, follow *coord.Remote) 
 	if rec.Keyed() {
 		if age > idem.Retention.D() {
 			if idem.OnExpired == "reject" {
-				c.publishError(errorf(CodeKeyExpired, "the idempotency key expired (retention %v); use a new key", idem.Retention.D()), m)
+				c.publishError(api.Errorf(api.CodeKeyExpired, "the idempotency key expired (retention %v); use a new key", idem.Retention.D()), m)
 				return false, nil
 			}
 			return true, nil
@@ -158,12 +159,12 @@ func (c *call) resolve(rec *ledger.Record) (replace bool, follow *coord.Remote) 
 		}
 	}
 	if rec.RequestSHA256 != c.requestSHA {
-		c.publishError(errorf(CodeKeyReused, "the idempotency key was used with a different request body"), m)
+		c.publishError(api.Errorf(api.CodeKeyReused, "the idempotency key was used with a different request body"), m)
 		return false, nil
 	}
 	if rec.State == ledger.Indeterminate || rec.Response == nil {
-		m.terminal = "indeterminate"
-		c.publishError(errorf(CodeOutcomeUnknown, "the first attempt's outcome is unknown (state indeterminate); it will not be re-sent"), m)
+		m.Terminal = "indeterminate"
+		c.publishError(api.Errorf(api.CodeOutcomeUnknown, "the first attempt's outcome is unknown (state indeterminate); it will not be re-sent"), m)
 		return false, nil
 	}
 	c.replay(rec, "replayed")
@@ -177,11 +178,11 @@ func (c *call) replay(rec *ledger.Record, dedup string) {
 	resp := rec.Response
 	h := http.Header{}
 	h.Set("Content-Type", resp.ContentType)
-	setIDHeaders(h, rec.RequestID, resp.Attempts)
+	api.SetIDHeaders(h, rec.RequestID, resp.Attempts)
 	if resp.Route != "" {
 		h.Set("X-Oncegate-Route", resp.Route)
 		if resp.Status < 400 {
-			setDropped(h, c.droppedOn(c.alias.Route(resp.Route)))
+			api.SetDropped(h, c.droppedOn(c.alias.Route(resp.Route)))
 		}
 	}
 	if resp.Status >= 400 {

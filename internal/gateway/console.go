@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/breaker"
 	"github.com/oncegate/oncegate/internal/console"
 	"github.com/oncegate/oncegate/internal/gw"
@@ -49,7 +50,7 @@ func (g *Gateway) serveConsoleRequests(w http.ResponseWriter, r *http.Request, s
 	if v := q.Get("since"); v != "" {
 		t, err := time.Parse(time.RFC3339, v)
 		if err != nil {
-			(&apiError{code: CodeInvalidRequest, param: "since", message: "since must be an RFC 3339 time, found " + strconv.Quote(v)}).write(w, protocolOf(r), meta{})
+			(&api.Error{Code: api.CodeInvalidRequest, Param: "since", Message: "since must be an RFC 3339 time, found " + strconv.Quote(v)}).Write(w, protocolOf(r), api.Meta{})
 			return
 		}
 		since = t
@@ -65,7 +66,7 @@ func (g *Gateway) serveConsoleRequests(w http.ResponseWriter, r *http.Request, s
 		for page := 0; page < 10 && len(rows) < limit*len(tenants); page++ {
 			list, err := g.listReceipts(r.Context(), tenant, receiptPage, after)
 			if err != nil {
-				storeAPIError(err).write(w, protocolOf(r), meta{})
+				storeAPIError(err).Write(w, protocolOf(r), api.Meta{})
 				return
 			}
 			for _, rc := range list {

@@ -13,6 +13,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/shared"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/provider"
 )
@@ -145,7 +146,7 @@ func TestCallerDeadlineBoundsEverything(t *testing.T) {
 		start := time.Now()
 		res, body := e.post("/v1/chat/completions", chatBody("chat", false), map[string]string{"X-Oncegate-Timeout-Ms": "700"})
 		elapsed := time.Since(start)
-		if res.StatusCode != 504 || !strings.Contains(string(body), CodeDeadline) || res.Header.Get("x-should-retry") != "false" {
+		if res.StatusCode != 504 || !strings.Contains(string(body), api.CodeDeadline) || res.Header.Get("x-should-retry") != "false" {
 			t.Fatalf("status %d: %s", res.StatusCode, body)
 		}
 		if elapsed > 700*time.Millisecond+250*time.Millisecond {
@@ -198,7 +199,7 @@ func TestNoAttemptIsSentAfterTheDeadline(t *testing.T) {
 	inBubble(t, envOptions{mock: mock.Config{Tokens: 4}, clock: &ticking{step: time.Millisecond}}, func(t *testing.T, e *env) {
 		for i := range 5 {
 			res, body := e.post("/v1/chat/completions", distinctBody("chat", i, ""), map[string]string{"X-Oncegate-Timeout-Ms": "1"})
-			if res.StatusCode != 504 || !strings.Contains(string(body), CodeDeadline) || res.Header.Get("X-Oncegate-Attempts") != "0" {
+			if res.StatusCode != 504 || !strings.Contains(string(body), api.CodeDeadline) || res.Header.Get("X-Oncegate-Attempts") != "0" {
 				t.Fatalf("request %d: %d %s", i, res.StatusCode, body)
 			}
 			if r := e.receipt(res.Header.Get("X-Oncegate-Request-Id")); r.Terminal != "deadline" || len(r.Attempts) != 0 {

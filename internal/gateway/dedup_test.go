@@ -19,6 +19,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	aopt "github.com/anthropics/anthropic-sdk-go/v2/option"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/breaker"
 	"github.com/oncegate/oncegate/internal/identity"
 	"github.com/oncegate/oncegate/internal/ledger"
@@ -205,7 +206,7 @@ func TestReplayAndKeyReuse(t *testing.T) {
 		}
 		// A different body with the same key: 422, no upstream call.
 		res3, body3 := e.post("/v1/chat/completions", `{"model":"chat","messages":[{"role":"user","content":"something else"}]}`, keyed("k-1"))
-		if res3.StatusCode != 422 || !strings.Contains(string(body3), CodeKeyReused) || res3.Header.Get("x-should-retry") != "false" {
+		if res3.StatusCode != 422 || !strings.Contains(string(body3), api.CodeKeyReused) || res3.Header.Get("x-should-retry") != "false" {
 			t.Fatalf("reuse: %d %s", res3.StatusCode, body3)
 		}
 		// Key order and whitespace do not make a different request.
@@ -234,7 +235,7 @@ func TestReplayAndKeyReuse(t *testing.T) {
 		}
 		// Invalid keys are refused before anything else.
 		r, b := e.post("/v1/chat/completions", chatBody("chat", false), keyed("has space"))
-		if r.StatusCode != 400 || !strings.Contains(string(b), CodeInvalidKey) {
+		if r.StatusCode != 400 || !strings.Contains(string(b), api.CodeInvalidKey) {
 			t.Fatalf("bad key: %d %s", r.StatusCode, b)
 		}
 	})
@@ -268,7 +269,7 @@ func TestIndeterminateIsNeverReDispatched(t *testing.T) {
 			t.Fatalf("terminal %s", r.Terminal)
 		}
 		res2, body := e.post("/v1/chat/completions", chatBody("chat-stop", true), keyed("k-ind"))
-		if res2.StatusCode != 502 || !strings.Contains(string(body), CodeOutcomeUnknown) || e.primary.Stats().Requests != 1 {
+		if res2.StatusCode != 502 || !strings.Contains(string(body), api.CodeOutcomeUnknown) || e.primary.Stats().Requests != 1 {
 			t.Fatalf("same key after an indeterminate outcome: %d %s (upstream %d)", res2.StatusCode, body, e.primary.Stats().Requests)
 		}
 	})
@@ -289,7 +290,7 @@ func TestExpiredKeys(t *testing.T) {
 				if res.StatusCode != tc.status || (tc.dedup != "" && res.Header.Get("X-Oncegate-Dedup") != tc.dedup) {
 					t.Fatalf("%d %s %s", res.StatusCode, res.Header.Get("X-Oncegate-Dedup"), body)
 				}
-				if tc.status == 409 && (!strings.Contains(string(body), CodeKeyExpired) || res.Header.Get("x-should-retry") != "false") {
+				if tc.status == 409 && (!strings.Contains(string(body), api.CodeKeyExpired) || res.Header.Get("x-should-retry") != "false") {
 					t.Fatalf("%s", body)
 				}
 			})
@@ -353,7 +354,7 @@ func TestJoinThatWouldOutliveTheJoinersDeadline(t *testing.T) {
 		}()
 		time.Sleep(100 * time.Millisecond)
 		res, body := e.post("/v1/chat/completions", chatBody("chat", false), map[string]string{"Idempotency-Key": "slow", "X-Oncegate-Timeout-Ms": "200"})
-		if res.StatusCode != 409 || res.Header.Get("x-should-retry") != "true" || res.Header.Get("Retry-After") == "" || !strings.Contains(string(body), CodeKeyInUse) {
+		if res.StatusCode != 409 || res.Header.Get("x-should-retry") != "true" || res.Header.Get("Retry-After") == "" || !strings.Contains(string(body), api.CodeKeyInUse) {
 			t.Fatalf("%d %v %s", res.StatusCode, res.Header, body)
 		}
 	})
@@ -389,7 +390,7 @@ func TestARefusedJoinerComesBackWhenTheOwnerMayHaveFinished(t *testing.T) {
 			}
 			ra, err := strconv.Atoi(res.Header.Get("Retry-After"))
 			ran := time.Since(start)
-			if res.StatusCode != 409 || err != nil || !strings.Contains(string(body), CodeKeyInUse) {
+			if res.StatusCode != 409 || err != nil || !strings.Contains(string(body), api.CodeKeyInUse) {
 				t.Fatalf("%d %v %s", res.StatusCode, res.Header, body)
 			}
 			// As long again as the owner has run, and never past its deadline.
@@ -531,7 +532,7 @@ func TestAKeyIsNeverReleasedAfterVisibleOutput(t *testing.T) {
 			t.Fatalf("the key's record after the client left: %+v", r)
 		}
 		again, body := e.post("/v1/chat/completions", chatBody("chat", true), keyed("left-mid-stream"))
-		if again.StatusCode != 502 || !strings.Contains(string(body), CodeOutcomeUnknown) {
+		if again.StatusCode != 502 || !strings.Contains(string(body), api.CodeOutcomeUnknown) {
 			t.Fatalf("the same key later: %d %s", again.StatusCode, body)
 		}
 		if n := e.primary.Stats().Requests; n != 1 {
@@ -549,7 +550,7 @@ func TestARefusalBeforeAnyDispatchIsNotPinnedToTheKey(t *testing.T) {
 	b.refuse.Store(true)
 	inBubble(t, envOptions{mock: mock.Config{Tokens: 4}, breakers: b}, func(t *testing.T, e *env) {
 		res, body := e.post("/v1/chat/completions", chatBody("solo", false), keyed("refused-first"))
-		if res.StatusCode != 503 || !strings.Contains(string(body), CodeCircuitOpen) {
+		if res.StatusCode != 503 || !strings.Contains(string(body), api.CodeCircuitOpen) {
 			t.Fatalf("with the breaker open: %d %s", res.StatusCode, body)
 		}
 		refused := res.Header.Get("X-Oncegate-Request-Id")

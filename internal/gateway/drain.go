@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/oncegate/oncegate/internal/api"
 )
 
 // drainGate stands between the listener and the gateway's handlers
@@ -56,8 +58,8 @@ func (g *Gateway) refuseDraining(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	lw := &logWriter{ResponseWriter: w, access: &accessLog{}}
 	lw.Header().Set("Connection", "close")
-	errorf(CodeDraining, "this gateway is stopping and takes no new requests; send the request again (a load balancer sends it to another replica)").
-		write(lw, protocolOf(r), meta{})
+	api.Errorf(api.CodeDraining, "this gateway is stopping and takes no new requests; send the request again (a load balancer sends it to another replica)").
+		Write(lw, protocolOf(r), api.Meta{})
 	g.logAccess(r, lw, time.Since(start))
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/openai/openai-go/v3"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/provider"
@@ -117,7 +118,7 @@ func TestAMissingModelFailsOverOnEveryCloud(t *testing.T) {
 			res, body := g.post("/v1/chat/completions", chatBody(tc.solo, false), nil)
 			var eb errorBody
 			_ = json.Unmarshal(body, &eb)
-			if res.StatusCode != 502 || eb.Error.Code == nil || *eb.Error.Code != CodeRouteUnavailable || res.Header.Get("x-should-retry") != "false" ||
+			if res.StatusCode != 502 || eb.Error.Code == nil || *eb.Error.Code != api.CodeRouteUnavailable || res.Header.Get("x-should-retry") != "false" ||
 				!strings.Contains(eb.Error.Message, "route "+tc.route) || eb.Oncegate.Terminal != "exhausted" {
 				t.Fatalf("no route left: %d %s", res.StatusCode, body)
 			}
@@ -200,7 +201,7 @@ func TestAMissingAnthropicModelFailsOver(t *testing.T) {
 		// No route left, in either protocol: the gateway's own 502.
 		e.primary.SetScript(missing("primary-model"))
 		res, body := e.post("/v1/chat/completions", chatBody("solo", false), nil)
-		if res.StatusCode != 502 || !strings.Contains(string(body), `"code":"`+CodeRouteUnavailable+`"`) || res.Header.Get("x-should-retry") != "false" {
+		if res.StatusCode != 502 || !strings.Contains(string(body), `"code":"`+api.CodeRouteUnavailable+`"`) || res.Header.Get("x-should-retry") != "false" {
 			t.Fatalf("openai, no route left: %d %s", res.StatusCode, body)
 		}
 		noProviderText(t, string(body))
@@ -209,7 +210,7 @@ func TestAMissingAnthropicModelFailsOver(t *testing.T) {
 			Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hello"))}})
 		var ae *anthropic.Error
 		if !errors.As(err, &ae) || ae.StatusCode != 502 || !strings.Contains(ae.RawJSON(), `"type":"api_error"`) ||
-			!strings.Contains(ae.RawJSON(), CodeRouteUnavailable) || e.primary.Stats().ByModel["primary-model"].Requests != 2 {
+			!strings.Contains(ae.RawJSON(), api.CodeRouteUnavailable) || e.primary.Stats().ByModel["primary-model"].Requests != 2 {
 			t.Fatalf("anthropic, no route left: %v, %d calls", err, e.primary.Stats().ByModel["primary-model"].Requests)
 		}
 		noProviderText(t, ae.RawJSON())

@@ -25,6 +25,7 @@ import (
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/breaker"
 	"github.com/oncegate/oncegate/internal/clock"
 	"github.com/oncegate/oncegate/internal/config"
@@ -602,7 +603,7 @@ func (g *Gateway) routes() {
 		m.HandleFunc(path, methodNotAllowed(allow))
 	}
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		errorf(CodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path).write(w, protocolOf(r), meta{})
+		api.Errorf(api.CodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path).Write(w, protocolOf(r), api.Meta{})
 	})
 	g.mux = m
 }
@@ -614,11 +615,11 @@ func (g *Gateway) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	p := protocolOf(r)
 	switch {
 	case g.cur.Load().adminKey == "" && g.metricsElsewhere:
-		errorf(CodeNotFound, "/metrics is served on the metrics_listen address, not on the API port").write(w, p, meta{})
+		api.Errorf(api.CodeNotFound, "/metrics is served on the metrics_listen address, not on the API port").Write(w, p, api.Meta{})
 	case g.cur.Load().adminKey == "":
-		errorf(CodeNotFound, "/metrics is not served on the API port without an admin key: set admin_key_env (or admin_key_file), or metrics_listen").write(w, p, meta{})
+		api.Errorf(api.CodeNotFound, "/metrics is not served on the API port without an admin key: set admin_key_env (or admin_key_file), or metrics_listen").Write(w, p, api.Meta{})
 	case !g.isAdmin(r):
-		errorf(CodeUnauthorized, "/metrics needs the admin key (admin_key_env or admin_key_file)").write(w, p, meta{})
+		api.Errorf(api.CodeUnauthorized, "/metrics needs the admin key (admin_key_env or admin_key_file)").Write(w, p, api.Meta{})
 	default:
 		g.metricsHTTP.ServeHTTP(w, r)
 	}
@@ -646,7 +647,7 @@ func (g *Gateway) MetricsHandler() http.Handler {
 func methodNotAllowed(allow string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", allow)
-		errorf(CodeMethodNotAllowed, "%s %s: use %s", r.Method, r.URL.Path, allow).write(w, protocolOf(r), meta{})
+		api.Errorf(api.CodeMethodNotAllowed, "%s %s: use %s", r.Method, r.URL.Path, allow).Write(w, protocolOf(r), api.Meta{})
 	}
 }
 
@@ -746,7 +747,7 @@ func (g *Gateway) authed(h func(http.ResponseWriter, *http.Request, *policy.Tena
 	return func(w http.ResponseWriter, r *http.Request) {
 		t := g.tenant(r)
 		if t == nil {
-			errorf(CodeUnauthorized, "missing or unknown API key").write(w, protocolOf(r), meta{})
+			api.Errorf(api.CodeUnauthorized, "missing or unknown API key").Write(w, protocolOf(r), api.Meta{})
 			return
 		}
 		h(w, r, t)
@@ -830,7 +831,7 @@ func (g *Gateway) serveReceipt(w http.ResponseWriter, r *http.Request, s readSco
 	}
 	body, err := sealed(rc)
 	if err != nil {
-		errorf(CodeInternal, "encode receipt").write(w, protocolOf(r), meta{})
+		api.Errorf(api.CodeInternal, "encode receipt").Write(w, protocolOf(r), api.Meta{})
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -845,19 +846,19 @@ func (g *Gateway) serveReceipts(w http.ResponseWriter, r *http.Request, scope re
 	if s := r.URL.Query().Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > 1000 {
-			errorf(CodeInvalidRequest, "limit must be an integer in [1, 1000]").write(w, protocolOf(r), meta{})
+			api.Errorf(api.CodeInvalidRequest, "limit must be an integer in [1, 1000]").Write(w, protocolOf(r), api.Meta{})
 			return
 		}
 		limit = n
 	}
 	tenants, apiErr := scope.filter(g.policy(), r.URL.Query().Get("tenant"))
 	if apiErr != nil {
-		apiErr.write(w, protocolOf(r), meta{})
+		apiErr.Write(w, protocolOf(r), api.Meta{})
 		return
 	}
 	list, err := g.newestReceipts(r.Context(), scope, tenants, limit, r.URL.Query().Get("after"))
 	if err != nil {
-		storeAPIError(err).write(w, protocolOf(r), meta{})
+		storeAPIError(err).Write(w, protocolOf(r), api.Meta{})
 		return
 	}
 	last := ""
@@ -866,7 +867,7 @@ func (g *Gateway) serveReceipts(w http.ResponseWriter, r *http.Request, scope re
 	}
 	for _, r := range list {
 		if err := r.Seal(); err != nil {
-			errorf(CodeInternal, "seal receipt").write(w, provider.OpenAI, meta{})
+			api.Errorf(api.CodeInternal, "seal receipt").Write(w, provider.OpenAI, api.Meta{})
 			return
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/shared"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/policy"
 )
@@ -371,7 +372,7 @@ func TestGoogleCredentialRefused(t *testing.T) {
 		res, body := g.post("/v1/chat/completions", chatBody(alias, false), nil)
 		var eb errorBody
 		_ = json.Unmarshal(body, &eb)
-		if res.StatusCode != 502 || eb.Error.Code == nil || *eb.Error.Code != CodeUpstreamAuthFailed || res.Header.Get("x-should-retry") != "false" {
+		if res.StatusCode != 502 || eb.Error.Code == nil || *eb.Error.Code != api.CodeUpstreamAuthFailed || res.Header.Get("x-should-retry") != "false" {
 			t.Fatalf("%s: %d %s", alias, res.StatusCode, body)
 		}
 		r := g.receipt(res.Header.Get("X-Oncegate-Request-Id"))

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/identity"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/provider"
@@ -23,7 +24,7 @@ import (
 // it cannot use. Identities are in the scope of the tenant's file keys or
 // of the virtual key the request came with (docs/identity.md). Nothing is
 // shared or durable yet.
-func (g *Gateway) identify(r *http.Request, a *admitted) (*call, *apiError) {
+func (g *Gateway) identify(r *http.Request, a *admitted) (*call, *api.Error) {
 	p, t, alias, cr, requestSHA, key := a.proto, a.tenant, a.alias, a.parsed, a.requestSHA, a.key
 	budgets, apiErr := callerBudgets(r.Header)
 	if apiErr != nil {
@@ -100,7 +101,7 @@ func uncarried(cr *provider.ClientRequest) func(provider.Type) []string {
 // fields the alias's may_drop or the request's X-Oncegate-May-Drop
 // header lists. A header naming a field that cannot be dropped is a 400
 // naming it.
-func (c *call) droppable(h http.Header) ([]string, *apiError) {
+func (c *call) droppable(h http.Header) ([]string, *api.Error) {
 	allowed := slices.Clone(c.alias.MayDrop)
 	for _, v := range h.Values("X-Oncegate-May-Drop") {
 		for _, name := range strings.Split(v, ",") {
@@ -108,8 +109,8 @@ func (c *call) droppable(h http.Header) ([]string, *apiError) {
 				continue
 			}
 			if !provider.Droppable(provider.OpenAI, name) && !provider.Droppable(provider.Anthropic, name) && !policy.DroppableOn(c.alias.Routes, name) {
-				return nil, &apiError{code: CodeInvalidRequest, param: "X-Oncegate-May-Drop",
-					message: fmt.Sprintf("X-Oncegate-May-Drop names %q, which is not a field a route may drop (droppable: %s)", name, strings.Join(provider.DroppableNames(), ", "))}
+				return nil, &api.Error{Code: api.CodeInvalidRequest, Param: "X-Oncegate-May-Drop",
+					Message: fmt.Sprintf("X-Oncegate-May-Drop names %q, which is not a field a route may drop (droppable: %s)", name, strings.Join(provider.DroppableNames(), ", "))}
 			}
 			allowed = append(allowed, name)
 		}
@@ -162,7 +163,7 @@ func (c *call) nativeOnlyOn(ft provider.FieldTable) []string {
 
 // joinsOf says whether a keyless request may share another's generation:
 // X-Oncegate-Join (on, off) over the configuration's keyless_join.
-func joinsOf(h http.Header, configured bool) (bool, *apiError) {
+func joinsOf(h http.Header, configured bool) (bool, *api.Error) {
 	switch v := strings.TrimSpace(h.Get("X-Oncegate-Join")); strings.ToLower(v) {
 	case "":
 		return configured, nil
@@ -171,20 +172,20 @@ func joinsOf(h http.Header, configured bool) (bool, *apiError) {
 	case "off":
 		return false, nil
 	default:
-		return false, &apiError{code: CodeInvalidRequest, param: "X-Oncegate-Join", message: "X-Oncegate-Join must be on or off, found " + strconv.Quote(v)}
+		return false, &api.Error{Code: api.CodeInvalidRequest, Param: "X-Oncegate-Join", Message: "X-Oncegate-Join must be on or off, found " + strconv.Quote(v)}
 	}
 }
 
 // callerBudgets reads the caller's own time budgets (docs/retries.md):
 // X-Oncegate-Timeout-Ms (milliseconds) and x-stainless-timeout (seconds,
 // sent by the official SDKs). They only ever shorten the deadline.
-func callerBudgets(h http.Header) ([]time.Duration, *apiError) {
+func callerBudgets(h http.Header) ([]time.Duration, *api.Error) {
 	var out []time.Duration
 	if v := strings.TrimSpace(h.Get("X-Oncegate-Timeout-Ms")); v != "" {
 		ms, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || ms <= 0 || ms > 24*3600*1000 {
-			return nil, &apiError{code: CodeInvalidRequest, param: "X-Oncegate-Timeout-Ms",
-				message: "X-Oncegate-Timeout-Ms must be a whole number of milliseconds between 1 and 86400000, found " + strconv.Quote(v)}
+			return nil, &api.Error{Code: api.CodeInvalidRequest, Param: "X-Oncegate-Timeout-Ms",
+				Message: "X-Oncegate-Timeout-Ms must be a whole number of milliseconds between 1 and 86400000, found " + strconv.Quote(v)}
 		}
 		out = append(out, time.Duration(ms)*time.Millisecond)
 	}

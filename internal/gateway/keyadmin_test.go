@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/clock"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/mock"
@@ -35,14 +36,14 @@ func TestKeyETagAndIfMatch(t *testing.T) {
 		{"DELETE", path, ``, `"v1", "v9"`},
 	} {
 		got := e.adminCall(c.method, c.path, c.body, map[string]string{"If-Match": c.ifMatch})
-		if got.status != 412 || got.code != CodePreconditionFailed || !strings.Contains(string(got.body), `\"v2\"`) {
-			t.Fatalf("%s %s with If-Match %s: %s, want 412 %s naming the current ETag", c.method, c.path, c.ifMatch, got, CodePreconditionFailed)
+		if got.status != 412 || got.code != api.CodePreconditionFailed || !strings.Contains(string(got.body), `\"v2\"`) {
+			t.Fatalf("%s %s with If-Match %s: %s, want 412 %s naming the current ETag", c.method, c.path, c.ifMatch, got, api.CodePreconditionFailed)
 		}
 	}
 	if k := e.readKeyView(v.ID); k.Name != "first" || k.Version != 2 || k.RevokedAt != nil || !e.authenticates(v.Key) {
 		t.Fatalf("refused writes changed the key: %+v", k)
 	}
-	if got := e.adminCall("PATCH", path, `{}`, map[string]string{"If-Match": `v2`}); got.status != 400 || got.code != CodeInvalidRequest {
+	if got := e.adminCall("PATCH", path, `{}`, map[string]string{"If-Match": `v2`}); got.status != 400 || got.code != api.CodeInvalidRequest {
 		t.Fatalf("an If-Match that is no entity tag: %s", got)
 	}
 	rot := e.adminCall("POST", path+"/rotate", `{}`, map[string]string{"If-Match": `"v1", "v2"`})
@@ -57,8 +58,8 @@ func TestKeyETagAndIfMatch(t *testing.T) {
 	// key_revoked, whatever If-Match says; DELETE again is 204.
 	for _, c := range []struct{ method, path, ifMatch string }{{"PATCH", path, `"v4"`}, {"POST", path + "/rotate", ""}, {"PATCH", path, ""}} {
 		got := e.adminCall(c.method, c.path, `{}`, map[string]string{"If-Match": c.ifMatch})
-		if got.status != 409 || got.code != CodeKeyRevoked {
-			t.Fatalf("%s %s of a revoked key: %s, want 409 %s", c.method, c.path, got, CodeKeyRevoked)
+		if got.status != 409 || got.code != api.CodeKeyRevoked {
+			t.Fatalf("%s %s of a revoked key: %s, want 409 %s", c.method, c.path, got, api.CodeKeyRevoked)
 		}
 	}
 	if got := e.adminCall("DELETE", path, "", nil); got.status != 204 {
@@ -113,7 +114,7 @@ func TestKeyRotatedTwiceKeepsEachGrace(t *testing.T) {
 	for range ledger.MaxPrevious {
 		rotateWith("1h")
 	}
-	if got := e.adminCall("POST", "/admin/keys/"+v.ID+"/rotate", `{"grace":"1h"}`, nil); got.status != 400 || got.code != CodeInvalidRequest {
+	if got := e.adminCall("POST", "/admin/keys/"+v.ID+"/rotate", `{"grace":"1h"}`, nil); got.status != 400 || got.code != api.CodeInvalidRequest {
 		t.Fatalf("a rotation with a grace past %d previous secrets: %s", ledger.MaxPrevious, got)
 	}
 	rotateWith("0s")
@@ -143,7 +144,7 @@ func TestKeyBodiesAreStrict(t *testing.T) {
 		got := e.adminCall(c.method, c.path, c.body, nil)
 		var er struct{ Error struct{ Param, Code string } }
 		_ = json.Unmarshal(got.body, &er)
-		if got.status != 400 || er.Error.Param != c.param || er.Error.Code != CodeInvalidRequest {
+		if got.status != 400 || er.Error.Param != c.param || er.Error.Code != api.CodeInvalidRequest {
 			t.Errorf("%s %s %s: %s, want 400 naming %s", c.method, c.path, c.body, got, c.param)
 		}
 	}
@@ -160,7 +161,7 @@ func TestKeyBodiesAreStrict(t *testing.T) {
 		names[i] = fmt.Sprintf(`"m%d"`, i)
 	}
 	got := e.adminCall("PATCH", "/admin/keys/"+k.ID, `{"models":[`+strings.Join(names, ",")+`]}`, nil)
-	if got.status != 400 || got.code != CodeInvalidRequest || !strings.Contains(string(got.body), fmt.Sprintf("at most %d models", maxKeyModels)) {
+	if got.status != 400 || got.code != api.CodeInvalidRequest || !strings.Contains(string(got.body), fmt.Sprintf("at most %d models", maxKeyModels)) {
 		t.Fatalf("%d distinct models: %s", len(names), got)
 	}
 }

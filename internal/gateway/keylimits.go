@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/quota"
@@ -72,7 +73,7 @@ func (l *localRunning) Enter(id string, limit int) (func(), bool, error) {
 // virtual key it authenticated with, if any (lk), until release is
 // called; or refuses it, before its body is read, when either already has
 // its max_concurrent in progress.
-func (g *Gateway) enterBoth(r *http.Request, t *policy.Tenant) (lk *liveKey, release func(), _ *apiError) {
+func (g *Gateway) enterBoth(r *http.Request, t *policy.Tenant) (lk *liveKey, release func(), _ *api.Error) {
 	releaseTenant, apiErr := g.enter(t)
 	if apiErr != nil {
 		return nil, nil, apiErr
@@ -92,7 +93,7 @@ func (g *Gateway) enterBoth(r *http.Request, t *policy.Tenant) (lk *liveKey, rel
 // called, or refuses it when the key already has its max_concurrent in
 // progress — on every replica sharing the coordination, else on this
 // gateway.
-func (g *Gateway) enterKey(lk *liveKey) (release func(), _ *apiError) {
+func (g *Gateway) enterKey(lk *liveKey) (release func(), _ *api.Error) {
 	id, limit := lk.k.ID, lk.k.Spec.Budget.MaxConcurrent
 	if limit <= 0 {
 		return func() {}, nil
@@ -102,9 +103,9 @@ func (g *Gateway) enterKey(lk *liveKey) (release func(), _ *apiError) {
 		return nil, coordinationDown()
 	}
 	if !ok {
-		g.metrics.ObserveTenantRejection(lk.k.Tenant, CodeKeyConcurrency)
-		e := errorf(CodeKeyConcurrency, "key %s has %d requests in progress, its max_concurrent", id, limit)
-		e.retryAfter = 1
+		g.metrics.ObserveTenantRejection(lk.k.Tenant, api.CodeKeyConcurrency)
+		e := api.Errorf(api.CodeKeyConcurrency, "key %s has %d requests in progress, its max_concurrent", id, limit)
+		e.RetryAfter = 1
 		return nil, e
 	}
 	return release, nil
@@ -112,9 +113,9 @@ func (g *Gateway) enterKey(lk *liveKey) (release func(), _ *apiError) {
 
 // coordinationDown is the refusal of a request whose limits could not be
 // consulted because Redis is unreachable.
-func coordinationDown() *apiError {
-	e := errorf(CodeCoordinationUnavailable, "the gateway's shared coordination (Redis) is unreachable; nothing was sent, retry shortly")
-	e.retryAfter = 1
+func coordinationDown() *api.Error {
+	e := api.Errorf(api.CodeCoordinationUnavailable, "the gateway's shared coordination (Redis) is unreachable; nothing was sent, retry shortly")
+	e.RetryAfter = 1
 	return e
 }
 
@@ -122,20 +123,20 @@ func coordinationDown() *apiError {
 // it is placed: the model allow-list (403 model_not_allowed) and the
 // key's request rate (429 key_rate_limited). Every endpoint a key may
 // call passes it.
-func (g *Gateway) gateKey(lk *liveKey, alias string) *apiError {
+func (g *Gateway) gateKey(lk *liveKey, alias string) *api.Error {
 	k := lk.k
 	if lk.models != nil && !lk.models[alias] {
-		return &apiError{code: CodeModelNotAllowed, param: "model",
-			message: fmt.Sprintf("key %s may not use model `%s` (its models: %v)", k.ID, alias, k.Spec.Models)}
+		return &api.Error{Code: api.CodeModelNotAllowed, Param: "model",
+			Message: fmt.Sprintf("key %s may not use model `%s` (its models: %v)", k.ID, alias, k.Spec.Models)}
 	}
 	ok, wait, err := g.keys.limits.Day.Take(k.ID)
 	if err != nil {
 		return coordinationDown()
 	}
 	if !ok {
-		g.metrics.ObserveTenantRejection(k.Tenant, CodeKeyRateLimited)
-		e := errorf(CodeKeyRateLimited, "key %s is over its %d requests per minute", k.ID, k.Spec.Budget.RequestsPerMinute)
-		e.retryAfter = int(math.Ceil(max(1, wait.Seconds())))
+		g.metrics.ObserveTenantRejection(k.Tenant, api.CodeKeyRateLimited)
+		e := api.Errorf(api.CodeKeyRateLimited, "key %s is over its %d requests per minute", k.ID, k.Spec.Budget.RequestsPerMinute)
+		e.RetryAfter = int(math.Ceil(max(1, wait.Seconds())))
 		return e
 	}
 	return nil
@@ -145,7 +146,7 @@ func (g *Gateway) gateKey(lk *liveKey, alias string) *apiError {
 // it is placed: gateKey, and whether the cheapest attempt's worst case
 // still fits under the key's cost and tokens (429 with Retry-After).
 // Nothing is claimed or sent before it passes.
-func (c *call) admitKey(lk *liveKey) *apiError {
+func (c *call) admitKey(lk *liveKey) *api.Error {
 	if lk == nil {
 		return nil
 	}
@@ -164,7 +165,7 @@ func (c *call) keyTokens() gw.NanoUSD {
 
 // keyRefusal is the refusal of an attempt whose worst case (cost, and
 // tokens) does not fit what the key may still reserve; nil if it fits.
-func (c *call) keyRefusal(cost, tokens gw.NanoUSD) *apiError {
+func (c *call) keyRefusal(cost, tokens gw.NanoUSD) *api.Error {
 	l, id := c.g.keys.limits, c.key.lk.k.ID
 	if a, capped := l.Tokens.Allowance(id); capped && tokens > a {
 		return c.keyLimitError(keyTokens, cost, tokens)
@@ -184,39 +185,39 @@ func (c *call) keyRefusal(cost, tokens gw.NanoUSD) *apiError {
 // requests in flight hold the rest, and they settle for less than they
 // hold: key_budget_exceeded still, but come back in about the time they
 // take (x-should-retry: true), not at the end of the day or month.
-func (c *call) keyLimitError(which keyLimit, cost, tokens gw.NanoUSD) *apiError {
+func (c *call) keyLimitError(which keyLimit, cost, tokens gw.NanoUSD) *api.Error {
 	k, l, now := c.key.lk.k, c.g.keys.limits, c.g.clock.Now()
 	until := func(period func(time.Time) int64) int {
 		return int(math.Ceil(max(1, quota.PeriodEnd(now, period).Sub(now).Seconds())))
 	}
 	if which == keyTokens {
-		c.g.metrics.ObserveTenantRejection(k.Tenant, CodeKeyRateLimited)
-		e := errorf(CodeKeyRateLimited, "key %s is over its %d tokens per minute (this request may use %d)", k.ID, k.Spec.Budget.TokensPerMinute, tokens)
-		e.retryAfter = until(quota.Minute)
+		c.g.metrics.ObserveTenantRejection(k.Tenant, api.CodeKeyRateLimited)
+		e := api.Errorf(api.CodeKeyRateLimited, "key %s is over its %d tokens per minute (this request may use %d)", k.ID, k.Spec.Budget.TokensPerMinute, tokens)
+		e.RetryAfter = until(quota.Minute)
 		return e
 	}
-	c.g.metrics.ObserveTenantRejection(k.Tenant, CodeKeyBudget)
+	c.g.metrics.ObserveTenantRejection(k.Tenant, api.CodeKeyBudget)
 	lim, what, usd, period, resets := l.Day, "daily", k.Spec.Budget.CostUSDPerDay, gw.Day, "it resets at 00:00 UTC"
 	if which == keyMonth {
 		lim, what, usd, period, resets = l.Month, "monthly", k.Spec.Budget.CostUSDPerMonth, quota.Month, "it resets on the 1st, 00:00 UTC"
 	}
 	charged := lim.Charged(k.ID)
 	if charged+cost <= gw.NanoFromUSD(usd) {
-		e := errorf(CodeKeyBudget, "key %s's requests in flight hold what is left of its %s cost limit of $%g ($%g charged so far); retry once they finish",
+		e := api.Errorf(api.CodeKeyBudget, "key %s's requests in flight hold what is left of its %s cost limit of $%g ($%g charged so far); retry once they finish",
 			k.ID, what, usd, charged.USD())
-		e.retryAfter, e.pending = pendingRetryAfter(c.alias.Engine.Deadline), true
+		e.RetryAfter, e.Pending = api.PendingRetryAfter(c.alias.Engine.Deadline), true
 		return e
 	}
-	e := errorf(CodeKeyBudget, "key %s has reached its %s cost limit of $%g ($%g charged; the next attempt's worst case does not fit); %s",
+	e := api.Errorf(api.CodeKeyBudget, "key %s has reached its %s cost limit of $%g ($%g charged; the next attempt's worst case does not fit); %s",
 		k.ID, what, usd, charged.USD(), resets)
-	e.retryAfter = until(period)
+	e.RetryAfter = until(period)
 	return e
 }
 
 // keyBudgetError is the refusal of a request the engine stopped at its
 // allowance when the key, not the tenant, left no room; nil otherwise.
 // After attempts, as for the tenant, it is 503 upstream_unavailable.
-func (c *call) keyBudgetError(n int) *apiError {
+func (c *call) keyBudgetError(n int) *api.Error {
 	if c.key == nil {
 		return nil
 	}
@@ -227,7 +228,7 @@ func (c *call) keyBudgetError(n int) *apiError {
 		e = c.keyLimitError(which, c.cheapestAttempt(), c.keyTokens())
 	}
 	if e != nil && n > 0 {
-		return errorf(CodeUpstreamUnavailable, "no provider answered, and key %s's limits leave no room for another attempt after %d", c.key.lk.k.ID, n)
+		return api.Errorf(api.CodeUpstreamUnavailable, "no provider answered, and key %s's limits leave no room for another attempt after %d", c.key.lk.k.ID, n)
 	}
 	return e
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/mock"
 )
@@ -135,8 +136,8 @@ func TestKeyWritesRacing(t *testing.T) {
 			if del.status != 204 {
 				t.Errorf("DELETE: %s", del)
 			}
-			if pat.status != 200 && (pat.status != 409 || pat.code != CodeKeyRevoked) {
-				t.Errorf("PATCH racing a revocation: %s, want 200 or 409 %s", pat, CodeKeyRevoked)
+			if pat.status != 200 && (pat.status != 409 || pat.code != api.CodeKeyRevoked) {
+				t.Errorf("PATCH racing a revocation: %s, want 200 or 409 %s", pat, api.CodeKeyRevoked)
 			}
 			got := e.readKeyView(v.ID)
 			if got.RevokedAt == nil || e.authenticates(v.Key) {
@@ -152,8 +153,8 @@ func TestKeyWritesRacing(t *testing.T) {
 			if del.status != 204 {
 				t.Errorf("DELETE: %s", del)
 			}
-			if rot.status != 200 && (rot.status != 409 || rot.code != CodeKeyRevoked) {
-				t.Errorf("rotate racing a revocation: %s, want 200 or 409 %s", rot, CodeKeyRevoked)
+			if rot.status != 200 && (rot.status != 409 || rot.code != api.CodeKeyRevoked) {
+				t.Errorf("rotate racing a revocation: %s, want 200 or 409 %s", rot, api.CodeKeyRevoked)
 			}
 			if e.readKeyView(v.ID).RevokedAt == nil || e.authenticates(v.Key) {
 				t.Errorf("key %s answered 204 to DELETE, yet its first secret works (rotate %d)", v.ID, rot.status)
@@ -171,7 +172,7 @@ func TestKeyWritesRacing(t *testing.T) {
 					t.Errorf("rotate answered 200: the new secret works %v, the old one (no grace) %v",
 						e.authenticates(secretOf(t, rot)), e.authenticates(v.Key))
 				}
-			case rot.status == 409 && rot.code == CodeKeyConflict:
+			case rot.status == 409 && rot.code == api.CodeKeyConflict:
 				if !e.authenticates(v.Key) {
 					t.Error("rotate answered 409, yet the old secret stopped working")
 				}
@@ -182,7 +183,7 @@ func TestKeyWritesRacing(t *testing.T) {
 			switch {
 			case pat.status == 200 && name != "patched":
 				t.Errorf("PATCH answered 200, its change is lost: name %q", name)
-			case pat.status == 409 && pat.code == CodeKeyConflict && name == "patched":
+			case pat.status == 409 && pat.code == api.CodeKeyConflict && name == "patched":
 				t.Error("PATCH answered 409, yet it changed the key")
 			case pat.status != 200 && pat.status != 409:
 				t.Errorf("PATCH: %s", pat)
@@ -197,8 +198,8 @@ func TestKeyWritesRacing(t *testing.T) {
 			if a.status == 409 {
 				a, b = b, a
 			}
-			if a.status != 200 || (b.status != 200 && (b.status != 409 || b.code != CodeKeyConflict)) {
-				t.Errorf("two rotations: %s and %s, want 200 and 200 or 409 %s", a, b, CodeKeyConflict)
+			if a.status != 200 || (b.status != 200 && (b.status != 409 || b.code != api.CodeKeyConflict)) {
+				t.Errorf("two rotations: %s and %s, want 200 and 200 or 409 %s", a, b, api.CodeKeyConflict)
 				return
 			}
 			for _, c := range []adminAnswer{a, b} {
@@ -223,7 +224,7 @@ func TestKeyWritesRacing(t *testing.T) {
 				switch {
 				case c.call.status == 200 && !c.kept:
 					t.Errorf("PATCH of %s answered 200, its change is lost: %s", c.what, c.applied)
-				case c.call.status == 409 && c.call.code == CodeKeyConflict && c.kept:
+				case c.call.status == 409 && c.call.code == api.CodeKeyConflict && c.kept:
 					t.Errorf("PATCH of %s answered 409, yet changed the key", c.what)
 				case c.call.status != 200 && c.call.status != 409:
 					t.Errorf("PATCH of %s: %s", c.what, c.call)
@@ -286,8 +287,8 @@ func TestKeyWritesBasedOnOneVersion(t *testing.T) {
 			if a.status == 409 {
 				a, b = b, a
 			}
-			if a.status != 200 || b.status != 409 || b.code != CodeKeyConflict {
-				t.Fatalf("two rotations of one version: %s and %s, want one 200 and one 409 %s", a, b, CodeKeyConflict)
+			if a.status != 200 || b.status != 409 || b.code != api.CodeKeyConflict {
+				t.Fatalf("two rotations of one version: %s and %s, want one 200 and one 409 %s", a, b, api.CodeKeyConflict)
 			}
 			if !e.authenticates(secretOf(t, a)) || e.authenticates(v.Key) {
 				t.Fatal("the winning rotation's secret does not work, or the old one (no grace) still does")

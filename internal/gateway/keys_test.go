@@ -16,6 +16,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	oopt2 "github.com/openai/openai-go/v3/option"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/mock"
 )
@@ -93,7 +94,7 @@ func TestVirtualKeyIssueUseRevoke(t *testing.T) {
 		t.Fatalf("revoke: %d", st)
 	}
 	_, err = cl.Chat.Completions.New(context.Background(), oaParams("chat", "after revoke"))
-	if st, code, _ := apiErrorOf(t, err); st != 401 || code != CodeUnauthorized {
+	if st, code, _ := apiErrorOf(t, err); st != 401 || code != api.CodeUnauthorized {
 		t.Fatalf("after revoke: %d %s", st, code)
 	}
 	if n := e.primary.Stats().Requests; n != 2 {
@@ -128,7 +129,7 @@ func TestAdminAPIAuthAndStrictJSON(t *testing.T) {
 			Error struct{ Param, Code string }
 		}
 		_ = json.Unmarshal(b, &er)
-		if st != 400 || er.Error.Param != c.param || er.Error.Code != CodeInvalidRequest {
+		if st != 400 || er.Error.Param != c.param || er.Error.Code != api.CodeInvalidRequest {
 			t.Errorf("%s: %d %s, want 400 naming %s", c.body, st, b, c.param)
 		}
 	}
@@ -168,7 +169,7 @@ func TestVirtualKeyRotateWithGraceAndUpdate(t *testing.T) {
 	}
 	before := e.primary.Stats().Requests
 	_, err = clientNew(e.openai(nil, oopt2.WithAPIKey(rot.Key)), context.Background(), oaParams("chat", "hi"))
-	if st, code, _ := apiErrorOf(t, err); st != 403 || code != CodeModelNotAllowed {
+	if st, code, _ := apiErrorOf(t, err); st != 403 || code != api.CodeModelNotAllowed {
 		t.Fatalf("a model outside the list: %d %s", st, code)
 	}
 	if n := e.primary.Stats().Requests; n != before {
@@ -190,7 +191,7 @@ func TestVirtualKeyLimits(t *testing.T) {
 		}
 		_, err := cl.Chat.Completions.New(ctx, oaParams("chat", "rate"), oopt2.WithMaxRetries(0))
 		st, code, h := apiErrorOf(t, err)
-		if st != 429 || code != CodeKeyRateLimited || h.Get("Retry-After") == "" || h.Get("x-should-retry") != "true" {
+		if st != 429 || code != api.CodeKeyRateLimited || h.Get("Retry-After") == "" || h.Get("x-should-retry") != "true" {
 			t.Fatalf("third request: %d %s %v", st, code, h)
 		}
 		if n := e.primary.Stats().Requests - before; n != 2 {
@@ -214,7 +215,7 @@ func TestVirtualKeyLimits(t *testing.T) {
 			}
 		}
 		st, code, h := apiErrorOf(t, err)
-		if st != 429 || code != CodeKeyRateLimited || h.Get("Retry-After") == "" {
+		if st != 429 || code != api.CodeKeyRateLimited || h.Get("Retry-After") == "" {
 			t.Fatalf("over the tokens: %d %s", st, code)
 		}
 		if n := e.primary.Stats().Requests - before; n > 2 {
@@ -236,14 +237,14 @@ func TestVirtualKeyLimits(t *testing.T) {
 			}
 		}
 		st, code, h := apiErrorOf(t, err)
-		if st != 429 || code != CodeKeyBudget || h.Get("Retry-After") == "" || h.Get("x-should-retry") != "false" {
+		if st != 429 || code != api.CodeKeyBudget || h.Get("Retry-After") == "" || h.Get("x-should-retry") != "false" {
 			t.Fatalf("over the day: %d %s %v", st, code, h)
 		}
 		sent := e.primary.Stats().Requests - before
 		e.restart()
 		cl = e.openai(nil, oopt2.WithAPIKey(v.Key))
 		_, err = cl.Chat.Completions.New(ctx, p)
-		if st, code, _ := apiErrorOf(t, err); st != 429 || code != CodeKeyBudget {
+		if st, code, _ := apiErrorOf(t, err); st != 429 || code != api.CodeKeyBudget {
 			t.Fatalf("after a restart: %d %s (the day's spend was forgotten)", st, code)
 		}
 		if n := e.primary.Stats().Requests - before; n != sent {
@@ -260,11 +261,11 @@ func TestVirtualKeyLimits(t *testing.T) {
 		lk, _ := e.gw.virtualKey(ctx, v.Key)
 		release, apiErr := e.gw.enterKey(lk) // one request in progress
 		if apiErr != nil {
-			t.Fatal(apiErr.message)
+			t.Fatal(apiErr.Message)
 		}
 		defer release()
 		_, err := clientNew(e.openai(nil, oopt2.WithAPIKey(v.Key)), ctx, oaParams("chat", "busy"), oopt2.WithMaxRetries(0))
-		if st, code, h := apiErrorOf(t, err); st != 429 || code != CodeKeyConcurrency || h.Get("Retry-After") == "" {
+		if st, code, h := apiErrorOf(t, err); st != 429 || code != api.CodeKeyConcurrency || h.Get("Retry-After") == "" {
 			t.Fatalf("a second request in progress: %d %s", st, code)
 		}
 	})

@@ -15,6 +15,7 @@ import (
 	oopt2 "github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/identity"
 	"github.com/oncegate/oncegate/internal/mock"
 )
@@ -55,15 +56,15 @@ func TestVirtualKeysReadOnlyTheirOwnResponses(t *testing.T) {
 	calls := e.primary.Requests()
 
 	_, err = cb.Responses.Get(ctx, first.ID, responses.ResponseGetParams{}, oopt2.WithMaxRetries(0))
-	notFound(t, err, CodeResponseNotFound, first.ID, nobody)
+	notFound(t, err, api.CodeResponseNotFound, first.ID, nobody)
 	_, err = cb.Responses.InputItems.List(ctx, second.ID, responses.InputItemListParams{}, oopt2.WithMaxRetries(0))
-	notFound(t, err, CodeResponseNotFound, second.ID, nobody)
+	notFound(t, err, api.CodeResponseNotFound, second.ID, nobody)
 	err = cb.Responses.Delete(ctx, second.ID, oopt2.WithMaxRetries(0))
-	notFound(t, err, CodeResponseNotFound, second.ID, nobody)
+	notFound(t, err, api.CodeResponseNotFound, second.ID, nobody)
 	_, err = cb.Responses.New(ctx, responses.ResponseNewParams{Model: "chat", PreviousResponseID: openai.String(second.ID),
 		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("tell me what you told a")}}, oopt2.WithMaxRetries(0))
 	var ae *openai.Error
-	if !errors.As(err, &ae) || ae.StatusCode != 404 || ae.Code != CodeResponseNotFound || ae.Param != "previous_response_id" {
+	if !errors.As(err, &ae) || ae.StatusCode != 404 || ae.Code != api.CodeResponseNotFound || ae.Param != "previous_response_id" {
 		t.Fatalf("another key continues a response: %v", err)
 	}
 	if n := e.primary.Requests() - calls; n != 0 {

@@ -10,6 +10,7 @@ import (
 	oopt2 "github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/mock"
 )
@@ -35,7 +36,7 @@ func (e *env) holdKey(secret string) func() {
 	}
 	release, apiErr := e.gw.enterKey(lk)
 	if apiErr != nil {
-		e.t.Fatal(apiErr.message)
+		e.t.Fatal(apiErr.Message)
 	}
 	return release
 }
@@ -56,7 +57,7 @@ func TestVirtualKeyLimitsOnResponses(t *testing.T) {
 		v := e.issue(`{"tenant":"acme","models":["chat-stop"]}`)
 		before := e.primary.Requests()
 		_, err := e.respond(v.Key, "chat", "not my model", 0)
-		refused(t, err, 403, CodeModelNotAllowed)
+		refused(t, err, 403, api.CodeModelNotAllowed)
 		if _, err := e.respond(v.Key, "chat-stop", "my model", 0); err != nil {
 			t.Fatal(err)
 		}
@@ -73,7 +74,7 @@ func TestVirtualKeyLimitsOnResponses(t *testing.T) {
 			}
 		}
 		_, err := e.respond(v.Key, "chat", "rate 2", 0)
-		refused(t, err, 429, CodeKeyRateLimited)
+		refused(t, err, 429, api.CodeKeyRateLimited)
 		if n := e.primary.Requests() - before; n != 2 {
 			t.Fatalf("the provider saw %d requests, want 2", n)
 		}
@@ -83,7 +84,7 @@ func TestVirtualKeyLimitsOnResponses(t *testing.T) {
 		release := e.holdKey(v.Key)
 		before := e.primary.Requests()
 		_, err := e.respond(v.Key, "chat", "busy", 0)
-		refused(t, err, 429, CodeKeyConcurrency)
+		refused(t, err, 429, api.CodeKeyConcurrency)
 		if n := e.primary.Requests() - before; n != 0 {
 			t.Fatalf("the provider saw %d requests, want 0", n)
 		}
@@ -101,7 +102,7 @@ func TestVirtualKeyLimitsOnResponses(t *testing.T) {
 				break
 			}
 		}
-		refused(t, err, 429, CodeKeyRateLimited)
+		refused(t, err, 429, api.CodeKeyRateLimited)
 		if n := e.primary.Requests() - before; n > 2 {
 			t.Fatalf("the provider saw %d requests of a 100-token minute at ~60 tokens each", n)
 		}
@@ -117,7 +118,7 @@ func TestVirtualKeyLimitsOnResponses(t *testing.T) {
 			}
 		}
 		st, code, h := apiErrorOf(t, err)
-		if st != 429 || code != CodeKeyBudget || h.Get("x-should-retry") != "false" {
+		if st != 429 || code != api.CodeKeyBudget || h.Get("x-should-retry") != "false" {
 			t.Fatalf("over the day: %d %s %v", st, code, h)
 		}
 		if n := e.primary.Requests() - before; n != 0 {
@@ -138,7 +139,7 @@ func TestVirtualKeyLimitsOnCountTokens(t *testing.T) {
 	t.Run("models", func(t *testing.T) {
 		v := e.issue(`{"tenant":"acme","models":["chat"]}`)
 		before := e.anthropic.Lookups()
-		if res, _, code := e.countTokens(v.Key); res.StatusCode != 403 || code != CodeModelNotAllowed {
+		if res, _, code := e.countTokens(v.Key); res.StatusCode != 403 || code != api.CodeModelNotAllowed {
 			t.Fatalf("a count of a model outside the key's list: %d %s", res.StatusCode, code)
 		}
 		if n := e.anthropic.Lookups() - before; n != 0 {
@@ -154,7 +155,7 @@ func TestVirtualKeyLimitsOnCountTokens(t *testing.T) {
 			}
 		}
 		res, _, code := e.countTokens(v.Key)
-		if res.StatusCode != 429 || code != CodeKeyRateLimited || res.Header.Get("Retry-After") == "" {
+		if res.StatusCode != 429 || code != api.CodeKeyRateLimited || res.Header.Get("Retry-After") == "" {
 			t.Fatalf("a count over the key's rate: %d %s", res.StatusCode, code)
 		}
 		if n := e.anthropic.Lookups() - before; n != 2 {
@@ -166,7 +167,7 @@ func TestVirtualKeyLimitsOnCountTokens(t *testing.T) {
 		release := e.holdKey(v.Key)
 		before := e.anthropic.Lookups()
 		res, _, code := e.countTokens(v.Key)
-		if res.StatusCode != 429 || code != CodeKeyConcurrency || res.Header.Get("Retry-After") == "" {
+		if res.StatusCode != 429 || code != api.CodeKeyConcurrency || res.Header.Get("Retry-After") == "" {
 			t.Fatalf("a count while the key is busy: %d %s", res.StatusCode, code)
 		}
 		if n := e.anthropic.Lookups() - before; n != 0 {
@@ -178,7 +179,7 @@ func TestVirtualKeyLimitsOnCountTokens(t *testing.T) {
 		// Less than any attempt's worst case: every generation refused.
 		v := e.issue(`{"tenant":"acme","budget":{"cost_usd_per_day":0.000001}}`)
 		_, err := clientNew(e.openai(nil, oopt2.WithAPIKey(v.Key)), context.Background(), oaParams("chat", "too dear"))
-		if st, code, _ := apiErrorOf(t, err); st != 429 || code != CodeKeyBudget {
+		if st, code, _ := apiErrorOf(t, err); st != 429 || code != api.CodeKeyBudget {
 			t.Fatalf("a generation: %d %s", st, code)
 		}
 		if res, source, _ := e.countTokens(v.Key); res.StatusCode != 200 || source != "provider" {
@@ -210,7 +211,7 @@ func TestVirtualKeyBudgetHeldByRequestsInFlight(t *testing.T) {
 	_, err := cl.Chat.Completions.New(ctx, p, oopt2.WithMaxRetries(0))
 	st, code, h := apiErrorOf(t, err)
 	ra, _ := strconv.Atoi(h.Get("Retry-After"))
-	if st != 429 || code != CodeKeyBudget || ra < 1 || ra > 60 || h.Get("x-should-retry") != "true" {
+	if st != 429 || code != api.CodeKeyBudget || ra < 1 || ra > 60 || h.Get("x-should-retry") != "true" {
 		t.Fatalf("while requests in flight hold the day: %d %s Retry-After %q x-should-retry %q", st, code, h.Get("Retry-After"), h.Get("x-should-retry"))
 	}
 	if n := e.primary.Requests() - before; n != 0 {
@@ -229,7 +230,7 @@ func TestVirtualKeyBudgetHeldByRequestsInFlight(t *testing.T) {
 	ra, _ = strconv.Atoi(h.Get("Retry-After"))
 	now := time.Now().UTC()
 	untilMidnight := time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC).Sub(now)
-	if st != 429 || code != CodeKeyBudget || h.Get("x-should-retry") != "false" || time.Duration(ra)*time.Second < untilMidnight-time.Minute {
+	if st != 429 || code != api.CodeKeyBudget || h.Get("x-should-retry") != "false" || time.Duration(ra)*time.Second < untilMidnight-time.Minute {
 		t.Fatalf("a spent day: %d %s Retry-After %q x-should-retry %q", st, code, h.Get("Retry-After"), h.Get("x-should-retry"))
 	}
 }

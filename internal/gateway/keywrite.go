@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/ledger"
 )
 
@@ -39,7 +40,7 @@ func (p precondition) holds(version int64) bool {
 // ifMatch reads r's If-Match header. Only strong tags of ours compare
 // (a weak tag or a stranger's never matches, as the RFC's strong
 // comparison says); a header that is no list of tags is a 400.
-func ifMatch(r *http.Request) (precondition, *apiError) {
+func ifMatch(r *http.Request) (precondition, *api.Error) {
 	vals := r.Header.Values("If-Match")
 	if len(vals) == 0 {
 		return precondition{}, nil
@@ -60,7 +61,7 @@ func ifMatch(r *http.Request) (precondition, *apiError) {
 					p.versions[v] = true
 				}
 			default:
-				return p, &apiError{code: CodeInvalidRequest, param: "If-Match", message: fmt.Sprintf("If-Match: %q is not an entity tag (the ETag a GET answered, such as \"v3\")", tag)}
+				return p, &api.Error{Code: api.CodeInvalidRequest, Param: "If-Match", Message: fmt.Sprintf("If-Match: %q is not an entity tag (the ETag a GET answered, such as \"v3\")", tag)}
 			}
 		}
 	}
@@ -73,7 +74,7 @@ func ifMatch(r *http.Request) (precondition, *apiError) {
 // fields each keep theirs), at most keyWriteTries times. A revoked key is
 // 409 key_revoked; an If-Match the key's version does not pass, 412.
 // change may refuse with its own error, which is answered as it is.
-func (g *Gateway) keyWrite(r *http.Request, change func(k *ledger.Key) *apiError) (*ledger.Key, *apiError) {
+func (g *Gateway) keyWrite(r *http.Request, change func(k *ledger.Key) *api.Error) (*ledger.Key, *api.Error) {
 	cond, e := ifMatch(r)
 	if e != nil {
 		return nil, e
@@ -102,11 +103,11 @@ func (g *Gateway) keyWrite(r *http.Request, change func(k *ledger.Key) *apiError
 		case errors.Is(err, ledger.ErrKeyRevoked):
 			return nil, revokedError(id)
 		case errors.Is(err, ledger.ErrNotFound):
-			return nil, errorf(CodeNotFound, "no key %q", id)
+			return nil, api.Errorf(api.CodeNotFound, "no key %q", id)
 		}
 		return nil, storeAPIError(err)
 	}
-	return nil, errorf(CodeKeyConflict, "key %s kept changing while this change was applied (%d tries); read it and try again", id, keyWriteTries)
+	return nil, api.Errorf(api.CodeKeyConflict, "key %s kept changing while this change was applied (%d tries); read it and try again", id, keyWriteTries)
 }
 
 // revoke revokes the key {id} in one conditional write. Without If-Match
@@ -114,7 +115,7 @@ func (g *Gateway) keyWrite(r *http.Request, change func(k *ledger.Key) *apiError
 // lose; with one, at the version read if that passes (412 otherwise). A
 // key revoked already is answered as revoked: a revocation is final and
 // its time stays the first one's.
-func (g *Gateway) revoke(r *http.Request) (*ledger.Key, *apiError) {
+func (g *Gateway) revoke(r *http.Request) (*ledger.Key, *api.Error) {
 	cond, e := ifMatch(r)
 	if e != nil {
 		return nil, e
@@ -144,18 +145,18 @@ func (g *Gateway) revoke(r *http.Request) (*ledger.Key, *apiError) {
 		case errors.Is(err, ledger.ErrKeyRevoked):
 			return g.readStoredKey(r, id)
 		case errors.Is(err, ledger.ErrNotFound):
-			return nil, errorf(CodeNotFound, "no key %q", id)
+			return nil, api.Errorf(api.CodeNotFound, "no key %q", id)
 		}
 		return nil, storeAPIError(err)
 	}
-	return nil, errorf(CodeKeyConflict, "key %s kept changing while it was revoked (%d tries); try again", id, keyWriteTries)
+	return nil, api.Errorf(api.CodeKeyConflict, "key %s kept changing while it was revoked (%d tries); try again", id, keyWriteTries)
 }
 
 // readStoredKey reads key id: 404 when there is none.
-func (g *Gateway) readStoredKey(r *http.Request, id string) (*ledger.Key, *apiError) {
+func (g *Gateway) readStoredKey(r *http.Request, id string) (*ledger.Key, *api.Error) {
 	k, err := g.ledger.Key(r.Context(), id)
 	if errors.Is(err, ledger.ErrNotFound) {
-		return nil, errorf(CodeNotFound, "no key %q", id)
+		return nil, api.Errorf(api.CodeNotFound, "no key %q", id)
 	}
 	if err != nil {
 		return nil, storeAPIError(err)
@@ -163,10 +164,10 @@ func (g *Gateway) readStoredKey(r *http.Request, id string) (*ledger.Key, *apiEr
 	return k, nil
 }
 
-func revokedError(id string) *apiError {
-	return errorf(CodeKeyRevoked, "key %s is revoked, which is final: issue a new key", id)
+func revokedError(id string) *api.Error {
+	return api.Errorf(api.CodeKeyRevoked, "key %s is revoked, which is final: issue a new key", id)
 }
 
-func preconditionError(id string, k *ledger.Key) *apiError {
-	return errorf(CodePreconditionFailed, "If-Match does not match key %s, now at %s: read it again", id, etagOf(k))
+func preconditionError(id string, k *ledger.Key) *api.Error {
+	return api.Errorf(api.CodePreconditionFailed, "If-Match does not match key %s, now at %s: read it again", id, etagOf(k))
 }

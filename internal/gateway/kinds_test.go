@@ -12,7 +12,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -22,6 +21,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/openai/openai-go/v3"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/breaker"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/identity"
@@ -83,7 +83,7 @@ func TestOutcomeKindsEndToEnd(t *testing.T) {
 			status: 200, primaryN: 2, terminal: "succeeded", reason: "completed", kinds: []string{"rate_limited", "ok"}},
 		{name: "unavailable everywhere exhausts the attempt budget",
 			primary: rules(always(mock.Fault{Type: mock.FaultStatus, Status: 503})), fallback: rules(always(mock.Fault{Type: mock.FaultStatus, Status: 502})),
-			status: 503, code: CodeUpstreamUnavailable, retryHeader: "false", primaryN: 3, fallbackN: 1, terminal: "exhausted", reason: "attempt_budget",
+			status: 503, code: api.CodeUpstreamUnavailable, retryHeader: "false", primaryN: 3, fallbackN: 1, terminal: "exhausted", reason: "attempt_budget",
 			kinds: []string{"unavailable", "unavailable", "unavailable", "unavailable"}},
 		{name: "rejected passes the provider's error through",
 			primary: rules(always(mock.Fault{Type: mock.FaultStatus, Status: 400, Message: "messages[0].content: unknown field 'colour'"})),
@@ -96,10 +96,10 @@ func TestOutcomeKindsEndToEnd(t *testing.T) {
 			status: 200, primaryN: 1, fallbackN: 1, terminal: "succeeded", reason: "completed", kinds: []string{"account_refused", "ok"}},
 		{name: "exhausted balances everywhere are the gateway's fault, not the request's",
 			primary: rules(always(mock.Fault{Type: mock.FaultQuota})), fallback: rules(always(mock.Fault{Type: mock.FaultQuota})),
-			status: 502, code: CodeUpstreamAuthFailed, retryHeader: "false", primaryN: 1, fallbackN: 1, terminal: "exhausted", reason: "routes_exhausted",
+			status: 502, code: api.CodeUpstreamAuthFailed, retryHeader: "false", primaryN: 1, fallbackN: 1, terminal: "exhausted", reason: "routes_exhausted",
 			kinds: []string{"account_refused", "account_refused"}},
 		{name: "an unreadable body is a protocol violation", primary: rules(always(mock.Fault{Type: mock.FaultGarbage})),
-			status: 502, code: CodeProtocolViolation, retryHeader: "false", primaryN: 1, terminal: "rejected", reason: "non_retryable", kinds: []string{"protocol_violation"}},
+			status: 502, code: api.CodeProtocolViolation, retryHeader: "false", primaryN: 1, terminal: "rejected", reason: "non_retryable", kinds: []string{"protocol_violation"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -217,15 +217,15 @@ func TestGatewayRejectionsMakeNoUpstreamCall(t *testing.T) {
 		status           int
 		code, param      string
 	}{
-		{"unknown alias", "/v1/chat/completions", `{"model":"gpt-9","messages":[{"role":"user","content":"x"}]}`, nil, 404, CodeModelNotFound, "model"},
-		{"not JSON", "/v1/chat/completions", `{"model":`, nil, 400, CodeInvalidRequest, ""},
-		{"no messages", "/v1/chat/completions", `{"model":"chat","messages":[]}`, nil, 400, CodeInvalidRequest, "messages"},
-		{"bad role", "/v1/chat/completions", `{"model":"chat","messages":[{"role":"wizard","content":"x"}]}`, nil, 400, CodeInvalidRequest, "messages[0].role"},
-		{"n > 1", "/v1/chat/completions", `{"model":"chat","n":2,"messages":[{"role":"user","content":"x"}]}`, nil, 400, CodeInvalidRequest, "n"},
-		{"duplicate keys", "/v1/chat/completions", `{"model":"chat","model":"chat","messages":[{"role":"user","content":"x"}]}`, nil, 400, CodeInvalidRequest, ""},
-		{"bad timeout header", "/v1/chat/completions", chatBody("chat", false), map[string]string{"X-Oncegate-Timeout-Ms": "soon"}, 400, CodeInvalidRequest, "X-Oncegate-Timeout-Ms"},
-		{"anthropic without max_tokens", "/v1/messages", `{"model":"claude","messages":[{"role":"user","content":"x"}]}`, nil, 400, CodeInvalidRequest, "max_tokens"},
-		{"image on a text-only alias", "/v1/chat/completions", `{"model":"solo","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://x/y.png"}}]}]}`, nil, 400, CodeInvalidRequest, ""},
+		{"unknown alias", "/v1/chat/completions", `{"model":"gpt-9","messages":[{"role":"user","content":"x"}]}`, nil, 404, api.CodeModelNotFound, "model"},
+		{"not JSON", "/v1/chat/completions", `{"model":`, nil, 400, api.CodeInvalidRequest, ""},
+		{"no messages", "/v1/chat/completions", `{"model":"chat","messages":[]}`, nil, 400, api.CodeInvalidRequest, "messages"},
+		{"bad role", "/v1/chat/completions", `{"model":"chat","messages":[{"role":"wizard","content":"x"}]}`, nil, 400, api.CodeInvalidRequest, "messages[0].role"},
+		{"n > 1", "/v1/chat/completions", `{"model":"chat","n":2,"messages":[{"role":"user","content":"x"}]}`, nil, 400, api.CodeInvalidRequest, "n"},
+		{"duplicate keys", "/v1/chat/completions", `{"model":"chat","model":"chat","messages":[{"role":"user","content":"x"}]}`, nil, 400, api.CodeInvalidRequest, ""},
+		{"bad timeout header", "/v1/chat/completions", chatBody("chat", false), map[string]string{"X-Oncegate-Timeout-Ms": "soon"}, 400, api.CodeInvalidRequest, "X-Oncegate-Timeout-Ms"},
+		{"anthropic without max_tokens", "/v1/messages", `{"model":"claude","messages":[{"role":"user","content":"x"}]}`, nil, 400, api.CodeInvalidRequest, "max_tokens"},
+		{"image on a text-only alias", "/v1/chat/completions", `{"model":"solo","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://x/y.png"}}]}]}`, nil, 400, api.CodeInvalidRequest, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -269,7 +269,7 @@ func TestLoneSurrogatesAreRefused(t *testing.T) {
 		for _, s := range []string{`x\ud800`, `x\udfff`} {
 			body := `{"model":"chat","messages":[{"role":"user","content":"` + s + `"}]}`
 			res, out := e.post("/v1/chat/completions", body, keyed("surrogate"))
-			if res.StatusCode != 400 || !strings.Contains(string(out), CodeInvalidRequest) || !strings.Contains(string(out), "surrogate") {
+			if res.StatusCode != 400 || !strings.Contains(string(out), api.CodeInvalidRequest) || !strings.Contains(string(out), "surrogate") {
 				t.Fatalf("%s: %d %s", s, res.StatusCode, out)
 			}
 		}
@@ -361,7 +361,7 @@ func TestAProviderRedirectIsOneAttemptAndAViolation(t *testing.T) {
 			want := fmt.Sprintf(`HTTP %d %s to "https://moved.example/v1/chat/completions"`, st, http.StatusText(st))
 			var eb errorBody
 			_ = json.Unmarshal(body, &eb)
-			if res.StatusCode != 502 || eb.Error.Code == nil || *eb.Error.Code != CodeProtocolViolation || res.Header.Get("x-should-retry") != "false" ||
+			if res.StatusCode != 502 || eb.Error.Code == nil || *eb.Error.Code != api.CodeProtocolViolation || res.Header.Get("x-should-retry") != "false" ||
 				!strings.Contains(eb.Error.Message, want) || strings.Contains(string(body), "sk-leaked") {
 				t.Fatalf("%d: %d %v %s", st, res.StatusCode, res.Header, body)
 			}
@@ -392,19 +392,6 @@ func TestRefusalsSayWhy(t *testing.T) {
 			t.Fatalf("every attempt rate limited: %d %s", res.StatusCode, body)
 		}
 	})
-}
-
-// Every client-facing code has its status: none falls to a generic 500.
-func TestEveryCodeHasAStatus(t *testing.T) {
-	t.Parallel()
-	for _, code := range []string{CodeInvalidRequest, CodeInvalidKey, CodeUnauthorized, CodeModelNotFound, CodeReceiptNotFound, CodeNotFound,
-		CodeMethodNotAllowed, CodeKeyInUse, CodeKeyExpired, CodeKeyReused, CodeTenantRateLimited, CodeTenantBudget, CodeOutcomeUnknown,
-		CodeUpstreamUnavailable, CodeCircuitOpen, CodeRetryBudget, CodeDeadline, CodeProtocolViolation, CodeRequestTooLarge, CodeInternal,
-		CodeStoreUnavailable, CodeCoordinationUnavailable} {
-		if _, ok := codeStatus[code]; !ok {
-			t.Errorf("code %s has no status", code)
-		}
-	}
 }
 
 // A provider that takes the request, stays silent and then closes the
@@ -493,7 +480,7 @@ func TestTheGatewaysCredentialRefused(t *testing.T) {
 		e.primary.SetScript(rules(always(mock.Fault{Type: mock.FaultStatus, Status: 401, ErrorType: "invalid_request_error",
 			ErrorCode: "invalid_api_key", Message: "Incorrect API key provided: " + primaryProviderKey})))
 		res, body := e.post("/v1/chat/completions", chatBody("solo", false), nil)
-		if res.StatusCode != 502 || !strings.Contains(string(body), CodeUpstreamAuthFailed) || res.Header.Get("x-should-retry") != "false" ||
+		if res.StatusCode != 502 || !strings.Contains(string(body), api.CodeUpstreamAuthFailed) || res.Header.Get("x-should-retry") != "false" ||
 			strings.Contains(string(body), primaryProviderKey) || strings.Contains(string(body), "Incorrect API key") {
 			t.Fatalf("%d %s", res.StatusCode, body)
 		}
@@ -638,35 +625,3 @@ func (c writerConn) RemoteAddr() net.Addr             { return nil }
 func (c writerConn) SetDeadline(time.Time) error      { return nil }
 func (c writerConn) SetReadDeadline(time.Time) error  { return nil }
 func (c writerConn) SetWriteDeadline(time.Time) error { return nil }
-
-// docs/errors.md lists every code with the status and x-should-retry the
-// code gives it.
-func TestTheDocsListEveryCode(t *testing.T) {
-	t.Parallel()
-	doc, err := os.ReadFile("../../docs/errors.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := map[string]bool{}
-	for _, line := range strings.Split(string(doc), "\n") {
-		cells := strings.Split(line, "|")
-		if len(cells) < 5 || !strings.HasPrefix(strings.TrimSpace(cells[1]), "`") {
-			continue
-		}
-		code := strings.Trim(strings.TrimSpace(cells[1]), "`")
-		cs, ok := codeStatus[code]
-		if !ok {
-			t.Errorf("the docs list %s, which is no code", code)
-			continue
-		}
-		if got := strings.TrimSpace(cells[2]) + " " + strings.TrimSpace(cells[3]); got != strconv.Itoa(cs.status)+" "+strconv.FormatBool(cs.retry) {
-			t.Errorf("%s: the docs say %s, the code %d %v", code, got, cs.status, cs.retry)
-		}
-		seen[code] = true
-	}
-	for code := range codeStatus {
-		if !seen[code] {
-			t.Errorf("docs/errors.md does not list %s", code)
-		}
-	}
-}

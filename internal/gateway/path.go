@@ -3,6 +3,7 @@ package gateway
 import (
 	"net/http"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/provider"
 )
 
@@ -40,13 +41,13 @@ func (g *Gateway) serveChat(p provider.Protocol) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		t, lk, release, apiErr := g.enterTenant(r)
 		if apiErr != nil {
-			apiErr.write(w, p, meta{})
+			apiErr.Write(w, p, api.Meta{})
 			return
 		}
 		defer release()
 		a, apiErr := g.admit(w, r, p, t)
 		if apiErr != nil {
-			apiErr.write(w, p, meta{})
+			apiErr.Write(w, p, api.Meta{})
 			return
 		}
 		c, apiErr := g.identify(r, a)
@@ -54,7 +55,7 @@ func (g *Gateway) serveChat(p provider.Protocol) http.HandlerFunc {
 			apiErr = c.admitKey(lk)
 		}
 		if apiErr != nil {
-			apiErr.write(w, p, meta{})
+			apiErr.Write(w, p, api.Meta{})
 			return
 		}
 		g.place(w, r, c)

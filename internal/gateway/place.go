@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/coord"
 )
 
@@ -29,20 +30,20 @@ func (g *Gateway) place(w http.ResponseWriter, r *http.Request, c *call) {
 	f := place.Flight
 	switch {
 	case errors.Is(err, coord.ErrConflict):
-		errorf(CodeKeyReused, "the idempotency key is in use with a different request body").write(w, p, meta{})
+		api.Errorf(api.CodeKeyReused, "the idempotency key is in use with a different request body").Write(w, p, api.Meta{})
 		return
 	case errors.Is(err, coord.ErrTruncated):
-		e := errorf(CodeKeyInUse, "this request's output is past the join buffer; retry when it has finished")
-		e.retryAfter = 1
-		e.write(w, p, meta{})
+		e := api.Errorf(api.CodeKeyInUse, "this request's output is past the join buffer; retry when it has finished")
+		e.RetryAfter = 1
+		e.Write(w, p, api.Meta{})
 		return
 	case err != nil:
-		errorf(CodeInternal, "place the request: %v", err).write(w, p, meta{})
+		api.Errorf(api.CodeInternal, "place the request: %v", err).Write(w, p, api.Meta{})
 		return
 	case !place.Owner:
 		if now := g.clock.Now(); outlasts(f.Deadline, c.deadline) {
 			f.Leave()
-			g.joinTooLong(f.RequestID, f.Deadline, now).write(w, p, meta{requestID: f.RequestID})
+			g.joinTooLong(f.RequestID, f.Deadline, now).Write(w, p, api.Meta{RequestID: f.RequestID})
 			return
 		}
 		f.NoteClientRetry(c.clientRetries)
@@ -124,7 +125,7 @@ func (d *directClient) sendLocked() {
 		if h == nil || h.Header.Get("Content-Type") != "text/event-stream" {
 			return
 		}
-		writeHead(d.w, h, "miss")
+		api.WriteHead(d.w, h, "miss")
 		d.started = true
 	}
 	if b := d.rd.Ready(); len(b) > 0 {
@@ -206,11 +207,11 @@ func (g *Gateway) serveFlight(w http.ResponseWriter, r *http.Request, rd coord.S
 			}
 		}
 		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-		writeHead(w, h, dedup)
+		api.WriteHead(w, h, dedup)
 		_, _ = w.Write(body)
 		return
 	}
-	writeHead(w, h, dedup)
+	api.WriteHead(w, h, dedup)
 	relayChunks(ctx, w, http.NewResponseController(w), rd)
 }
 
@@ -231,25 +232,6 @@ func relayChunks(ctx context.Context, w http.ResponseWriter, rc *http.ResponseCo
 	}
 }
 
-// writeHead writes a response head; dedup names X-Oncegate-Dedup unless the
-// head overrides it.
-func writeHead(w http.ResponseWriter, h *coord.Head, dedup string) {
-	if h.Code != "" {
-		noteCode(w, h.Code)
-	}
-	dst := w.Header()
-	for k, v := range h.Header {
-		dst[k] = v
-	}
-	if h.Dedup != "" {
-		dedup = h.Dedup
-	}
-	if dedup != "" {
-		dst.Set("X-Oncegate-Dedup", dedup)
-	}
-	w.WriteHeader(h.Status)
-}
-
 // outlasts reports whether an owner's deadline really exceeds a joiner's:
 // by more than joinSlack, not by the moments between two admissions (the
 // arrival that wins a claim may have been admitted a little later, and a
@@ -264,9 +246,9 @@ const joinSlack = time.Second
 // deadline (docs/identity.md). Its Retry-After is when the owner —
 // request requestID, ending by deadline at the latest — may well have
 // finished (joinRetryAfter), not the joiner's own horizon.
-func (g *Gateway) joinTooLong(requestID string, deadline, now time.Time) *apiError {
-	e := errorf(CodeKeyInUse, "this request is in progress and may take longer than your deadline allows")
-	e.retryAfter = joinRetryAfter(g.ownerStarted(requestID), deadline, now)
+func (g *Gateway) joinTooLong(requestID string, deadline, now time.Time) *api.Error {
+	e := api.Errorf(api.CodeKeyInUse, "this request is in progress and may take longer than your deadline allows")
+	e.RetryAfter = joinRetryAfter(g.ownerStarted(requestID), deadline, now)
 	return e
 }
 

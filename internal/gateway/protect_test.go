@@ -14,6 +14,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/breaker"
 	"github.com/oncegate/oncegate/internal/clock"
 	"github.com/oncegate/oncegate/internal/gw"
@@ -156,8 +157,8 @@ func TestBreakerContainsAnOutage(t *testing.T) {
 		if calls > 20+2*conc {
 			t.Fatalf("%d upstream calls: the breaker did not open after min_requests (20)", calls)
 		}
-		fast := count(outs, func(o outcome) bool { return o.code == CodeCircuitOpen && o.attempts == 0 })
-		if fast < n-20-2*conc || count(outs, func(o outcome) bool { return o.code == CodeCircuitOpen && (o.retry != "false" || o.status != 503) }) > 0 {
+		fast := count(outs, func(o outcome) bool { return o.code == api.CodeCircuitOpen && o.attempts == 0 })
+		if fast < n-20-2*conc || count(outs, func(o outcome) bool { return o.code == api.CodeCircuitOpen && (o.retry != "false" || o.status != 503) }) > 0 {
 			t.Fatalf("%d of %d requests failed fast (503 circuit_open, no attempt, x-should-retry: false)", fast, n)
 		}
 		if got := e.metricValue(`oncegate_breaker_state{route="primary"}`); got != 2 {
@@ -178,7 +179,7 @@ func TestBreakerContainsAnOutage(t *testing.T) {
 		if probes := e.primary.Stats().Requests; probes < 1 || probes > 3 {
 			t.Fatalf("half-open admitted %d probes, want 1..3", probes)
 		}
-		if got := count(outs, func(o outcome) bool { return o.code == CodeCircuitOpen }); got < 7 {
+		if got := count(outs, func(o outcome) bool { return o.code == api.CodeCircuitOpen }); got < 7 {
 			t.Fatalf("%d of 10 refused while half-open, want ≥ 7", got)
 		}
 		if got := e.metricValue(`oncegate_breaker_state{route="primary"}`); got != 2 {
@@ -246,8 +247,8 @@ retry_budget: {ratio: 0.1, min_per_second: 1, window: 60s}
 		if bound := int64(1.1*n + 60); calls > bound || calls < n {
 			t.Fatalf("%d upstream calls for %d requests with max_attempts 3, want %d..%d", calls, n, n, bound)
 		}
-		spent := count(outs, func(o outcome) bool { return o.code == CodeRetryBudget })
-		if spent < n-int(calls-n) || count(outs, func(o outcome) bool { return o.code == CodeRetryBudget && (o.retry != "false" || o.status != 503) }) > 0 {
+		spent := count(outs, func(o outcome) bool { return o.code == api.CodeRetryBudget })
+		if spent < n-int(calls-n) || count(outs, func(o outcome) bool { return o.code == api.CodeRetryBudget && (o.retry != "false" || o.status != 503) }) > 0 {
 			t.Fatalf("%d requests stopped with 503 retry_budget_exhausted and x-should-retry false", spent)
 		}
 		if got := e.metricValue(`oncegate_retry_budget_rejections_total`); int(got) != spent {
@@ -269,7 +270,7 @@ func TestTenantRateLimit(t *testing.T) {
 		var eb errorBody
 		_ = json.Unmarshal(body, &eb)
 		ra, _ := strconv.Atoi(res.Header.Get("Retry-After"))
-		if res.StatusCode != 429 || eb.Error.Code == nil || *eb.Error.Code != CodeTenantRateLimited || ra < 1 || ra > 20 ||
+		if res.StatusCode != 429 || eb.Error.Code == nil || *eb.Error.Code != api.CodeTenantRateLimited || ra < 1 || ra > 20 ||
 			res.Header.Get("x-should-retry") != "true" || !strings.Contains(eb.Error.Message, "3 requests per minute") {
 			t.Fatalf("4th request: %d Retry-After %q x-should-retry %q %s", res.StatusCode, res.Header.Get("Retry-After"), res.Header.Get("x-should-retry"), body)
 		}
@@ -308,7 +309,7 @@ func TestTenantConcurrencyLimit(t *testing.T) {
 			res, b := e.postKey(keyHooli, path, body, nil)
 			var eb errorBody
 			_ = json.Unmarshal(b, &eb)
-			if res.StatusCode != 429 || eb.Error.Code == nil || *eb.Error.Code != CodeTenantConcurrency || res.Header.Get("Retry-After") != "1" ||
+			if res.StatusCode != 429 || eb.Error.Code == nil || *eb.Error.Code != api.CodeTenantConcurrency || res.Header.Get("Retry-After") != "1" ||
 				res.Header.Get("x-should-retry") != "true" || !strings.Contains(eb.Error.Message, "2 requests in progress") {
 				t.Fatalf("a third on %s: %d Retry-After %q x-should-retry %q %s", path, res.StatusCode, res.Header.Get("Retry-After"), res.Header.Get("x-should-retry"), b)
 			}
@@ -364,8 +365,8 @@ func TestTenantCostCeilingUnderConcurrency(t *testing.T) {
 					// Refused while reservations in flight held the rest
 					// (pending, come back soon) or once charges did
 					// (exceeded, the day's answer).
-					pending := eb.Error.Code != nil && *eb.Error.Code == CodeTenantPending && res.Header.Get("x-should-retry") == "true"
-					exceeded := eb.Error.Code != nil && *eb.Error.Code == CodeTenantBudget && res.Header.Get("x-should-retry") == "false"
+					pending := eb.Error.Code != nil && *eb.Error.Code == api.CodeTenantPending && res.Header.Get("x-should-retry") == "true"
+					exceeded := eb.Error.Code != nil && *eb.Error.Code == api.CodeTenantBudget && res.Header.Get("x-should-retry") == "false"
 					if !pending && !exceeded || res.Header.Get("Retry-After") == "" || eb.Oncegate.Attempts != 0 {
 						t.Errorf("over the ceiling: %d %s (Retry-After %q)", res.StatusCode, body, res.Header.Get("Retry-After"))
 					}
@@ -412,7 +413,7 @@ func TestReservationsInFlightRefuseForNowNotForTheDay(t *testing.T) {
 		var eb errorBody
 		_ = json.Unmarshal(b, &eb)
 		ra, _ := strconv.Atoi(res.Header.Get("Retry-After"))
-		if res.StatusCode != 429 || eb.Error.Code == nil || *eb.Error.Code != CodeTenantPending || res.Header.Get("x-should-retry") != "true" ||
+		if res.StatusCode != 429 || eb.Error.Code == nil || *eb.Error.Code != api.CodeTenantPending || res.Header.Get("x-should-retry") != "true" ||
 			ra < 1 || ra > 60 {
 			t.Fatalf("held only by a request in flight: %d %s (Retry-After %q)", res.StatusCode, b, res.Header.Get("Retry-After"))
 		}
@@ -430,7 +431,7 @@ func TestReservationsInFlightRefuseForNowNotForTheDay(t *testing.T) {
 				continue
 			}
 			_ = json.Unmarshal(b, &eb)
-			if eb.Error.Code == nil || *eb.Error.Code != CodeTenantBudget || res.Header.Get("x-should-retry") != "false" {
+			if eb.Error.Code == nil || *eb.Error.Code != api.CodeTenantBudget || res.Header.Get("x-should-retry") != "false" {
 				t.Fatalf("with the day charged: %d %s", res.StatusCode, b)
 			}
 			return
@@ -496,13 +497,13 @@ func TestPerRequestBoundsExplainThemselves(t *testing.T) {
 		c := dialRaw(t, e)
 		c.write(head + "Content-Length: 5242880\r\n\r\n")
 		res, body = c.answer()
-		wantError(t, res, body, 413, false, CodeRequestTooLarge, "announces 5242880 bytes", "the 4194304 bytes limits.max_body_bytes allows")
+		wantError(t, res, body, 413, false, api.CodeRequestTooLarge, "announces 5242880 bytes", "the 4194304 bytes limits.max_body_bytes allows")
 		// Time: a body that stops arriving is answered when
 		// limits.body_read_timeout (30 s) has passed.
 		c = dialRaw(t, e)
 		c.write(head + "Content-Length: 62\r\n\r\n{\"model\":")
 		res, body = c.answer()
-		wantError(t, res, body, 408, false, CodeRequestTimeout, "within 30s", "9 of the 62 bytes")
+		wantError(t, res, body, 408, false, api.CodeRequestTimeout, "within 30s", "9 of the 62 bytes")
 	})
 }
 
@@ -611,7 +612,7 @@ func TestAdmissionLostAtDispatchIsDecidedAgain(t *testing.T) {
 		inBubble(t, lastSlotEnv(l), func(t *testing.T, e *env) {
 			res, body := e.post("/v1/chat/completions", chatBody("chat", false), nil)
 			r := e.receipt(res.Header.Get("X-Oncegate-Request-Id"))
-			if res.StatusCode != 429 || !strings.Contains(string(body), CodeTenantBudget) || len(r.Attempts) != 0 || r.Reason != "cost_budget" ||
+			if res.StatusCode != 429 || !strings.Contains(string(body), api.CodeTenantBudget) || len(r.Attempts) != 0 || r.Reason != "cost_budget" ||
 				r.Decisions[0].TenantAllowanceUSD == nil {
 				t.Fatalf("%d %s: %+v", res.StatusCode, body, r.Decisions)
 			}
@@ -628,7 +629,7 @@ func TestTenantSpendSurvivesARestart(t *testing.T) {
 		for i := 0; ; i++ {
 			res, body := e.postKey(keyUmbrella, "/v1/chat/completions", distinctBody("chat", i, `,"max_tokens":24`), nil)
 			if res.StatusCode == 429 {
-				if !strings.Contains(string(body), CodeTenantBudget) {
+				if !strings.Contains(string(body), api.CodeTenantBudget) {
 					t.Fatalf("refused for another reason: %s", body)
 				}
 				break
@@ -641,7 +642,7 @@ func TestTenantSpendSurvivesARestart(t *testing.T) {
 		calls := e.primary.Stats().Requests
 		e.restart()
 		res, body := e.postKey(keyUmbrella, "/v1/chat/completions", distinctBody("chat", 1000, `,"max_tokens":24`), nil)
-		if res.StatusCode != 429 || !strings.Contains(string(body), CodeTenantBudget) {
+		if res.StatusCode != 429 || !strings.Contains(string(body), api.CodeTenantBudget) {
 			t.Fatalf("after a restart, at the ceiling (%d served before): %d %s", served, res.StatusCode, body)
 		}
 		if n := e.primary.Stats().Requests; n != calls {
@@ -678,7 +679,7 @@ func TestTheUpstreamLimitIsWhatWasReserved(t *testing.T) {
 					mu.Lock()
 					ids = append(ids, res.Header.Get("X-Oncegate-Request-Id"))
 					mu.Unlock()
-				case res.StatusCode == 429 && (strings.Contains(string(body), CodeTenantBudget) || strings.Contains(string(body), CodeTenantPending)):
+				case res.StatusCode == 429 && (strings.Contains(string(body), api.CodeTenantBudget) || strings.Contains(string(body), api.CodeTenantPending)):
 				default:
 					t.Errorf("request %d: %d %s", i, res.StatusCode, body)
 				}
@@ -718,7 +719,7 @@ func TestTenantRateSurvivesARestart(t *testing.T) {
 		}
 		e.restart()
 		res, body := e.postKey(keyInitech, "/v1/chat/completions", distinctBody("chat", 4, ""), nil)
-		if res.StatusCode != 429 || !strings.Contains(string(body), CodeTenantRateLimited) {
+		if res.StatusCode != 429 || !strings.Contains(string(body), api.CodeTenantRateLimited) {
 			t.Fatalf("after a restart, the minute spent: %d %s", res.StatusCode, body)
 		}
 	})
@@ -752,7 +753,7 @@ func TestAReservationInFlightSurvivesACrash(t *testing.T) {
 	e.start()
 	calls := e.primary.Stats().Requests
 	res, body := e.postKey(keyUmbrella, "/v1/chat/completions", distinctBody("chat", 1, `,"max_tokens":24`), nil)
-	if res.StatusCode != 429 || !strings.Contains(string(body), CodeTenantBudget) {
+	if res.StatusCode != 429 || !strings.Contains(string(body), api.CodeTenantBudget) {
 		t.Fatalf("with $0.00098 of $0.001 reserved by a request in flight: %d %s", res.StatusCode, body)
 	}
 	if n := e.primary.Stats().Requests; n != calls {

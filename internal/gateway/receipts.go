@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/receipt"
@@ -47,15 +48,15 @@ func (s readScope) tenants(pol *policy.Policy) []string {
 // filter narrows the scope to ?tenant= when one is given. The admin may
 // name any tenant, one no longer configured included (its receipts stay
 // in the store); a tenant's key may name only itself.
-func (s readScope) filter(pol *policy.Policy, tenant string) ([]string, *apiError) {
+func (s readScope) filter(pol *policy.Policy, tenant string) ([]string, *api.Error) {
 	switch {
 	case tenant == "":
 		return s.tenants(pol), nil
 	case s.admin || tenant == s.tenant.ID:
 		return []string{tenant}, nil
 	}
-	return nil, &apiError{code: CodeInvalidRequest, param: "tenant",
-		message: "this key reads only tenant " + s.tenant.ID + "'s receipts; the admin key reads every tenant's"}
+	return nil, &api.Error{Code: api.CodeInvalidRequest, Param: "tenant",
+		Message: "this key reads only tenant " + s.tenant.ID + "'s receipts; the admin key reads every tenant's"}
 }
 
 // readAuth finds the scope of a request — the admin key, else a tenant's
@@ -70,7 +71,7 @@ func (g *Gateway) readAuth(why string, h func(http.ResponseWriter, *http.Request
 			h(w, r, readScope{tenant: t, key: keyIDOf(r)})
 			return
 		}
-		errorf(CodeUnauthorized, "%s", why).write(w, protocolOf(r), meta{})
+		api.Errorf(api.CodeUnauthorized, "%s", why).Write(w, protocolOf(r), api.Meta{})
 	}
 }
 
@@ -155,8 +156,8 @@ const receiptPage = 200
 // scope has none by that id, 503 when the store did not answer.
 func (g *Gateway) receiptError(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, ledger.ErrNotFound) {
-		errorf(CodeReceiptNotFound, "no receipt %q that this key may read", r.PathValue("id")).write(w, protocolOf(r), meta{})
+		api.Errorf(api.CodeReceiptNotFound, "no receipt %q that this key may read", r.PathValue("id")).Write(w, protocolOf(r), api.Meta{})
 		return
 	}
-	storeAPIError(err).write(w, protocolOf(r), meta{})
+	storeAPIError(err).Write(w, protocolOf(r), api.Meta{})
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/coord"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/policy"
@@ -48,9 +49,9 @@ func (o *output) streamHead(route string, attempts int) *coord.Head {
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
-	setIDHeaders(h, o.c.id, attempts)
+	api.SetIDHeaders(h, o.c.id, attempts)
 	h.Set("X-Oncegate-Route", route)
-	setDropped(h, o.c.droppedOn(o.c.alias.Route(route)))
+	api.SetDropped(h, o.c.droppedOn(o.c.alias.Route(route)))
 	return &coord.Head{Status: http.StatusOK, Header: h}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/openai/openai-go/v3"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/provider"
@@ -152,7 +153,7 @@ func TestRelaySameProtocolAnswerTheScanRefuses(t *testing.T) {
 			res, body := e.post("/v1/chat/completions", chatBody("solo", false), nil)
 			var eb errorBody
 			_ = json.Unmarshal(body, &eb)
-			if res.StatusCode != 502 || eb.Error.Code == nil || *eb.Error.Code != CodeProtocolViolation {
+			if res.StatusCode != 502 || eb.Error.Code == nil || *eb.Error.Code != api.CodeProtocolViolation {
 				t.Fatalf("%s: %d %s", bad, res.StatusCode, body)
 			}
 			r := e.receipt(res.Header.Get("X-Oncegate-Request-Id"))

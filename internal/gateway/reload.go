@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/provider"
@@ -134,12 +135,12 @@ func (g *Gateway) serveReload(w http.ResponseWriter, r *http.Request) {
 	p := protocolOf(r)
 	switch {
 	case !g.isAdmin(r):
-		errorf(CodeUnauthorized, "reloading needs the admin key (admin_key_env or admin_key_file)").write(w, p, meta{})
+		api.Errorf(api.CodeUnauthorized, "reloading needs the admin key (admin_key_env or admin_key_file)").Write(w, p, api.Meta{})
 	case g.reload == nil:
-		errorf(CodeNotFound, "this gateway has no configuration file to reload").write(w, p, meta{})
+		api.Errorf(api.CodeNotFound, "this gateway has no configuration file to reload").Write(w, p, api.Meta{})
 	default:
 		if err := g.reload(); err != nil {
-			errorf(CodeInvalidRequest, "the configuration was not reloaded: %v", err).write(w, p, meta{})
+			api.Errorf(api.CodeInvalidRequest, "the configuration was not reloaded: %v", err).Write(w, p, api.Meta{})
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"reloaded": true, "policy_sha256": g.policy().Digest})

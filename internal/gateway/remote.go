@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/coord"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/ledger"
@@ -24,7 +25,7 @@ func (c *call) refuse(err error) {
 		return
 	}
 	if errors.Is(err, coord.ErrConflict) {
-		c.publishError(errorf(CodeKeyReused, "the idempotency key is in use with a different request body"), meta{})
+		c.publishError(api.Errorf(api.CodeKeyReused, "the idempotency key is in use with a different request body"), api.Meta{})
 		return
 	}
 	if rec, gerr := c.g.ledger.Get(c.ctx, c.identity); gerr == nil && rec.State.Finished() {
@@ -33,9 +34,9 @@ func (c *call) refuse(err error) {
 			return // answered from the store
 		}
 	}
-	e := errorf(CodeCoordinationUnavailable, "the gateway's shared coordination (Redis) is unreachable; nothing was sent, retry shortly")
-	e.retryAfter = 1
-	c.publishError(e, meta{})
+	e := api.Errorf(api.CodeCoordinationUnavailable, "the gateway's shared coordination (Redis) is unreachable; nothing was sent, retry shortly")
+	e.RetryAfter = 1
+	c.publishError(e, api.Meta{})
 }
 
 // maxFollows bounds how often one arrival goes back to the store to find
@@ -56,7 +57,7 @@ func (c *call) follow(rem *coord.Remote) {
 	c.joined = rem.RequestID
 	now := c.g.clock.Now()
 	if !rem.Deadline.IsZero() && outlasts(rem.Deadline, c.deadline) {
-		c.publishError(c.g.joinTooLong(rem.RequestID, rem.Deadline, now), meta{requestID: rem.RequestID})
+		c.publishError(c.g.joinTooLong(rem.RequestID, rem.Deadline, now), api.Meta{RequestID: rem.RequestID})
 		return
 	}
 	started := false
@@ -78,9 +79,9 @@ func (c *call) follow(rem *coord.Remote) {
 		c.flight.Finish(nil, nil)
 		return
 	case errors.Is(err, coord.ErrTruncated):
-		e := errorf(CodeKeyInUse, "this request's output is past the join buffer; retry when it has finished")
-		e.retryAfter = 1
-		c.publishError(e, meta{requestID: rem.RequestID})
+		e := api.Errorf(api.CodeKeyInUse, "this request's output is past the join buffer; retry when it has finished")
+		e.RetryAfter = 1
+		c.publishError(e, api.Meta{RequestID: rem.RequestID})
 		return
 	case started:
 		c.finishFromStore(rem)
@@ -266,14 +267,14 @@ func (c *call) awaitStored(rem *coord.Remote) {
 			c.serve()
 			return
 		case err != nil && c.ctx.Err() == nil:
-			e := errorf(CodeStoreUnavailable, "the gateway's store is unreachable; retry shortly")
+			e := api.Errorf(api.CodeStoreUnavailable, "the gateway's store is unreachable; retry shortly")
 			if !errors.Is(err, ledger.ErrNotFound) {
-				e.retryAfter = 1
+				e.RetryAfter = 1
 			}
-			c.publishError(e, meta{requestID: rem.RequestID})
+			c.publishError(e, api.Meta{RequestID: rem.RequestID})
 			return
 		case err != nil:
-			c.publishError(errorf(CodeInternal, "the client went away"), meta{requestID: rem.RequestID})
+			c.publishError(api.Errorf(api.CodeInternal, "the client went away"), api.Meta{RequestID: rem.RequestID})
 			return
 		case rec.RequestID == rem.RequestID && rec.State.Finished() && rec.Response != nil && rec.RequestSHA256 == c.requestSHA:
 			// The request this arrival joined finished before its output
@@ -287,9 +288,9 @@ func (c *call) awaitStored(rem *coord.Remote) {
 			case follow != nil && c.follows < maxFollows:
 				c.follow(follow)
 			case follow != nil:
-				e := errorf(CodeKeyInUse, "this request is in progress elsewhere")
-				e.retryAfter = 1
-				c.publishError(e, meta{requestID: follow.RequestID})
+				e := api.Errorf(api.CodeKeyInUse, "this request is in progress elsewhere")
+				e.RetryAfter = 1
+				c.publishError(e, api.Meta{RequestID: follow.RequestID})
 			case replace:
 				c.serve()
 			}
@@ -299,16 +300,16 @@ func (c *call) awaitStored(rem *coord.Remote) {
 		// — if it is running. One that stopped cannot: the outcome is
 		// unknown, as every gateway will say of it (docs/replicas.md).
 		if c.ownerGone(rec.Owner, &goneSince, c.g.clock.Now()) {
-			m := meta{requestID: rem.RequestID, terminal: gw.TerminalIndeterminate, dedup: "joined"}
-			c.publishError(errorf(CodeOutcomeUnknown, "the gateway running this request stopped mid-request; its outcome is unknown"), m)
+			m := api.Meta{RequestID: rem.RequestID, Terminal: gw.TerminalIndeterminate, Dedup: "joined"}
+			c.publishError(api.Errorf(api.CodeOutcomeUnknown, "the gateway running this request stopped mid-request; its outcome is unknown"), m)
 			return
 		}
 		if !c.pause(storePoll) {
-			c.publishError(errorf(CodeInternal, "the client went away"), meta{requestID: rem.RequestID})
+			c.publishError(api.Errorf(api.CodeInternal, "the client went away"), api.Meta{RequestID: rem.RequestID})
 			return
 		}
 		if c.g.clock.Now().After(c.deadline) {
-			c.publishError(c.g.joinTooLong(rem.RequestID, rec.LeaseUntil, c.g.clock.Now()), meta{requestID: rem.RequestID})
+			c.publishError(c.g.joinTooLong(rem.RequestID, rec.LeaseUntil, c.g.clock.Now()), api.Meta{RequestID: rem.RequestID})
 			return
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/coord"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/identity"
@@ -53,8 +54,8 @@ func newResponseID() string {
 }
 
 // errTurn is a turn refused before any logical request.
-func (g *Gateway) turnError(w http.ResponseWriter, e *apiError) {
-	e.write(w, provider.Responses, meta{})
+func (g *Gateway) turnError(w http.ResponseWriter, e *api.Error) {
+	e.Write(w, provider.Responses, api.Meta{})
 }
 
 // serveResponses handles POST /v1/responses: one turn of a conversation.
@@ -82,8 +83,8 @@ func (g *Gateway) serveResponses(w http.ResponseWriter, r *http.Request) {
 	}
 	accessOf(r.Context()).set(func(a *accessLog) { a.model = req.Model })
 	if req.Conversation != "" {
-		g.turnError(w, &apiError{code: CodeInvalidRequest, param: "conversation",
-			message: "conversation objects are not supported: continue a conversation with previous_response_id"})
+		g.turnError(w, &api.Error{Code: api.CodeInvalidRequest, Param: "conversation",
+			Message: "conversation objects are not supported: continue a conversation with previous_response_id"})
 		return
 	}
 	alias := g.policy().Alias(req.Model)
@@ -101,12 +102,12 @@ func (g *Gateway) serveResponses(w http.ResponseWriter, r *http.Request) {
 	}
 	canon, err := identity.Canonicalize(body)
 	if err != nil {
-		g.turnError(w, errorf(CodeInvalidRequest, "request body is not canonical JSON: %v", err))
+		g.turnError(w, api.Errorf(api.CodeInvalidRequest, "request body is not canonical JSON: %v", err))
 		return
 	}
 	requestSHA, err := turnSHA(canon)
 	if err != nil {
-		g.turnError(w, errorf(CodeInvalidRequest, "request body is not a JSON object: %v", err))
+		g.turnError(w, api.Errorf(api.CodeInvalidRequest, "request body is not a JSON object: %v", err))
 		return
 	}
 	ctx := r.Context()
@@ -131,8 +132,8 @@ func (g *Gateway) serveResponses(w http.ResponseWriter, r *http.Request) {
 	turn.Conversation = turn.ResponseID
 	switch {
 	case !req.Store && alias.Stateful:
-		g.turnError(w, &apiError{code: CodeInvalidRequest, param: "store",
-			message: "the model `" + alias.Name + "` keeps every turn at the provider: store cannot be false"})
+		g.turnError(w, &api.Error{Code: api.CodeInvalidRequest, Param: "store",
+			Message: "the model `" + alias.Name + "` keeps every turn at the provider: store cannot be false"})
 		return
 	case parent != nil && req.Store:
 		turn.Parent, turn.Conversation, turn.Depth = parent.ResponseID, parent.Conversation, parent.Depth+1
@@ -175,7 +176,7 @@ func (g *Gateway) serveResponses(w http.ResponseWriter, r *http.Request) {
 		}
 		g.runTurn(w, r, t, alias, req, turn, history)
 	case existing.Fingerprint != fp && existing.Fingerprint != legacy:
-		g.turnError(w, errorf(CodeKeyReused, "the idempotency key was used with a different request body (turn %s)", existing.ResponseID))
+		g.turnError(w, api.Errorf(api.CodeKeyReused, "the idempotency key was used with a different request body (turn %s)", existing.ResponseID))
 	default:
 		g.continueTurn(w, r, t, alias, req, existing, history)
 	}
@@ -218,10 +219,10 @@ func (g *Gateway) repeats(prev *ledger.Turn, r *http.Request) bool {
 // it. Only a done, undeleted turn can be continued, and by a virtual key
 // (keyID) only its own: another key's is not found. An unknown or stale
 // one is reconciled first.
-func (g *Gateway) parentOf(ctx context.Context, tenant, keyID, id string) (*ledger.Turn, []*ledger.Turn, *apiError) {
+func (g *Gateway) parentOf(ctx context.Context, tenant, keyID, id string) (*ledger.Turn, []*ledger.Turn, *api.Error) {
 	p, err := g.ledger.Turn(ctx, tenant, id)
 	if errors.Is(err, ledger.ErrNotFound) || err == nil && (p.Deleted || !stored(p) || !mayRead(keyID, p)) {
-		return nil, nil, &apiError{code: CodeResponseNotFound, param: "previous_response_id", message: "previous response with id '" + id + "' not found"}
+		return nil, nil, &api.Error{Code: api.CodeResponseNotFound, Param: "previous_response_id", Message: "previous response with id '" + id + "' not found"}
 	}
 	if err != nil {
 		return nil, nil, storeAPIError(err)
@@ -231,12 +232,12 @@ func (g *Gateway) parentOf(ctx context.Context, tenant, keyID, id string) (*ledg
 	}
 	switch p.State {
 	case ledger.TurnPending, ledger.TurnUnknown:
-		e := errorf(CodeConversationBusy, "response %s has not finished; continue from it once it has", id)
-		e.retryAfter = 1
+		e := api.Errorf(api.CodeConversationBusy, "response %s has not finished; continue from it once it has", id)
+		e.RetryAfter = 1
 		return nil, nil, e
 	case ledger.TurnFailed:
-		return nil, nil, &apiError{code: CodeInvalidRequest, param: "previous_response_id",
-			message: "response " + id + " failed and cannot be continued; " + g.goOnFrom(ctx, p)}
+		return nil, nil, &api.Error{Code: api.CodeInvalidRequest, Param: "previous_response_id",
+			Message: "response " + id + " failed and cannot be continued; " + g.goOnFrom(ctx, p)}
 	}
 	turns, err := g.ledger.ConversationTurns(ctx, tenant, p.Conversation)
 	if err != nil {
@@ -294,9 +295,9 @@ func (g *Gateway) continueTurn(w http.ResponseWriter, r *http.Request, t *policy
 		// (refreshTurn tried): trying it again now would be blind, and a
 		// late commit of the last try would stay in the provider's
 		// conversation unaccounted for (docs/conversations.md).
-		e := errorf(CodeOutcomeUnknown, "response %s: the provider may have committed this turn and could not be asked whether it did; "+
+		e := api.Errorf(api.CodeOutcomeUnknown, "response %s: the provider may have committed this turn and could not be asked whether it did; "+
 			"send the turn again shortly: it is reconciled first, never sent blind", turn.ResponseID)
-		e.retryAfter = 1
+		e.RetryAfter = 1
 		g.turnError(w, e)
 		return
 	}
@@ -318,8 +319,8 @@ func (g *Gateway) continueTurn(w http.ResponseWriter, r *http.Request, t *policy
 			g.continueTurn(w, r, t, alias, req, moved, history)
 			return
 		}
-		e := errorf(CodeConversationBusy, "response %s is being retried; try again", turn.ResponseID)
-		e.retryAfter = 1
+		e := api.Errorf(api.CodeConversationBusy, "response %s is being retried; try again", turn.ResponseID)
+		e.RetryAfter = 1
 		g.turnError(w, e)
 	default:
 		g.runTurn(w, r, t, alias, req, &next, history)
@@ -329,8 +330,8 @@ func (g *Gateway) continueTurn(w http.ResponseWriter, r *http.Request, t *policy
 // deletedError answers a retry of a turn whose response was deleted: the
 // deleted answer is never served again, and a new turn needs a new
 // Idempotency-Key (the key names the deleted one).
-func deletedError(turn *ledger.Turn) *apiError {
-	return &apiError{code: CodeResponseNotFound, message: "response with id '" + turn.ResponseID +
+func deletedError(turn *ledger.Turn) *api.Error {
+	return &api.Error{Code: api.CodeResponseNotFound, Message: "response with id '" + turn.ResponseID +
 		"' not found: it was deleted, and is not answered again; send a new turn (with a new Idempotency-Key)"}
 }
 
@@ -351,9 +352,9 @@ func (g *Gateway) abandonTurn(ctx context.Context, turn *ledger.Turn) *ledger.Tu
 // giveUp is the error a turn given up answers with: its status and body.
 // goOn says where the conversation goes on from (goOnFrom).
 func giveUp(turn *ledger.Turn, goOn string) (int, []byte) {
-	e := errorf(CodeOutcomeUnknown, "response %s was given up: %d of its tries ended without knowing whether the provider answered; "+
+	e := api.Errorf(api.CodeOutcomeUnknown, "response %s was given up: %d of its tries ended without knowing whether the provider answered; "+
 		"nothing was added to the conversation; %s", turn.ResponseID, turn.Ambiguous, goOn)
-	head, body := e.render(provider.Responses, meta{requestID: turn.RequestID, terminal: gw.TerminalIndeterminate, reason: gw.ReasonIndeterminate})
+	head, body := e.Render(provider.Responses, api.Meta{RequestID: turn.RequestID, Terminal: gw.TerminalIndeterminate, Reason: gw.ReasonIndeterminate})
 	return head.Status, body
 }
 
@@ -373,13 +374,13 @@ func (g *Gateway) goOnFrom(ctx context.Context, turn *ledger.Turn) string {
 // replayFailure answers with the error a failed turn ended with.
 func (g *Gateway) replayFailure(w http.ResponseWriter, turn *ledger.Turn) {
 	if turn.Status == 0 || len(turn.Response) == 0 {
-		g.turnError(w, errorf(CodeOutcomeUnknown, "response %s ended without an answer", turn.ResponseID))
+		g.turnError(w, api.Errorf(api.CodeOutcomeUnknown, "response %s ended without an answer", turn.ResponseID))
 		return
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("x-should-retry", "false")
-	setIDHeaders(h, turn.RequestID, 0)
+	api.SetIDHeaders(h, turn.RequestID, 0)
 	w.WriteHeader(turn.Status)
 	_, _ = w.Write(turn.Response)
 }
@@ -415,7 +416,7 @@ func (g *Gateway) runTurn(w http.ResponseWriter, r *http.Request, t *policy.Tena
 	c.turn = &turnCall{turn: turn, shell: provider.ShellOf(req, turn.ResponseID, turn.CreatedAt.Unix()), req: req, history: items}
 	c.turn.shell.Now = func() int64 { return g.clock.Now().Unix() }
 	if err := json.Unmarshal(turn.Input, &c.turn.input); err != nil {
-		g.turnError(w, errorf(CodeInternal, "stored input of %s: %v", turn.ResponseID, err))
+		g.turnError(w, api.Errorf(api.CodeInternal, "stored input of %s: %v", turn.ResponseID, err))
 		return
 	}
 	if n := len(history); n > 0 {
@@ -546,13 +547,13 @@ func (c *call) settleTurn(head *coord.Head, tail []byte, last *attemptResult) {
 
 // turnUnknownError is what a client is told when a try of its turn ended
 // not knowing whether the provider answered.
-func (c *call) turnUnknownError() *apiError {
+func (c *call) turnUnknownError() *api.Error {
 	t := c.turn.turn
 	if c.knownUncommitted() && t.Ambiguous+c.ambiguousAttempts() >= c.g.policy().Conversations.MaxAmbiguous {
-		return errorf(CodeOutcomeUnknown, "response %s was given up: %d of its attempts ended without an answer and nothing of them was committed; %s",
+		return api.Errorf(api.CodeOutcomeUnknown, "response %s was given up: %d of its attempts ended without an answer and nothing of them was committed; %s",
 			t.ResponseID, t.Ambiguous+c.ambiguousAttempts(), c.g.goOnFrom(context.Background(), t))
 	}
-	return errorf(CodeOutcomeUnknown, "response %s: the provider may have committed this turn, but its reply was lost; "+
+	return api.Errorf(api.CodeOutcomeUnknown, "response %s: the provider may have committed this turn, but its reply was lost; "+
 		"send the turn again (the same Idempotency-Key, or the same body): it is reconciled with the provider, never sent blind", t.ResponseID)
 }
 
@@ -705,9 +706,9 @@ func (g *Gateway) reconcileTurn(ctx context.Context, turn *ledger.Turn) (*ledger
 		next.State = ledger.TurnFailed
 		u.SuspectUntil = g.clock.Now().Add(suspectFor).UnixMilli()
 		next.Upstream, _ = json.Marshal(u)
-		e := errorf(CodeOutcomeUnknown, "response %s was not committed by the provider before its reply was lost; retry the turn", turn.ResponseID)
+		e := api.Errorf(api.CodeOutcomeUnknown, "response %s was not committed by the provider before its reply was lost; retry the turn", turn.ResponseID)
 		var head *coord.Head
-		head, next.Response = e.render(provider.Responses, meta{requestID: turn.RequestID})
+		head, next.Response = e.Render(provider.Responses, api.Meta{RequestID: turn.RequestID})
 		next.Status = head.Status
 		if turn.Ambiguous >= g.policy().Conversations.MaxAmbiguous {
 			next.Status, next.Response = giveUp(turn, g.goOnFrom(ctx, turn))
@@ -772,12 +773,12 @@ func (g *Gateway) replayTurn(w http.ResponseWriter, r *http.Request, turn *ledge
 		return
 	}
 	h := w.Header()
-	setIDHeaders(h, turn.RequestID, 0)
+	api.SetIDHeaders(h, turn.RequestID, 0)
 	h.Set("X-Oncegate-Dedup", dedup)
 	if rec, err := g.ledger.Get(r.Context(), turnIdentity(turn)); err == nil && rec.Response != nil && rec.State == ledger.Succeeded &&
 		(rec.Response.ContentType == "text/event-stream") == stream {
 		h.Set("Content-Type", rec.Response.ContentType)
-		setIDHeaders(h, rec.RequestID, rec.Response.Attempts)
+		api.SetIDHeaders(h, rec.RequestID, rec.Response.Attempts)
 		if rec.Response.Route != "" {
 			h.Set("X-Oncegate-Route", rec.Response.Route)
 		}
@@ -862,11 +863,11 @@ func (g *Gateway) shellOf(turn *ledger.Turn) *provider.ResponseShell {
 // lookupTurn finds the tenant's turn named by the path, brought up to
 // date; for a virtual key, only a turn it made (another key's is not
 // found, as one that does not exist).
-func (g *Gateway) lookupTurn(r *http.Request, t *policy.Tenant) (*ledger.Turn, *apiError) {
+func (g *Gateway) lookupTurn(r *http.Request, t *policy.Tenant) (*ledger.Turn, *api.Error) {
 	id := r.PathValue("id")
 	turn, err := g.ledger.Turn(r.Context(), t.ID, id)
 	if errors.Is(err, ledger.ErrNotFound) || err == nil && (turn.Deleted || !stored(turn) || !mayRead(keyIDOf(r), turn)) {
-		return nil, &apiError{code: CodeResponseNotFound, message: "response with id '" + id + "' not found"}
+		return nil, &api.Error{Code: api.CodeResponseNotFound, Message: "response with id '" + id + "' not found"}
 	}
 	if err != nil {
 		return nil, storeAPIError(err)
@@ -886,8 +887,8 @@ func (g *Gateway) deleteResponse(w http.ResponseWriter, r *http.Request, t *poli
 		return
 	}
 	if turn.State == ledger.TurnPending {
-		e := errorf(CodeConversationBusy, "response %s has not finished; delete it once it has", turn.ResponseID)
-		e.retryAfter = 1
+		e := api.Errorf(api.CodeConversationBusy, "response %s has not finished; delete it once it has", turn.ResponseID)
+		e.RetryAfter = 1
 		g.turnError(w, e)
 		return
 	}
@@ -896,7 +897,7 @@ func (g *Gateway) deleteResponse(w http.ResponseWriter, r *http.Request, t *poli
 	// The turn and, in the same commit, its tries' records: a stored
 	// answer there would replay the deleted response.
 	if ok, err := g.ledger.DeleteTurn(r.Context(), &del, turn.State, turn.Try); err != nil || !ok {
-		g.turnError(w, errorf(CodeConversationBusy, "response %s changed while it was being deleted; try again", turn.ResponseID))
+		g.turnError(w, api.Errorf(api.CodeConversationBusy, "response %s changed while it was being deleted; try again", turn.ResponseID))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"id": turn.ResponseID, "object": "response", "deleted": true})
@@ -912,7 +913,7 @@ func (g *Gateway) serveInputItems(w http.ResponseWriter, r *http.Request, t *pol
 	}
 	var items []provider.Item
 	if err := json.Unmarshal(turn.Input, &items); err != nil {
-		g.turnError(w, errorf(CodeInternal, "stored input of %s: %v", turn.ResponseID, err))
+		g.turnError(w, api.Errorf(api.CodeInternal, "stored input of %s: %v", turn.ResponseID, err))
 		return
 	}
 	q := r.URL.Query()
@@ -920,7 +921,7 @@ func (g *Gateway) serveInputItems(w http.ResponseWriter, r *http.Request, t *pol
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 100 {
-			g.turnError(w, &apiError{code: CodeInvalidRequest, param: "limit", message: "limit must be a whole number from 1 to 100, found " + strconv.Quote(v)})
+			g.turnError(w, &api.Error{Code: api.CodeInvalidRequest, Param: "limit", Message: "limit must be a whole number from 1 to 100, found " + strconv.Quote(v)})
 			return
 		}
 		limit = n
@@ -932,7 +933,7 @@ func (g *Gateway) serveInputItems(w http.ResponseWriter, r *http.Request, t *pol
 		}
 	case "asc":
 	default:
-		g.turnError(w, &apiError{code: CodeInvalidRequest, param: "order", message: "order must be asc or desc"})
+		g.turnError(w, &api.Error{Code: api.CodeInvalidRequest, Param: "order", Message: "order must be asc or desc"})
 		return
 	}
 	if after := q.Get("after"); after != "" {
@@ -964,8 +965,8 @@ func (g *Gateway) storeError(w http.ResponseWriter, err error) {
 	g.turnError(w, storeAPIError(err))
 }
 
-func storeAPIError(err error) *apiError {
-	e := errorf(CodeStoreUnavailable, "the gateway's store could not be reached: %v", err)
-	e.retryAfter = 1
+func storeAPIError(err error) *api.Error {
+	e := api.Errorf(api.CodeStoreUnavailable, "the gateway's store could not be reached: %v", err)
+	e.RetryAfter = 1
 	return e
 }

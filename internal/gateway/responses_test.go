@@ -16,6 +16,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/responses"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/identity"
 	"github.com/oncegate/oncegate/internal/ledger"
@@ -110,7 +111,7 @@ func TestResponsesChainThroughTheSDK(t *testing.T) {
 		}
 		_, err = c.Responses.Get(ctx, ids[3], responses.ResponseGetParams{})
 		var apiErr *openai.Error
-		if !errors.As(err, &apiErr) || apiErr.StatusCode != 404 || apiErr.Code != CodeResponseNotFound {
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != 404 || apiErr.Code != api.CodeResponseNotFound {
 			t.Fatalf("a deleted response: %v", err)
 		}
 		if calls := e.primary.Stats().Requests; calls != int64(len(users)) {
@@ -227,7 +228,7 @@ func TestResponsesRetriesNeverAppendAndBranchesAreServed(t *testing.T) {
 			t.Fatalf("keyed first turn: %d %v", st, m)
 		}
 		st, m, _ := send(`{"model":"chat","input":"two"}`, map[string]string{"Idempotency-Key": "k-first"})
-		if st != 422 || errCode(m) != CodeKeyReused {
+		if st != 422 || errCode(m) != api.CodeKeyReused {
 			t.Fatalf("reused key: %d %v", st, m)
 		}
 		// Each branch goes on with its own history.
@@ -236,7 +237,7 @@ func TestResponsesRetriesNeverAppendAndBranchesAreServed(t *testing.T) {
 		if st != 200 || m["previous_response_id"] != edited["id"] || outputOf(m) != want {
 			t.Fatalf("continue a branch: %d %v, want %q", st, m, want)
 		}
-		if st, m, _ = send(`{"model":"chat","input":"x","previous_response_id":"resp_missing"}`, nil); st != 404 || errCode(m) != CodeResponseNotFound {
+		if st, m, _ = send(`{"model":"chat","input":"x","previous_response_id":"resp_missing"}`, nil); st != 404 || errCode(m) != api.CodeResponseNotFound {
 			t.Fatalf("missing parent: %d %v", st, m)
 		}
 		turns, err := e.gw.ledger.ConversationTurns(context.Background(), "acme", rootID)
@@ -610,7 +611,7 @@ func TestStatefulTurnGivenUpAfterMaxAmbiguous(t *testing.T) {
 		e.fallback.SetScript(rules(always(mock.Fault{Type: mock.FaultHang})))
 		body := `{"model":"convo","input":"second","previous_response_id":"` + root.ID + `"}`
 		res, b := e.post("/v1/responses", body, map[string]string{"Idempotency-Key": "k2"})
-		if res.StatusCode != 502 || errCodeOf(b) != CodeOutcomeUnknown || !strings.Contains(string(b), "given up") ||
+		if res.StatusCode != 502 || errCodeOf(b) != api.CodeOutcomeUnknown || !strings.Contains(string(b), "given up") ||
 			res.Header.Get("x-should-retry") != "false" {
 			t.Fatalf("after max_ambiguous: %d %s", res.StatusCode, b)
 		}
@@ -748,7 +749,7 @@ func TestDeletedResponsesAreNeverReplayed(t *testing.T) {
 		for _, body := range []string{keyed, strings.Replace(keyed, `"model"`, `"stream":true,"model"`, 1)} {
 			var hdr http.Header
 			st, m, hdr, b = send(body, map[string]string{"Idempotency-Key": "k-del"})
-			if st != 404 || errCode(m) != CodeResponseNotFound || strings.Contains(b, kText) || hdr.Get("X-Oncegate-Dedup") == "replayed" {
+			if st != 404 || errCode(m) != api.CodeResponseNotFound || strings.Contains(b, kText) || hdr.Get("X-Oncegate-Dedup") == "replayed" {
 				t.Fatalf("the deleted turn's key again (%s): %d %s", body, st, b)
 			}
 		}
@@ -762,7 +763,7 @@ func TestDeletedResponsesAreNeverReplayed(t *testing.T) {
 		}
 		// The deleted response cannot be continued; its parent can.
 		st, m, _, _ = send(`{"model":"chat","input":"on","previous_response_id":"`+kID+`"}`, nil)
-		if st != 404 || errCode(m) != CodeResponseNotFound {
+		if st != 404 || errCode(m) != api.CodeResponseNotFound {
 			t.Fatalf("continue a deleted response: %d %v", st, m)
 		}
 		if st, m, _, _ := send(`{"model":"chat","input":"other","previous_response_id":"`+rootID+`"}`, nil); st != 200 {
@@ -964,7 +965,7 @@ func TestAnUnknownTurnIsNeverRetriedBlind(t *testing.T) {
 		e.fallback.SetScript(rules(always(mock.Fault{Type: mock.FaultCommitThenHang})))
 		body := `{"model":"convo","input":"second","previous_response_id":"` + root.ID + `"}`
 		key := map[string]string{"Idempotency-Key": "unknown-2"}
-		if res, b := e.post("/v1/responses", body, key); res.StatusCode != 502 || errCodeOf(b) != CodeOutcomeUnknown {
+		if res, b := e.post("/v1/responses", body, key); res.StatusCode != 502 || errCodeOf(b) != api.CodeOutcomeUnknown {
 			t.Fatalf("the lost reply: %d %s", res.StatusCode, b)
 		}
 		if calls := e.fallback.Stats().Requests; calls != 2 {
@@ -972,7 +973,7 @@ func TestAnUnknownTurnIsNeverRetriedBlind(t *testing.T) {
 		}
 		e.fallback.SetScript(mock.Script{})
 		res, b := e.post("/v1/responses", body, key)
-		if res.StatusCode != 502 || errCodeOf(b) != CodeOutcomeUnknown || !strings.Contains(string(b), "could not be asked") {
+		if res.StatusCode != 502 || errCodeOf(b) != api.CodeOutcomeUnknown || !strings.Contains(string(b), "could not be asked") {
 			t.Fatalf("the turn again while the provider cannot be asked: %d %s", res.StatusCode, b)
 		}
 		if calls := e.fallback.Stats().Requests; calls != 2 {

@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/clock"
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/gw"
@@ -99,7 +100,7 @@ func TestRetentionSweepsOldReceiptsAndEvents(t *testing.T) {
 		synctest.Wait()
 
 		for _, id := range old {
-			if st, code := e.receiptStatus(id); st != http.StatusNotFound || code != CodeReceiptNotFound {
+			if st, code := e.receiptStatus(id); st != http.StatusNotFound || code != api.CodeReceiptNotFound {
 				t.Fatalf("receipt %s after the sweep: %d %s", id, st, code)
 			}
 			if evs, err := e.store.Events(ctx, id); err != nil || len(evs) != 0 {

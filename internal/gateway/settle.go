@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/coord"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/ledger"
@@ -73,16 +74,16 @@ func (c *call) answer(d retry.Decision, last *attemptResult) (*coord.Head, []byt
 	case d.Action == retry.ActionComplete:
 		h := http.Header{}
 		h.Set("Content-Type", "application/json")
-		setIDHeaders(h, c.id, len(c.rec.R.Attempts))
+		api.SetIDHeaders(h, c.id, len(c.rec.R.Attempts))
 		h.Set("X-Oncegate-Route", last.route.ID)
-		setDropped(h, c.droppedOn(last.route))
+		api.SetDropped(h, c.droppedOn(last.route))
 		return &coord.Head{Status: http.StatusOK, Header: h}, last.body
 	case c.out.started:
 		return nil, c.out.interrupt(d)
 	case d.Terminal == gw.TerminalCancelled:
-		return errorf(CodeInternal, "the client went away").render(c.proto, c.meta())
+		return api.Errorf(api.CodeInternal, "the client went away").Render(c.proto, c.meta())
 	}
-	return c.terminalError(d, last).render(c.proto, c.meta())
+	return c.terminalError(d, last).Render(c.proto, c.meta())
 }
 
 // ledgerState maps a terminal to the ledger record state (docs/identity.md).
@@ -163,7 +164,7 @@ func (c *call) observeMetrics() {
 	m.ObserveRequest(metrics.Request{Tenant: r.Tenant, Model: r.Model, Terminal: r.Terminal, Reason: r.Reason, Attempts: len(r.Attempts),
 		Duration: c.g.clock.Now().Sub(c.created)})
 	if last := c.rec.Last(); last.Reason == gw.ReasonCostBudget && last.TenantBound {
-		m.ObserveTenantRejection(c.tenant.ID, CodeTenantBudget)
+		m.ObserveTenantRejection(c.tenant.ID, api.CodeTenantBudget)
 	}
 	output := false
 	for i := range r.Attempts {
@@ -191,18 +192,18 @@ func (c *call) observeMetrics() {
 func (c *call) abort(err error) {
 	c.g.live.Delete(c.id)
 	c.g.log.Error("request aborted", "request_id", c.id, "err", err)
-	e := errorf(CodeInternal, "internal error (request %s)", c.id)
+	e := api.Errorf(api.CodeInternal, "internal error (request %s)", c.id)
 	switch {
 	case errors.Is(err, ledger.ErrStaleGeneration) || errors.Is(err, ledger.ErrFinished) || errors.Is(err, errLeaseLost):
-		e = errorf(CodeOutcomeUnknown, "another owner took this request over; its outcome is theirs")
+		e = api.Errorf(api.CodeOutcomeUnknown, "another owner took this request over; its outcome is theirs")
 	case errors.Is(err, errStore):
 		c.g.store.failed(err)
 		// An attempt may have been sent: its outcome could not be
 		// recorded, and the request is settled once the store is back
 		// (indeterminate if an attempt was in flight). The client must
 		// not send it again blind.
-		e = errorf(CodeStoreUnavailable, "the gateway's store became unreachable while this request ran; its outcome is unknown")
-		e.noRetry = len(c.rec.R.Attempts) > 0 || c.log != nil && c.log.seq > 1
+		e = api.Errorf(api.CodeStoreUnavailable, "the gateway's store became unreachable while this request ran; its outcome is unknown")
+		e.NoRetry = len(c.rec.R.Attempts) > 0 || c.log != nil && c.log.seq > 1
 	}
 	finish := c.flight.Finish
 	if errors.Is(err, errStore) {
@@ -218,11 +219,10 @@ func (c *call) abort(err error) {
 		// shown and no terminal recorded, so recovery settles the request
 		// indeterminate once its lease lapses; the error says so.
 		c.out.flush()
-		cs := codeStatus[e.code]
-		finish(nil, c.out.enc.Error(nil, &provider.ClientError{Type: cs.typ, Code: e.code, Message: e.message, RequestID: c.id,
+		finish(nil, c.out.enc.Error(nil, &provider.ClientError{Type: api.ErrorType(e.Code, provider.OpenAI), Code: e.Code, Message: e.Message, RequestID: c.id,
 			Terminal: string(gw.TerminalIndeterminate), Reason: string(gw.ReasonIndeterminate), EmittedTokens: c.out.emitted}))
 		return
 	}
-	head, body := e.render(c.proto, c.meta())
+	head, body := e.Render(c.proto, c.meta())
 	finish(head, body)
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/provider"
 )
 
@@ -133,15 +134,15 @@ func (c *shapedConn) Write(p []byte) (int, error) {
 
 // shapedAnswer is the JSON answer for one of net/http's own errors.
 func shapedAnswer(status int, msg string, anthropic bool) []byte {
-	code := CodeInvalidRequest
+	code := api.CodeInvalidRequest
 	if status == http.StatusRequestHeaderFieldsTooLarge {
-		code = CodeRequestTooLarge
+		code = api.CodeRequestTooLarge
 	}
 	p := provider.OpenAI
-	typ := codeStatus[code].typ
 	if anthropic {
-		p, typ = provider.Anthropic, codeStatus[code].anType
+		p = provider.Anthropic
 	}
+	typ := api.ErrorType(code, p)
 	body := provider.EncodeError(p, &provider.ClientError{Status: status, Type: typ, Code: code, Message: msg})
 	out := make([]byte, 0, 160+len(body))
 	out = append(out, "HTTP/1.1 "...)

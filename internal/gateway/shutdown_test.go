@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/mock"
 )
@@ -163,7 +164,7 @@ func TestAStoreThatCannotBeWritten(t *testing.T) {
 		}
 		f.fail.Store(true)
 		res, body := e.post("/v1/chat/completions", chatBody("chat", false), nil)
-		if res.StatusCode != 503 || !strings.Contains(string(body), CodeStoreUnavailable) || res.Header.Get("x-should-retry") != "true" {
+		if res.StatusCode != 503 || !strings.Contains(string(body), api.CodeStoreUnavailable) || res.Header.Get("x-should-retry") != "true" {
 			t.Fatalf("while the store cannot be written: %d %s %v", res.StatusCode, body, res.Header)
 		}
 		if got := ready(); got != 503 {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/provider"
@@ -58,7 +59,7 @@ func (f SpendFilter) keep(rc *receipt.Receipt) bool {
 func (g *Gateway) serveSpend(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	bad := func(param, format string, args ...any) {
-		(&apiError{code: CodeInvalidRequest, param: param, message: fmt.Sprintf(format, args...)}).write(w, provider.OpenAI, meta{})
+		(&api.Error{Code: api.CodeInvalidRequest, Param: param, Message: fmt.Sprintf(format, args...)}).Write(w, provider.OpenAI, api.Meta{})
 	}
 	by := cmp.Or(q.Get("group_by"), "tenant")
 	if !slices.Contains(spendGroups, by) {
@@ -87,7 +88,7 @@ func (g *Gateway) serveSpend(w http.ResponseWriter, r *http.Request) {
 	}
 	rows, err := g.Spend(r.Context(), by, from, to, SpendFilter{Tenant: q.Get("tenant"), Key: q.Get("key"), Model: q.Get("model")})
 	if err != nil {
-		storeAPIError(err).write(w, provider.OpenAI, meta{})
+		storeAPIError(err).Write(w, provider.OpenAI, api.Meta{})
 		return
 	}
 	if format == "csv" {

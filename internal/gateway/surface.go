@@ -3,6 +3,7 @@ package gateway
 import (
 	"net/http"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/provider"
 )
@@ -13,7 +14,7 @@ func (g *Gateway) serveModel(w http.ResponseWriter, r *http.Request, t *policy.T
 	p := protocolOf(r)
 	a := g.policy().Alias(r.PathValue("id"))
 	if a == nil || len(a.Ineligible(policy.Needs{}, t.MaxBoundary)) == len(a.Routes) {
-		modelNotFound(r.PathValue("id")).write(w, p, meta{})
+		modelNotFound(r.PathValue("id")).Write(w, p, api.Meta{})
 		return
 	}
 	if p == provider.Anthropic {

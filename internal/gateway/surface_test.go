@@ -14,6 +14,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/openai/openai-go/v3"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/provider"
 )
@@ -77,7 +78,7 @@ func TestModelsAndTokenCounts(t *testing.T) {
 		}
 		_, err = oc.Models.Get(ctx, "nope")
 		var oe *openai.Error
-		if !errors.As(err, &oe) || oe.StatusCode != 404 || oe.Code != CodeModelNotFound {
+		if !errors.As(err, &oe) || oe.StatusCode != 404 || oe.Code != api.CodeModelNotFound {
 			t.Fatalf("unknown model: %v", err)
 		}
 		ac := e.anthropicClient(nil)
@@ -103,7 +104,7 @@ func TestModelsAndTokenCounts(t *testing.T) {
 		if err != nil || got.InputTokens != estimate || h.Get("X-Oncegate-Token-Count") != "estimate" {
 			t.Fatalf("the estimate: %d %v %v", got.InputTokens, err, h.Get("X-Oncegate-Token-Count"))
 		}
-		if res, b := e.post("/v1/nothing/here", `{}`, nil); res.StatusCode != 404 || errCodeOf(b) != CodeNotFound {
+		if res, b := e.post("/v1/nothing/here", `{}`, nil); res.StatusCode != 404 || errCodeOf(b) != api.CodeNotFound {
 			t.Fatalf("unknown endpoint: %d %s", res.StatusCode, b)
 		}
 	})

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/breaker"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/policy"
@@ -35,7 +36,7 @@ func (g *Gateway) serveCountTokens(w http.ResponseWriter, r *http.Request) {
 	p := provider.Anthropic
 	t, lk, release, apiErr := g.enterTenant(r)
 	if apiErr != nil {
-		apiErr.write(w, p, meta{})
+		apiErr.Write(w, p, api.Meta{})
 		return
 	}
 	defer release()
@@ -47,7 +48,7 @@ func (g *Gateway) serveCountTokens(w http.ResponseWriter, r *http.Request) {
 		apiErr = g.takeRate(t)
 	}
 	if apiErr != nil {
-		apiErr.write(w, p, meta{})
+		apiErr.Write(w, p, api.Meta{})
 		return
 	}
 	n, route := provider.PromptTokens(ir), ""
@@ -72,7 +73,7 @@ func (g *Gateway) serveCountTokens(w http.ResponseWriter, r *http.Request) {
 
 // readCount reads and checks a token count request: its body, parsed,
 // and the alias it names.
-func (g *Gateway) readCount(w http.ResponseWriter, r *http.Request) (*policy.Alias, *provider.Request, []byte, *apiError) {
+func (g *Gateway) readCount(w http.ResponseWriter, r *http.Request) (*policy.Alias, *provider.Request, []byte, *api.Error) {
 	_, body, apiErr := g.readRequest(w, r)
 	if apiErr != nil {
 		return nil, nil, nil, apiErr
@@ -91,19 +92,19 @@ func (g *Gateway) readCount(w http.ResponseWriter, r *http.Request) (*policy.Ali
 
 // takeRate counts a request against its tenant's request rate
 // (budget.requests_per_minute), or refuses it.
-func (g *Gateway) takeRate(t *policy.Tenant) *apiError {
+func (g *Gateway) takeRate(t *policy.Tenant) *api.Error {
 	ok, wait, err := g.tenants.Take(t.ID)
 	if err != nil {
-		e := errorf(CodeCoordinationUnavailable, "the gateway's shared coordination (Redis) is unreachable; nothing was sent, retry shortly")
-		e.retryAfter = 1
+		e := api.Errorf(api.CodeCoordinationUnavailable, "the gateway's shared coordination (Redis) is unreachable; nothing was sent, retry shortly")
+		e.RetryAfter = 1
 		return e
 	}
 	if ok {
 		return nil
 	}
-	g.metrics.ObserveTenantRejection(t.ID, CodeTenantRateLimited)
-	e := errorf(CodeTenantRateLimited, "tenant %s is over its %d requests per minute", t.ID, t.RequestsPerMinute)
-	e.retryAfter = int(math.Ceil(max(1, wait.Seconds())))
+	g.metrics.ObserveTenantRejection(t.ID, api.CodeTenantRateLimited)
+	e := api.Errorf(api.CodeTenantRateLimited, "tenant %s is over its %d requests per minute", t.ID, t.RequestsPerMinute)
+	e.RetryAfter = int(math.Ceil(max(1, wait.Seconds())))
 	return e
 }
 

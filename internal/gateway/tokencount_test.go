@@ -10,6 +10,7 @@ import (
 	"testing"
 	"testing/synctest"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/mock"
 )
 
@@ -47,7 +48,7 @@ func TestTokenCountsSpendTheTenantsRate(t *testing.T) {
 			}
 		}
 		res, _, code := e.countTokens(keyInitech)
-		if res.StatusCode != 429 || code != CodeTenantRateLimited || res.Header.Get("Retry-After") == "" || res.Header.Get("x-should-retry") != "true" {
+		if res.StatusCode != 429 || code != api.CodeTenantRateLimited || res.Header.Get("Retry-After") == "" || res.Header.Get("x-should-retry") != "true" {
 			t.Fatalf("a count over the rate: %d %q Retry-After %q", res.StatusCode, code, res.Header.Get("Retry-After"))
 		}
 		if n := e.anthropic.Lookups(); n != 3 {
@@ -124,7 +125,7 @@ func TestTokenCountsHonourTheTenantsConcurrency(t *testing.T) {
 		}
 		synctest.Wait() // both wait for a provider that hangs
 		asked := e.anthropic.Lookups()
-		if res, _, code := e.countTokens(keyHooli); res.StatusCode != 429 || code != CodeTenantConcurrency {
+		if res, _, code := e.countTokens(keyHooli); res.StatusCode != 429 || code != api.CodeTenantConcurrency {
 			t.Fatalf("a third count: %d %q", res.StatusCode, code)
 		}
 		if n := e.anthropic.Lookups(); n != asked {

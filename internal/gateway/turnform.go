@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/identity"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/policy"
@@ -123,11 +124,11 @@ func (g *Gateway) answerInForm(w http.ResponseWriter, r *http.Request, t *policy
 	case turn.State == ledger.TurnFailed:
 		g.replayFailure(w, turn)
 	case turn.State == ledger.TurnUnknown:
-		g.turnError(w, errorf(CodeOutcomeUnknown, "response %s: its try ended without knowing whether the provider answered; "+
+		g.turnError(w, api.Errorf(api.CodeOutcomeUnknown, "response %s: its try ended without knowing whether the provider answered; "+
 			"send the turn again (the same Idempotency-Key, or the same body): it is reconciled, never sent blind", turn.ResponseID))
 	default:
-		e := errorf(CodeConversationBusy, "response %s is still being answered; retry to read it", turn.ResponseID)
-		e.retryAfter = 1
+		e := api.Errorf(api.CodeConversationBusy, "response %s is still being answered; retry to read it", turn.ResponseID)
+		e.RetryAfter = 1
 		g.turnError(w, e)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/provider"
 )
 
@@ -37,7 +38,7 @@ func (g *Gateway) screen(w http.ResponseWriter, r *http.Request) bool {
 	if n := r.ContentLength; n > lim.MaxBodyBytes {
 		// Refused before a byte of it is read: a client announcing more
 		// than the limit is not kept waiting while it uploads.
-		refuse(w, rc, errorf(CodeRequestTooLarge, "the request body announces %d bytes (Content-Length), more than the %d bytes limits.max_body_bytes allows",
+		refuse(w, rc, api.Errorf(api.CodeRequestTooLarge, "the request body announces %d bytes (Content-Length), more than the %d bytes limits.max_body_bytes allows",
 			n, lim.MaxBodyBytes), p)
 		return false
 	}
@@ -55,10 +56,10 @@ func (g *Gateway) screen(w http.ResponseWriter, r *http.Request) bool {
 
 // refuse answers e and closes the connection without reading another
 // byte of it: net/http would otherwise drain what it can of the body.
-func refuse(w http.ResponseWriter, rc *http.ResponseController, e *apiError, p provider.Protocol) {
+func refuse(w http.ResponseWriter, rc *http.ResponseController, e *api.Error, p provider.Protocol) {
 	_ = rc.SetReadDeadline(time.Unix(1, 0))
 	w.Header().Set("Connection", "close")
-	e.write(w, p, meta{})
+	e.Write(w, p, api.Meta{})
 }
 
 // unroutable is the error for a request target no route may serve:
@@ -67,17 +68,17 @@ func refuse(w http.ResponseWriter, rc *http.ResponseController, e *apiError, p p
 // clean (/v1/models/../chat, //, /./) with a redirect to its cleaned form
 // and an HTML body. The gateway redirects nothing: a client that sent such
 // a path is told what was wrong.
-func unroutable(r *http.Request) *apiError {
+func unroutable(r *http.Request) *api.Error {
 	switch {
 	case r.Method == http.MethodConnect:
-		return errorf(CodeMethodNotAllowed, "CONNECT %s: the gateway is not a proxy; send the API's requests to it directly", r.Host)
+		return api.Errorf(api.CodeMethodNotAllowed, "CONNECT %s: the gateway is not a proxy; send the API's requests to it directly", r.Host)
 	case r.Method == "PRI" && r.RequestURI == "*":
-		return errorf(CodeInvalidRequest, "HTTP/2 with prior knowledge (PRI * HTTP/2.0) is not served: speak HTTP/1.1 to the gateway")
+		return api.Errorf(api.CodeInvalidRequest, "HTTP/2 with prior knowledge (PRI * HTTP/2.0) is not served: speak HTTP/1.1 to the gateway")
 	case r.RequestURI == "*":
-		return errorf(CodeInvalidRequest, "%s *: the request target * names no endpoint; name a path such as /v1/chat/completions", r.Method)
+		return api.Errorf(api.CodeInvalidRequest, "%s *: the request target * names no endpoint; name a path such as /v1/chat/completions", r.Method)
 	}
 	if p := r.URL.EscapedPath(); p != cleanPath(p) {
-		return errorf(CodeInvalidRequest, "the path %q is not in canonical form (it has an empty, `.` or `..` segment); ask for %q — the gateway redirects nothing",
+		return api.Errorf(api.CodeInvalidRequest, "the path %q is not in canonical form (it has an empty, `.` or `..` segment); ask for %q — the gateway redirects nothing",
 			p, cleanPath(p))
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/mock"
 )
 
@@ -131,7 +132,7 @@ func TestAStalledBodyIsAnswered408(t *testing.T) {
 			c := dialRaw(t, e)
 			c.write("POST " + tc.path + " HTTP/1.1\r\nHost: gateway\r\n" + tc.auth + "\r\n" + tc.framing + "\r\n\r\n" + tc.part)
 			res, got := c.answer() // waits for the gateway: nothing more is sent
-			wantError(t, res, got, 408, tc.anthropic, CodeRequestTimeout, "limits.body_read_timeout", tc.want)
+			wantError(t, res, got, 408, tc.anthropic, api.CodeRequestTimeout, "limits.body_read_timeout", tc.want)
 			if !c.closed() {
 				t.Fatal("the connection stayed open after the 408")
 			}
@@ -160,7 +161,7 @@ func TestAnAnnouncedBodyOverTheLimitIsRefusedBeforeItIsRead(t *testing.T) {
 		c := dialRaw(t, e)
 		c.write("POST " + tc.path + " HTTP/1.1\r\nHost: gateway\r\n" + tc.auth + "\r\nContent-Length: 1001\r\n\r\n")
 		res, body := c.answer()
-		wantError(t, res, body, 413, tc.anthropic, CodeRequestTooLarge, "announces 1001 bytes", "the 1000 bytes limits.max_body_bytes allows")
+		wantError(t, res, body, 413, tc.anthropic, api.CodeRequestTooLarge, "announces 1001 bytes", "the 1000 bytes limits.max_body_bytes allows")
 		if !c.closed() {
 			t.Fatal("the connection stayed open after the 413")
 		}
@@ -204,25 +205,25 @@ func TestEveryAnswerBeforeRoutingIsJSONAndNamesTheFault(t *testing.T) {
 		anthropic     bool
 		code, want    string
 	}{
-		{"a path with ..", "GET /v1/models/../chat HTTP/1.1\r\nHost: gateway\r\n" + auth + "\r\n", 400, false, CodeInvalidRequest, `"/v1/models/../chat" is not in canonical form`},
-		{"a path with //", "GET /v1//models HTTP/1.1\r\nHost: gateway\r\n" + auth + "\r\n", 400, false, CodeInvalidRequest, `ask for "/v1/models"`},
-		{"a path with .., on Messages", "POST /v1/messages/./count_tokens HTTP/1.1\r\nHost: gateway\r\n\r\n", 400, true, CodeInvalidRequest, "not in canonical form"},
-		{"HTTP/2 with prior knowledge", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 400, false, CodeInvalidRequest, "HTTP/2 with prior knowledge"},
-		{"CONNECT", "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n", 405, false, CodeMethodNotAllowed, "not a proxy"},
-		{"two different Content-Lengths", chat + "Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}", 400, false, CodeInvalidRequest, "invalid Content-Length: 2 headers with different values (2, 3)"},
-		{"two different Content-Lengths, on Messages", messages + "Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}", 400, true, CodeInvalidRequest, "invalid Content-Length"},
-		{"a negative Content-Length", chat + "Content-Length: -2\r\n\r\n{}", 400, false, CodeInvalidRequest, `invalid Content-Length "-2"`},
-		{"a Content-Length that is no number", chat + "Content-Length: two\r\n\r\n{}", 400, false, CodeInvalidRequest, `invalid Content-Length "two"`},
-		{"a control byte in Idempotency-Key", chat + "Idempotency-Key: ab\x01cd\r\nContent-Length: 2\r\n\r\n{}", 400, false, CodeInvalidRequest, "Idempotency-Key holds a control character (byte 0x01)"},
-		{"a header name with a space", chat + "Idempotency Key: k\r\nContent-Length: 2\r\n\r\n{}", 400, false, CodeInvalidRequest, `invalid header name "Idempotency Key"`},
-		{"no Host", "GET /v1/models HTTP/1.1\r\n" + auth + "\r\n", 400, false, CodeInvalidRequest, "missing Host header"},
-		{"two Hosts", "GET /v1/models HTTP/1.1\r\nHost: a\r\nHost: b\r\n" + auth + "\r\n", 400, false, CodeInvalidRequest, "more than one Host header"},
-		{"a malformed request line", "GET  /v1/models  HTTP/1.1\r\nHost: gateway\r\n\r\n", 400, false, CodeInvalidRequest, "malformed request line"},
-		{"a bad escape in the target", "GET /v1/models/%zz HTTP/1.1\r\nHost: gateway\r\n\r\n", 400, false, CodeInvalidRequest, `invalid request target "/v1/models/%zz"`},
-		{"an unknown Expect", chat + "Expect: telepathy\r\nContent-Length: 2\r\n\r\n{}", 417, false, CodeInvalidRequest, `unsupported Expect "telepathy"`},
-		{"an unknown transfer encoding", chat + "Transfer-Encoding: gzip\r\n\r\n", 501, false, CodeInvalidRequest, `unsupported Transfer-Encoding "gzip"`},
-		{"HTTP/3 on an HTTP/1 connection", "GET /v1/models HTTP/3.0\r\nHost: gateway\r\n\r\n", 505, false, CodeInvalidRequest, `unsupported protocol version "HTTP/3.0"`},
-		{"headers too large", "GET /v1/models HTTP/1.1\r\nHost: gateway\r\nX-Big: " + strings.Repeat("b", 2<<20) + "\r\n\r\n", 431, false, CodeRequestTooLarge, "headers are too large"},
+		{"a path with ..", "GET /v1/models/../chat HTTP/1.1\r\nHost: gateway\r\n" + auth + "\r\n", 400, false, api.CodeInvalidRequest, `"/v1/models/../chat" is not in canonical form`},
+		{"a path with //", "GET /v1//models HTTP/1.1\r\nHost: gateway\r\n" + auth + "\r\n", 400, false, api.CodeInvalidRequest, `ask for "/v1/models"`},
+		{"a path with .., on Messages", "POST /v1/messages/./count_tokens HTTP/1.1\r\nHost: gateway\r\n\r\n", 400, true, api.CodeInvalidRequest, "not in canonical form"},
+		{"HTTP/2 with prior knowledge", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 400, false, api.CodeInvalidRequest, "HTTP/2 with prior knowledge"},
+		{"CONNECT", "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n", 405, false, api.CodeMethodNotAllowed, "not a proxy"},
+		{"two different Content-Lengths", chat + "Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}", 400, false, api.CodeInvalidRequest, "invalid Content-Length: 2 headers with different values (2, 3)"},
+		{"two different Content-Lengths, on Messages", messages + "Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}", 400, true, api.CodeInvalidRequest, "invalid Content-Length"},
+		{"a negative Content-Length", chat + "Content-Length: -2\r\n\r\n{}", 400, false, api.CodeInvalidRequest, `invalid Content-Length "-2"`},
+		{"a Content-Length that is no number", chat + "Content-Length: two\r\n\r\n{}", 400, false, api.CodeInvalidRequest, `invalid Content-Length "two"`},
+		{"a control byte in Idempotency-Key", chat + "Idempotency-Key: ab\x01cd\r\nContent-Length: 2\r\n\r\n{}", 400, false, api.CodeInvalidRequest, "Idempotency-Key holds a control character (byte 0x01)"},
+		{"a header name with a space", chat + "Idempotency Key: k\r\nContent-Length: 2\r\n\r\n{}", 400, false, api.CodeInvalidRequest, `invalid header name "Idempotency Key"`},
+		{"no Host", "GET /v1/models HTTP/1.1\r\n" + auth + "\r\n", 400, false, api.CodeInvalidRequest, "missing Host header"},
+		{"two Hosts", "GET /v1/models HTTP/1.1\r\nHost: a\r\nHost: b\r\n" + auth + "\r\n", 400, false, api.CodeInvalidRequest, "more than one Host header"},
+		{"a malformed request line", "GET  /v1/models  HTTP/1.1\r\nHost: gateway\r\n\r\n", 400, false, api.CodeInvalidRequest, "malformed request line"},
+		{"a bad escape in the target", "GET /v1/models/%zz HTTP/1.1\r\nHost: gateway\r\n\r\n", 400, false, api.CodeInvalidRequest, `invalid request target "/v1/models/%zz"`},
+		{"an unknown Expect", chat + "Expect: telepathy\r\nContent-Length: 2\r\n\r\n{}", 417, false, api.CodeInvalidRequest, `unsupported Expect "telepathy"`},
+		{"an unknown transfer encoding", chat + "Transfer-Encoding: gzip\r\n\r\n", 501, false, api.CodeInvalidRequest, `unsupported Transfer-Encoding "gzip"`},
+		{"HTTP/3 on an HTTP/1 connection", "GET /v1/models HTTP/3.0\r\nHost: gateway\r\n\r\n", 505, false, api.CodeInvalidRequest, `unsupported protocol version "HTTP/3.0"`},
+		{"headers too large", "GET /v1/models HTTP/1.1\r\nHost: gateway\r\nX-Big: " + strings.Repeat("b", 2<<20) + "\r\n\r\n", 431, false, api.CodeRequestTooLarge, "headers are too large"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := dialRaw(t, e)
@@ -240,7 +241,7 @@ func TestEveryAnswerBeforeRoutingIsJSONAndNamesTheFault(t *testing.T) {
 	}
 	c.write(chat + "Content-Length: 5\r\nContent-Length: 6\r\n\r\n{}")
 	res, body := c.answer()
-	wantError(t, res, body, 400, false, CodeInvalidRequest, "invalid Content-Length: 2 headers with different values (5, 6)")
+	wantError(t, res, body, 400, false, api.CodeInvalidRequest, "invalid Content-Length: 2 headers with different values (5, 6)")
 	if n := e.primary.Stats().Requests; n != 0 {
 		t.Fatalf("%d upstream calls", n)
 	}
