@@ -28,6 +28,7 @@ import (
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/provider"
+	"github.com/oncegate/oncegate/internal/scrub/scrubtest"
 )
 
 // post sends a raw request as the acme tenant and returns the response and
@@ -516,7 +517,7 @@ func TestTheGatewaysCredentialRefused(t *testing.T) {
 				code = *eb.Error.Code
 			}
 			for _, text := range []string{eb.Error.Message, code, kept.Message, kept.Code} {
-				if s := survivor(primaryProviderKey, text); s != "" {
+				if s := scrubtest.Survivor(primaryProviderKey, text); s != "" {
 					t.Fatalf("a provider text echoing %q: %q survives in %q", echo, s, text)
 				}
 			}

@@ -19,6 +19,7 @@ import (
 	"github.com/oncegate/oncegate/internal/provider"
 	"github.com/oncegate/oncegate/internal/provider/registry"
 	"github.com/oncegate/oncegate/internal/quota"
+	"github.com/oncegate/oncegate/internal/scrub"
 	"github.com/oncegate/oncegate/internal/upstream"
 )
 
@@ -31,8 +32,8 @@ type live struct {
 	pol       *policy.Policy
 	keys      []tenantKey
 	clients   map[string]*upstreamClient
-	scrub     *scrubber // every configured secret, scrubbed from provider text
-	adminKey  string    // reads /metrics on the API port ("" when none)
+	scrub     *scrub.Scrubber // every configured secret, scrubbed from provider text
+	adminKey  string          // reads /metrics on the API port ("" when none)
 	logBodies bool
 	// gatewaySecret is the configured fingerprint secret ("": the
 	// store's): it cannot change while the process runs.
@@ -57,7 +58,7 @@ type upstreamClient struct {
 // newLive builds the live configuration for a policy; prev's clients are
 // reused for providers whose settings and secrets did not change.
 func (g *Gateway) newLive(pol *policy.Policy, secrets *config.Secrets, prev *live) (*live, error) {
-	l := &live{pol: pol, clients: map[string]*upstreamClient{}, scrub: newScrubber(secretsOf(secrets)), adminKey: secrets.AdminKey,
+	l := &live{pol: pol, clients: map[string]*upstreamClient{}, scrub: scrub.New(scrub.SecretsOf(secrets)), adminKey: secrets.AdminKey,
 		logBodies: pol.Config.Log.Bodies, gatewaySecret: secrets.GatewaySecret}
 	for key, id := range secrets.TenantKeys {
 		t := pol.Tenant(id)
