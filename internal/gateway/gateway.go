@@ -31,6 +31,7 @@ import (
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/coord"
 	"github.com/oncegate/oncegate/internal/gw"
+	"github.com/oncegate/oncegate/internal/httpfront"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/memory"
 	"github.com/oncegate/oncegate/internal/load"
@@ -671,7 +672,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	gate := newDrainGate(g)
 	srv := &http.Server{Handler: gate, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(shapedListener{ln}) }()
+	go func() { errc <- srv.Serve(httpfront.Listener{Listener: ln}) }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)

@@ -1,4 +1,8 @@
-package gateway
+// Package httpfront shapes the answers net/http writes on its own, before
+// any handler runs (a malformed request line or header, a header block too
+// large): JSON in the caller's protocol with x-should-retry, naming what
+// was wrong (docs/errors.md).
+package httpfront
 
 import (
 	"bytes"
@@ -11,16 +15,16 @@ import (
 	"github.com/oncegate/oncegate/internal/provider"
 )
 
-// shapedListener wraps the gateway's listener so that the few answers
+// Listener wraps the gateway's listener so that the few answers
 // net/http writes on its own, before any handler runs — a malformed
 // request line or header, a header block too large, an unsupported
 // transfer encoding, protocol version or Expect — are JSON in the
 // caller's protocol with x-should-retry, like every other error, and say
 // what was wrong, rather than text/plain (or nothing) that an SDK reports
 // with an empty code and message.
-type shapedListener struct{ net.Listener }
+type Listener struct{ net.Listener }
 
-func (l shapedListener) Accept() (net.Conn, error) {
+func (l Listener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
