@@ -106,7 +106,7 @@ func (c *call) resolve(rec *ledger.Record) (replace bool, follow *coord.Remote) 
 				// This gateway's call abandoned it (its store failed):
 				// give its lease up now and settle it, as any gateway
 				// will once it lapses.
-				c.g.giveUpAbandoned(false)
+				c.g.giveUp.Run(context.Background())
 				rec.LeaseUntil = now.Add(-time.Millisecond)
 			}
 		}

@@ -6,7 +6,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -32,6 +31,7 @@ import (
 	"github.com/oncegate/oncegate/internal/coord"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/httpfront"
+	"github.com/oncegate/oncegate/internal/jobs"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/memory"
 	"github.com/oncegate/oncegate/internal/load"
@@ -192,12 +192,14 @@ type Gateway struct {
 	// metricsHTTP serves the Prometheus text, made once.
 	metricsHTTP http.Handler
 	// draining is set when the drain begins: /readyz says not ready.
-	draining   atomic.Bool
-	mux        *http.ServeMux
-	inflight   sync.WaitGroup
-	stop       chan struct{}
-	stopOnce   sync.Once
-	background sync.WaitGroup
+	draining atomic.Bool
+	mux      *http.ServeMux
+	inflight sync.WaitGroup
+	// jobs runs the background work (startJobs) until Close.
+	jobs *jobs.Runner
+	// giveUp is the job that gives up abandoned leases; a claim that
+	// meets one of this gateway's runs it at once.
+	giveUp jobs.Job
 	// live are the calls this process owns, by request id: their leases
 	// are renewed while they run.
 	live sync.Map
@@ -248,7 +250,7 @@ type tenantKey struct {
 func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, error) {
 	g := &Gateway{dial: opts.Dial, authority: opts.TokenAuthority, ledger: opts.Ledger,
 		clock: opts.Clock, log: opts.Logger, drain: opts.DrainTimeout, lease: opts.Lease, rejoinGrace: opts.RejoinGrace,
-		flights: opts.Flights, owner: opts.Owner, coordHealth: opts.Coordination, stop: make(chan struct{})}
+		flights: opts.Flights, owner: opts.Owner, coordHealth: opts.Coordination, jobs: jobs.NewRunner()}
 	if g.owner == "" {
 		g.owner = uuid.Must(uuid.NewV7()).String()
 	}
@@ -301,7 +303,9 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 	if err := g.seedSpend(context.Background(), ceiling); err != nil {
 		return nil, err
 	}
-	g.restoreRates(context.Background())
+	if rk, ok := g.tenants.(jobs.RateKeeper); ok {
+		jobs.RestoreRates(context.Background(), g.ledger, rk, g.log)
+	}
 	g.metricsElsewhere, g.reload = pol.Config.MetricsListen != "" || opts.MetricsListen != "", opts.Reload
 	g.tracer, g.tracing = tracerOr(opts.Tracer), opts.Tracer != nil
 	l, err := g.newLive(pol, secrets, nil)
@@ -320,34 +324,9 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 	if n > 0 {
 		g.log.Warn("recovered unfinished requests whose owners are gone", "count", n)
 	}
-	if save := g.saveRates(); save != nil {
-		g.every(time.Second, save)
-	}
-	g.every(g.leaseRenew, g.renew)
-	g.every(abandonedRetry, g.giveUpAbandoned)
-	g.every(g.lease/2, g.settleLapsed)
-	g.startRetention()
+	g.giveUp = jobs.GiveUp(g.ledger, g.clock, g.owner, abandonedLeases{g})
+	g.startJobs()
 	return g, nil
-}
-
-// every runs f in the background every d until the gateway stops, and
-// once more as it stops.
-func (g *Gateway) every(d time.Duration, f func(stopping bool)) {
-	g.background.Add(1)
-	go func() {
-		defer g.background.Done()
-		t := time.NewTicker(d)
-		defer t.Stop()
-		for {
-			select {
-			case <-g.stop:
-				f(true)
-				return
-			case <-t.C:
-				f(false)
-			}
-		}
-	}()
 }
 
 // guards sets up the overload protection of docs/overload.md: the options' or
@@ -446,53 +425,6 @@ func DaySpend(ctx context.Context, store ledger.Store, day int64) (map[string]in
 	return spend, nil
 }
 
-// rateKeeper is tenant limits whose rate buckets live in this process and
-// can be kept across a restart (quota.Limits; shared limits keep theirs
-// in Redis).
-type rateKeeper interface {
-	Snapshot() []byte
-	Restore(snapshot []byte)
-}
-
-// ratesState names the rate buckets in the store.
-const ratesState = "tenant_rates"
-
-// restoreRates continues the tenants' rate buckets from the store, so a
-// restart hands no tenant a fresh minute of requests.
-func (g *Gateway) restoreRates(ctx context.Context) {
-	rk, ok := g.tenants.(rateKeeper)
-	if !ok {
-		return
-	}
-	if b, err := g.ledger.State(ctx, ratesState); err == nil {
-		rk.Restore(b)
-	} else if !errors.Is(err, ledger.ErrNotFound) {
-		g.log.Warn("read the tenants' rates from the store", "err", err)
-	}
-}
-
-// saveRates returns what keeps the tenants' rate buckets in the store every second
-// they changed, and once more as the gateway stops: a crash loses at most
-// a second of them.
-func (g *Gateway) saveRates() func(bool) {
-	rk, ok := g.tenants.(rateKeeper)
-	if !ok {
-		return nil
-	}
-	var last []byte
-	return func(bool) {
-		snap := rk.Snapshot()
-		if snap == nil || bytes.Equal(snap, last) {
-			return
-		}
-		if err := g.ledger.SaveState(context.Background(), ratesState, snap); err != nil {
-			g.log.Warn("keep the tenants' rates in the store", "err", err)
-			return
-		}
-		last = snap
-	}
-}
-
 func (g *Gateway) initSecret(opt []byte, configured string) error {
 	switch {
 	case len(opt) > 0:
@@ -509,66 +441,48 @@ func (g *Gateway) initSecret(opt []byte, configured string) error {
 	return nil
 }
 
-// renew keeps this process's claims alive while their calls run
-// (docs/identity.md). A lease the store would not renew — it lapsed, so
-// recovery elsewhere may have settled the request — is lost for good: its
-// call dispatches nothing more.
-func (g *Gateway) renew(stopping bool) {
-	if stopping {
-		return
+// startJobs starts the background work (docs/architecture.md,
+// "Background jobs"): lease renewal, giving up abandoned leases, recovery
+// of lapsed requests, retention, and keeping the tenants' rates.
+func (g *Gateway) startJobs() {
+	if rk, ok := g.tenants.(jobs.RateKeeper); ok {
+		g.jobs.Start(jobs.SaveRates(g.ledger, rk, g.log))
 	}
-	var ids []string
-	g.live.Range(func(k, _ any) bool { ids = append(ids, k.(string)); return true })
-	if len(ids) == 0 {
-		return
-	}
-	now := g.clock.Now()
-	lost, err := g.ledger.Renew(context.Background(), g.owner, ids, now, now.Add(g.lease))
-	if err != nil {
-		g.log.Error("renew leases", "err", err)
-		return
-	}
-	for _, id := range lost {
-		if v, ok := g.live.Load(id); ok {
-			v.(*call).loseLease()
-		}
+	g.jobs.Start(jobs.Renewal(g.ledger, g.clock, g.log, g.owner, g.lease, g.leaseRenew, heldLeases{g}))
+	g.jobs.Start(g.giveUp)
+	g.jobs.Start(jobs.Job{Name: "recovery", Every: jobs.Fixed(g.lease / 2), Run: g.settleLapsed})
+	g.jobs.Start(jobs.Retention(g.ledger, g.clock, g.log, g.policy))
+}
+
+// heldLeases are the requests whose calls this gateway runs.
+type heldLeases struct{ g *Gateway }
+
+func (h heldLeases) Each(f func(id string)) {
+	h.g.live.Range(func(k, _ any) bool { f(k.(string)); return true })
+}
+
+func (h heldLeases) Lost(id string) {
+	if v, ok := h.g.live.Load(id); ok {
+		v.(*call).loseLease()
 	}
 }
 
-// abandonedRetry is how often the leases of abandoned requests are given
-// up while the store does not answer.
-const abandonedRetry = 250 * time.Millisecond
+// abandonedLeases are the requests whose calls this gateway abandoned.
+type abandonedLeases struct{ g *Gateway }
 
-// giveUpAbandoned ends the leases of the requests this gateway's calls
-// abandoned (their store failed mid-request): they become lapsed, and the
-// next arrival of their key on any gateway, or its sweep, settles them —
-// 502 outcome_unknown everywhere, at once, not one gateway's 409 until
-// the lease would have lapsed.
-func (g *Gateway) giveUpAbandoned(stopping bool) {
-	var ids []string
-	g.abandoned.Range(func(k, _ any) bool { ids = append(ids, k.(string)); return true })
-	if len(ids) == 0 {
-		return
-	}
-	now := g.clock.Now()
-	if _, err := g.ledger.Renew(context.Background(), g.owner, ids, now, now.Add(-time.Millisecond)); err != nil {
-		return // the store is still down: next time
-	}
-	for _, id := range ids {
-		g.abandoned.Delete(id)
-	}
+func (a abandonedLeases) Each(f func(id string)) {
+	a.g.abandoned.Range(func(k, _ any) bool { f(k.(string)); return true })
 }
+
+func (a abandonedLeases) Forget(id string) { a.g.abandoned.Delete(id) }
 
 // settleLapsed settles, now and then, the requests whose owners' leases
 // lapsed: another gateway sharing the store died, or a call of this one
 // ended without a terminal (its store was unreachable). Nothing is ever
 // re-dispatched: a request with an attempt in flight becomes
 // indeterminate (docs/replicas.md).
-func (g *Gateway) settleLapsed(stopping bool) {
-	if stopping {
-		return
-	}
-	if n, err := g.recover(context.Background()); err != nil {
+func (g *Gateway) settleLapsed(ctx context.Context) {
+	if n, err := g.recover(ctx); err != nil {
 		g.log.Error("settle lapsed requests", "err", err)
 	} else if n > 0 {
 		g.log.Warn("settled requests whose owners' leases lapsed", "count", n)
@@ -655,8 +569,7 @@ func methodNotAllowed(allow string) http.HandlerFunc {
 // Close stops the background work and releases upstream connections. The
 // ledger is the caller's to close.
 func (g *Gateway) Close() {
-	g.stopOnce.Do(func() { close(g.stop) })
-	g.background.Wait()
+	g.jobs.Stop()
 	for _, c := range g.cur.Load().clients {
 		c.Close()
 	}

@@ -12,11 +12,10 @@ import (
 
 	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/clock"
-	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/gw"
+	"github.com/oncegate/oncegate/internal/jobs"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/mock"
-	"github.com/oncegate/oncegate/internal/policy"
 )
 
 // chatID sends a keyed chat request as the tenant of key and returns its
@@ -96,7 +95,7 @@ func TestRetentionSweepsOldReceiptsAndEvents(t *testing.T) {
 		if spent["tenant acme"] <= 0 || spent["key "+vk.ID] <= 0 {
 			t.Fatalf("the requests charged nothing: %v", spent)
 		}
-		time.Sleep(retentionEvery) // the job runs once
+		time.Sleep(jobs.RetentionEvery) // the job runs once
 		synctest.Wait()
 
 		for _, id := range old {
@@ -147,7 +146,7 @@ func TestRetentionKeepsReceiptsWhileTheirRecordsLast(t *testing.T) {
 		yaml: "idempotency: {retention: 3h}\nledger: {receipt_retention: 1h}\n"}, func(t *testing.T, e *env) {
 		id := e.chatID(keyAcme, "kept")
 		off.Advance(2 * time.Hour) // past receipt_retention, not the key's
-		time.Sleep(retentionEvery)
+		time.Sleep(jobs.RetentionEvery)
 		synctest.Wait()
 		if st, code := e.receiptStatus(id); st != 200 {
 			t.Fatalf("a receipt whose record is live: %d %s", st, code)
@@ -157,39 +156,10 @@ func TestRetentionKeepsReceiptsWhileTheirRecordsLast(t *testing.T) {
 			t.Fatalf("the replay: %d %s %s", res.StatusCode, res.Header.Get("X-Oncegate-Dedup"), res.Header.Get("X-Oncegate-Request-Id"))
 		}
 		off.Advance(2 * time.Hour) // past the key's retention too
-		time.Sleep(retentionEvery)
+		time.Sleep(jobs.RetentionEvery)
 		synctest.Wait()
 		if st, code := e.receiptStatus(id); st != http.StatusNotFound || !strings.Contains(code, "receipt_not_found") {
 			t.Fatalf("the receipt once its record expired: %d %s", st, code)
 		}
 	})
-}
-
-// The job runs every minute, or every half of the shorter retention,
-// never more than once a second; histories are kept at least as long as
-// the records, which on_expired: reject keeps 30 times longer.
-func TestRetentionScheduleAndHorizons(t *testing.T) {
-	for _, tc := range []struct {
-		name                  string
-		retention, receipts   time.Duration
-		onExpired             string
-		every, records, swept time.Duration
-	}{
-		{"defaults", 24 * time.Hour, 2160 * time.Hour, "new", time.Minute, 24 * time.Hour, 2160 * time.Hour},
-		{"receipts kept forever", 24 * time.Hour, 0, "new", time.Minute, 24 * time.Hour, 0},
-		{"a short key retention", 10 * time.Second, 2160 * time.Hour, "new", 5 * time.Second, 10 * time.Second, 2160 * time.Hour},
-		{"a short receipt retention", 24 * time.Hour, 90 * time.Second, "new", 45 * time.Second, 24 * time.Hour, 24 * time.Hour},
-		{"never more than once a second", 300 * time.Millisecond, 0, "new", time.Second, 300 * time.Millisecond, 0},
-		{"reject keeps records 30 times longer", 24 * time.Hour, 240 * time.Hour, "reject", time.Minute, 720 * time.Hour, 720 * time.Hour},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			pol := &policy.Policy{Idempotency: config.Idempotency{Retention: config.Duration(tc.retention), OnExpired: tc.onExpired},
-				Config: &config.Config{Ledger: config.Ledger{ReceiptRetention: config.Duration(tc.receipts)}}}
-			j := &retention{policy: func() *policy.Policy { return pol }}
-			records, swept := horizons(pol)
-			if every := j.every(); every != tc.every || records != tc.records || swept != tc.swept {
-				t.Fatalf("every %v, records %v, histories %v; want %v, %v, %v", every, records, swept, tc.every, tc.records, tc.swept)
-			}
-		})
-	}
 }

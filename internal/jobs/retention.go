@@ -1,4 +1,4 @@
-package gateway
+package jobs
 
 import (
 	"context"
@@ -28,22 +28,20 @@ type retention struct {
 	policy func() *policy.Policy
 }
 
-// retentionEvery bounds how long the job waits between runs (the
+// RetentionEvery bounds how long the retention job waits between runs (the
 // shortest retention's half, when that is shorter) and at least how
 // long.
 const (
-	retentionEvery    = time.Minute
+	RetentionEvery    = time.Minute
 	retentionEveryMin = time.Second
 )
 
-// startRetention runs the retention job until the gateway stops.
-func (g *Gateway) startRetention() {
-	j := &retention{store: g.ledger, clock: g.clock, log: g.log, policy: g.policy}
-	g.background.Add(1)
-	go func() {
-		defer g.background.Done()
-		j.loop(g.stop)
-	}()
+// Retention is the retention job: it expires records and sweeps
+// histories past their retentions under the configuration policy returns
+// at each run.
+func Retention(store ledger.Store, c clock.Clock, log *slog.Logger, policy func() *policy.Policy) Job {
+	j := &retention{store: store, clock: c, log: log, policy: policy}
+	return Job{Name: "retention", Every: j.every, Run: j.run}
 }
 
 // horizons are how long pol keeps finished records and histories (0:
@@ -63,38 +61,13 @@ func horizons(pol *policy.Policy) (records, histories time.Duration) {
 // half the shortest retention when that is shorter, never under a second.
 func (j *retention) every() time.Duration {
 	pol := j.policy()
-	d := retentionEvery
+	d := RetentionEvery
 	for _, r := range []time.Duration{pol.Idempotency.Retention.D(), pol.Config.Ledger.ReceiptRetention.D()} {
 		if r > 0 {
 			d = min(d, r/2)
 		}
 	}
 	return max(d, retentionEveryMin)
-}
-
-// loop runs the job every j.every() until stop closes; a run in progress
-// then stops between the sweep's batches.
-func (j *retention) loop(stop <-chan struct{}) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	t := time.NewTimer(j.every())
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		}
-		j.run(ctx)
-		t.Reset(j.every())
-	}
 }
 
 // run expires the records past their retention, then sweeps the
