@@ -40,7 +40,7 @@ func (c *call) claim(d retry.Decision) bool {
 			c.storeDown(err)
 			return false
 		}
-		c.g.store.answered()
+		c.g.store.Answered()
 		if created {
 			c.g.metrics.ObserveDedup(c.tenant.ID, "miss")
 			c.g.live.Store(c.id, c)
@@ -77,7 +77,7 @@ func (c *call) storeDown(err error) {
 		c.publishError(api.Errorf(api.CodeInternal, "the client went away"), api.Meta{})
 		return
 	}
-	c.g.store.failed(err)
+	c.g.store.Failed(err)
 	c.g.log.Debug("store unavailable: request refused", "request_id", c.id, "err", err)
 	e := api.Errorf(api.CodeStoreUnavailable, "the gateway's store is unreachable; nothing was sent, retry shortly")
 	e.RetryAfter = 1

@@ -30,6 +30,7 @@ import (
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/coord"
 	"github.com/oncegate/oncegate/internal/gw"
+	"github.com/oncegate/oncegate/internal/health"
 	"github.com/oncegate/oncegate/internal/httpfront"
 	"github.com/oncegate/oncegate/internal/jobs"
 	"github.com/oncegate/oncegate/internal/ledger"
@@ -153,6 +154,14 @@ type Health interface {
 	Ping(ctx context.Context) error
 }
 
+// pinger is h as a health.Pinger, nil when nothing is shared.
+func pinger(h Health) health.Pinger {
+	if h == nil {
+		return nil
+	}
+	return h
+}
+
 // Gateway serves the API. It is safe for concurrent use.
 type Gateway struct {
 	// cur is what the configuration decides, swapped whole by Reload.
@@ -209,35 +218,7 @@ type Gateway struct {
 	// them and answers alike (docs/replicas.md).
 	abandoned sync.Map
 	// store tracks whether the store answers, to say so once in the log.
-	store storeHealth
-	// ready logs each change of /readyz's answer.
-	ready readyLog
-}
-
-// storeHealth logs the store's outages once each, when the first request
-// fails for it and when one succeeds again.
-type storeHealth struct {
-	log  *slog.Logger
-	mu   sync.Mutex
-	down bool
-}
-
-func (h *storeHealth) failed(err error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !h.down {
-		h.down = true
-		h.log.Error("store unavailable: new requests are refused with 503 store_unavailable until it answers", "err", err)
-	}
-}
-
-func (h *storeHealth) answered() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.down {
-		h.down = false
-		h.log.Info("store restored: it answers again")
-	}
+	store health.Outage
 }
 
 type tenantKey struct {
@@ -284,7 +265,7 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 	if g.access = opts.AccessLog; g.access == nil {
 		g.access = logline.ForHandler(g.log.Handler())
 	}
-	g.store.log = g.log
+	g.store.Log = g.log
 	if g.ledger == nil {
 		g.ledger = memory.New(0)
 	}
@@ -504,7 +485,7 @@ func (g *Gateway) routes() {
 	m.HandleFunc("GET /v1/receipts/{id}", g.readAuth("missing or unknown API key", g.serveReceipt))
 	m.HandleFunc("GET /v1/receipts", g.readAuth("missing or unknown API key", g.serveReceipts))
 	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	m.HandleFunc("GET /readyz", g.serveReady)
+	m.Handle("GET /readyz", &health.Ready{Store: g.ledger, Coordination: pinger(g.coordHealth), Draining: g.draining.Load, Detailed: g.isAdmin, Log: g.log})
 	m.HandleFunc("GET /metrics", g.serveMetrics)
 	m.HandleFunc("POST /v1/admin/reload", g.serveReload)
 	g.consoleRoutes(m)
@@ -786,65 +767,6 @@ func (g *Gateway) serveReceipts(w http.ResponseWriter, r *http.Request, scope re
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": list, "has_more": len(list) == limit, "last_id": last})
-}
-
-// serveReady answers /readyz: 200 while the store and the coordination
-// answer and no drain has begun, else 503 naming which. Why a part does
-// not answer (its address, user, the driver's error) is for the
-// operator: only a request with the admin key reads it, and the log says
-// it once per change.
-func (g *Gateway) serveReady(w http.ResponseWriter, r *http.Request) {
-	status, detail := g.readiness(r.Context())
-	g.ready.note(g.log, status, detail)
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
-	if status == "ready" {
-		_, _ = w.Write([]byte("ready\n"))
-		return
-	}
-	w.WriteHeader(http.StatusServiceUnavailable)
-	if detail != "" && g.isAdmin(r) {
-		status += ": " + detail
-	}
-	_, _ = w.Write([]byte(status + "\n"))
-}
-
-// readiness says whether the gateway takes requests ("ready") or why
-// not, and the detail behind a part that does not answer.
-func (g *Gateway) readiness(ctx context.Context) (status, detail string) {
-	if g.draining.Load() {
-		return "draining", "finishing the requests in flight, taking no new ones"
-	}
-	if err := g.ledger.Ping(ctx); err != nil {
-		return "store unavailable", err.Error()
-	}
-	if g.coordHealth != nil {
-		if err := g.coordHealth.Ping(ctx); err != nil {
-			return "coordination unavailable", err.Error()
-		}
-	}
-	return "ready", ""
-}
-
-// readyLog logs each change of readiness once, with its detail, so that
-// what /readyz keeps from anonymous callers is in the log.
-type readyLog struct {
-	mu   sync.Mutex
-	last string
-}
-
-func (l *readyLog) note(log *slog.Logger, status, detail string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if status == l.last || (l.last == "" && status == "ready") {
-		return
-	}
-	l.last = status
-	if status == "ready" {
-		log.Info("ready again")
-		return
-	}
-	log.Warn("not ready", "status", status, "detail", detail)
 }
 
 // sealed computes a receipt's digests and returns its canonical JSON.

@@ -197,7 +197,7 @@ func (c *call) abort(err error) {
 	case errors.Is(err, ledger.ErrStaleGeneration) || errors.Is(err, ledger.ErrFinished) || errors.Is(err, errLeaseLost):
 		e = api.Errorf(api.CodeOutcomeUnknown, "another owner took this request over; its outcome is theirs")
 	case errors.Is(err, errStore):
-		c.g.store.failed(err)
+		c.g.store.Failed(err)
 		// An attempt may have been sent: its outcome could not be
 		// recorded, and the request is settled once the store is back
 		// (indeterminate if an attempt was in flight). The client must

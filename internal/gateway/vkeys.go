@@ -329,7 +329,7 @@ func (g *Gateway) boundaryOf(r *http.Request, t *policy.Tenant) string {
 func (g *Gateway) virtualTenant(ctx context.Context, secret string) (*policy.Tenant, *liveKey) {
 	lk, err := g.virtualKey(ctx, secret)
 	if err != nil {
-		g.store.failed(err)
+		g.store.Failed(err)
 		return nil, nil
 	}
 	if lk == nil {
