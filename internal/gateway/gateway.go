@@ -29,6 +29,7 @@ import (
 	"github.com/oncegate/oncegate/internal/clock"
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/coord"
+	"github.com/oncegate/oncegate/internal/drain"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/health"
 	"github.com/oncegate/oncegate/internal/httpfront"
@@ -563,7 +564,7 @@ func (g *Gateway) Close() {
 // rest are cut. The listener stays open until the drain ends, so a
 // load balancer's health probes are answered throughout.
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
-	gate := newDrainGate(g)
+	gate := drain.NewGate(g, g.refuseDraining)
 	srv := &http.Server{Handler: gate, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(httpfront.Listener{Listener: ln}) }()
@@ -577,7 +578,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	g.log.Info("draining", "timeout", g.drain.String())
 	dctx, cancel := context.WithTimeout(context.Background(), g.drain)
 	defer cancel()
-	drained := gate.drain(dctx) && g.runsFinish(dctx)
+	drained := gate.Drain(dctx) && g.runsFinish(dctx)
 	if drained {
 		err := srv.Shutdown(dctx)
 		drained = !errors.Is(err, context.DeadlineExceeded)
