@@ -159,7 +159,7 @@ type receiptRef struct {
 // dispatchEvents are attempt n's reserved and dispatched events: durable
 // before its bytes leave (docs/identity.md).
 func (c *call) dispatchEvents(d retry.Decision, n int) []ledger.Event {
-	de := dispatchEvent{Ordinal: n, Route: d.Route, Purpose: string(d.Purpose()), NotBefore: d.NotBefore.UTC(), ReserveUSD: d.Reserve.USD()}
+	de := ledger.Dispatch{Ordinal: n, Route: d.Route, Purpose: string(d.Purpose()), NotBefore: d.NotBefore.UTC(), ReserveUSD: d.Reserve.USD()}
 	now := c.g.clock.Now()
 	reserved := c.log.event(ledger.EvReserved, now, de)
 	dispatched := reserved // the same payload, encoded once

@@ -559,7 +559,7 @@ func TestRecoveryNeverBillsBelowWhatAJoinerWasShown(t *testing.T) {
 	first, _ := json.Marshal(receipt.Attempt{Ordinal: 1, Route: "primary", Provider: "mock-primary", Purpose: "initial", StartedAt: t0, ObservedAt: t0,
 		OutcomeClass: "interrupted", Kind: "stream_interrupted_after_output", VisibleOutput: true, EmittedTokens: 2,
 		Usage: gw.Usage{InputTokens: 100, OutputTokens: 2}})
-	resume, _ := json.Marshal(dispatchEvent{Ordinal: 2, Route: "claude", Purpose: "resume", NotBefore: t0})
+	resume, _ := json.Marshal(ledger.Dispatch{Ordinal: 2, Route: "claude", Purpose: "resume", NotBefore: t0})
 	evs := []ledger.Event{{Seq: 1, Type: ledger.EvCreated, Data: hdr}, {Seq: 2, Type: ledger.EvObserved, Data: first},
 		{Seq: 3, Type: ledger.EvReserved, Data: resume}, {Seq: 4, Type: ledger.EvDispatch, Data: resume}}
 	for i := range evs {

@@ -50,7 +50,7 @@ func (l *eventLog) event(typ ledger.EventType, at time.Time, data any) ledger.Ev
 // itself, without reflection; ok is false for a value it leaves to
 // encoding/json.
 type selfEncoding interface {
-	appendJSON(b []byte) (_ []byte, ok bool)
+	AppendJSON(b []byte) (_ []byte, ok bool)
 }
 
 // payload encodes an event's data. Every request writes the same few
@@ -64,7 +64,7 @@ func payload(data any) []byte {
 		b, _ := d.JSON()
 		return b
 	case selfEncoding:
-		if b, ok := d.appendJSON(make([]byte, 0, 128)); ok {
+		if b, ok := d.AppendJSON(make([]byte, 0, 128)); ok {
 			return b
 		}
 	}
@@ -118,36 +118,7 @@ func (l *eventLog) take(beside bool) []ledger.Event {
 	return out
 }
 
-// dispatchEvent is the payload of attempt_reserved and attempt_dispatched.
-type dispatchEvent struct {
-	Ordinal    int       `json:"ordinal"`
-	Route      string    `json:"route"`
-	Purpose    string    `json:"purpose"`
-	NotBefore  time.Time `json:"not_before"`
-	ReserveUSD float64   `json:"reserve_usd"`
-}
-
-func (d dispatchEvent) appendJSON(b []byte) ([]byte, bool) {
-	if y := d.NotBefore.Year(); y < 0 || y > 9999 {
-		return b, false
-	}
-	if _, off := d.NotBefore.Zone(); off <= -24*3600 || off >= 24*3600 {
-		return b, false
-	}
-	b = append(b, `{"ordinal":`...)
-	b = strconv.AppendInt(b, int64(d.Ordinal), 10)
-	b = append(b, `,"route":`...)
-	b = jsonenc.AppendString(b, d.Route, jsonenc.Std)
-	b = append(b, `,"purpose":`...)
-	b = jsonenc.AppendString(b, d.Purpose, jsonenc.Std)
-	b = append(b, `,"not_before":"`...)
-	b = d.NotBefore.AppendFormat(b, time.RFC3339Nano)
-	b = append(b, `","reserve_usd":`...)
-	b, ok := jsonenc.AppendFloat(b, d.ReserveUSD)
-	return append(b, '}'), ok
-}
-
-func (r receiptRef) appendJSON(b []byte) ([]byte, bool) {
+func (r receiptRef) AppendJSON(b []byte) ([]byte, bool) {
 	b = append(b, `{"in_receipt":`...)
 	b = strconv.AppendBool(b, r.InReceipt)
 	if r.Ordinal != 0 {
@@ -168,7 +139,7 @@ type terminalEvent struct {
 	Terminal string `json:"terminal"`
 }
 
-func (t terminalEvent) appendJSON(b []byte) ([]byte, bool) {
+func (t terminalEvent) AppendJSON(b []byte) ([]byte, bool) {
 	b = append(b, `{"reason":`...)
 	b = jsonenc.AppendString(b, t.Reason, jsonenc.Std)
 	b = append(b, `,"terminal":`...)

@@ -316,16 +316,16 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 func (g *Gateway) guards(pol *policy.Policy, opts Options) {
 	g.breakers, g.budget, g.tenants, g.metrics = opts.Breakers, opts.RetryBudget, opts.Tenants, opts.Metrics
 	if g.breakers == nil {
-		g.breakers = breaker.NewSet(BreakerConfig(pol), g.clock, RouteIDs(pol))
+		g.breakers = breaker.NewSet(pol.BreakerConfig(), g.clock, pol.RouteIDs())
 	}
 	if g.budget == nil {
-		g.budget = breaker.NewBudget(BudgetConfig(pol), g.clock)
+		g.budget = breaker.NewBudget(pol.BudgetConfig(), g.clock)
 	}
 	if g.tenants == nil {
-		g.tenants = quota.New(g.clock, TenantLimitsOf(pol))
+		g.tenants = quota.New(g.clock, pol.TenantLimits())
 	}
 	if g.load = opts.Load; g.load == nil {
-		g.load = load.New(g.clock, LoadLimitsOf(pol))
+		g.load = load.New(g.clock, pol.LoadLimits())
 	}
 	if g.metrics == nil {
 		g.metrics = metrics.New(nil)
@@ -360,7 +360,7 @@ func (g *Gateway) seedSpend(ctx context.Context, inFlight bool) error {
 	day := gw.Day(g.clock.Now())
 	spend, err := g.ledger.Spend(ctx, day)
 	if inFlight {
-		spend, err = DaySpend(ctx, g.ledger, day)
+		spend, err = ledger.DaySpend(ctx, g.ledger, day)
 	}
 	if err != nil {
 		return fmt.Errorf("read today's spend from the store: %w", err)
@@ -371,40 +371,6 @@ func (g *Gateway) seedSpend(ctx context.Context, inFlight bool) error {
 	}
 	s.Seed(day, charged)
 	return nil
-}
-
-// DaySpend is what each tenant's day starts from when it is read from
-// the store (at a gateway's start, or by Redis that lost the day): the
-// day's charges, plus the worst case reserved by every attempt of a
-// request still in progress. Those reservations were held by a process,
-// or a Redis, that is gone; leaving them out would hand the budget they
-// hold out a second time. They are charged again when their requests
-// settle, so the day errs by them towards refusing until it is next read
-// (docs/overload.md).
-//
-// The requests in progress are read before the charges. A request's
-// terminal moves it from one to the other in one commit, so a request
-// that finishes between the two reads is counted twice (towards refusing)
-// — read the other way round, it would be missed by both.
-func DaySpend(ctx context.Context, store ledger.Store, day int64) (map[string]int64, error) {
-	unfinished, err := store.Unfinished(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("read the requests in progress: %w", err)
-	}
-	spend, err := store.Spend(ctx, day)
-	if err != nil {
-		return nil, err
-	}
-	for _, u := range unfinished {
-		for _, ev := range u.Events {
-			var d dispatchEvent
-			if ev.Type != ledger.EvReserved || gw.Day(ev.At) != day || json.Unmarshal(ev.Data, &d) != nil {
-				continue
-			}
-			spend[u.Record.Tenant] += int64(gw.NanoFromUSD(d.ReserveUSD))
-		}
-	}
-	return spend, nil
 }
 
 func (g *Gateway) initSecret(opt []byte, configured string) error {

@@ -6,8 +6,6 @@ import (
 	"github.com/oncegate/oncegate/internal/breaker"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/ledger"
-	"github.com/oncegate/oncegate/internal/load"
-	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/quota"
 	"github.com/oncegate/oncegate/internal/retry"
 )
@@ -100,32 +98,13 @@ func (c *call) admission(retrying bool) retry.Admission {
 	}
 	adm.TenantAllowance, adm.TenantCapped = c.g.tenants.Allowance(c.tenant.ID)
 	c.keyAdmission(&adm)
-	if choosesByLoad(c.alias) {
+	if c.alias.ChoosesByLoad() {
 		adm.Figures = make(map[string]retry.Figures, len(c.alias.Routes))
 		for _, r := range c.alias.Routes {
 			adm.Figures[r.ID] = c.g.load.Figures(r.ID)
 		}
 	}
 	return adm
-}
-
-// choosesByLoad reports whether the alias's strategy chooses within a
-// tier by the routes' load, so that the admission must carry their
-// figures (and the receipt records them).
-func choosesByLoad(a *policy.Alias) bool {
-	switch a.Engine.Strategy {
-	case retry.StrategyLeastBusy, retry.StrategyLatency, retry.StrategyQuota:
-		return a.Engine.Tiered
-	}
-	return false
-}
-
-// strategyOf is the alias's strategy as the metrics name it.
-func strategyOf(a *policy.Alias) string {
-	if a.Engine.Strategy == "" {
-		return string(retry.StrategyOrdered)
-	}
-	return string(a.Engine.Strategy)
 }
 
 // acquire takes what dispatching d needs: the route's breaker ticket, the
@@ -182,7 +161,7 @@ func (c *call) acquire(d retry.Decision, first bool, adm *retry.Admission, inFli
 		c.g.budget.First(prov) // a fallback: a first attempt on this provider
 	}
 	c.g.load.Begin(d.Route)
-	c.g.metrics.ObserveRouteSelected(c.alias.Name, d.Route, strategyOf(c.alias))
+	c.g.metrics.ObserveRouteSelected(c.alias.Name, d.Route, c.alias.StrategyName())
 	return &permit{route: d.Route, ticket: t, reserved: res, key: kres}, true
 }
 
@@ -267,54 +246,4 @@ func breakerOutcome(k gw.Kind) breaker.Outcome {
 		return breaker.Failure
 	}
 	return breaker.Ignore
-}
-
-// BreakerConfig is the policy's breaker section as breakers take it.
-func BreakerConfig(pol *policy.Policy) breaker.Config {
-	b := pol.Breaker
-	return breaker.Config{FailureRatio: b.FailureRatio, MinRequests: b.MinRequests, Window: b.Window.D(),
-		OpenFor: b.OpenFor.D(), HalfOpenProbes: b.HalfOpenProbes}
-}
-
-// BudgetConfig is the policy's retry_budget as the budget takes it.
-func BudgetConfig(pol *policy.Policy) breaker.BudgetConfig {
-	rb := pol.RetryBudget
-	return breaker.BudgetConfig{Ratio: rb.Ratio, MinPerSecond: rb.MinPerSecond, Window: rb.Window.D()}
-}
-
-// RouteIDs lists the policy's routes, in order.
-func RouteIDs(pol *policy.Policy) []string {
-	ids := make([]string, len(pol.Routes))
-	for i, r := range pol.Routes {
-		ids[i] = r.ID
-	}
-	return ids
-}
-
-// LoadLimitsOf is each route's own rate limits as the load table takes
-// them, and whether a strategy chooses by its load.
-func LoadLimitsOf(pol *policy.Policy) map[string]load.Limits {
-	lim := map[string]load.Limits{}
-	for _, r := range pol.Routes {
-		lim[r.ID] = load.Limits{RPM: r.RPM, TPM: r.TPM}
-	}
-	for _, a := range pol.Aliases {
-		if choosesByLoad(a) {
-			for _, r := range a.Routes {
-				l := lim[r.ID]
-				l.Share = true
-				lim[r.ID] = l
-			}
-		}
-	}
-	return lim
-}
-
-// TenantLimitsOf is each tenant's budget as the limits take it.
-func TenantLimitsOf(pol *policy.Policy) map[string]quota.Tenant {
-	lim := map[string]quota.Tenant{}
-	for _, t := range pol.Tenants {
-		lim[t.ID] = quota.Tenant{RequestsPerMinute: t.RequestsPerMinute, CostPerDay: t.CostPerDay}
-	}
-	return lim
 }

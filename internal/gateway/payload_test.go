@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/ledger"
 	"pgregory.net/rapid"
 )
 
@@ -17,7 +18,7 @@ func TestEventPayloadsAreEncodingJSONs(t *testing.T) {
 		rapid.Custom(func(t *rapid.T) string { return string(rapid.SliceOf(rapid.Byte()).Draw(t, "bytes")) }))
 	check := func(t *rapid.T, v selfEncoding) {
 		want, wantErr := json.Marshal(v)
-		got, ok := v.appendJSON(nil)
+		got, ok := v.AppendJSON(nil)
 		if wantErr != nil {
 			if ok {
 				t.Fatalf("%#v: encoding/json refuses it (%v), appendJSON wrote %s", v, wantErr, got)
@@ -39,7 +40,7 @@ func TestEventPayloadsAreEncodingJSONs(t *testing.T) {
 		at := time.Unix(rapid.Int64Range(-70000000000, 300000000000).Draw(t, "unix"), rapid.Int64Range(0, 999999999).Draw(t, "nanos")).In(zone)
 		usd := rapid.OneOf(rapid.Float64(), rapid.Float64Range(0, 100),
 			rapid.SampledFrom([]float64{0, 1e-7, 1e21, 1e20, math.NaN(), math.Inf(1), math.Copysign(0, -1), 0.000001})).Draw(t, "usd")
-		check(t, dispatchEvent{Ordinal: rapid.Int().Draw(t, "ordinal"), Route: text.Draw(t, "route"), Purpose: text.Draw(t, "purpose"),
+		check(t, ledger.Dispatch{Ordinal: rapid.Int().Draw(t, "ordinal"), Route: text.Draw(t, "route"), Purpose: text.Draw(t, "purpose"),
 			NotBefore: at, ReserveUSD: usd})
 		check(t, receiptRef{InReceipt: rapid.Bool().Draw(t, "in"), Ordinal: rapid.IntRange(-2, 3).Draw(t, "o"),
 			AfterAttempt: rapid.IntRange(-2, 3).Draw(t, "a")})
@@ -50,7 +51,7 @@ func TestEventPayloadsAreEncodingJSONs(t *testing.T) {
 // BenchmarkEventPayloads is what a request's small event payloads cost:
 // two dispatch events (one encoding), two references, a terminal.
 func BenchmarkEventPayloads(b *testing.B) {
-	de := dispatchEvent{Ordinal: 1, Route: "openai-primary", Purpose: "initial", NotBefore: time.Now().UTC(), ReserveUSD: 0.0123}
+	de := ledger.Dispatch{Ordinal: 1, Route: "openai-primary", Purpose: "initial", NotBefore: time.Now().UTC(), ReserveUSD: 0.0123}
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = payload(de)

@@ -174,7 +174,7 @@ func (g *Gateway) chargeShown(r *receipt.Receipt, a *receipt.Attempt) {
 func (g *Gateway) rebuild(evs []ledger.Event) (*receipt.Receipt, bool) {
 	r := &receipt.Receipt{RetryOwner: receipt.RetryOwner}
 	type dispatched struct {
-		d  dispatchEvent
+		d  ledger.Dispatch
 		at time.Time
 	}
 	var pending []dispatched // in dispatch order; a hedge makes two at once
@@ -185,7 +185,7 @@ func (g *Gateway) rebuild(evs []ledger.Event) (*receipt.Receipt, bool) {
 			_ = json.Unmarshal(e.Data, r)
 			r.Attempts, r.Decisions = nil, r.Decisions[:min(1, len(r.Decisions))]
 		case ledger.EvDispatch:
-			var d dispatchEvent
+			var d ledger.Dispatch
 			if json.Unmarshal(e.Data, &d) == nil {
 				pending = append(pending, dispatched{d, e.At})
 			}
@@ -244,7 +244,7 @@ func scheduledJitter(ds []receipt.Decision, n int) int64 {
 
 // unobserved is the receipt attempt for a dispatch whose outcome was never
 // observed: indeterminate, charged its worst case.
-func (g *Gateway) unobserved(r *receipt.Receipt, d *dispatchEvent, at, now time.Time) receipt.Attempt {
+func (g *Gateway) unobserved(r *receipt.Receipt, d *ledger.Dispatch, at, now time.Time) receipt.Attempt {
 	a := receipt.Attempt{Ordinal: d.Ordinal, Route: d.Route, Purpose: d.Purpose, RequestSHA256: r.RequestSHA256,
 		NotBefore: d.NotBefore, StartedAt: at.UTC(), ObservedAt: now.UTC(), OutcomeClass: string(gw.ClassIndeterminate),
 		JitterMS: scheduledJitter(r.Decisions, d.Ordinal),

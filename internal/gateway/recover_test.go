@@ -36,7 +36,7 @@ func seedUnfinished(tb testing.TB, st ledger.Store, n int) {
 					CreatedAt: t0, Deadline: t0.Add(time.Minute), Request: receipt.Facts{EstimatedInputTokens: 100, MaxDataBoundary: "external"}})
 				evs := []ledger.Event{{RequestID: id, Seq: 1, Generation: 1, Type: ledger.EvCreated, At: t0, Data: hdr}}
 				if i%2 == 0 {
-					d, _ := json.Marshal(dispatchEvent{Ordinal: 1, Route: "primary", Purpose: "initial", NotBefore: t0, ReserveUSD: 0.002})
+					d, _ := json.Marshal(ledger.Dispatch{Ordinal: 1, Route: "primary", Purpose: "initial", NotBefore: t0, ReserveUSD: 0.002})
 					evs = append(evs, ledger.Event{RequestID: id, Seq: 2, Generation: 1, Type: ledger.EvReserved, At: t0, Data: d},
 						ledger.Event{RequestID: id, Seq: 3, Generation: 1, Type: ledger.EvDispatch, At: t0, Data: d})
 				}
@@ -203,7 +203,7 @@ func TestDaySpendCountsARequestFinishingWhileItIsRead(t *testing.T) {
 	defer st.Close()
 	now := time.Now()
 	id := "01a11ve0-0000-7000-8000-000000000001"
-	d, _ := json.Marshal(dispatchEvent{Ordinal: 1, Route: "primary", Purpose: "initial", NotBefore: now, ReserveUSD: 0.002})
+	d, _ := json.Marshal(ledger.Dispatch{Ordinal: 1, Route: "primary", Purpose: "initial", NotBefore: now, ReserveUSD: 0.002})
 	rec := &ledger.Record{Identity: "k:" + id, RequestID: id, Tenant: "acme", Operation: "chat.completions", RequestSHA256: "x",
 		State: ledger.InProgress, Owner: "me", Generation: 1, LeaseUntil: now.Add(time.Minute), CreatedAt: now}
 	evs := []ledger.Event{{RequestID: id, Seq: 1, Generation: 1, Type: ledger.EvCreated, At: now, Data: []byte(`{}`)},
@@ -220,7 +220,7 @@ func TestDaySpendCountsARequestFinishingWhileItIsRead(t *testing.T) {
 			t.Error(err)
 		}
 	}}
-	spend, err := DaySpend(ctx, s, ledger.Day(now))
+	spend, err := ledger.DaySpend(ctx, s, ledger.Day(now))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -180,14 +180,14 @@ func (g *Gateway) Reload(pol *policy.Policy, secrets *config.Secrets) error {
 		return err
 	}
 	if r, ok := g.breakers.(interface{ AddRoutes([]string) }); ok {
-		r.AddRoutes(RouteIDs(pol))
+		r.AddRoutes(pol.RouteIDs())
 	}
 	if t, ok := g.tenants.(interface {
 		SetLimits(map[string]quota.Tenant)
 	}); ok {
-		t.SetLimits(TenantLimitsOf(pol))
+		t.SetLimits(pol.TenantLimits())
 	}
-	g.load.SetLimits(LoadLimitsOf(pol))
+	g.load.SetLimits(pol.LoadLimits())
 	g.cur.Store(l)
 	g.log.Info("configuration reloaded", "policy", pol.Digest[:12], "tenants", len(pol.Tenants), "models", len(pol.Aliases))
 	return nil

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/ledger"
@@ -272,20 +271,6 @@ func (g *Gateway) seedKey(ctx context.Context, id string) {
 		if spend, err := g.ledger.KeySpend(ctx, ledger.MonthStart(now), today); err == nil {
 			sd.Seed(quota.Month(now), map[string]gw.NanoUSD{id: gw.NanoUSD(spend[id])})
 		}
-	}
-}
-
-// KeySpendSeed reads what each virtual key was charged in a UTC day
-// (gw.Day), or with month in a UTC month (quota.Month), from the store:
-// where Redis starts a key's day or month it lacks. Tokens per minute
-// start afresh.
-func KeySpendSeed(store ledger.Store, month bool) func(ctx context.Context, period int64) (map[string]int64, error) {
-	return func(ctx context.Context, p int64) (map[string]int64, error) {
-		if !month {
-			return store.KeySpend(ctx, p, p)
-		}
-		first := time.Date(1970+int(p/12), time.Month(p%12+1), 1, 0, 0, 0, 0, time.UTC)
-		return store.KeySpend(ctx, gw.Day(first), gw.Day(first.AddDate(0, 1, -1)))
 	}
 }
 

@@ -31,13 +31,13 @@ func Share(ctx context.Context, pol *policy.Policy, url string, store ledger.Sto
 		return nil, err
 	}
 	opts.Flights, opts.Coordination = co, co
-	opts.Breakers = co.NewBreakers(gateway.BreakerConfig(pol), gateway.RouteIDs(pol))
-	opts.RetryBudget = co.NewBudget(gateway.BudgetConfig(pol))
-	opts.Tenants = co.NewTenants(gateway.TenantLimitsOf(pol), seedSpend(store))
+	opts.Breakers = co.NewBreakers(pol.BreakerConfig(), pol.RouteIDs())
+	opts.RetryBudget = co.NewBudget(pol.BudgetConfig())
+	opts.Tenants = co.NewTenants(pol.TenantLimits(), seedSpend(store))
 	// Virtual keys' limits and the feed of their changes (docs/keys.md).
 	opts.KeyLimits = gateway.KeyLimits{
-		Day:    co.NewPeriodic("key:", gw.Day, nil, gateway.KeySpendSeed(store, false)),
-		Month:  co.NewPeriodic("keymonth:", quota.Month, nil, gateway.KeySpendSeed(store, true)),
+		Day:    co.NewPeriodic("key:", gw.Day, nil, ledger.KeySpendSeed(store, false)),
+		Month:  co.NewPeriodic("keymonth:", quota.Month, nil, ledger.KeySpendSeed(store, true)),
 		Tokens: co.NewPeriodic("keytpm:", quota.Minute, nil, noSpend),
 		// max_concurrent: leases of the lease's TTL, across replicas.
 		Running: co.NewRunning("keyrun:"),
@@ -47,7 +47,7 @@ func Share(ctx context.Context, pol *policy.Policy, url string, store ledger.Sto
 	if clk == nil {
 		clk = clock.System{}
 	}
-	opts.Load = load.New(clk, gateway.LoadLimitsOf(pol))
+	opts.Load = load.New(clk, pol.LoadLimits())
 	co.NewLoads(opts.Load)
 	return co, nil
 }
@@ -59,10 +59,10 @@ var _ gateway.KeyRunning = (*redis.Running)(nil)
 func noSpend(context.Context, int64) (map[string]int64, error) { return map[string]int64{}, nil }
 
 // seedSpend is what Redis's day starts from when Redis lacks it (a new
-// deployment, or Redis restarted empty): gateway.DaySpend, which counts
+// deployment, or Redis restarted empty): ledger.DaySpend, which counts
 // what requests in flight reserved in the Redis that was lost.
 func seedSpend(store ledger.Store) func(ctx context.Context, day int64) (map[string]int64, error) {
 	return func(ctx context.Context, day int64) (map[string]int64, error) {
-		return gateway.DaySpend(ctx, store, day)
+		return ledger.DaySpend(ctx, store, day)
 	}
 }

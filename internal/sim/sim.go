@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/oncegate/oncegate/internal/breaker"
-	"github.com/oncegate/oncegate/internal/gateway"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/policy"
 )
@@ -196,8 +195,8 @@ func Run(cfg Config) (*Result, error) {
 		}
 		// One breaker set and one retry budget for the whole fleet, as
 		// Redis makes them for replicas (docs/replicas.md).
-		s.breakers = breaker.NewSet(gateway.BreakerConfig(cfg.Policy), s.clock, gateway.RouteIDs(cfg.Policy))
-		s.budget = breaker.NewBudget(gateway.BudgetConfig(cfg.Policy), s.clock)
+		s.breakers = breaker.NewSet(cfg.Policy.BreakerConfig(), s.clock, cfg.Policy.RouteIDs())
+		s.budget = breaker.NewBudget(cfg.Policy.BudgetConfig(), s.clock)
 	}
 	s.res = &Result{Config: cfg}
 	for i := range cfg.Users {
