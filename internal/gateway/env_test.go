@@ -29,6 +29,7 @@ import (
 	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/provider"
+	"github.com/oncegate/oncegate/internal/quota"
 	"github.com/oncegate/oncegate/internal/receipt"
 )
 
@@ -284,7 +285,7 @@ type envOptions struct {
 	// breakers, budget and tenants replace the gateway's own (nil: its own).
 	breakers Breakers
 	budget   RetryBudget
-	tenants  TenantLimits
+	tenants  quota.Ceiling
 	// wrap, when set, wraps the store the gateway writes to.
 	wrap func(ledger.Store) ledger.Store
 	// tracer records the gateway's spans.

@@ -94,7 +94,7 @@ type Options struct {
 	RetryBudget RetryBudget
 	// Tenants enforce tenant rates and cost ceilings (default: in this
 	// process, each tenant's budget).
-	Tenants TenantLimits
+	Tenants quota.Ceiling
 	// KeyLimits enforce the virtual keys' own limits (default: in this
 	// process); KeyFeed, when set, tells the other replicas which keys
 	// changed, and this one what changed elsewhere (docs/keys.md).
@@ -187,7 +187,7 @@ type Gateway struct {
 	secret      []byte
 	breakers    Breakers
 	budget      RetryBudget
-	tenants     TenantLimits
+	tenants     quota.Ceiling
 	keys        *keyState
 	load        *load.Table
 	metrics     *metrics.Metrics

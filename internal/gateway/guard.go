@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"time"
-
 	"github.com/oncegate/oncegate/internal/breaker"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/ledger"
@@ -35,31 +33,9 @@ type RetryBudget interface {
 	Retry(provider string) bool
 }
 
-// TenantLimits are the per-tenant request rate and daily cost ceiling
-// (docs/overload.md). *quota.Limits implements them.
-type TenantLimits interface {
-	// Take counts one logical request against the tenant's rate; when it
-	// is spent, ok is false and retryAfter says when to come back. An
-	// error says the limit could not be consulted (coordination down).
-	Take(tenant string) (ok bool, retryAfter time.Duration, err error)
-	// Allowance is what the tenant may still reserve today; ok is false
-	// for a tenant without a ceiling.
-	Allowance(tenant string) (allowance gw.NanoUSD, ok bool)
-	// Reserve sets an attempt's worst-case cost aside before dispatch,
-	// until the attempt ends at the latest; false means it does not fit
-	// under the ceiling (or the ceiling could not be consulted).
-	Reserve(tenant string, amount gw.NanoUSD, until time.Time) (quota.Reservation, bool)
-	// Settle releases a reservation and charges the attempt's real cost.
-	Settle(r quota.Reservation, cost gw.NanoUSD)
-	// Charged is what the tenant was charged today, reservations aside,
-	// as far as can be told now (never more than the truth).
-	Charged(tenant string) gw.NanoUSD
-}
-
 var (
-	_ Breakers     = (*breaker.Set)(nil)
-	_ RetryBudget  = (*breaker.Budget)(nil)
-	_ TenantLimits = (*quota.Limits)(nil)
+	_ Breakers    = (*breaker.Set)(nil)
+	_ RetryBudget = (*breaker.Budget)(nil)
 )
 
 // breakerStates is what a Breakers implementation offers to export

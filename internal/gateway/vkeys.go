@@ -22,15 +22,15 @@ import (
 // on every request.
 
 // KeyLimits are the virtual keys' own limits, by key id, beside the
-// tenants' (docs/keys.md): each is a TenantLimits whose "tenant" is a
+// tenants' (docs/keys.md): each is a quota.Ceiling whose "tenant" is a
 // key id. Nil fields are made in process.
 type KeyLimits struct {
 	// Day holds requests_per_minute and cost_usd_per_day.
-	Day TenantLimits
+	Day quota.Ceiling
 	// Month holds cost_usd_per_month (its ceiling is per UTC month).
-	Month TenantLimits
+	Month quota.Ceiling
 	// Tokens holds tokens_per_minute, reserved as tokens.
-	Tokens TenantLimits
+	Tokens quota.Ceiling
 	// Running counts each key's requests in progress against its
 	// max_concurrent (nil: counted in this process).
 	Running KeyRunning
@@ -241,7 +241,7 @@ func (g *Gateway) limitKey(ctx context.Context, k *ledger.Key) {
 	old, known := s.limited[k.ID]
 	if !known || old != lim {
 		s.limited[k.ID] = lim
-		for i, l := range []TenantLimits{s.limits.Day, s.limits.Month, s.limits.Tokens} {
+		for i, l := range []quota.Ceiling{s.limits.Day, s.limits.Month, s.limits.Tokens} {
 			if ls, ok := l.(limitSetter); ok {
 				m := make(map[string]quota.Tenant, len(s.limited))
 				for id, v := range s.limited {

@@ -274,3 +274,28 @@ func (l *Limits) Restore(snapshot []byte) {
 		s.tokens, s.filled = math.Min(b.Tokens, float64(s.lim.RequestsPerMinute)), at
 	}
 }
+
+// Ceiling is a request rate and a cost ceiling per tenant — or per
+// virtual key, whose id is then the "tenant" (docs/overload.md,
+// docs/keys.md). *Limits implements it in one process; the Redis
+// coordination across replicas.
+type Ceiling interface {
+	// Take counts one logical request against the tenant's rate; when it
+	// is spent, ok is false and retryAfter says when to come back. An
+	// error says the limit could not be consulted (coordination down).
+	Take(tenant string) (ok bool, retryAfter time.Duration, err error)
+	// Allowance is what the tenant may still reserve today; ok is false
+	// for a tenant without a ceiling.
+	Allowance(tenant string) (allowance gw.NanoUSD, ok bool)
+	// Reserve sets an attempt's worst-case cost aside before dispatch,
+	// until the attempt ends at the latest; false means it does not fit
+	// under the ceiling (or the ceiling could not be consulted).
+	Reserve(tenant string, amount gw.NanoUSD, until time.Time) (Reservation, bool)
+	// Settle releases a reservation and charges the attempt's real cost.
+	Settle(r Reservation, cost gw.NanoUSD)
+	// Charged is what the tenant was charged today, reservations aside,
+	// as far as can be told now (never more than the truth).
+	Charged(tenant string) gw.NanoUSD
+}
+
+var _ Ceiling = (*Limits)(nil)
