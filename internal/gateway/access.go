@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/oncegate/oncegate/internal/keyring"
 )
 
 // Every HTTP exchange ends in one log line (docs/operations.md, "Logs"):
@@ -32,11 +34,11 @@ type accessLog struct {
 	tokenCount string
 	// vkey is the virtual key the request authenticated with (nil: a
 	// tenant's key from the configuration, or none).
-	vkey *liveKey
+	vkey *keyring.Key
 }
 
 // keyOf is the virtual key a request authenticated with (nil if none).
-func keyOf(ctx context.Context) *liveKey {
+func keyOf(ctx context.Context) *keyring.Key {
 	a := accessOf(ctx)
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -146,7 +148,7 @@ func (g *Gateway) logAccess(r *http.Request, w *logWriter, d time.Duration) {
 	add("request_id", firstNonEmpty(a.requestID, w.Header().Get("X-Oncegate-Request-Id")))
 	add("tenant", a.tenant)
 	if a.vkey != nil {
-		add("key_id", a.vkey.k.ID)
+		add("key_id", a.vkey.Stored.ID)
 	}
 	add("model", a.model)
 	add("code", a.code)

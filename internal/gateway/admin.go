@@ -296,7 +296,7 @@ func (g *Gateway) issueKey(w http.ResponseWriter, r *http.Request) {
 		storeAPIError(err).Write(w, provider.OpenAI, api.Meta{})
 		return
 	}
-	g.keyChanged(r.Context(), k.ID)
+	g.keys.Changed(r.Context(), k.ID)
 	g.audit(r, "issue", k)
 	v := viewOf(k, now)
 	v.Key = secret
@@ -394,7 +394,7 @@ func (g *Gateway) updateKey(w http.ResponseWriter, r *http.Request) {
 		e.Write(w, provider.OpenAI, api.Meta{})
 		return
 	}
-	g.keyChanged(r.Context(), k.ID)
+	g.keys.Changed(r.Context(), k.ID)
 	g.audit(r, "update", k)
 	w.Header().Set("ETag", etagOf(k))
 	writeJSON(w, http.StatusOK, viewOf(k, now))
@@ -409,7 +409,7 @@ func (g *Gateway) revokeKey(w http.ResponseWriter, r *http.Request) {
 		e.Write(w, provider.OpenAI, api.Meta{})
 		return
 	}
-	g.keyChanged(r.Context(), k.ID)
+	g.keys.Changed(r.Context(), k.ID)
 	g.audit(r, "revoke", k)
 	w.Header().Set("ETag", etagOf(k))
 	w.WriteHeader(http.StatusNoContent)
@@ -461,7 +461,7 @@ func (g *Gateway) rotateKey(w http.ResponseWriter, r *http.Request) {
 		e.Write(w, provider.OpenAI, api.Meta{})
 		return
 	}
-	g.keyChanged(r.Context(), k.ID)
+	g.keys.Changed(r.Context(), k.ID)
 	g.audit(r, "rotate", k)
 	v := viewOf(k, now)
 	v.Key = secret

@@ -9,6 +9,7 @@ import (
 
 	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/identity"
+	"github.com/oncegate/oncegate/internal/keyring"
 	"github.com/oncegate/oncegate/internal/memtune"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/provider"
@@ -17,7 +18,7 @@ import (
 // enterTenant starts stage 1 of an API request: it finds the tenant (or
 // virtual key) by the request's key and counts the request against their
 // limits until release is called — before the body is read.
-func (g *Gateway) enterTenant(r *http.Request) (*policy.Tenant, *liveKey, func(), *api.Error) {
+func (g *Gateway) enterTenant(r *http.Request) (*policy.Tenant, *keyring.Key, func(), *api.Error) {
 	t := g.tenant(r)
 	if t == nil {
 		return nil, nil, nil, api.Errorf(api.CodeUnauthorized, "missing or unknown API key")

@@ -34,6 +34,7 @@ import (
 	"github.com/oncegate/oncegate/internal/health"
 	"github.com/oncegate/oncegate/internal/httpfront"
 	"github.com/oncegate/oncegate/internal/jobs"
+	"github.com/oncegate/oncegate/internal/keyring"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/memory"
 	"github.com/oncegate/oncegate/internal/load"
@@ -98,8 +99,8 @@ type Options struct {
 	// KeyLimits enforce the virtual keys' own limits (default: in this
 	// process); KeyFeed, when set, tells the other replicas which keys
 	// changed, and this one what changed elsewhere (docs/keys.md).
-	KeyLimits KeyLimits
-	KeyFeed   KeyFeed
+	KeyLimits keyring.Limits
+	KeyFeed   keyring.Feed
 	// Load is the routes' load that a tier's strategy chooses by
 	// (docs/routing.md): attempts in flight, time to first token and
 	// rate-limit headroom (default: this process's view alone; replicas
@@ -188,7 +189,7 @@ type Gateway struct {
 	breakers    Breakers
 	budget      RetryBudget
 	tenants     quota.Ceiling
-	keys        *keyState
+	keys        *keyring.Ring
 	load        *load.Table
 	metrics     *metrics.Metrics
 	// reload re-reads the configuration (Options.Reload).
@@ -277,7 +278,6 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 		g.drain = 30 * time.Second
 	}
 	g.guards(pol, opts)
-	g.initKeys(opts)
 	g.metricsHTTP = g.metrics.Handler()
 	// What requests left in progress reserved matters only under a
 	// daily ceiling; without one, start-up does not read them.
@@ -298,6 +298,7 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 	if err := g.initSecret(opts.Secret, secrets.GatewaySecret); err != nil {
 		return nil, err
 	}
+	g.keys = keyring.New(g.ledger, g.clock, g.log, g.secret, g.policy, opts.KeyLimits, opts.KeyFeed)
 	g.routes()
 	n, err := g.recover(context.Background())
 	if err != nil {
@@ -587,7 +588,7 @@ func (g *Gateway) tenant(r *http.Request) *policy.Tenant {
 			found = k.tenant
 		}
 	}
-	var lk *liveKey
+	var lk *keyring.Key
 	if found == nil {
 		found, lk = g.virtualTenant(r.Context(), key)
 	}

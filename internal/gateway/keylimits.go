@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/gw"
+	"github.com/oncegate/oncegate/internal/keyring"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/quota"
 	"github.com/oncegate/oncegate/internal/retry"
@@ -23,7 +23,7 @@ import (
 
 // keyCall is a logical request's virtual key.
 type keyCall struct {
-	lk *liveKey
+	lk *keyring.Key
 	// refused is the key's limit that refused the last attempt's
 	// reservation (a keyLimit; 0 when none did).
 	refused atomic.Int32
@@ -38,42 +38,11 @@ const (
 	keyMonth                      // cost_usd_per_month
 )
 
-// KeyRunning counts each virtual key's requests in progress against its
-// max_concurrent (docs/keys.md). In one process it is a counter per key;
-// *redis.Running shares it across replicas. Implementations are safe for
-// concurrent use.
-type KeyRunning interface {
-	// Enter admits one more request of key id when fewer than limit are
-	// in progress, until release is called; ok false refuses it. An
-	// error says the count could not be consulted (coordination down).
-	Enter(id string, limit int) (release func(), ok bool, err error)
-}
-
-// localRunning counts the requests in progress of each key in this
-// process. The zero value is ready to use.
-type localRunning struct{ m sync.Map } // key id → *atomic.Int64
-
-var _ KeyRunning = (*localRunning)(nil)
-
-// Enter admits a request of key id if fewer than limit are in progress.
-func (l *localRunning) Enter(id string, limit int) (func(), bool, error) {
-	v, ok := l.m.Load(id)
-	if !ok {
-		v, _ = l.m.LoadOrStore(id, new(atomic.Int64))
-	}
-	n := v.(*atomic.Int64)
-	if running := n.Add(1); running > int64(limit) {
-		n.Add(-1)
-		return nil, false, nil
-	}
-	return func() { n.Add(-1) }, true, nil
-}
-
 // enterBoth counts a request in progress for its tenant t and for the
 // virtual key it authenticated with, if any (lk), until release is
 // called; or refuses it, before its body is read, when either already has
 // its max_concurrent in progress.
-func (g *Gateway) enterBoth(r *http.Request, t *policy.Tenant) (lk *liveKey, release func(), _ *api.Error) {
+func (g *Gateway) enterBoth(r *http.Request, t *policy.Tenant) (lk *keyring.Key, release func(), _ *api.Error) {
 	releaseTenant, apiErr := g.enter(t)
 	if apiErr != nil {
 		return nil, nil, apiErr
@@ -93,17 +62,17 @@ func (g *Gateway) enterBoth(r *http.Request, t *policy.Tenant) (lk *liveKey, rel
 // called, or refuses it when the key already has its max_concurrent in
 // progress — on every replica sharing the coordination, else on this
 // gateway.
-func (g *Gateway) enterKey(lk *liveKey) (release func(), _ *api.Error) {
-	id, limit := lk.k.ID, lk.k.Spec.Budget.MaxConcurrent
+func (g *Gateway) enterKey(lk *keyring.Key) (release func(), _ *api.Error) {
+	id, limit := lk.Stored.ID, lk.Stored.Spec.Budget.MaxConcurrent
 	if limit <= 0 {
 		return func() {}, nil
 	}
-	release, ok, err := g.keys.limits.Running.Enter(id, limit)
+	release, ok, err := g.keys.Limits.Running.Enter(id, limit)
 	if err != nil {
 		return nil, coordinationDown()
 	}
 	if !ok {
-		g.metrics.ObserveTenantRejection(lk.k.Tenant, api.CodeKeyConcurrency)
+		g.metrics.ObserveTenantRejection(lk.Stored.Tenant, api.CodeKeyConcurrency)
 		e := api.Errorf(api.CodeKeyConcurrency, "key %s has %d requests in progress, its max_concurrent", id, limit)
 		e.RetryAfter = 1
 		return nil, e
@@ -123,13 +92,13 @@ func coordinationDown() *api.Error {
 // it is placed: the model allow-list (403 model_not_allowed) and the
 // key's request rate (429 key_rate_limited). Every endpoint a key may
 // call passes it.
-func (g *Gateway) gateKey(lk *liveKey, alias string) *api.Error {
-	k := lk.k
-	if lk.models != nil && !lk.models[alias] {
+func (g *Gateway) gateKey(lk *keyring.Key, alias string) *api.Error {
+	k := lk.Stored
+	if !lk.Allows(alias) {
 		return &api.Error{Code: api.CodeModelNotAllowed, Param: "model",
 			Message: fmt.Sprintf("key %s may not use model `%s` (its models: %v)", k.ID, alias, k.Spec.Models)}
 	}
-	ok, wait, err := g.keys.limits.Day.Take(k.ID)
+	ok, wait, err := g.keys.Limits.Day.Take(k.ID)
 	if err != nil {
 		return coordinationDown()
 	}
@@ -146,7 +115,7 @@ func (g *Gateway) gateKey(lk *liveKey, alias string) *api.Error {
 // it is placed: gateKey, and whether the cheapest attempt's worst case
 // still fits under the key's cost and tokens (429 with Retry-After).
 // Nothing is claimed or sent before it passes.
-func (c *call) admitKey(lk *liveKey) *api.Error {
+func (c *call) admitKey(lk *keyring.Key) *api.Error {
 	if lk == nil {
 		return nil
 	}
@@ -166,7 +135,7 @@ func (c *call) keyTokens() gw.NanoUSD {
 // keyRefusal is the refusal of an attempt whose worst case (cost, and
 // tokens) does not fit what the key may still reserve; nil if it fits.
 func (c *call) keyRefusal(cost, tokens gw.NanoUSD) *api.Error {
-	l, id := c.g.keys.limits, c.key.lk.k.ID
+	l, id := c.g.keys.Limits, c.key.lk.Stored.ID
 	if a, capped := l.Tokens.Allowance(id); capped && tokens > a {
 		return c.keyLimitError(keyTokens, cost, tokens)
 	}
@@ -186,7 +155,7 @@ func (c *call) keyRefusal(cost, tokens gw.NanoUSD) *api.Error {
 // hold: key_budget_exceeded still, but come back in about the time they
 // take (x-should-retry: true), not at the end of the day or month.
 func (c *call) keyLimitError(which keyLimit, cost, tokens gw.NanoUSD) *api.Error {
-	k, l, now := c.key.lk.k, c.g.keys.limits, c.g.clock.Now()
+	k, l, now := c.key.lk.Stored, c.g.keys.Limits, c.g.clock.Now()
 	until := func(period func(time.Time) int64) int {
 		return int(math.Ceil(max(1, quota.PeriodEnd(now, period).Sub(now).Seconds())))
 	}
@@ -228,7 +197,7 @@ func (c *call) keyBudgetError(n int) *api.Error {
 		e = c.keyLimitError(which, c.cheapestAttempt(), c.keyTokens())
 	}
 	if e != nil && n > 0 {
-		return api.Errorf(api.CodeUpstreamUnavailable, "no provider answered, and key %s's limits leave no room for another attempt after %d", c.key.lk.k.ID, n)
+		return api.Errorf(api.CodeUpstreamUnavailable, "no provider answered, and key %s's limits leave no room for another attempt after %d", c.key.lk.Stored.ID, n)
 	}
 	return e
 }
@@ -240,7 +209,7 @@ func (c *call) keyAdmission(adm *retry.Admission) {
 	if c.key == nil {
 		return
 	}
-	l, id := c.g.keys.limits, c.key.lk.k.ID
+	l, id := c.g.keys.Limits, c.key.lk.Stored.ID
 	narrow := func(a gw.NanoUSD) {
 		if !adm.TenantCapped || a < adm.TenantAllowance {
 			adm.TenantAllowance = a
@@ -271,7 +240,7 @@ func (c *call) reserveKey(cost gw.NanoUSD, until time.Time) (keyReservations, bo
 	if c.key == nil {
 		return keyReservations{}, true
 	}
-	l, id := c.g.keys.limits, c.key.lk.k.ID
+	l, id := c.g.keys.Limits, c.key.lk.Stored.ID
 	refuse := func(which keyLimit, held ...func()) (keyReservations, bool) {
 		for _, undo := range held {
 			undo()
@@ -301,7 +270,7 @@ func (c *call) settleKey(r keyReservations, cost gw.NanoUSD, u gw.Usage) {
 	if !r.held {
 		return
 	}
-	l := c.g.keys.limits
+	l := c.g.keys.Limits
 	l.Tokens.Settle(r.tokens, gw.NanoUSD(u.InputTokens+u.OutputTokens))
 	l.Day.Settle(r.day, cost)
 	l.Month.Settle(r.month, cost)
@@ -311,7 +280,7 @@ func (c *call) settleKey(r keyReservations, cost gw.NanoUSD, u gw.Usage) {
 // for none.
 func keyIDOf(r *http.Request) string {
 	if lk := keyOf(r.Context()); lk != nil {
-		return lk.k.ID
+		return lk.Stored.ID
 	}
 	return ""
 }

@@ -258,7 +258,7 @@ func TestVirtualKeyLimits(t *testing.T) {
 	})
 	t.Run("concurrency", func(t *testing.T) {
 		v := e.issue(`{"tenant":"acme","budget":{"max_concurrent":1}}`)
-		lk, _ := e.gw.virtualKey(ctx, v.Key)
+		lk, _ := e.gw.keys.Lookup(ctx, v.Key)
 		release, apiErr := e.gw.enterKey(lk) // one request in progress
 		if apiErr != nil {
 			t.Fatal(apiErr.Message)
@@ -271,13 +271,13 @@ func TestVirtualKeyLimits(t *testing.T) {
 	})
 	t.Run("expiry", func(t *testing.T) {
 		v := e.issue(`{"tenant":"acme","expires_at":"` + time.Now().Add(time.Hour).UTC().Format(time.RFC3339) + `"}`)
-		lk, _ := e.gw.virtualKey(ctx, v.Key)
-		k := *lk.k
+		lk, _ := e.gw.keys.Lookup(ctx, v.Key)
+		k := *lk.Stored
 		k.ExpiresAt = time.Now().Add(-time.Second)
 		if err := e.store.UpdateKey(ctx, &k); err != nil {
 			t.Fatal(err)
 		}
-		e.gw.keysChanged([]string{k.ID}, false)
+		e.gw.keys.Forget([]string{k.ID}, false)
 		_, err := clientNew(e.openai(nil, oopt2.WithAPIKey(v.Key)), ctx, oaParams("chat", "late"))
 		if st, _, _ := apiErrorOf(t, err); st != 401 {
 			t.Fatalf("an expired key: %d", st)

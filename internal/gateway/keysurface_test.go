@@ -30,7 +30,7 @@ func (e *env) respond(key, model, text string, maxOutput int64) (*responses.Resp
 // held at the provider would, until the returned func is called.
 func (e *env) holdKey(secret string) func() {
 	e.t.Helper()
-	lk, err := e.gw.virtualKey(context.Background(), secret)
+	lk, err := e.gw.keys.Lookup(context.Background(), secret)
 	if err != nil || lk == nil {
 		e.t.Fatalf("the key: %v", err)
 	}
@@ -199,11 +199,11 @@ func TestVirtualKeyBudgetHeldByRequestsInFlight(t *testing.T) {
 	cl := e.openai(nil, oopt2.WithAPIKey(v.Key))
 	p := oaParams("chat", "held")
 	p.MaxTokens = openai.Int(100) // a worst case of ~$0.00022
-	if _, err := e.gw.virtualKey(ctx, v.Key); err != nil {
+	if _, err := e.gw.keys.Lookup(ctx, v.Key); err != nil {
 		t.Fatal(err)
 	}
 	// Requests in flight hold $0.0004 of the day; nothing is charged.
-	held, ok := e.gw.keys.limits.Day.Reserve(v.ID, gw.NanoFromUSD(0.0004), time.Now().Add(time.Minute))
+	held, ok := e.gw.keys.Limits.Day.Reserve(v.ID, gw.NanoFromUSD(0.0004), time.Now().Add(time.Minute))
 	if !ok {
 		t.Fatal("the reservation was refused")
 	}
@@ -217,7 +217,7 @@ func TestVirtualKeyBudgetHeldByRequestsInFlight(t *testing.T) {
 	if n := e.primary.Requests() - before; n != 0 {
 		t.Fatalf("the provider saw %d requests", n)
 	}
-	e.gw.keys.limits.Day.Settle(held, 0) // they finish, costing nothing
+	e.gw.keys.Limits.Day.Settle(held, 0) // they finish, costing nothing
 	var last error
 	for i := range 50 {
 		q := p

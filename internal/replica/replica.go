@@ -12,6 +12,7 @@ import (
 	"github.com/oncegate/oncegate/internal/coord/redis"
 	"github.com/oncegate/oncegate/internal/gateway"
 	"github.com/oncegate/oncegate/internal/gw"
+	"github.com/oncegate/oncegate/internal/keyring"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/load"
 	"github.com/oncegate/oncegate/internal/policy"
@@ -35,7 +36,7 @@ func Share(ctx context.Context, pol *policy.Policy, url string, store ledger.Sto
 	opts.RetryBudget = co.NewBudget(pol.BudgetConfig())
 	opts.Tenants = co.NewTenants(pol.TenantLimits(), seedSpend(store))
 	// Virtual keys' limits and the feed of their changes (docs/keys.md).
-	opts.KeyLimits = gateway.KeyLimits{
+	opts.KeyLimits = keyring.Limits{
 		Day:    co.NewPeriodic("key:", gw.Day, nil, ledger.KeySpendSeed(store, false)),
 		Month:  co.NewPeriodic("keymonth:", quota.Month, nil, ledger.KeySpendSeed(store, true)),
 		Tokens: co.NewPeriodic("keytpm:", quota.Minute, nil, noSpend),
@@ -52,7 +53,7 @@ func Share(ctx context.Context, pol *policy.Policy, url string, store ledger.Sto
 	return co, nil
 }
 
-var _ gateway.KeyRunning = (*redis.Running)(nil)
+var _ keyring.Running = (*redis.Running)(nil)
 
 // noSpend starts a period at nothing charged (tokens per minute are not
 // kept in the store).

@@ -1,0 +1,348 @@
+// Package keyring is the virtual keys as requests use them (docs/keys.md):
+// found by the digest of their secret in a cache, their limits, and the
+// tenant each narrows.
+package keyring
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/oncegate/oncegate/internal/clock"
+	"github.com/oncegate/oncegate/internal/gw"
+	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/policy"
+	"github.com/oncegate/oncegate/internal/quota"
+	"github.com/oncegate/oncegate/internal/vkey"
+)
+
+// Virtual keys (docs/keys.md) are issued at run time and kept in the
+// store as a digest of their secret. A request's key is found by that
+// digest in a cache — no store round trip in the steady state — that
+// every replica empties of a key as soon as the key feed says it
+// changed; expiry and a rotation's grace are checked against the clock
+// on every request.
+
+// Limits are the virtual keys' own limits, by key id, beside the
+// tenants' (docs/keys.md): each is a quota.Ceiling whose "tenant" is a
+// key id. Nil fields are made in process.
+type Limits struct {
+	// Day holds requests_per_minute and cost_usd_per_day.
+	Day quota.Ceiling
+	// Month holds cost_usd_per_month (its ceiling is per UTC month).
+	Month quota.Ceiling
+	// Tokens holds tokens_per_minute, reserved as tokens.
+	Tokens quota.Ceiling
+	// Running counts each key's requests in progress against its
+	// max_concurrent (nil: counted in this process).
+	Running Running
+}
+
+// Feed tells the replicas which keys changed (*redis.KeyFeed).
+type Feed interface {
+	// Changed tells every replica that key id changed.
+	Changed(ctx context.Context, id string) error
+	// Follow calls f with the ids of the keys that changed elsewhere, or
+	// all true when it cannot tell which.
+	Follow(f func(ids []string, all bool))
+}
+
+// limitSetter is limits whose per-id limits can be replaced (quota.Limits
+// and the Redis ones).
+type limitSetter interface {
+	SetLimits(map[string]quota.Tenant)
+}
+
+// spendSeeder is limits kept in process, seeded from the store.
+type spendSeeder interface {
+	Seed(period int64, charged map[string]gw.NanoUSD)
+}
+
+// Key is a virtual key as a request uses it: the stored key (never
+// changed once cached) and what it narrows.
+type Key struct {
+	// Stored is the key as the store holds it (never changed once cached).
+	Stored *ledger.Key
+	digest string          // the digest that matched: the current or the previous one
+	models map[string]bool // nil: every model
+	// Boundary narrows the tenant's data boundary (0: the tenant's).
+	Boundary gw.DataBoundary
+	// tenant is the key's tenant narrowed by the key, made once per
+	// policy tenant (a reload replaces it).
+	tenant atomic.Pointer[narrowed]
+}
+
+type narrowed struct{ base, t *policy.Tenant }
+
+// Ring is the virtual keys a gateway knows: a cache of the stored keys
+// by digest, and their limits. It is safe for concurrent use.
+type Ring struct {
+	// Limits are the keys' own limits (read by the request path).
+	Limits  Limits
+	feed    Feed // nil: one gateway
+	store   Store
+	clock   clock.Clock
+	log     *slog.Logger
+	secret  []byte
+	policy  func() *policy.Policy
+	mu      sync.RWMutex
+	cache   map[string]*Key // by digest
+	missing map[string]bool // digests the store does not know
+	gen     uint64          // bumped by every change; a lookup begun before is not cached
+	// limited are the keys whose limits the KeyLimits hold, by id.
+	limited map[string][3]quota.Tenant // day, month, tokens
+}
+
+// maxMissing bounds the digests remembered as unknown.
+const maxMissing = 10000
+
+// New returns a ring reading keys from store, whose secrets' digests are
+// keyed by secret; limits' nil fields are made in process, and feed (nil:
+// one gateway) tells it the keys changed elsewhere.
+func New(store Store, c clock.Clock, log *slog.Logger, secret []byte, policy func() *policy.Policy, limits Limits, feed Feed) *Ring {
+	s := &Ring{Limits: limits, feed: feed, store: store, clock: c, log: log, secret: secret, policy: policy,
+		cache: map[string]*Key{}, missing: map[string]bool{}, limited: map[string][3]quota.Tenant{}}
+	ks := &s.Limits
+	if ks.Day == nil {
+		ks.Day = quota.New(c, nil)
+	}
+	if ks.Month == nil {
+		ks.Month = quota.NewPeriodic(c, quota.Month, nil)
+	}
+	if ks.Tokens == nil {
+		ks.Tokens = quota.NewPeriodic(c, quota.Minute, nil)
+	}
+	if ks.Running == nil {
+		ks.Running = new(localRunning)
+	}
+	if feed != nil {
+		feed.Follow(s.Forget)
+	}
+	return s
+}
+
+// Forget drops what is cached of the keys ids (of every key, all).
+func (s *Ring) Forget(ids []string, all bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gen++
+	if all {
+		clear(s.cache)
+		clear(s.missing)
+		return
+	}
+	drop := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		drop[id] = true
+	}
+	for d, lk := range s.cache {
+		if drop[lk.Stored.ID] {
+			delete(s.cache, d)
+		}
+	}
+	clear(s.missing) // an issued key's digest may have been asked for before
+}
+
+// Changed drops key id here and tells the other replicas.
+func (s *Ring) Changed(ctx context.Context, id string) {
+	s.Forget([]string{id}, false)
+	if f := s.feed; f != nil {
+		if err := f.Changed(ctx, id); err != nil {
+			s.log.Error("could not tell the other replicas a key changed: they keep its old state until their cache is emptied", "key_id", id, "err", err)
+		}
+	}
+}
+
+// Lookup finds the live key of a secret; nil when there is none, or
+// it is revoked, expired or past its rotation's grace. An error says the
+// store could not be asked.
+func (s *Ring) Lookup(ctx context.Context, secret string) (*Key, error) {
+	if !vkey.Looks(secret) {
+		return nil, nil
+	}
+	digest := vkey.Digest(s.secret, secret)
+	s.mu.RLock()
+	lk, missing, gen := s.cache[digest], s.missing[digest], s.gen
+	s.mu.RUnlock()
+	if lk == nil && !missing {
+		var err error
+		if lk, err = s.load(ctx, digest, gen); err != nil {
+			return nil, err
+		}
+	}
+	if lk == nil || !s.usable(lk) {
+		return nil, nil
+	}
+	return lk, nil
+}
+
+// usable reports whether a key authenticates now.
+func (s *Ring) usable(lk *Key) bool {
+	now := s.clock.Now()
+	k := lk.Stored
+	switch {
+	case k.Revoked():
+		return false
+	case !k.ExpiresAt.IsZero() && !now.Before(k.ExpiresAt):
+		return false
+	case lk.digest != k.Digest:
+		p := k.Prev(lk.digest) // a previous secret works until its own end
+		return p != nil && now.Before(p.Until)
+	}
+	return true
+}
+
+// load reads a key from the store by digest and caches it (unless a
+// change came since gen).
+func (s *Ring) load(ctx context.Context, digest string, gen uint64) (*Key, error) {
+	k, err := s.store.KeyByDigest(ctx, digest)
+	if errors.Is(err, ledger.ErrNotFound) {
+		s.mu.Lock()
+		if s.gen == gen {
+			if len(s.missing) >= maxMissing {
+				clear(s.missing)
+			}
+			s.missing[digest] = true
+		}
+		s.mu.Unlock()
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	lk := newLiveKey(k, digest)
+	s.limit(ctx, k)
+	s.mu.Lock()
+	if s.gen == gen {
+		s.cache[digest] = lk
+	}
+	s.mu.Unlock()
+	return lk, nil
+}
+
+func newLiveKey(k *ledger.Key, digest string) *Key {
+	lk := &Key{Stored: k, digest: digest}
+	if len(k.Spec.Models) > 0 {
+		lk.models = make(map[string]bool, len(k.Spec.Models))
+		for _, m := range k.Spec.Models {
+			lk.models[m] = true
+		}
+	}
+	if b, err := gw.ParseDataBoundary(k.Spec.MaxDataBoundary); err == nil {
+		lk.Boundary = b
+	}
+	return lk
+}
+
+// limitOf is a key's limits as the Limits take them.
+func limitOf(b ledger.KeyBudget) (day, month, tokens quota.Tenant) {
+	day = quota.Tenant{RequestsPerMinute: b.RequestsPerMinute, CostPerDay: gw.NanoFromUSD(b.CostUSDPerDay)}
+	month = quota.Tenant{CostPerDay: gw.NanoFromUSD(b.CostUSDPerMonth)}
+	tokens = quota.Tenant{CostPerDay: gw.NanoUSD(b.TokensPerMinute)}
+	return day, month, tokens
+}
+
+// limit gives the Limits a key's limits (when they changed), and
+// limits kept in process what the store says it spent today and this
+// month, so that a restart hands no key a fresh budget.
+func (s *Ring) limit(ctx context.Context, k *ledger.Key) {
+	day, month, tokens := limitOf(k.Spec.Budget)
+	lim := [3]quota.Tenant{day, month, tokens}
+	s.mu.Lock()
+	old, known := s.limited[k.ID]
+	if !known || old != lim {
+		s.limited[k.ID] = lim
+		for i, l := range []quota.Ceiling{s.Limits.Day, s.Limits.Month, s.Limits.Tokens} {
+			if ls, ok := l.(limitSetter); ok {
+				m := make(map[string]quota.Tenant, len(s.limited))
+				for id, v := range s.limited {
+					m[id] = v[i]
+				}
+				ls.SetLimits(m)
+			}
+		}
+	}
+	s.mu.Unlock()
+	if !known {
+		s.seed(ctx, k.ID)
+	}
+}
+
+// seed gives in-process key limits what the store says key id was
+// charged today and this month (Redis seeds itself from the store).
+func (s *Ring) seed(ctx context.Context, id string) {
+	now := s.clock.Now()
+	today := gw.Day(now)
+	if sd, ok := s.Limits.Day.(spendSeeder); ok {
+		if spend, err := s.store.KeySpend(ctx, today, today); err == nil {
+			sd.Seed(today, map[string]gw.NanoUSD{id: gw.NanoUSD(spend[id])})
+		}
+	}
+	if sd, ok := s.Limits.Month.(spendSeeder); ok {
+		if spend, err := s.store.KeySpend(ctx, ledger.MonthStart(now), today); err == nil {
+			sd.Seed(quota.Month(now), map[string]gw.NanoUSD{id: gw.NanoUSD(spend[id])})
+		}
+	}
+}
+
+// Tenant is the key's tenant in the policy in force, narrowed by the
+// key's data boundary; nil when the policy has no such tenant.
+func (s *Ring) Tenant(lk *Key) *policy.Tenant {
+	base := s.policy().Tenant(lk.Stored.Tenant)
+	if base == nil {
+		return nil
+	}
+	if n := lk.tenant.Load(); n != nil && n.base == base {
+		return n.t
+	}
+	t := base
+	if lk.Boundary != 0 && lk.Boundary < base.MaxBoundary {
+		c := *base
+		c.MaxBoundary = lk.Boundary
+		t = &c
+	}
+	lk.tenant.Store(&narrowed{base: base, t: t})
+	return t
+}
+
+// Running counts each virtual key's requests in progress against its
+// max_concurrent (docs/keys.md). In one process it is a counter per key;
+// *redis.Running shares it across replicas. Implementations are safe for
+// concurrent use.
+type Running interface {
+	// Enter admits one more request of key id when fewer than limit are
+	// in progress, until release is called; ok false refuses it. An
+	// error says the count could not be consulted (coordination down).
+	Enter(id string, limit int) (release func(), ok bool, err error)
+}
+
+// localRunning counts the requests in progress of each key in this
+// process. The zero value is ready to use.
+type localRunning struct{ m sync.Map } // key id → *atomic.Int64
+
+// Enter admits a request of key id if fewer than limit are in progress.
+func (l *localRunning) Enter(id string, limit int) (func(), bool, error) {
+	v, ok := l.m.Load(id)
+	if !ok {
+		v, _ = l.m.LoadOrStore(id, new(atomic.Int64))
+	}
+	n := v.(*atomic.Int64)
+	if running := n.Add(1); running > int64(limit) {
+		n.Add(-1)
+		return nil, false, nil
+	}
+	return func() { n.Add(-1) }, true, nil
+}
+
+var _ Running = (*localRunning)(nil)
+
+// Store is the part of the ledger the ring reads (ledger.Store has it).
+type Store interface {
+	KeyByDigest(ctx context.Context, digest string) (*ledger.Key, error)
+	KeySpend(ctx context.Context, from, to int64) (map[string]int64, error)
+}
+
+// Allows reports whether the key may use model alias.
+func (lk *Key) Allows(alias string) bool { return lk.models == nil || lk.models[alias] }
