@@ -152,15 +152,7 @@ func readBody(r io.Reader, contentLength, limit int64) ([]byte, error) {
 }
 
 // invalidRequest is the 400 for a request body the parser refused.
-func invalidRequest(err error) *api.Error {
-	var inv *provider.InvalidRequestError
-	if errors.As(err, &inv) {
-		return &api.Error{Code: api.CodeInvalidRequest, Message: inv.Message, Param: inv.Param}
-	}
-	return api.Errorf(api.CodeInvalidRequest, "%v", err)
-}
+func invalidRequest(err error) *api.Error { return api.InvalidRequest(err) }
 
 // modelNotFound is the 404 for a model no alias names.
-func modelNotFound(model string) *api.Error {
-	return &api.Error{Code: api.CodeModelNotFound, Param: "model", Message: "the model `" + model + "` does not exist or you do not have access to it"}
-}
+func modelNotFound(model string) *api.Error { return api.ModelNotFound(model) }

@@ -364,7 +364,7 @@ func (c *call) complete(res *attemptResult, resp *upstream.Response) *attemptRes
 	}
 	res.obs.Usage = ir.Usage
 	if c.turn != nil && spec.Stateful {
-		c.turn.upstreamID = ir.ID
+		c.turn.UpstreamID = ir.ID
 	}
 	if ir.Usage == (gw.Usage{}) {
 		res.obs.Usage, res.obs.UsageEstimated = gw.Usage{InputTokens: res.prompt, OutputTokens: estimateOutput(ir)}, true
@@ -382,7 +382,7 @@ func (c *call) complete(res *attemptResult, resp *upstream.Response) *attemptRes
 // encodeResponse writes a whole answer in the client's protocol.
 func (c *call) encodeResponse(ir *provider.Response) []byte {
 	if c.turn != nil {
-		return provider.EncodeResponsesObject(&c.turn.shell, ir, c.g.clock.Now().Unix())
+		return provider.EncodeResponsesObject(&c.turn.Shell, ir, c.g.clock.Now().Unix())
 	}
 	return provider.EncodeResponse(c.proto, ir, provider.ResponseID(c.proto, c.id))
 }

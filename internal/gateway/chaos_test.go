@@ -16,6 +16,7 @@ import (
 	oopt2 "github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 
+	"github.com/oncegate/oncegate/internal/conversation"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/receipt"
@@ -113,8 +114,8 @@ retry_budget: {ratio: 10, min_per_second: 1000, window: 10s}
 	settled := func(i int) bool {
 		turns, _ := e.gw.ledger.ConversationTurns(ctx, "acme", roots[i])
 		t := tip(i)
-		items, err := historyItems(ledger.Chain(turns, t.ResponseID))
-		return err == nil && len(e.fallback.Conversation(readUpstream(t.Upstream).Conversation)) == len(items)
+		items, err := conversation.HistoryItems(ledger.Chain(turns, t.ResponseID))
+		return err == nil && len(e.fallback.Conversation(conversation.ReadUpstream(t.Upstream).Conversation)) == len(items)
 	}
 	for round := 0; ; round++ {
 		pending := 0
@@ -193,11 +194,11 @@ retry_budget: {ratio: 10, min_per_second: 1000, window: 10s}
 		}
 		total += users
 		// The provider's conversation is the gateway's, item for item.
-		items, err := historyItems(ledger.Chain(turns, last.ResponseID))
+		items, err := conversation.HistoryItems(ledger.Chain(turns, last.ResponseID))
 		if err != nil {
 			t.Fatal(err)
 		}
-		stored := e.fallback.Conversation(readUpstream(last.Upstream).Conversation)
+		stored := e.fallback.Conversation(conversation.ReadUpstream(last.Upstream).Conversation)
 		if len(stored) != len(items) {
 			t.Fatalf("conversation %d: the provider holds %d items, the gateway %d", i, len(stored), len(items))
 		}

@@ -120,7 +120,7 @@ func (c *call) resolve(rec *ledger.Record) (replace bool, follow *coord.Remote) 
 				// The lease lapsed between the turn's look at the try
 				// and this claim.
 				e := api.Errorf(api.CodeConversationBusy, "response %s: its try ended when its gateway stopped; retry to reconcile it or try it again",
-					c.turn.turn.ResponseID)
+					c.turn.Turn.ResponseID)
 				e.RetryAfter = 1
 				c.publishError(e, m)
 				return false, nil

@@ -440,13 +440,14 @@ func (g *Gateway) settleLapsed(ctx context.Context) {
 
 func (g *Gateway) routes() {
 	m := http.NewServeMux()
+	cv := g.conversations()
 	m.HandleFunc("POST /v1/chat/completions", g.serveChat(provider.OpenAI))
 	m.HandleFunc("POST /v1/messages", g.serveChat(provider.Anthropic))
-	m.HandleFunc("POST /v1/responses", g.serveResponses)
+	m.HandleFunc("POST /v1/responses", cv.ServeResponses)
 	m.HandleFunc("POST /v1/embeddings", g.serveChat(provider.Embeddings))
-	m.HandleFunc("GET /v1/responses/{id}", g.authed(g.serveResponse))
-	m.HandleFunc("DELETE /v1/responses/{id}", g.authed(g.deleteResponse))
-	m.HandleFunc("GET /v1/responses/{id}/input_items", g.authed(g.serveInputItems))
+	m.HandleFunc("GET /v1/responses/{id}", g.authed(cv.ServeResponse))
+	m.HandleFunc("DELETE /v1/responses/{id}", g.authed(cv.DeleteResponse))
+	m.HandleFunc("GET /v1/responses/{id}/input_items", g.authed(cv.ServeInputItems))
 	m.HandleFunc("GET /v1/models", g.authed(g.serveModels))
 	m.HandleFunc("GET /v1/models/{id}", g.authed(g.serveModel))
 	m.HandleFunc("POST /v1/messages/count_tokens", g.serveCountTokens)

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/receipt"
 )
 
@@ -13,13 +12,9 @@ import (
 // the tenant's; the admin key reads every tenant's receipts. Another
 // key's object is answered as one that does not exist.
 
-// mayRead reports whether a request that came with virtual key keyID
-// ("" for the tenant's own keys) may read, continue or delete turn.
-func mayRead(keyID string, turn *ledger.Turn) bool {
-	return keyID == "" || turn.KeyID == keyID
-}
-
-// mayReadReceipt is mayRead for a receipt.
+// mayReadReceipt reports whether a request that came with virtual key
+// keyID ("" for the tenant's own keys) may read receipt rc. (A turn's
+// owner is checked in package conversation.)
 func mayReadReceipt(keyID string, rc *receipt.Receipt) bool {
 	return keyID == "" || rc.KeyID == keyID
 }

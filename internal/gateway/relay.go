@@ -94,7 +94,7 @@ func (o *output) begin(a *attemptStream) {
 // newEncoder starts the client's stream encoder; model is the upstream's.
 func (c *call) newEncoder(model string) provider.Encoder {
 	if c.turn != nil {
-		shell := c.turn.shell
+		shell := c.turn.Shell
 		shell.Model = model
 		return provider.NewResponsesEncoder(shell)
 	}
@@ -304,7 +304,7 @@ read:
 			case provider.EvStart:
 				a.model = e.Model
 				if c.turn != nil && e.ID != "" {
-					c.turn.upstreamID = e.ID
+					c.turn.UpstreamID = e.ID
 				}
 			case provider.EvText, provider.EvRefusal, provider.EvToolStart, provider.EvToolArgs, provider.EvThinking, provider.EvRedactedThinking, provider.EvSignature:
 				if counted(e) && e.Visible() {

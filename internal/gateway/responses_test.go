@@ -17,6 +17,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/oncegate/oncegate/internal/api"
+	"github.com/oncegate/oncegate/internal/conversation"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/identity"
 	"github.com/oncegate/oncegate/internal/ledger"
@@ -460,11 +461,11 @@ func TestStatefulTurnsAreReconciledNotDuplicated(t *testing.T) {
 		if err != nil || len(turns) != len(faults) {
 			t.Fatalf("%d turns: %v", len(turns), err)
 		}
-		items, err := historyItems(ledger.Chain(turns, ids[len(ids)-1]))
+		items, err := conversation.HistoryItems(ledger.Chain(turns, ids[len(ids)-1]))
 		if err != nil {
 			t.Fatal(err)
 		}
-		conv := readUpstream(turns[len(turns)-1].Upstream).Conversation
+		conv := conversation.ReadUpstream(turns[len(turns)-1].Upstream).Conversation
 		stored := up.Conversation(conv)
 		if len(stored) != len(items) {
 			t.Fatalf("the provider holds %d items, the gateway %d", len(stored), len(items))
@@ -629,11 +630,11 @@ func TestStatefulTurnGivenUpAfterMaxAmbiguous(t *testing.T) {
 		var next struct{ ID string }
 		_ = json.Unmarshal(b, &next)
 		turns, _ := e.gw.ledger.ConversationTurns(context.Background(), "acme", root.ID)
-		items, err := historyItems(ledger.Chain(turns, next.ID))
+		items, err := conversation.HistoryItems(ledger.Chain(turns, next.ID))
 		if err != nil {
 			t.Fatal(err)
 		}
-		stored := e.fallback.Conversation(readUpstream(turns[len(turns)-1].Upstream).Conversation)
+		stored := e.fallback.Conversation(conversation.ReadUpstream(turns[len(turns)-1].Upstream).Conversation)
 		if len(stored) != 4 || len(items) != 4 {
 			t.Fatalf("the provider holds %d items, the gateway %d (want 4: two turns)", len(stored), len(items))
 		}
@@ -685,11 +686,11 @@ func TestStatefulBranchesGetAnUpstreamConversationOfTheirOwn(t *testing.T) {
 				t.Fatal(err)
 			}
 			tip := ledger.Chain(turns, tc.got[2].ID)
-			items, err := historyItems(tip)
+			items, err := conversation.HistoryItems(tip)
 			if err != nil {
 				t.Fatal(err)
 			}
-			stored := e.fallback.Conversation(readUpstream(tip[2].Upstream).Conversation)
+			stored := e.fallback.Conversation(conversation.ReadUpstream(tip[2].Upstream).Conversation)
 			if len(stored) != len(items) {
 				t.Fatalf("%v: the provider's conversation holds %d items, the branch %d", tc.users, len(stored), len(items))
 			}
@@ -990,11 +991,11 @@ func TestAnUnknownTurnIsNeverRetriedBlind(t *testing.T) {
 			t.Fatalf("%d generation calls: the committed answer must be adopted, not generated again", calls)
 		}
 		turns, _ := e.gw.ledger.ConversationTurns(context.Background(), "acme", root.ID)
-		items, err := historyItems(ledger.Chain(turns, second.ID))
+		items, err := conversation.HistoryItems(ledger.Chain(turns, second.ID))
 		if err != nil {
 			t.Fatal(err)
 		}
-		stored := e.fallback.Conversation(readUpstream(turns[len(turns)-1].Upstream).Conversation)
+		stored := e.fallback.Conversation(conversation.ReadUpstream(turns[len(turns)-1].Upstream).Conversation)
 		if len(stored) != 4 || len(items) != 4 {
 			t.Fatalf("the provider holds %d items, the gateway %d (want 4: two turns)", len(stored), len(items))
 		}

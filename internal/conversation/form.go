@@ -1,4 +1,4 @@
-package gateway
+package conversation
 
 import (
 	"encoding/json"
@@ -102,14 +102,14 @@ func (f *formWriter) Unwrap() http.ResponseWriter { return f.w }
 // answerInForm answers an arrival whose try answered in the other form,
 // once the try has ended: the turn's answer in the form asked for, or what
 // the turn ended with.
-func (g *Gateway) answerInForm(w http.ResponseWriter, r *http.Request, t *policy.Tenant, f *formWriter, responseID string) {
+func (s *Service) answerInForm(w http.ResponseWriter, r *http.Request, t *policy.Tenant, f *formWriter, responseID string) {
 	ctx := r.Context()
-	turn, err := g.ledger.Turn(ctx, t.ID, responseID)
+	turn, err := s.ledger.Turn(ctx, t.ID, responseID)
 	if err == nil {
-		turn, err = g.refreshTurn(ctx, turn)
+		turn, err = s.refreshTurn(ctx, turn)
 	}
 	if err != nil {
-		g.storeError(w, err)
+		s.storeError(w, err)
 		return
 	}
 	dedup := f.header.Get("X-Oncegate-Dedup")
@@ -118,17 +118,17 @@ func (g *Gateway) answerInForm(w http.ResponseWriter, r *http.Request, t *policy
 	}
 	switch {
 	case turn.Deleted:
-		g.turnError(w, deletedError(turn))
+		s.turnError(w, deletedError(turn))
 	case turn.State == ledger.TurnDone:
-		g.replayTurn(w, r, turn, f.stream, dedup)
+		s.replayTurn(w, r, turn, f.stream, dedup)
 	case turn.State == ledger.TurnFailed:
-		g.replayFailure(w, turn)
+		s.replayFailure(w, turn)
 	case turn.State == ledger.TurnUnknown:
-		g.turnError(w, api.Errorf(api.CodeOutcomeUnknown, "response %s: its try ended without knowing whether the provider answered; "+
+		s.turnError(w, api.Errorf(api.CodeOutcomeUnknown, "response %s: its try ended without knowing whether the provider answered; "+
 			"send the turn again (the same Idempotency-Key, or the same body): it is reconciled, never sent blind", turn.ResponseID))
 	default:
 		e := api.Errorf(api.CodeConversationBusy, "response %s is still being answered; retry to read it", turn.ResponseID)
 		e.RetryAfter = 1
-		g.turnError(w, e)
+		s.turnError(w, e)
 	}
 }
