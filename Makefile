@@ -10,7 +10,10 @@ help: ## list the targets
 build: ## build ./oncegate
 	$(GO) build -o oncegate ./cmd/oncegate
 
-test: ## run every test with the race detector (what CI runs)
+test: ## the README's test command: every test that needs nothing installed
+	$(GO) test ./...
+
+race: ## every test with the race detector (CI runs make test's command, then this)
 	$(GO) test -race ./...
 
 lint: ## gofmt, go vet and staticcheck
