@@ -566,7 +566,7 @@ func TestRecoveryNeverBillsBelowWhatAJoinerWasShown(t *testing.T) {
 		evs[i].RequestID, evs[i].Generation, evs[i].At = id, 1, t0
 	}
 	rec := &ledger.Record{Identity: "k:" + id, RequestID: id, Tenant: "acme", Generation: 1}
-	f := g.settlement(rec, evs, t0.Add(time.Minute), coord.Seen{Joined: 1, Emitted: 12})
+	f := g.recovery.Settlement(rec, evs, t0.Add(time.Minute), coord.Seen{Joined: 1, Emitted: 12})
 	r, err := receipt.Parse(f.Receipt)
 	if err != nil {
 		t.Fatal(err)

@@ -112,7 +112,7 @@ func (c *call) resolve(rec *ledger.Record) (replace bool, follow *coord.Remote) 
 		}
 		if rec.LeaseUntil.Before(now) {
 			// Its owner died: never re-dispatch blind (docs/replicas.md).
-			c.g.settleOne(c.ctx, rec)
+			c.g.recovery.SettleOne(c.ctx, rec)
 			if c.turn != nil {
 				// A try of a turn: the turn, not this try, decides what
 				// follows — it is now unknown, and the next arrival

@@ -44,6 +44,7 @@ import (
 	"github.com/oncegate/oncegate/internal/provider"
 	"github.com/oncegate/oncegate/internal/quota"
 	"github.com/oncegate/oncegate/internal/receipt"
+	"github.com/oncegate/oncegate/internal/recovery"
 )
 
 // Options configure a Gateway. Zero values take the defaults named.
@@ -206,6 +207,8 @@ type Gateway struct {
 	draining atomic.Bool
 	mux      *http.ServeMux
 	inflight sync.WaitGroup
+	// recovery settles the requests whose owners are gone.
+	recovery *recovery.Recovery
 	// jobs runs the background work (startJobs) until Close.
 	jobs *jobs.Runner
 	// giveUp is the job that gives up abandoned leases; a claim that
@@ -295,12 +298,17 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 		return nil, err
 	}
 	g.cur.Store(l)
+	g.recovery = &recovery.Recovery{Store: g.ledger, Clock: g.clock, Log: g.log, Policy: g.policy,
+		Charged: func(ctx context.Context) error { return g.seedSpend(ctx, false) }}
+	if g.remotes != nil {
+		g.recovery.Seen = g.remotes.Seen
+	}
 	if err := g.initSecret(opts.Secret, secrets.GatewaySecret); err != nil {
 		return nil, err
 	}
 	g.keys = keyring.New(g.ledger, g.clock, g.log, g.secret, g.policy, opts.KeyLimits, opts.KeyFeed)
 	g.routes()
-	n, err := g.recover(context.Background())
+	n, err := g.recovery.SettleLapsed(context.Background())
 	if err != nil {
 		return nil, fmt.Errorf("recover unfinished requests: %w", err)
 	}
@@ -431,7 +439,7 @@ func (a abandonedLeases) Forget(id string) { a.g.abandoned.Delete(id) }
 // re-dispatched: a request with an attempt in flight becomes
 // indeterminate (docs/replicas.md).
 func (g *Gateway) settleLapsed(ctx context.Context) {
-	if n, err := g.recover(ctx); err != nil {
+	if n, err := g.recovery.SettleLapsed(ctx); err != nil {
 		g.log.Error("settle lapsed requests", "err", err)
 	} else if n > 0 {
 		g.log.Warn("settled requests whose owners' leases lapsed", "count", n)
@@ -658,7 +666,7 @@ func (g *Gateway) receipt(ctx context.Context, tenant, id string) (*receipt.Rece
 	body, err := g.ledger.Receipt(ctx, tenant, id)
 	if errors.Is(err, ledger.ErrNotFound) {
 		// A request recovery settled whose receipt is not rebuilt yet.
-		return g.recoveredReceipt(ctx, tenant, id)
+		return g.recovery.Receipt(ctx, tenant, id)
 	}
 	if err != nil {
 		return nil, err

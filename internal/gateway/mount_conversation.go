@@ -75,7 +75,9 @@ func (p requestPath) Joins(h http.Header) (bool, *api.Error) {
 func (p requestPath) ClientRetries(h http.Header) int { return clientRetryCount(h) }
 
 // SettleRecord is settleOne.
-func (p requestPath) SettleRecord(ctx context.Context, rec *ledger.Record) { p.g.settleOne(ctx, rec) }
+func (p requestPath) SettleRecord(ctx context.Context, rec *ledger.Record) {
+	p.g.recovery.SettleOne(ctx, rec)
+}
 
 // Identify is stage 2 for a try: the call, under the try's request id and
 // identity, and its receipt header with the turn's facts.

@@ -17,6 +17,7 @@ import (
 	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/receipt"
+	"github.com/oncegate/oncegate/internal/recovery"
 )
 
 // seedUnfinished writes n requests a dead process left behind: half with a
@@ -253,7 +254,7 @@ func TestRecoveryNeverReleasesAKeyWhoseOutputWasShown(t *testing.T) {
 		}
 		// The log as a crash left it: up to the decision to resume.
 		cut := slices.IndexFunc(evs, func(ev ledger.Event) bool { return ev.Type == ledger.EvReserved && ev.Seq > 2 })
-		if cut < 0 || !shownOutput(evs[:cut]) {
+		if cut < 0 || !recovery.ShownOutput(evs[:cut]) {
 			t.Fatalf("no resume reservation after visible output in %d events", len(evs))
 		}
 		st, err := sqlite.Open(filepath.Join(t.TempDir(), "ledger.db"))

@@ -161,7 +161,7 @@ func (c *call) finishFromStore(rem *coord.Remote) {
 			return
 		default:
 			if err == nil && rec.RequestID == rem.RequestID && rec.State == ledger.InProgress {
-				c.g.settleOne(c.ctx, rec) // its owner's lease lapsed
+				c.g.recovery.SettleOne(c.ctx, rec) // its owner's lease lapsed
 			}
 			c.endRelayed(rem)
 			return

@@ -1,19 +1,45 @@
-package gateway
+// Package recovery settles the requests whose owners are gone
+// (docs/identity.md, "Recovery"): a previous process's, another replica's
+// that died, or a call whose store was unreachable. Nothing is ever
+// re-dispatched; each request's receipt is rebuilt from its event log.
+package recovery
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/clock"
 	"github.com/oncegate/oncegate/internal/coord"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/receipt"
 	"github.com/oncegate/oncegate/internal/retry"
 )
 
-// recover settles every request whose owner's lease lapsed — a previous
+// Recovery settles requests whose owners' leases lapsed.
+type Recovery struct {
+	// Store is the ledger of the requests.
+	Store ledger.Store
+	// Clock tells the time a lease is compared with.
+	Clock clock.Clock
+	// Log receives what could not be settled or read.
+	Log *slog.Logger
+	// Policy is the configuration in force: the routes' prices and
+	// limits an unobserved attempt is charged by.
+	Policy func() *policy.Policy
+	// Seen, when set, is what clients on other gateways were shown of
+	// requests whose owners stopped (replicas only).
+	Seen func(ctx context.Context, requestIDs []string) (map[string]coord.Seen, error)
+	// Charged, when set, is told that recovery charged tenants: the
+	// tenant limits read the day's spend again.
+	Charged func(ctx context.Context) error
+}
+
+// SettleLapsed settles every request whose owner's lease lapsed — a previous
 // process's, another replica's that died, or a call of this one whose
 // store was unreachable (docs/identity.md, "Recovery"). A dispatched
 // attempt without an observation is not safe to retry, so its request
@@ -23,9 +49,9 @@ import (
 // of its event log, and its charge are written in the same commit as its
 // settlement: the day's spend never misses a settled request, whoever
 // reads it (a restarted Redis seeding its day reads it at any moment).
-func (g *Gateway) recover(ctx context.Context) (int, error) {
-	now := g.clock.Now()
-	lapsed, err := g.ledger.Lapsed(ctx, now)
+func (rv *Recovery) SettleLapsed(ctx context.Context) (int, error) {
+	now := rv.Clock.Now()
+	lapsed, err := rv.Store.Lapsed(ctx, now)
 	if err != nil || len(lapsed) == 0 {
 		return 0, err
 	}
@@ -33,27 +59,29 @@ func (g *Gateway) recover(ctx context.Context) (int, error) {
 	for i, u := range lapsed {
 		ids[i] = u.Record.RequestID
 	}
-	seen := g.seen(ctx, ids)
+	seen := rv.seen(ctx, ids)
 	fs := make([]*ledger.Finish, len(lapsed))
 	for i, u := range lapsed {
-		fs[i] = g.settlement(u.Record, u.Events, now, seen[u.Record.RequestID])
+		fs[i] = rv.Settlement(u.Record, u.Events, now, seen[u.Record.RequestID])
 	}
-	settled, err := g.ledger.Settle(ctx, fs)
+	settled, err := rv.Store.Settle(ctx, fs)
 	if err != nil {
 		return 0, err
 	}
 	if len(settled) > 0 {
 		// The tenant limits learn the charges recovery just made.
-		if err := g.seedSpend(ctx, false); err != nil {
-			g.log.Error("read the day's spend after recovery", "err", err)
+		if rv.Charged != nil {
+			if err := rv.Charged(ctx); err != nil {
+				rv.Log.Error("read the day's spend after recovery", "err", err)
+			}
 		}
 	}
 	return len(settled), nil
 }
 
-// shownOutput reports whether an observed attempt among evs had visible
+// ShownOutput reports whether an observed attempt among evs had visible
 // output.
-func shownOutput(evs []ledger.Event) bool {
+func ShownOutput(evs []ledger.Event) bool {
 	for _, e := range evs {
 		var a struct {
 			Visible bool `json:"visible_output"`
@@ -65,15 +93,15 @@ func shownOutput(evs []ledger.Event) bool {
 	return false
 }
 
-// recoveredReceipt rebuilds a recovered request's receipt from its events
+// Receipt rebuilds a recovered request's receipt from its events
 // and stores it — for a request an older version settled without its
 // receipt. tenant, when set, must own it.
-func (g *Gateway) recoveredReceipt(ctx context.Context, tenant, id string) (*receipt.Receipt, error) {
-	evs, err := g.ledger.Events(ctx, id)
+func (rv *Recovery) Receipt(ctx context.Context, tenant, id string) (*receipt.Receipt, error) {
+	evs, err := rv.Store.Events(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	r, ok := g.rebuild(evs)
+	r, ok := rv.rebuild(evs)
 	if !ok || (tenant != "" && r.Tenant != tenant) {
 		return nil, ledger.ErrNotFound
 	}
@@ -81,45 +109,45 @@ func (g *Gateway) recoveredReceipt(ctx context.Context, tenant, id string) (*rec
 	if err != nil {
 		return nil, err
 	}
-	return r, g.ledger.PutReceipt(ctx, &ledger.StoredReceipt{Tenant: r.Tenant, RequestID: id, Body: body,
-		Charge: int64(gw.NanoFromUSD(r.Totals.CostUSD)), At: g.clock.Now(), Key: r.KeyID})
+	return r, rv.Store.PutReceipt(ctx, &ledger.StoredReceipt{Tenant: r.Tenant, RequestID: id, Body: body,
+		Charge: int64(gw.NanoFromUSD(r.Totals.CostUSD)), At: rv.Clock.Now(), Key: r.KeyID})
 }
 
-// settleOne settles a single request whose owner's lease lapsed while this
+// SettleOne settles a single request whose owner's lease lapsed while this
 // gateway runs (another replica died): the same outcome as recovery.
-func (g *Gateway) settleOne(ctx context.Context, rec *ledger.Record) {
-	evs, err := g.ledger.Events(ctx, rec.RequestID)
+func (rv *Recovery) SettleOne(ctx context.Context, rec *ledger.Record) {
+	evs, err := rv.Store.Events(ctx, rec.RequestID)
 	if err == nil {
-		seen := g.seen(ctx, []string{rec.RequestID})[rec.RequestID]
-		_, err = g.ledger.Settle(ctx, []*ledger.Finish{g.settlement(rec, evs, g.clock.Now(), seen)})
+		seen := rv.seen(ctx, []string{rec.RequestID})[rec.RequestID]
+		_, err = rv.Store.Settle(ctx, []*ledger.Finish{rv.Settlement(rec, evs, rv.Clock.Now(), seen)})
 	}
 	if err != nil {
-		g.log.Error("settle a lapsed request", "request_id", rec.RequestID, "err", err)
+		rv.Log.Error("settle a lapsed request", "request_id", rec.RequestID, "err", err)
 	}
 }
 
 // seen is what clients on other gateways were shown of requests whose
 // owners stopped (none without replicas, or while Redis cannot say).
-func (g *Gateway) seen(ctx context.Context, ids []string) map[string]coord.Seen {
-	if g.remotes == nil {
+func (rv *Recovery) seen(ctx context.Context, ids []string) map[string]coord.Seen {
+	if rv.Seen == nil {
 		return nil
 	}
-	seen, err := g.remotes.Seen(ctx, ids)
+	seen, err := rv.Seen(ctx, ids)
 	if err != nil {
-		g.log.Warn("read what joiners were shown of requests recovery settles", "err", err)
+		rv.Log.Warn("read what joiners were shown of requests recovery settles", "err", err)
 	}
 	return seen
 }
 
-// settlement is how recovery finishes a request whose owner is gone, from
+// Settlement is how recovery finishes a request whose owner is gone, from
 // its record and events, and what joiners on other gateways were shown of
 // it: indeterminate if an attempt was in flight (its generation bumped,
 // so the old owner's late writes are fenced off), released otherwise;
 // with its rebuilt receipt and what it charges.
-func (g *Gateway) settlement(rec *ledger.Record, evs []ledger.Event, now time.Time, seen coord.Seen) *ledger.Finish {
+func (rv *Recovery) Settlement(rec *ledger.Record, evs []ledger.Event, now time.Time, seen coord.Seen) *ledger.Finish {
 	// Output a client saw keeps the key too: it is never released for a
 	// second generation (docs/identity.md).
-	pending := ledger.InFlight(evs) || shownOutput(evs)
+	pending := ledger.InFlight(evs) || ShownOutput(evs)
 	terminal, reason, state := gw.TerminalCancelled, gw.ReasonCancelled, ledger.FailedNoEffect
 	if pending {
 		terminal, reason, state = gw.TerminalIndeterminate, gw.ReasonIndeterminate, ledger.Indeterminate
@@ -130,7 +158,7 @@ func (g *Gateway) settlement(rec *ledger.Record, evs []ledger.Event, now time.Ti
 		seq = max(seq, evs[n-1].Seq)
 	}
 	term := ledger.Event{RequestID: rec.RequestID, Seq: seq + 1, Generation: rec.Generation, Type: ledger.EvTerminal, At: now, Data: data}
-	r, _ := g.rebuild(append(evs, term))
+	r, _ := rv.rebuild(append(evs, term))
 	var body []byte
 	var charge int64
 	var key string
@@ -141,7 +169,7 @@ func (g *Gateway) settlement(rec *ledger.Record, evs []ledger.Event, now time.Ti
 				// The attempt in flight when its gateway died had
 				// output: a joiner elsewhere was shown it.
 				a.VisibleOutput, a.EmittedTokens = true, seen.Emitted
-				g.chargeShown(r, a)
+				rv.chargeShown(r, a)
 			}
 		}
 	}
@@ -156,12 +184,12 @@ func (g *Gateway) settlement(rec *ledger.Record, evs []ledger.Event, now time.Ti
 // chargeShown raises an unobserved attempt's charge, its worst case, to
 // the output a client was shown of it if that is more: a receipt never
 // bills below what was shown (docs/streaming.md).
-func (g *Gateway) chargeShown(r *receipt.Receipt, a *receipt.Attempt) {
+func (rv *Recovery) chargeShown(r *receipt.Receipt, a *receipt.Attempt) {
 	if a.Usage.OutputTokens >= a.EmittedTokens {
 		return
 	}
 	a.Usage.OutputTokens, a.UsageEstimated = a.EmittedTokens, true
-	if alias := g.policy().Alias(r.Model); alias != nil {
+	if alias := rv.Policy().Alias(r.Model); alias != nil {
 		if route := alias.Route(a.Route); route != nil {
 			a.CostUSD = route.Price.Cost(a.Usage).USD()
 		}
@@ -171,7 +199,7 @@ func (g *Gateway) chargeShown(r *receipt.Receipt, a *receipt.Attempt) {
 
 // rebuild reconstructs the receipt of a request recovery settled, from its
 // event log; ok is false for a request that was not settled by recovery.
-func (g *Gateway) rebuild(evs []ledger.Event) (*receipt.Receipt, bool) {
+func (rv *Recovery) rebuild(evs []ledger.Event) (*receipt.Receipt, bool) {
 	r := &receipt.Receipt{RetryOwner: receipt.RetryOwner}
 	type dispatched struct {
 		d  ledger.Dispatch
@@ -209,7 +237,7 @@ func (g *Gateway) rebuild(evs []ledger.Event) (*receipt.Receipt, bool) {
 	at := evs[len(evs)-1].At
 	for _, p := range pending {
 		if p.d.Ordinal == len(r.Attempts)+1 {
-			r.Attempts = append(r.Attempts, g.unobserved(r, &p.d, p.at, at))
+			r.Attempts = append(r.Attempts, rv.unobserved(r, &p.d, p.at, at))
 		}
 	}
 	if term.Terminal == string(gw.TerminalIndeterminate) {
@@ -244,7 +272,7 @@ func scheduledJitter(ds []receipt.Decision, n int) int64 {
 
 // unobserved is the receipt attempt for a dispatch whose outcome was never
 // observed: indeterminate, charged its worst case.
-func (g *Gateway) unobserved(r *receipt.Receipt, d *ledger.Dispatch, at, now time.Time) receipt.Attempt {
+func (rv *Recovery) unobserved(r *receipt.Receipt, d *ledger.Dispatch, at, now time.Time) receipt.Attempt {
 	a := receipt.Attempt{Ordinal: d.Ordinal, Route: d.Route, Purpose: d.Purpose, RequestSHA256: r.RequestSHA256,
 		NotBefore: d.NotBefore, StartedAt: at.UTC(), ObservedAt: now.UTC(), OutcomeClass: string(gw.ClassIndeterminate),
 		JitterMS: scheduledJitter(r.Decisions, d.Ordinal),
@@ -257,7 +285,7 @@ func (g *Gateway) unobserved(r *receipt.Receipt, d *ledger.Dispatch, at, now tim
 		}
 	}
 	a.RouteOrdinal++
-	if alias := g.policy().Alias(r.Model); alias != nil {
+	if alias := rv.Policy().Alias(r.Model); alias != nil {
 		if route := alias.Route(d.Route); route != nil {
 			a.Provider, a.UpstreamModel, a.Release, a.DataBoundary = route.Provider.ID, route.Model, route.Release, route.Boundary.String()
 			out := route.Caps.MaxOutputTokens
