@@ -10,8 +10,8 @@ help: ## list the targets
 build: ## build ./oncegate
 	$(GO) build -o oncegate ./cmd/oncegate
 
-test: ## the README's test command: every test that needs nothing installed
-	$(GO) test ./...
+test: ## the README's test command: every test that needs nothing installed, long ones aside
+	$(GO) test -short ./...
 
 race: ## every test with the race detector (CI runs make test's command, then this)
 	$(GO) test -race ./...

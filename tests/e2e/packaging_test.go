@@ -22,6 +22,9 @@ import (
 // and what the packaging runs — the Dockerfile's command, compose's
 // replicas and their configuration, the systemd unit — is accepted by it.
 func TestPackaging(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the release build with CGO_ENABLED=0 compiles everything a second time (minutes on a cold cache); bash .ci/run runs it")
+	}
 	readSources("../..")
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "oncegate")
