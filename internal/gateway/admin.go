@@ -1,21 +1,15 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/provider"
-	"github.com/oncegate/oncegate/internal/strictjson"
 	"github.com/oncegate/oncegate/internal/vkey"
 )
 
@@ -139,45 +133,6 @@ func viewOf(k *ledger.Key, now time.Time) keyView {
 	return v
 }
 
-// readStrict decodes a JSON body into v: unknown fields, wrong types,
-// members given twice and trailing data are 400s naming the field. maps
-// are the paths of v's maps, whose keys may differ in case only
-// (strictjson.Duplicates).
-func readStrict(r *http.Request, v any, maps ...string) *api.Error {
-	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, 1<<20))
-	if err != nil {
-		return api.Errorf(api.CodeInvalidRequest, "could not read the request body: %v", err)
-	}
-	if len(bytes.TrimSpace(body)) == 0 {
-		body = []byte("{}")
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	err = dec.Decode(v)
-	if err == nil && dec.More() {
-		err = errors.New("data after the JSON object")
-	}
-	if err == nil {
-		err = strictjson.Duplicates(body, maps...)
-	}
-	if err == nil {
-		return nil
-	}
-	var de *strictjson.DuplicateError
-	if errors.As(err, &de) {
-		return &api.Error{Code: api.CodeInvalidRequest, Param: de.Path, Message: fmt.Sprintf("%s is given twice: each member may appear once", de.Path)}
-	}
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		return &api.Error{Code: api.CodeInvalidRequest, Param: te.Field, Message: fmt.Sprintf("field %s: want %s, got a JSON %s", te.Field, te.Type, te.Value)}
-	}
-	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		f = strings.Trim(f, `"`)
-		return &api.Error{Code: api.CodeInvalidRequest, Param: f, Message: fmt.Sprintf("unknown field %q", f)}
-	}
-	return api.Errorf(api.CodeInvalidRequest, "the request body is not a JSON object: %v", err)
-}
-
 // maxKeyModels bounds a key's models list (after duplicates are
 // dropped).
 const maxKeyModels = 256
@@ -281,7 +236,7 @@ func (g *Gateway) audit(r *http.Request, action string, k *ledger.Key) {
 // issueKey answers POST /admin/keys: 201 with the secret, shown once.
 func (g *Gateway) issueKey(w http.ResponseWriter, r *http.Request) {
 	var b keyBody
-	if e := readStrict(r, &b, "metadata"); e != nil {
+	if e := api.ReadStrict(r, &b, "metadata"); e != nil {
 		e.Write(w, provider.OpenAI, api.Meta{})
 		return
 	}
@@ -378,7 +333,7 @@ func (g *Gateway) readKey(w http.ResponseWriter, r *http.Request) {
 // applied again to the key as that change left it (keyWrite).
 func (g *Gateway) updateKey(w http.ResponseWriter, r *http.Request) {
 	var b keyBody
-	if e := readStrict(r, &b, "metadata"); e != nil {
+	if e := api.ReadStrict(r, &b, "metadata"); e != nil {
 		e.Write(w, provider.OpenAI, api.Meta{})
 		return
 	}
@@ -424,7 +379,7 @@ func (g *Gateway) rotateKey(w http.ResponseWriter, r *http.Request) {
 	var b struct {
 		Grace string `json:"grace"`
 	}
-	if e := readStrict(r, &b); e != nil {
+	if e := api.ReadStrict(r, &b); e != nil {
 		e.Write(w, provider.OpenAI, api.Meta{})
 		return
 	}

@@ -8,7 +8,6 @@ package gateway
 import (
 	"context"
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -517,12 +516,7 @@ func (g *Gateway) MetricsHandler() http.Handler {
 }
 
 // methodNotAllowed answers a known path asked with another method.
-func methodNotAllowed(allow string) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Allow", allow)
-		api.Errorf(api.CodeMethodNotAllowed, "%s %s: use %s", r.Method, r.URL.Path, allow).Write(w, protocolOf(r), api.Meta{})
-	}
-}
+func methodNotAllowed(allow string) http.HandlerFunc { return api.MethodNotAllowed(allow) }
 
 // Close stops the background work and releases upstream connections. The
 // ledger is the caller's to close.
@@ -608,12 +602,7 @@ func (g *Gateway) tenant(r *http.Request) *policy.Tenant {
 }
 
 // protocolOf picks the error shape for endpoints shared by both SDKs.
-func protocolOf(r *http.Request) provider.Protocol {
-	if r.Header.Get("anthropic-version") != "" || r.Header.Get("x-api-key") != "" {
-		return provider.Anthropic
-	}
-	return provider.OpenAI
-}
+func protocolOf(r *http.Request) provider.Protocol { return api.ProtocolOf(r) }
 
 func (g *Gateway) authed(h func(http.ResponseWriter, *http.Request, *policy.Tenant)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -754,8 +743,4 @@ func sealed(r *receipt.Receipt) ([]byte, error) {
 	return r.Canonical()
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { api.WriteJSON(w, status, v) }
