@@ -10,7 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/oncegate/oncegate/internal/gateway"
+	"github.com/oncegate/oncegate/internal/admin"
 )
 
 // spendCmd prints a running gateway's spend report (GET /admin/spend,
@@ -72,7 +72,7 @@ func spendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		_, _ = stdout.Write(body)
 		return 0
 	}
-	var rep struct{ Data []gateway.SpendRow }
+	var rep struct{ Data []admin.SpendRow }
 	if err := json.Unmarshal(body, &rep); err != nil {
 		fmt.Fprintf(stderr, "oncegate spend: %v\n", err)
 		return 1

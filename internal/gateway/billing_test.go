@@ -20,6 +20,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/openai/openai-go/v3/shared"
 
+	"github.com/oncegate/oncegate/internal/admin"
 	"github.com/oncegate/oncegate/internal/coord"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/ledger"
@@ -263,7 +264,7 @@ func (e *env) spend(keyID string, day int64) spendMark {
 	m.key = ks[keyID]
 	from := time.Unix(day*86400, 0).UTC().Format(time.RFC3339)
 	to := time.Unix((day+2)*86400, 0).UTC().Format(time.RFC3339)
-	var rep struct{ Data []SpendRow }
+	var rep struct{ Data []admin.SpendRow }
 	path := "/admin/spend?group_by=key&key=" + url.QueryEscape(keyID) + "&from=" + url.QueryEscape(from) + "&to=" + url.QueryEscape(to)
 	if st, body := e.adminDo(keyAdmin, "GET", path, "", &rep); st != 200 {
 		e.t.Fatalf("spend report: %d %s", st, body)

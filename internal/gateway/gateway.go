@@ -465,7 +465,7 @@ func (g *Gateway) routes() {
 	m.HandleFunc("GET /metrics", g.serveMetrics)
 	m.HandleFunc("POST /v1/admin/reload", g.serveReload)
 	g.consoleRoutes(m)
-	g.adminRoutes(m)
+	g.adminAPI().Mount(m)
 	// Every other answer is an error in the caller's protocol too: an
 	// unknown path (404 not_found), a known one with another method (405).
 	for path, allow := range map[string]string{"/v1/chat/completions": "POST", "/v1/messages": "POST", "/v1/models": "GET",

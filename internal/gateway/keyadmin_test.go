@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/admin"
 	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/clock"
 	"github.com/oncegate/oncegate/internal/ledger"
@@ -156,12 +157,12 @@ func TestKeyBodiesAreStrict(t *testing.T) {
 	if got := e.readKeyView(k.ID); strings.Join(got.Models, ",") != "chat,embed" {
 		t.Fatalf("10 001 models with repeats are stored as %d: %.80v", len(got.Models), got.Models)
 	}
-	names := make([]string, maxKeyModels+1)
+	names := make([]string, admin.MaxKeyModels+1)
 	for i := range names {
 		names[i] = fmt.Sprintf(`"m%d"`, i)
 	}
 	got := e.adminCall("PATCH", "/admin/keys/"+k.ID, `{"models":[`+strings.Join(names, ",")+`]}`, nil)
-	if got.status != 400 || got.code != api.CodeInvalidRequest || !strings.Contains(string(got.body), fmt.Sprintf("at most %d models", maxKeyModels)) {
+	if got.status != 400 || got.code != api.CodeInvalidRequest || !strings.Contains(string(got.body), fmt.Sprintf("at most %d models", admin.MaxKeyModels)) {
 		t.Fatalf("%d distinct models: %s", len(names), got)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/oncegate/oncegate/internal/admin"
 	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/mock"
@@ -63,9 +64,9 @@ func (e *env) authenticates(secret string) bool {
 }
 
 // readKeyView reads key id through the admin API.
-func (e *env) readKeyView(id string) keyView {
+func (e *env) readKeyView(id string) admin.KeyView {
 	e.t.Helper()
-	var v keyView
+	var v admin.KeyView
 	if st, b := e.adminDo(keyAdmin, "GET", "/admin/keys/"+id, "", &v); st != 200 {
 		e.t.Fatalf("read %s: %d %s", id, st, b)
 	}
@@ -78,9 +79,9 @@ type adminReq struct{ method, path, body string }
 // raceKeys issues rounds keys and, for each, sends a's and b's requests
 // at once — every round's together, so that they interleave in the
 // store — then checks each key's two answers.
-func raceKeys(t *testing.T, e *env, rounds int, a, b func(v keyView) adminReq, check func(t *testing.T, v keyView, ra, rb adminAnswer)) {
+func raceKeys(t *testing.T, e *env, rounds int, a, b func(v admin.KeyView) adminReq, check func(t *testing.T, v admin.KeyView, ra, rb adminAnswer)) {
 	t.Helper()
-	keys := make([]keyView, rounds)
+	keys := make([]admin.KeyView, rounds)
 	for i := range keys {
 		keys[i] = e.issue(`{"tenant":"acme","name":"raced","metadata":{"seed":"1"}}`)
 	}
@@ -88,7 +89,7 @@ func raceKeys(t *testing.T, e *env, rounds int, a, b func(v keyView) adminReq, c
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	for i, v := range keys {
-		for j, f := range []func(keyView) adminReq{a, b} {
+		for j, f := range []func(admin.KeyView) adminReq{a, b} {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -105,20 +106,20 @@ func raceKeys(t *testing.T, e *env, rounds int, a, b func(v keyView) adminReq, c
 	}
 }
 
-func patch(body string) func(keyView) adminReq {
-	return func(v keyView) adminReq { return adminReq{"PATCH", "/admin/keys/" + v.ID, body} }
+func patch(body string) func(admin.KeyView) adminReq {
+	return func(v admin.KeyView) adminReq { return adminReq{"PATCH", "/admin/keys/" + v.ID, body} }
 }
 
-func rotate(body string) func(keyView) adminReq {
-	return func(v keyView) adminReq { return adminReq{"POST", "/admin/keys/" + v.ID + "/rotate", body} }
+func rotate(body string) func(admin.KeyView) adminReq {
+	return func(v admin.KeyView) adminReq { return adminReq{"POST", "/admin/keys/" + v.ID + "/rotate", body} }
 }
 
-func revoke(v keyView) adminReq { return adminReq{"DELETE", "/admin/keys/" + v.ID, ""} }
+func revoke(v admin.KeyView) adminReq { return adminReq{"DELETE", "/admin/keys/" + v.ID, ""} }
 
 // secretOf is the secret a rotation answered.
 func secretOf(t *testing.T, c adminAnswer) string {
 	t.Helper()
-	var v keyView
+	var v admin.KeyView
 	if err := json.Unmarshal(c.body, &v); err != nil || v.Key == "" {
 		t.Fatalf("a rotation's answer without a secret: %s", c)
 	}
@@ -132,7 +133,7 @@ func TestKeyWritesRacing(t *testing.T) {
 	e := newEnv(t, mock.Config{})
 	const rounds = 24
 	t.Run("a revocation racing a PATCH stays", func(t *testing.T) {
-		raceKeys(t, e, rounds, revoke, patch(`{"metadata":{"raced":"yes"}}`), func(t *testing.T, v keyView, del, pat adminAnswer) {
+		raceKeys(t, e, rounds, revoke, patch(`{"metadata":{"raced":"yes"}}`), func(t *testing.T, v admin.KeyView, del, pat adminAnswer) {
 			if del.status != 204 {
 				t.Errorf("DELETE: %s", del)
 			}
@@ -149,7 +150,7 @@ func TestKeyWritesRacing(t *testing.T) {
 		})
 	})
 	t.Run("a revocation racing a rotation stays", func(t *testing.T) {
-		raceKeys(t, e, rounds, revoke, rotate(`{"grace":"1h"}`), func(t *testing.T, v keyView, del, rot adminAnswer) {
+		raceKeys(t, e, rounds, revoke, rotate(`{"grace":"1h"}`), func(t *testing.T, v admin.KeyView, del, rot adminAnswer) {
 			if del.status != 204 {
 				t.Errorf("DELETE: %s", del)
 			}
@@ -165,7 +166,7 @@ func TestKeyWritesRacing(t *testing.T) {
 		})
 	})
 	t.Run("a rotation racing a PATCH keeps both", func(t *testing.T) {
-		raceKeys(t, e, rounds, rotate(`{}`), patch(`{"name":"patched"}`), func(t *testing.T, v keyView, rot, pat adminAnswer) {
+		raceKeys(t, e, rounds, rotate(`{}`), patch(`{"name":"patched"}`), func(t *testing.T, v admin.KeyView, rot, pat adminAnswer) {
 			switch {
 			case rot.status == 200:
 				if !e.authenticates(secretOf(t, rot)) || e.authenticates(v.Key) {
@@ -194,7 +195,7 @@ func TestKeyWritesRacing(t *testing.T) {
 		// With a grace, every secret either rotation answered works, and
 		// so does the first: two rotations one after the other keep
 		// both, and of two based on one version one answers 409.
-		raceKeys(t, e, rounds, rotate(`{"grace":"1h"}`), rotate(`{"grace":"1h"}`), func(t *testing.T, v keyView, a, b adminAnswer) {
+		raceKeys(t, e, rounds, rotate(`{"grace":"1h"}`), rotate(`{"grace":"1h"}`), func(t *testing.T, v admin.KeyView, a, b adminAnswer) {
 			if a.status == 409 {
 				a, b = b, a
 			}
@@ -213,7 +214,7 @@ func TestKeyWritesRacing(t *testing.T) {
 		})
 	})
 	t.Run("PATCHes of different fields each keep their change", func(t *testing.T) {
-		raceKeys(t, e, rounds, patch(`{"name":"renamed"}`), patch(`{"metadata":{"team":"b"}}`), func(t *testing.T, v keyView, a, b adminAnswer) {
+		raceKeys(t, e, rounds, patch(`{"name":"renamed"}`), patch(`{"metadata":{"team":"b"}}`), func(t *testing.T, v admin.KeyView, a, b adminAnswer) {
 			got := e.readKeyView(v.ID)
 			for _, c := range []struct {
 				call    adminAnswer
@@ -283,7 +284,7 @@ func TestKeyWritesBasedOnOneVersion(t *testing.T) {
 	gated := &readTogether{n: 2, reads: map[string]int{}, ready: map[string]chan struct{}{}}
 	e := newEnvOpts(t, envOptions{wrap: func(s ledger.Store) ledger.Store { gated.Store = s; return gated }})
 	t.Run("two rotations", func(t *testing.T) {
-		raceKeys(t, e, 1, rotate(`{}`), rotate(`{}`), func(t *testing.T, v keyView, a, b adminAnswer) {
+		raceKeys(t, e, 1, rotate(`{}`), rotate(`{}`), func(t *testing.T, v admin.KeyView, a, b adminAnswer) {
 			if a.status == 409 {
 				a, b = b, a
 			}
@@ -296,7 +297,7 @@ func TestKeyWritesBasedOnOneVersion(t *testing.T) {
 		})
 	})
 	t.Run("PATCHes of different fields", func(t *testing.T) {
-		raceKeys(t, e, 1, patch(`{"name":"renamed"}`), patch(`{"metadata":{"team":"b"}}`), func(t *testing.T, v keyView, a, b adminAnswer) {
+		raceKeys(t, e, 1, patch(`{"name":"renamed"}`), patch(`{"metadata":{"team":"b"}}`), func(t *testing.T, v admin.KeyView, a, b adminAnswer) {
 			got := e.readKeyView(v.ID)
 			if a.status != 200 || b.status != 200 || got.Name != "renamed" || got.Metadata["team"] != "b" || got.Version != 3 {
 				t.Fatalf("two PATCHes of one version: %s and %s; the key: %+v", a, b, got)
@@ -304,7 +305,7 @@ func TestKeyWritesBasedOnOneVersion(t *testing.T) {
 		})
 	})
 	t.Run("a rotation and a PATCH", func(t *testing.T) {
-		raceKeys(t, e, 1, rotate(`{}`), patch(`{"name":"renamed"}`), func(t *testing.T, v keyView, rot, pat adminAnswer) {
+		raceKeys(t, e, 1, rotate(`{}`), patch(`{"name":"renamed"}`), func(t *testing.T, v admin.KeyView, rot, pat adminAnswer) {
 			if rot.status != 200 || pat.status != 200 || e.readKeyView(v.ID).Name != "renamed" {
 				t.Fatalf("a rotation and a PATCH of one version: %s and %s", rot, pat)
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	oopt2 "github.com/openai/openai-go/v3/option"
 
+	"github.com/oncegate/oncegate/internal/admin"
 	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/mock"
@@ -44,9 +45,9 @@ func (e *env) adminDo(key, method, path, body string, out any) (int, []byte) {
 }
 
 // issue issues a virtual key through the admin API.
-func (e *env) issue(body string) keyView {
+func (e *env) issue(body string) admin.KeyView {
 	e.t.Helper()
-	var v keyView
+	var v admin.KeyView
 	if st, b := e.adminDo(keyAdmin, "POST", "/admin/keys", body, &v); st != 201 || !strings.HasPrefix(v.Key, "og-") {
 		e.t.Fatalf("issue %s: %d %s", body, st, b)
 	}
@@ -141,7 +142,7 @@ func TestAdminAPIAuthAndStrictJSON(t *testing.T) {
 func TestVirtualKeyRotateWithGraceAndUpdate(t *testing.T) {
 	e := newEnv(t, mock.Config{})
 	v := e.issue(`{"tenant":"acme"}`)
-	var rot keyView
+	var rot admin.KeyView
 	if st, b := e.adminDo(keyAdmin, "POST", "/admin/keys/"+v.ID+"/rotate", `{"grace":"1h"}`, &rot); st != 200 || rot.Key == "" || rot.Key == v.Key {
 		t.Fatalf("rotate: %d %s", st, b)
 	}
@@ -250,7 +251,7 @@ func TestVirtualKeyLimits(t *testing.T) {
 		if n := e.primary.Stats().Requests - before; n != sent {
 			t.Fatalf("after the limit the primary saw %d more", n-sent)
 		}
-		var got keyView
+		var got admin.KeyView
 		e.adminDo(keyAdmin, "GET", "/admin/keys/"+v.ID, "", &got)
 		if got.Spend == nil || got.Spend.TodayUSD <= 0 || got.Spend.TodayUSD > 0.0005 {
 			t.Fatalf("the key's spend today: %+v", got.Spend)
@@ -306,7 +307,7 @@ func TestVirtualKeyConcurrentNeverOvershoots(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	rows, err := e.gw.Spend(ctx, "key", time.Now().Add(-time.Hour), time.Now().Add(time.Hour), SpendFilter{Tenant: "acme"})
+	rows, err := e.gw.adminAPI().Spend(ctx, "key", time.Now().Add(-time.Hour), time.Now().Add(time.Hour), admin.SpendFilter{Tenant: "acme"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +328,7 @@ func TestVirtualKeyConcurrentNeverOvershoots(t *testing.T) {
 func TestVirtualKeySecretNeverStored(t *testing.T) {
 	e := newEnv(t, mock.Config{})
 	v := e.issue(`{"tenant":"acme"}`)
-	var rot keyView
+	var rot admin.KeyView
 	e.adminDo(keyAdmin, "POST", "/admin/keys/"+v.ID+"/rotate", `{"grace":"1h"}`, &rot)
 	stored, err := e.store.Key(context.Background(), v.ID)
 	if err != nil || len(stored.Previous) != 1 {
@@ -406,7 +407,7 @@ func TestSpendReportEqualsReceipts(t *testing.T) {
 		}
 	}
 	for by, groups := range want {
-		var rep struct{ Data []SpendRow }
+		var rep struct{ Data []admin.SpendRow }
 		if st, body := e.adminDo(keyAdmin, "GET", "/admin/spend?group_by="+by, "", &rep); st != 200 {
 			t.Fatalf("%s: %d %s", by, st, body)
 		}
@@ -424,7 +425,7 @@ func TestSpendReportEqualsReceipts(t *testing.T) {
 		}
 		_, csvBody := e.adminDo(keyAdmin, "GET", "/admin/spend?format=csv&group_by="+by, "", nil)
 		var buf bytes.Buffer
-		_ = WriteSpendCSV(&buf, rep.Data)
+		_ = admin.WriteSpendCSV(&buf, rep.Data)
 		if !bytes.Equal(csvBody, buf.Bytes()) || !bytes.HasPrefix(csvBody, []byte("group,requests,attempts,input_tokens,output_tokens,cost_usd,orphans_cost_usd\n")) {
 			t.Errorf("by %s: the CSV differs from the JSON:\n%s", by, csvBody)
 		}

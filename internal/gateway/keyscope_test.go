@@ -15,6 +15,7 @@ import (
 	oopt2 "github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 
+	"github.com/oncegate/oncegate/internal/admin"
 	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/identity"
 	"github.com/oncegate/oncegate/internal/mock"
@@ -203,7 +204,7 @@ func TestVirtualKeysIdempotencyKeysAreTheirOwn(t *testing.T) {
 		if rc := e.receipt(id); rc.KeyID != k || rc.Totals.CostUSD <= 0 {
 			t.Fatalf("receipt %s: key %q, cost %v; want %q", id, rc.KeyID, rc.Totals.CostUSD, k)
 		}
-		var v keyView
+		var v admin.KeyView
 		if st, body := e.adminDo(keyAdmin, "GET", "/admin/keys/"+k, "", &v); st != 200 || v.Spend == nil || v.Spend.TodayUSD <= 0 {
 			t.Fatalf("key %s was charged nothing for its generation: %d %s", k, st, body)
 		}

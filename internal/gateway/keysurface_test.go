@@ -10,6 +10,7 @@ import (
 	oopt2 "github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 
+	"github.com/oncegate/oncegate/internal/admin"
 	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/mock"
@@ -124,7 +125,7 @@ func TestVirtualKeyLimitsOnResponses(t *testing.T) {
 		if n := e.primary.Requests() - before; n != 0 {
 			t.Fatalf("the refused turn reached the provider (%d requests)", n)
 		}
-		var got keyView
+		var got admin.KeyView
 		e.adminDo(keyAdmin, "GET", "/admin/keys/"+v.ID, "", &got)
 		if got.Spend == nil || got.Spend.TodayUSD <= 0 || got.Spend.TodayUSD > 0.0005 {
 			t.Fatalf("the key's spend today: %+v", got.Spend)

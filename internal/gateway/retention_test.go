@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/admin"
 	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/clock"
 	"github.com/oncegate/oncegate/internal/gw"
@@ -125,7 +126,7 @@ func TestRetentionSweepsOldReceiptsAndEvents(t *testing.T) {
 // counts.
 func (e *env) spendRequests(path string) int {
 	e.t.Helper()
-	var rep struct{ Data []SpendRow }
+	var rep struct{ Data []admin.SpendRow }
 	if st, body := e.adminDo(keyAdmin, "GET", path, "", &rep); st != 200 {
 		e.t.Fatalf("%s: %d %s", path, st, body)
 	}

@@ -1,4 +1,4 @@
-package gateway
+package admin
 
 import (
 	"errors"
@@ -74,14 +74,14 @@ func ifMatch(r *http.Request) (precondition, *api.Error) {
 // fields each keep theirs), at most keyWriteTries times. A revoked key is
 // 409 key_revoked; an If-Match the key's version does not pass, 412.
 // change may refuse with its own error, which is answered as it is.
-func (g *Gateway) keyWrite(r *http.Request, change func(k *ledger.Key) *api.Error) (*ledger.Key, *api.Error) {
+func (a *API) keyWrite(r *http.Request, change func(k *ledger.Key) *api.Error) (*ledger.Key, *api.Error) {
 	cond, e := ifMatch(r)
 	if e != nil {
 		return nil, e
 	}
 	id := r.PathValue("id")
 	for range keyWriteTries {
-		k, e := g.readStoredKey(r, id)
+		k, e := a.readStoredKey(r, id)
 		if e != nil {
 			return nil, e
 		}
@@ -94,7 +94,7 @@ func (g *Gateway) keyWrite(r *http.Request, change func(k *ledger.Key) *api.Erro
 		if e := change(k); e != nil {
 			return nil, e
 		}
-		err := g.ledger.UpdateKey(r.Context(), k)
+		err := a.store.UpdateKey(r.Context(), k)
 		switch {
 		case err == nil:
 			return k, nil
@@ -105,7 +105,7 @@ func (g *Gateway) keyWrite(r *http.Request, change func(k *ledger.Key) *api.Erro
 		case errors.Is(err, ledger.ErrNotFound):
 			return nil, api.Errorf(api.CodeNotFound, "no key %q", id)
 		}
-		return nil, storeAPIError(err)
+		return nil, api.StoreUnavailable(err)
 	}
 	return nil, api.Errorf(api.CodeKeyConflict, "key %s kept changing while this change was applied (%d tries); read it and try again", id, keyWriteTries)
 }
@@ -115,17 +115,17 @@ func (g *Gateway) keyWrite(r *http.Request, change func(k *ledger.Key) *api.Erro
 // lose; with one, at the version read if that passes (412 otherwise). A
 // key revoked already is answered as revoked: a revocation is final and
 // its time stays the first one's.
-func (g *Gateway) revoke(r *http.Request) (*ledger.Key, *api.Error) {
+func (a *API) revoke(r *http.Request) (*ledger.Key, *api.Error) {
 	cond, e := ifMatch(r)
 	if e != nil {
 		return nil, e
 	}
 	id := r.PathValue("id")
-	now := g.clock.Now().UTC()
+	now := a.clock.Now().UTC()
 	for range keyWriteTries {
 		var version int64
 		if cond.set {
-			k, e := g.readStoredKey(r, id)
+			k, e := a.readStoredKey(r, id)
 			switch {
 			case e != nil:
 				return nil, e
@@ -136,30 +136,30 @@ func (g *Gateway) revoke(r *http.Request) (*ledger.Key, *api.Error) {
 			}
 			version = k.Version
 		}
-		k, err := g.ledger.RevokeKey(r.Context(), id, version, now)
+		k, err := a.store.RevokeKey(r.Context(), id, version, now)
 		switch {
 		case err == nil:
 			return k, nil
 		case errors.Is(err, ledger.ErrConflict):
 			continue // changed since it passed If-Match: check again
 		case errors.Is(err, ledger.ErrKeyRevoked):
-			return g.readStoredKey(r, id)
+			return a.readStoredKey(r, id)
 		case errors.Is(err, ledger.ErrNotFound):
 			return nil, api.Errorf(api.CodeNotFound, "no key %q", id)
 		}
-		return nil, storeAPIError(err)
+		return nil, api.StoreUnavailable(err)
 	}
 	return nil, api.Errorf(api.CodeKeyConflict, "key %s kept changing while it was revoked (%d tries); try again", id, keyWriteTries)
 }
 
 // readStoredKey reads key id: 404 when there is none.
-func (g *Gateway) readStoredKey(r *http.Request, id string) (*ledger.Key, *api.Error) {
-	k, err := g.ledger.Key(r.Context(), id)
+func (a *API) readStoredKey(r *http.Request, id string) (*ledger.Key, *api.Error) {
+	k, err := a.store.Key(r.Context(), id)
 	if errors.Is(err, ledger.ErrNotFound) {
 		return nil, api.Errorf(api.CodeNotFound, "no key %q", id)
 	}
 	if err != nil {
-		return nil, storeAPIError(err)
+		return nil, api.StoreUnavailable(err)
 	}
 	return k, nil
 }

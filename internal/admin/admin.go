@@ -1,4 +1,17 @@
-package gateway
+// Package admin is oncegate's admin API (docs/keys.md): it owns the
+// routes /admin/keys, /admin/keys/{id} and /admin/keys/{id}/rotate —
+// virtual keys issued, listed, read, changed, revoked and rotated at run
+// time — and /admin/spend, the spend report, all behind the admin key
+// (admin_key_env). Bodies are strict JSON: an unknown field, a wrong type
+// or a member given twice is a 400 naming it. Every change to a key is
+// one conditional write on its version (keyWrite), so racing admin calls
+// never lose each other's change and a revocation is final. Every action
+// is one audit log line (who, what, which key — never a secret) and a
+// count in oncegate_admin_actions_total.
+//
+// It knows the running gateway only through Gateway, and the ledger
+// through ledger.Store: it does not import internal/gateway.
+package admin
 
 import (
 	"context"
@@ -13,41 +26,33 @@ import (
 	"github.com/oncegate/oncegate/internal/vkey"
 )
 
-// The admin API (docs/keys.md): virtual keys issued, listed, read,
-// changed, revoked and rotated at run time, and the spend report — all
-// behind the admin key (admin_key_env). Bodies are strict JSON: an
-// unknown field, a wrong type or a member given twice is a 400 naming
-// it. Every change to a key is one conditional write on its version
-// (keyWrite), so racing admin calls never lose each other's change and
-// a revocation is final. Every action is one audit log line (who, what,
-// which key — never a secret) and a count in
-// oncegate_admin_actions_total.
-
-// adminRoutes adds the admin API to m.
-func (g *Gateway) adminRoutes(m *http.ServeMux) {
-	m.HandleFunc("POST /admin/keys", g.admin(g.issueKey))
-	m.HandleFunc("GET /admin/keys", g.admin(g.listKeys))
-	m.HandleFunc("GET /admin/keys/{id}", g.admin(g.readKey))
-	m.HandleFunc("PATCH /admin/keys/{id}", g.admin(g.updateKey))
-	m.HandleFunc("DELETE /admin/keys/{id}", g.admin(g.revokeKey))
-	m.HandleFunc("POST /admin/keys/{id}/rotate", g.admin(g.rotateKey))
-	m.HandleFunc("GET /admin/spend", g.admin(g.serveSpend))
+// Mount adds the admin API's routes to m: /admin/keys, /admin/keys/{id},
+// /admin/keys/{id}/rotate and /admin/spend, each with its 405 for the
+// other methods.
+func (a *API) Mount(m *http.ServeMux) {
+	m.HandleFunc("POST /admin/keys", a.adminOnly(a.issueKey))
+	m.HandleFunc("GET /admin/keys", a.adminOnly(a.listKeys))
+	m.HandleFunc("GET /admin/keys/{id}", a.adminOnly(a.readKey))
+	m.HandleFunc("PATCH /admin/keys/{id}", a.adminOnly(a.updateKey))
+	m.HandleFunc("DELETE /admin/keys/{id}", a.adminOnly(a.revokeKey))
+	m.HandleFunc("POST /admin/keys/{id}/rotate", a.adminOnly(a.rotateKey))
+	m.HandleFunc("GET /admin/spend", a.adminOnly(a.serveSpend))
 	for path, allow := range map[string]string{"/admin/keys": "GET, POST", "/admin/keys/{id}": "GET, PATCH, DELETE",
 		"/admin/keys/{id}/rotate": "POST", "/admin/spend": "GET"} {
-		m.HandleFunc(path, methodNotAllowed(allow))
+		m.HandleFunc(path, api.MethodNotAllowed(allow))
 	}
 }
 
-// admin lets the admin key through; a tenant's key or a virtual key is
-// 403, anything else 401.
-func (g *Gateway) admin(h http.HandlerFunc) http.HandlerFunc {
+// adminOnly lets the admin key through; a tenant's key or a virtual key
+// is 403, anything else 401.
+func (a *API) adminOnly(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		switch {
-		case g.cur.Load().adminKey == "":
+		case !a.gw.AdminEnabled():
 			api.Errorf(api.CodeUnauthorized, "the admin API is off: set admin_key_env (or admin_key_file)").Write(w, provider.OpenAI, api.Meta{})
-		case g.isAdmin(r):
+		case a.gw.IsAdmin(r):
 			h(w, r)
-		case g.tenant(r) != nil:
+		case a.gw.IsTenant(r):
 			api.Errorf(api.CodeForbidden, "the admin API needs the admin key; a tenant's or a virtual key may not use it").Write(w, provider.OpenAI, api.Meta{})
 		default:
 			api.Errorf(api.CodeUnauthorized, "the admin API needs the admin key (admin_key_env)").Write(w, provider.OpenAI, api.Meta{})
@@ -66,9 +71,9 @@ type keyBody struct {
 	Metadata        *map[string]string `json:"metadata"`
 }
 
-// keyView is a key as the admin API shows it; Key (the secret) only on
+// KeyView is a key as the admin API shows it; Key (the secret) only on
 // issue and rotate.
-type keyView struct {
+type KeyView struct {
 	ID              string            `json:"id"`
 	Object          string            `json:"object"`
 	Key             string            `json:"key,omitempty"`
@@ -88,19 +93,20 @@ type keyView struct {
 	// Previous are the secrets rotations replaced that still work, each
 	// until its own end; PreviousValidUntil is the last of those ends
 	// (both absent when none works).
-	Previous           []prevView `json:"previous,omitempty"`
+	Previous           []PrevView `json:"previous,omitempty"`
 	PreviousValidUntil *time.Time `json:"previous_valid_until,omitempty"`
 	// Spend is what the key was charged today and this month (UTC).
-	Spend *keySpendView `json:"spend,omitempty"`
+	Spend *KeySpendView `json:"spend,omitempty"`
 }
 
-// prevView is a previous secret as the admin API shows it.
-type prevView struct {
+// PrevView is a previous secret as the admin API shows it.
+type PrevView struct {
 	Prefix     string    `json:"prefix"`
 	ValidUntil time.Time `json:"valid_until"`
 }
 
-type keySpendView struct {
+// KeySpendView is what a key was charged, as the admin API shows it.
+type KeySpendView struct {
 	TodayUSD float64 `json:"today_usd"`
 	MonthUSD float64 `json:"month_usd"`
 }
@@ -112,13 +118,13 @@ func timePtr(t time.Time) *time.Time {
 	return &t
 }
 
-func viewOf(k *ledger.Key, now time.Time) keyView {
-	v := keyView{ID: k.ID, Object: "key", Prefix: k.Prefix, Tenant: k.Tenant, Name: k.Name, Models: k.Spec.Models, Budget: k.Spec.Budget,
+func viewOf(k *ledger.Key, now time.Time) KeyView {
+	v := KeyView{ID: k.ID, Object: "key", Prefix: k.Prefix, Tenant: k.Tenant, Name: k.Name, Models: k.Spec.Models, Budget: k.Spec.Budget,
 		MaxDataBoundary: k.Spec.MaxDataBoundary, ExpiresAt: timePtr(k.ExpiresAt), Metadata: k.Spec.Metadata,
 		CreatedAt: k.CreatedAt, UpdatedAt: k.UpdatedAt, RevokedAt: timePtr(k.RevokedAt), Version: k.Version}
 	if !k.Revoked() {
 		for _, p := range k.LivePrevious(now) {
-			v.Previous = append(v.Previous, prevView{Prefix: p.Prefix, ValidUntil: p.Until})
+			v.Previous = append(v.Previous, PrevView{Prefix: p.Prefix, ValidUntil: p.Until})
 			if v.PreviousValidUntil == nil || p.Until.After(*v.PreviousValidUntil) {
 				v.PreviousValidUntil = timePtr(p.Until)
 			}
@@ -133,9 +139,9 @@ func viewOf(k *ledger.Key, now time.Time) keyView {
 	return v
 }
 
-// maxKeyModels bounds a key's models list (after duplicates are
+// MaxKeyModels bounds a key's models list (after duplicates are
 // dropped).
-const maxKeyModels = 256
+const MaxKeyModels = 256
 
 // distinct is list without its repeats, in the order of first sight.
 func distinct(list []string) []string {
@@ -152,11 +158,11 @@ func distinct(list []string) []string {
 
 // apply checks b and writes what it sets into k (issue: the tenant
 // too). Every refusal names its field.
-func (g *Gateway) apply(k *ledger.Key, b *keyBody, issue bool, now time.Time) *api.Error {
+func (a *API) apply(k *ledger.Key, b *keyBody, issue bool, now time.Time) *api.Error {
 	bad := func(param, format string, args ...any) *api.Error {
 		return &api.Error{Code: api.CodeInvalidRequest, Param: param, Message: fmt.Sprintf(format, args...)}
 	}
-	pol := g.policy()
+	pol := a.gw.Policy()
 	if issue {
 		if b.Tenant == nil || *b.Tenant == "" {
 			return bad("tenant", "tenant is required: the configured tenant the key belongs to")
@@ -176,8 +182,8 @@ func (g *Gateway) apply(k *ledger.Key, b *keyBody, issue bool, now time.Time) *a
 	}
 	if b.Models != nil {
 		models := distinct(*b.Models)
-		if len(models) > maxKeyModels {
-			return bad("models", "a key lists at most %d models, not %d", maxKeyModels, len(models))
+		if len(models) > MaxKeyModels {
+			return bad("models", "a key lists at most %d models, not %d", MaxKeyModels, len(models))
 		}
 		for _, m := range models {
 			if pol.Alias(m) == nil {
@@ -228,39 +234,39 @@ func (g *Gateway) apply(k *ledger.Key, b *keyBody, issue bool, now time.Time) *a
 }
 
 // audit logs an admin action and counts it.
-func (g *Gateway) audit(r *http.Request, action string, k *ledger.Key) {
-	g.metrics.ObserveAdminAction(action)
-	g.log.Info("admin action", "action", action, "by", "admin", "remote", r.RemoteAddr, "key_id", k.ID, "tenant", k.Tenant, "name", k.Name)
+func (a *API) audit(r *http.Request, action string, k *ledger.Key) {
+	a.metrics.ObserveAdminAction(action)
+	a.log.Info("admin action", "action", action, "by", "admin", "remote", r.RemoteAddr, "key_id", k.ID, "tenant", k.Tenant, "name", k.Name)
 }
 
 // issueKey answers POST /admin/keys: 201 with the secret, shown once.
-func (g *Gateway) issueKey(w http.ResponseWriter, r *http.Request) {
+func (a *API) issueKey(w http.ResponseWriter, r *http.Request) {
 	var b keyBody
 	if e := api.ReadStrict(r, &b, "metadata"); e != nil {
 		e.Write(w, provider.OpenAI, api.Meta{})
 		return
 	}
-	now := g.clock.Now().UTC()
+	now := a.clock.Now().UTC()
 	secret, display := vkey.New()
-	k := &ledger.Key{ID: vkey.NewID(), Digest: vkey.Digest(g.secret, secret), Prefix: display, CreatedAt: now, UpdatedAt: now}
-	if e := g.apply(k, &b, true, now); e != nil {
+	k := &ledger.Key{ID: vkey.NewID(), Digest: vkey.Digest(a.secret, secret), Prefix: display, CreatedAt: now, UpdatedAt: now}
+	if e := a.apply(k, &b, true, now); e != nil {
 		e.Write(w, provider.OpenAI, api.Meta{})
 		return
 	}
-	if err := g.ledger.CreateKey(r.Context(), k); err != nil {
-		storeAPIError(err).Write(w, provider.OpenAI, api.Meta{})
+	if err := a.store.CreateKey(r.Context(), k); err != nil {
+		api.StoreUnavailable(err).Write(w, provider.OpenAI, api.Meta{})
 		return
 	}
-	g.keys.Changed(r.Context(), k.ID)
-	g.audit(r, "issue", k)
+	a.gw.KeyChanged(r.Context(), k.ID)
+	a.audit(r, "issue", k)
 	v := viewOf(k, now)
 	v.Key = secret
 	w.Header().Set("ETag", etagOf(k))
-	writeJSON(w, http.StatusCreated, v)
+	api.WriteJSON(w, http.StatusCreated, v)
 }
 
 // listKeys answers GET /admin/keys?tenant=&name=&revoked=.
-func (g *Gateway) listKeys(w http.ResponseWriter, r *http.Request) {
+func (a *API) listKeys(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := ledger.KeyFilter{Tenant: q.Get("tenant"), Name: q.Get("name")}
 	switch q.Get("revoked") {
@@ -272,38 +278,38 @@ func (g *Gateway) listKeys(w http.ResponseWriter, r *http.Request) {
 		(&api.Error{Code: api.CodeInvalidRequest, Param: "revoked", Message: "revoked must be true or false"}).Write(w, provider.OpenAI, api.Meta{})
 		return
 	}
-	list, err := g.ledger.Keys(r.Context(), f)
+	list, err := a.store.Keys(r.Context(), f)
 	if err != nil {
-		storeAPIError(err).Write(w, provider.OpenAI, api.Meta{})
+		api.StoreUnavailable(err).Write(w, provider.OpenAI, api.Meta{})
 		return
 	}
-	today, month, err := g.keySpends(r.Context())
+	today, month, err := a.keySpends(r.Context())
 	if err != nil {
-		storeAPIError(err).Write(w, provider.OpenAI, api.Meta{})
+		api.StoreUnavailable(err).Write(w, provider.OpenAI, api.Meta{})
 		return
 	}
-	now := g.clock.Now()
-	data := make([]keyView, len(list))
+	now := a.clock.Now()
+	data := make([]KeyView, len(list))
 	for i, k := range list {
 		data[i] = viewOf(k, now)
-		data[i].Spend = &keySpendView{TodayUSD: gw.NanoUSD(today[k.ID]).USD(), MonthUSD: gw.NanoUSD(month[k.ID]).USD()}
+		data[i].Spend = &KeySpendView{TodayUSD: gw.NanoUSD(today[k.ID]).USD(), MonthUSD: gw.NanoUSD(month[k.ID]).USD()}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+	api.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
 
 // keySpends is what each key was charged today and this month.
-func (g *Gateway) keySpends(ctx context.Context) (today, month map[string]int64, err error) {
-	now := g.clock.Now()
-	if today, err = g.ledger.KeySpend(ctx, gw.Day(now), gw.Day(now)); err != nil {
+func (a *API) keySpends(ctx context.Context) (today, month map[string]int64, err error) {
+	now := a.clock.Now()
+	if today, err = a.store.KeySpend(ctx, gw.Day(now), gw.Day(now)); err != nil {
 		return nil, nil, err
 	}
-	month, err = g.ledger.KeySpend(ctx, ledger.MonthStart(now), gw.Day(now))
+	month, err = a.store.KeySpend(ctx, ledger.MonthStart(now), gw.Day(now))
 	return today, month, err
 }
 
 // storedKey reads the key {id}, or answers 404.
-func (g *Gateway) storedKey(w http.ResponseWriter, r *http.Request) *ledger.Key {
-	k, e := g.readStoredKey(r, r.PathValue("id"))
+func (a *API) storedKey(w http.ResponseWriter, r *http.Request) *ledger.Key {
+	k, e := a.readStoredKey(r, r.PathValue("id"))
 	if e != nil {
 		e.Write(w, provider.OpenAI, api.Meta{})
 		return nil
@@ -312,34 +318,34 @@ func (g *Gateway) storedKey(w http.ResponseWriter, r *http.Request) *ledger.Key 
 }
 
 // readKey answers GET /admin/keys/{id}, with its spend.
-func (g *Gateway) readKey(w http.ResponseWriter, r *http.Request) {
-	k := g.storedKey(w, r)
+func (a *API) readKey(w http.ResponseWriter, r *http.Request) {
+	k := a.storedKey(w, r)
 	if k == nil {
 		return
 	}
-	today, month, err := g.keySpends(r.Context())
+	today, month, err := a.keySpends(r.Context())
 	if err != nil {
-		storeAPIError(err).Write(w, provider.OpenAI, api.Meta{})
+		api.StoreUnavailable(err).Write(w, provider.OpenAI, api.Meta{})
 		return
 	}
-	v := viewOf(k, g.clock.Now())
-	v.Spend = &keySpendView{TodayUSD: gw.NanoUSD(today[k.ID]).USD(), MonthUSD: gw.NanoUSD(month[k.ID]).USD()}
+	v := viewOf(k, a.clock.Now())
+	v.Spend = &KeySpendView{TodayUSD: gw.NanoUSD(today[k.ID]).USD(), MonthUSD: gw.NanoUSD(month[k.ID]).USD()}
 	w.Header().Set("ETag", etagOf(k))
-	writeJSON(w, http.StatusOK, v)
+	api.WriteJSON(w, http.StatusOK, v)
 }
 
 // updateKey answers PATCH /admin/keys/{id}: name, models, budget,
 // boundary, expiry, metadata. Racing another change, the body is
 // applied again to the key as that change left it (keyWrite).
-func (g *Gateway) updateKey(w http.ResponseWriter, r *http.Request) {
+func (a *API) updateKey(w http.ResponseWriter, r *http.Request) {
 	var b keyBody
 	if e := api.ReadStrict(r, &b, "metadata"); e != nil {
 		e.Write(w, provider.OpenAI, api.Meta{})
 		return
 	}
-	now := g.clock.Now().UTC()
-	k, e := g.keyWrite(r, func(k *ledger.Key) *api.Error {
-		if e := g.apply(k, &b, false, now); e != nil {
+	now := a.clock.Now().UTC()
+	k, e := a.keyWrite(r, func(k *ledger.Key) *api.Error {
+		if e := a.apply(k, &b, false, now); e != nil {
 			return e
 		}
 		k.UpdatedAt = now
@@ -349,23 +355,23 @@ func (g *Gateway) updateKey(w http.ResponseWriter, r *http.Request) {
 		e.Write(w, provider.OpenAI, api.Meta{})
 		return
 	}
-	g.keys.Changed(r.Context(), k.ID)
-	g.audit(r, "update", k)
+	a.gw.KeyChanged(r.Context(), k.ID)
+	a.audit(r, "update", k)
 	w.Header().Set("ETag", etagOf(k))
-	writeJSON(w, http.StatusOK, viewOf(k, now))
+	api.WriteJSON(w, http.StatusOK, viewOf(k, now))
 }
 
 // revokeKey answers DELETE /admin/keys/{id}: 204, and the key is refused
 // on every replica within a second. The revocation is one conditional
 // write no later change undoes; a key revoked already is 204 too.
-func (g *Gateway) revokeKey(w http.ResponseWriter, r *http.Request) {
-	k, e := g.revoke(r)
+func (a *API) revokeKey(w http.ResponseWriter, r *http.Request) {
+	k, e := a.revoke(r)
 	if e != nil {
 		e.Write(w, provider.OpenAI, api.Meta{})
 		return
 	}
-	g.keys.Changed(r.Context(), k.ID)
-	g.audit(r, "revoke", k)
+	a.gw.KeyChanged(r.Context(), k.ID)
+	a.audit(r, "revoke", k)
 	w.Header().Set("ETag", etagOf(k))
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -375,7 +381,7 @@ func (g *Gateway) revokeKey(w http.ResponseWriter, r *http.Request) {
 // and the secrets earlier rotations replaced keep their own ends. Of two
 // rotations racing, one wins: the other finds the secret it was to
 // replace gone and answers 409 key_conflict.
-func (g *Gateway) rotateKey(w http.ResponseWriter, r *http.Request) {
+func (a *API) rotateKey(w http.ResponseWriter, r *http.Request) {
 	var b struct {
 		Grace string `json:"grace"`
 	}
@@ -392,10 +398,10 @@ func (g *Gateway) rotateKey(w http.ResponseWriter, r *http.Request) {
 		}
 		grace = d
 	}
-	now := g.clock.Now().UTC()
+	now := a.clock.Now().UTC()
 	secret, display := vkey.New()
 	replaced := "" // the secret this rotation replaces: the first one read
-	k, e := g.keyWrite(r, func(k *ledger.Key) *api.Error {
+	k, e := a.keyWrite(r, func(k *ledger.Key) *api.Error {
 		if replaced == "" {
 			replaced = k.Digest
 		} else if k.Digest != replaced {
@@ -409,17 +415,17 @@ func (g *Gateway) rotateKey(w http.ResponseWriter, r *http.Request) {
 			prev = append(prev, ledger.PrevSecret{Digest: k.Digest, Prefix: k.Prefix, Until: now.Add(grace)})
 		}
 		k.Previous = prev
-		k.Digest, k.Prefix, k.UpdatedAt = vkey.Digest(g.secret, secret), display, now
+		k.Digest, k.Prefix, k.UpdatedAt = vkey.Digest(a.secret, secret), display, now
 		return nil
 	})
 	if e != nil {
 		e.Write(w, provider.OpenAI, api.Meta{})
 		return
 	}
-	g.keys.Changed(r.Context(), k.ID)
-	g.audit(r, "rotate", k)
+	a.gw.KeyChanged(r.Context(), k.ID)
+	a.audit(r, "rotate", k)
 	v := viewOf(k, now)
 	v.Key = secret
 	w.Header().Set("ETag", etagOf(k))
-	writeJSON(w, http.StatusOK, v)
+	api.WriteJSON(w, http.StatusOK, v)
 }

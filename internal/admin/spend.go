@@ -1,4 +1,4 @@
-package gateway
+package admin
 
 import (
 	"cmp"
@@ -56,7 +56,7 @@ func (f SpendFilter) keep(rc *receipt.Receipt) bool {
 
 // serveSpend answers GET /admin/spend?group_by=&from=&to=&format=, and
 // the filters tenant=, key=, model=.
-func (g *Gateway) serveSpend(w http.ResponseWriter, r *http.Request) {
+func (a *API) serveSpend(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	bad := func(param, format string, args ...any) {
 		(&api.Error{Code: api.CodeInvalidRequest, Param: param, Message: fmt.Sprintf(format, args...)}).Write(w, provider.OpenAI, api.Meta{})
@@ -71,7 +71,7 @@ func (g *Gateway) serveSpend(w http.ResponseWriter, r *http.Request) {
 		bad("format", "format must be json or csv")
 		return
 	}
-	now := g.clock.Now().UTC()
+	now := a.clock.Now().UTC()
 	from, to := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC), now.Add(time.Nanosecond)
 	for _, p := range []struct {
 		name string
@@ -86,9 +86,9 @@ func (g *Gateway) serveSpend(w http.ResponseWriter, r *http.Request) {
 			*p.t = t
 		}
 	}
-	rows, err := g.Spend(r.Context(), by, from, to, SpendFilter{Tenant: q.Get("tenant"), Key: q.Get("key"), Model: q.Get("model")})
+	rows, err := a.Spend(r.Context(), by, from, to, SpendFilter{Tenant: q.Get("tenant"), Key: q.Get("key"), Model: q.Get("model")})
 	if err != nil {
-		storeAPIError(err).Write(w, provider.OpenAI, api.Meta{})
+		api.StoreUnavailable(err).Write(w, provider.OpenAI, api.Meta{})
 		return
 	}
 	if format == "csv" {
@@ -96,7 +96,7 @@ func (g *Gateway) serveSpend(w http.ResponseWriter, r *http.Request) {
 		_ = WriteSpendCSV(w, rows)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "spend", "group_by": by, "from": from, "to": to, "data": rows})
+	api.WriteJSON(w, http.StatusOK, map[string]any{"object": "spend", "group_by": by, "from": from, "to": to, "data": rows})
 }
 
 // parseWhen reads an RFC 3339 time or a UTC date.
@@ -122,8 +122,8 @@ func WriteSpendCSV(w interface{ Write([]byte) (int, error) }, rows []SpendRow) e
 // Spend sums the receipts created in [from, to) that f keeps by group
 // (tenant, key, model, route or day), of every tenant configured or
 // owning a key. Rows come sorted by group.
-func (g *Gateway) Spend(ctx context.Context, by string, from, to time.Time, f SpendFilter) ([]SpendRow, error) {
-	tenants, err := g.spendTenants(ctx, f.Tenant)
+func (a *API) Spend(ctx context.Context, by string, from, to time.Time, f SpendFilter) ([]SpendRow, error) {
+	tenants, err := a.spendTenants(ctx, f.Tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +135,7 @@ func (g *Gateway) Spend(ctx context.Context, by string, from, to time.Time, f Sp
 		return groups[k]
 	}
 	for _, t := range tenants {
-		err := g.eachReceipt(ctx, t, from, func(rc *receipt.Receipt) {
+		err := a.eachReceipt(ctx, t, from, func(rc *receipt.Receipt) {
 			if rc.CreatedAt.Before(from) || !rc.CreatedAt.Before(to) || !f.keep(rc) {
 				return
 			}
@@ -195,15 +195,15 @@ func addReceipt(by string, rc *receipt.Receipt, row func(string) *SpendRow) {
 }
 
 // spendTenants are the tenants whose receipts the report reads.
-func (g *Gateway) spendTenants(ctx context.Context, only string) ([]string, error) {
+func (a *API) spendTenants(ctx context.Context, only string) ([]string, error) {
 	if only != "" {
 		return []string{only}, nil
 	}
 	var out []string
-	for _, t := range g.policy().Tenants {
+	for _, t := range a.gw.Policy().Tenants {
 		out = append(out, t.ID)
 	}
-	keys, err := g.ledger.Keys(ctx, ledger.KeyFilter{})
+	keys, err := a.store.Keys(ctx, ledger.KeyFilter{})
 	if err != nil {
 		return nil, err
 	}
@@ -217,10 +217,10 @@ func (g *Gateway) spendTenants(ctx context.Context, only string) ([]string, erro
 
 // eachReceipt calls f with a tenant's receipts, newest first, until one
 // created well before from.
-func (g *Gateway) eachReceipt(ctx context.Context, tenant string, from time.Time, f func(*receipt.Receipt)) error {
+func (a *API) eachReceipt(ctx context.Context, tenant string, from time.Time, f func(*receipt.Receipt)) error {
 	after := ""
 	for {
-		page, err := g.ledger.Receipts(ctx, tenant, 500, after)
+		page, err := a.store.Receipts(ctx, tenant, 500, after)
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,38 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/oncegate/oncegate/internal/admin"
+	"github.com/oncegate/oncegate/internal/policy"
+)
+
+// The admin API (internal/admin, docs/keys.md) is served from the
+// gateway's router but knows the gateway only through the narrow view
+// below: the policy in force, who a request is, and the key cache.
+
+// apiHost is the gateway as the packages it mounts see it.
+type apiHost struct{ g *Gateway }
+
+var _ admin.Gateway = apiHost{}
+
+// Policy is the policy in force.
+func (h apiHost) Policy() *policy.Policy { return h.g.policy() }
+
+// AdminEnabled reports whether an admin key is configured.
+func (h apiHost) AdminEnabled() bool { return h.g.cur.Load().adminKey != "" }
+
+// IsAdmin reports whether r carries the admin key.
+func (h apiHost) IsAdmin(r *http.Request) bool { return h.g.isAdmin(r) }
+
+// IsTenant reports whether r carries a tenant's key or a live virtual key.
+func (h apiHost) IsTenant(r *http.Request) bool { return h.g.tenant(r) != nil }
+
+// KeyChanged drops key id here and tells the other replicas.
+func (h apiHost) KeyChanged(ctx context.Context, id string) { h.g.keys.Changed(ctx, id) }
+
+// adminAPI is the admin API over g.
+func (g *Gateway) adminAPI() *admin.API {
+	return admin.New(admin.Deps{Gateway: apiHost{g}, Store: g.ledger, Clock: g.clock, Log: g.log, Metrics: g.metrics, Secret: g.secret})
+}
