@@ -177,7 +177,3 @@ func (c *call) maxOutput() int64 {
 	}
 	return out
 }
-
-// storeAPIError refuses a request the gateway's store could not read or
-// write: nothing was sent, so the client may come back.
-func storeAPIError(err error) *api.Error { return api.StoreUnavailable(err) }

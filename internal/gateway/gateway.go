@@ -14,7 +14,6 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -455,23 +454,19 @@ func (g *Gateway) routes() {
 	m.HandleFunc("GET /v1/responses/{id}", g.authed(cv.ServeResponse))
 	m.HandleFunc("DELETE /v1/responses/{id}", g.authed(cv.DeleteResponse))
 	m.HandleFunc("GET /v1/responses/{id}/input_items", g.authed(cv.ServeInputItems))
-	m.HandleFunc("GET /v1/models", g.authed(g.serveModels))
-	m.HandleFunc("GET /v1/models/{id}", g.authed(g.serveModel))
 	m.HandleFunc("POST /v1/messages/count_tokens", g.serveCountTokens)
-	m.HandleFunc("GET /v1/receipts/{id}", g.readAuth("missing or unknown API key", g.serveReceipt))
-	m.HandleFunc("GET /v1/receipts", g.readAuth("missing or unknown API key", g.serveReceipts))
 	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	m.Handle("GET /readyz", &health.Ready{Store: g.ledger, Coordination: pinger(g.coordHealth), Draining: g.draining.Load, Detailed: g.isAdmin, Log: g.log})
 	m.HandleFunc("GET /metrics", g.serveMetrics)
 	m.HandleFunc("POST /v1/admin/reload", g.serveReload)
-	g.consoleRoutes(m)
+	g.readAPI().Mount(m)
 	g.adminAPI().Mount(m)
 	// Every other answer is an error in the caller's protocol too: an
 	// unknown path (404 not_found), a known one with another method (405).
-	for path, allow := range map[string]string{"/v1/chat/completions": "POST", "/v1/messages": "POST", "/v1/models": "GET",
+	for path, allow := range map[string]string{"/v1/chat/completions": "POST", "/v1/messages": "POST",
 		"/v1/responses": "POST", "/v1/embeddings": "POST",
-		"/v1/models/{id}": "GET", "/v1/messages/count_tokens": "POST", "/v1/responses/{id}": "GET, DELETE", "/v1/responses/{id}/input_items": "GET",
-		"/v1/receipts/{id}": "GET", "/v1/receipts": "GET", "/healthz": "GET", "/readyz": "GET", "/metrics": "GET"} {
+		"/v1/messages/count_tokens": "POST", "/v1/responses/{id}": "GET, DELETE", "/v1/responses/{id}/input_items": "GET",
+		"/healthz": "GET", "/readyz": "GET", "/metrics": "GET"} {
 		m.HandleFunc(path, methodNotAllowed(allow))
 	}
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -615,41 +610,6 @@ func (g *Gateway) authed(h func(http.ResponseWriter, *http.Request, *policy.Tena
 	}
 }
 
-// serveModels lists the aliases the tenant may use: those with at least
-// one route inside the tenant's data boundary.
-func (g *Gateway) serveModels(w http.ResponseWriter, r *http.Request, t *policy.Tenant) {
-	type model struct {
-		ID          string `json:"id"`
-		Object      string `json:"object,omitempty"`
-		Type        string `json:"type,omitempty"`
-		Created     int64  `json:"created,omitempty"`
-		OwnedBy     string `json:"owned_by,omitempty"`
-		DisplayName string `json:"display_name,omitempty"`
-		CreatedAt   string `json:"created_at,omitempty"`
-	}
-	anthropic := protocolOf(r) == provider.Anthropic
-	data := []model{}
-	for _, a := range g.policy().Aliases {
-		if len(a.Ineligible(policy.Needs{}, t.MaxBoundary)) == len(a.Routes) {
-			continue
-		}
-		if anthropic {
-			data = append(data, model{ID: a.Name, Type: "model", DisplayName: a.Name, CreatedAt: "2026-01-01T00:00:00Z"})
-		} else {
-			data = append(data, model{ID: a.Name, Object: "model", Created: 1767225600, OwnedBy: "oncegate"})
-		}
-	}
-	var body any = map[string]any{"object": "list", "data": data}
-	if anthropic {
-		first, last := "", ""
-		if len(data) > 0 {
-			first, last = data[0].ID, data[len(data)-1].ID
-		}
-		body = map[string]any{"data": data, "has_more": false, "first_id": first, "last_id": last}
-	}
-	writeJSON(w, http.StatusOK, body)
-}
-
 // receipt loads one of the tenant's receipts.
 func (g *Gateway) receipt(ctx context.Context, tenant, id string) (*receipt.Receipt, error) {
 	body, err := g.ledger.Receipt(ctx, tenant, id)
@@ -661,86 +621,6 @@ func (g *Gateway) receipt(ctx context.Context, tenant, id string) (*receipt.Rece
 		return nil, err
 	}
 	return receipt.Parse(body)
-}
-
-// listReceipts loads the tenant's receipts, newest first, continuing
-// after the request id `after`.
-func (g *Gateway) listReceipts(ctx context.Context, tenant string, limit int, after string) ([]*receipt.Receipt, error) {
-	bodies, err := g.ledger.Receipts(ctx, tenant, limit, after)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*receipt.Receipt, 0, len(bodies))
-	for _, b := range bodies {
-		r, err := receipt.Parse(b)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, nil
-}
-
-// serveReceipt answers GET /v1/receipts/{id}: a tenant's key reads its
-// own receipts, a virtual key those of its own requests, the admin key
-// every tenant's (docs/receipts.md).
-func (g *Gateway) serveReceipt(w http.ResponseWriter, r *http.Request, s readScope) {
-	rc, err := g.scopedReceipt(r.Context(), s, r.PathValue("id"))
-	if err != nil {
-		g.receiptError(w, r, err)
-		return
-	}
-	body, err := sealed(rc)
-	if err != nil {
-		api.Errorf(api.CodeInternal, "encode receipt").Write(w, protocolOf(r), api.Meta{})
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(body)
-}
-
-// serveReceipts answers GET /v1/receipts?limit=&after=&tenant=: the
-// newest receipts a key may read (a virtual key's own), the admin key's
-// across tenants.
-func (g *Gateway) serveReceipts(w http.ResponseWriter, r *http.Request, scope readScope) {
-	limit := 20
-	if s := r.URL.Query().Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > 1000 {
-			api.Errorf(api.CodeInvalidRequest, "limit must be an integer in [1, 1000]").Write(w, protocolOf(r), api.Meta{})
-			return
-		}
-		limit = n
-	}
-	tenants, apiErr := scope.filter(g.policy(), r.URL.Query().Get("tenant"))
-	if apiErr != nil {
-		apiErr.Write(w, protocolOf(r), api.Meta{})
-		return
-	}
-	list, err := g.newestReceipts(r.Context(), scope, tenants, limit, r.URL.Query().Get("after"))
-	if err != nil {
-		storeAPIError(err).Write(w, protocolOf(r), api.Meta{})
-		return
-	}
-	last := ""
-	if len(list) > 0 {
-		last = list[len(list)-1].RequestID
-	}
-	for _, r := range list {
-		if err := r.Seal(); err != nil {
-			api.Errorf(api.CodeInternal, "seal receipt").Write(w, provider.OpenAI, api.Meta{})
-			return
-		}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": list, "has_more": len(list) == limit, "last_id": last})
-}
-
-// sealed computes a receipt's digests and returns its canonical JSON.
-func sealed(r *receipt.Receipt) ([]byte, error) {
-	if err := r.Seal(); err != nil {
-		return nil, err
-	}
-	return r.Canonical()
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) { api.WriteJSON(w, status, v) }

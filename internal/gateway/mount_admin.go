@@ -6,6 +6,8 @@ import (
 
 	"github.com/oncegate/oncegate/internal/admin"
 	"github.com/oncegate/oncegate/internal/policy"
+	"github.com/oncegate/oncegate/internal/readapi"
+	"github.com/oncegate/oncegate/internal/receipt"
 )
 
 // The admin API (internal/admin, docs/keys.md) is served from the
@@ -35,4 +37,37 @@ func (h apiHost) KeyChanged(ctx context.Context, id string) { h.g.keys.Changed(c
 // adminAPI is the admin API over g.
 func (g *Gateway) adminAPI() *admin.API {
 	return admin.New(admin.Deps{Gateway: apiHost{g}, Store: g.ledger, Clock: g.clock, Log: g.log, Metrics: g.metrics, Secret: g.secret})
+}
+
+// The read APIs (internal/readapi: receipts, models, the console) see the
+// same view, with who the caller is and its receipts, and the guards the
+// live panel shows.
+
+var _ readapi.Gateway = apiHost{}
+
+// Caller authenticates r: its tenant and virtual key id.
+func (h apiHost) Caller(r *http.Request) (*policy.Tenant, string) {
+	t := h.g.tenant(r)
+	if t == nil {
+		return nil, ""
+	}
+	return t, keyIDOf(r)
+}
+
+// Receipt loads one of tenant's receipts, rebuilt if recovery settled
+// its request before it was written.
+func (h apiHost) Receipt(ctx context.Context, tenant, id string) (*receipt.Receipt, error) {
+	return h.g.receipt(ctx, tenant, id)
+}
+
+// readAPI is the read APIs over g.
+func (g *Gateway) readAPI() *readapi.API {
+	d := readapi.Deps{Gateway: apiHost{g}, Store: g.ledger, Metrics: g.metrics, Load: g.load}
+	if bs, ok := g.breakers.(breakerStates); ok {
+		d.Breakers = bs
+	}
+	if b, ok := g.budget.(readapi.Headroom); ok {
+		d.Budget = b
+	}
+	return readapi.New(d)
 }

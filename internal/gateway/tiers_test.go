@@ -15,6 +15,7 @@ import (
 
 	"github.com/oncegate/oncegate/internal/mock"
 	"github.com/oncegate/oncegate/internal/provider"
+	"github.com/oncegate/oncegate/internal/readapi"
 	"github.com/oncegate/oncegate/internal/receipt"
 )
 
@@ -65,7 +66,7 @@ func TestAWeightedTierSpreadsByWeight(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var live liveView
+		var live readapi.LiveView
 		err = json.NewDecoder(res.Body).Decode(&live)
 		res.Body.Close()
 		shares := map[string]float64{}

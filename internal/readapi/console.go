@@ -1,4 +1,4 @@
-package gateway
+package readapi
 
 import (
 	"cmp"
@@ -40,7 +40,7 @@ type requestRow struct {
 
 // serveConsoleRequests lists recent logical requests, newest first,
 // filtered by tenant, model, terminal and since (RFC 3339).
-func (g *Gateway) serveConsoleRequests(w http.ResponseWriter, r *http.Request, s readScope) {
+func (a *API) serveConsoleRequests(w http.ResponseWriter, r *http.Request, s readScope) {
 	q := r.URL.Query()
 	limit := 50
 	if n, err := strconv.Atoi(q.Get("limit")); err == nil && n > 0 && n <= 500 {
@@ -50,13 +50,13 @@ func (g *Gateway) serveConsoleRequests(w http.ResponseWriter, r *http.Request, s
 	if v := q.Get("since"); v != "" {
 		t, err := time.Parse(time.RFC3339, v)
 		if err != nil {
-			(&api.Error{Code: api.CodeInvalidRequest, Param: "since", Message: "since must be an RFC 3339 time, found " + strconv.Quote(v)}).Write(w, protocolOf(r), api.Meta{})
+			(&api.Error{Code: api.CodeInvalidRequest, Param: "since", Message: "since must be an RFC 3339 time, found " + strconv.Quote(v)}).Write(w, api.ProtocolOf(r), api.Meta{})
 			return
 		}
 		since = t
 	}
 	rows := []requestRow{}
-	tenants := s.tenants(g.policy())
+	tenants := s.tenants(a.gw.Policy())
 	for _, tenant := range tenants {
 		if f := q.Get("tenant"); f != "" && f != tenant {
 			continue
@@ -64,9 +64,9 @@ func (g *Gateway) serveConsoleRequests(w http.ResponseWriter, r *http.Request, s
 		// Scan a few pages per tenant: filters apply after reading.
 		after := ""
 		for page := 0; page < 10 && len(rows) < limit*len(tenants); page++ {
-			list, err := g.listReceipts(r.Context(), tenant, receiptPage, after)
+			list, err := a.listReceipts(r.Context(), tenant, receiptPage, after)
 			if err != nil {
-				storeAPIError(err).Write(w, protocolOf(r), api.Meta{})
+				api.StoreUnavailable(err).Write(w, api.ProtocolOf(r), api.Meta{})
 				return
 			}
 			for _, rc := range list {
@@ -88,7 +88,7 @@ func (g *Gateway) serveConsoleRequests(w http.ResponseWriter, r *http.Request, s
 	if len(rows) > limit {
 		rows = rows[:limit]
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": rows})
+	api.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": rows})
 }
 
 // answeredBy is the route whose attempt completed the request ("" when
@@ -103,42 +103,42 @@ func answeredBy(rc *receipt.Receipt) string {
 }
 
 // serveConsoleRequest answers one request's receipt.
-func (g *Gateway) serveConsoleRequest(w http.ResponseWriter, r *http.Request, s readScope) {
-	rc, err := g.scopedReceipt(r.Context(), s, r.PathValue("id"))
+func (a *API) serveConsoleRequest(w http.ResponseWriter, r *http.Request, s readScope) {
+	rc, err := a.scopedReceipt(r.Context(), s, r.PathValue("id"))
 	if err != nil {
-		g.receiptError(w, r, err)
+		a.receiptError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, rc)
+	api.WriteJSON(w, http.StatusOK, rc)
 }
 
 // serveConsoleVerify runs oncegate verify's check over a receipt, under
 // the configuration in force.
-func (g *Gateway) serveConsoleVerify(w http.ResponseWriter, r *http.Request, s readScope) {
-	rc, err := g.scopedReceipt(r.Context(), s, r.PathValue("id"))
+func (a *API) serveConsoleVerify(w http.ResponseWriter, r *http.Request, s readScope) {
+	rc, err := a.scopedReceipt(r.Context(), s, r.PathValue("id"))
 	if err != nil {
-		g.receiptError(w, r, err)
+		a.receiptError(w, r, err)
 		return
 	}
-	drifts := receipt.Verify(g.policy(), rc)
+	drifts := receipt.Verify(a.gw.Policy(), rc)
 	out := make([]map[string]any, len(drifts))
 	for i, d := range drifts {
 		out[i] = map[string]any{"code": d.Code, "attempt": d.Attempt, "expected": d.Expected, "found": d.Found, "message": d.String()}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"request_id": rc.RequestID, "ok": len(drifts) == 0, "drifts": out})
+	api.WriteJSON(w, http.StatusOK, map[string]any{"request_id": rc.RequestID, "ok": len(drifts) == 0, "drifts": out})
 }
 
-// liveBreaker is one route's breaker in the live panel.
-type liveBreaker struct {
+// LiveBreaker is one route's breaker in the live panel.
+type LiveBreaker struct {
 	Route      string `json:"route"`
 	State      string `json:"state"`
 	Generation int64  `json:"generation"`
 }
 
-// liveRoute is a route's load in the live panel: its share of the
+// LiveRoute is a route's load in the live panel: its share of the
 // attempts this process dispatched, its attempts in flight across the
 // fleet, its recent time to first token and its rate-limit headroom.
-type liveRoute struct {
+type LiveRoute struct {
 	Route    string  `json:"route"`
 	Share    float64 `json:"share"`
 	InFlight int     `json:"in_flight"`
@@ -146,14 +146,14 @@ type liveRoute struct {
 	Headroom float64 `json:"headroom"`
 }
 
-// liveView is the live panel's answer.
-type liveView struct {
+// LiveView is the live panel's answer.
+type LiveView struct {
 	metrics.Live
 	// Tenant is the tenant whose figures these are; empty: every tenant's.
 	Tenant             string        `json:"tenant,omitempty"`
 	AttemptsPerRequest float64       `json:"attempts_per_logical_request"`
-	Breakers           []liveBreaker `json:"breakers"`
-	Routes             []liveRoute   `json:"routes"`
+	Breakers           []LiveBreaker `json:"breakers"`
+	Routes             []LiveRoute   `json:"routes"`
 	// Budget is the fleet retry budget's headroom: for the admin key, and
 	// only where this process keeps it (not in Redis).
 	Budget map[string]any `json:"retry_budget"`
@@ -164,51 +164,51 @@ type liveView struct {
 // breaker states now — a tenant's key its own requests and the routes it
 // may use; the admin key every tenant's, every route and the fleet retry
 // budget's headroom, which counts every tenant's retries.
-func (g *Gateway) serveConsoleLive(w http.ResponseWriter, _ *http.Request, s readScope) {
-	out := liveView{Breakers: []liveBreaker{}}
+func (a *API) serveConsoleLive(w http.ResponseWriter, _ *http.Request, s readScope) {
+	out := LiveView{Breakers: []LiveBreaker{}}
 	var routes map[string]bool // nil: every route
 	if s.admin {
-		out.Live = g.metrics.Live("")
+		out.Live = a.metrics.Live("")
 	} else {
-		out.Live, out.Tenant, routes = g.metrics.Live(s.tenant.ID), s.tenant.ID, usableRoutes(g.policy(), s.tenant)
+		out.Live, out.Tenant, routes = a.metrics.Live(s.tenant.ID), s.tenant.ID, usableRoutes(a.gw.Policy(), s.tenant)
 	}
 	if out.Requests > 0 {
 		out.AttemptsPerRequest = float64(out.Attempts) / float64(out.Requests)
 	}
-	if bs, ok := g.breakers.(breakerStates); ok {
-		bs.States(func(route string, st breaker.State, gen int64) {
+	if a.breakers != nil {
+		a.breakers.States(func(route string, st breaker.State, gen int64) {
 			if routes == nil || routes[route] {
-				out.Breakers = append(out.Breakers, liveBreaker{Route: route, State: st.String(), Generation: gen})
+				out.Breakers = append(out.Breakers, LiveBreaker{Route: route, State: st.String(), Generation: gen})
 			}
 		})
 	}
-	out.Routes = g.liveRoutes(routes)
-	if b, ok := g.budget.(interface{ Headroom() (float64, float64) }); ok && s.admin {
-		taken, allowed := b.Headroom()
+	out.Routes = a.liveRoutes(routes)
+	if a.budget != nil && s.admin {
+		taken, allowed := a.budget.Headroom()
 		out.Budget = map[string]any{"retries": taken, "allowed": allowed}
 	}
-	writeJSON(w, http.StatusOK, out)
+	api.WriteJSON(w, http.StatusOK, out)
 }
 
 // liveRoutes is the load of the policy's routes (of those in only, when
 // not nil), in the policy's order.
-func (g *Gateway) liveRoutes(only map[string]bool) []liveRoute {
-	pol := g.policy()
-	out := []liveRoute{}
+func (a *API) liveRoutes(only map[string]bool) []LiveRoute {
+	pol := a.gw.Policy()
+	out := []LiveRoute{}
 	var total int64
 	for _, r := range pol.Routes {
 		if only == nil || only[r.ID] {
-			total += g.load.Dispatched(r.ID)
+			total += a.load.Dispatched(r.ID)
 		}
 	}
 	for _, r := range pol.Routes {
 		if only != nil && !only[r.ID] {
 			continue
 		}
-		f := g.load.Figures(r.ID)
-		lr := liveRoute{Route: r.ID, InFlight: f.InFlight, TTFTMS: f.TTFT.Milliseconds(), Headroom: f.Headroom}
+		f := a.load.Figures(r.ID)
+		lr := LiveRoute{Route: r.ID, InFlight: f.InFlight, TTFTMS: f.TTFT.Milliseconds(), Headroom: f.Headroom}
 		if total > 0 {
-			lr.Share = float64(g.load.Dispatched(r.ID)) / float64(total)
+			lr.Share = float64(a.load.Dispatched(r.ID)) / float64(total)
 		}
 		out = append(out, lr)
 	}
@@ -233,11 +233,11 @@ func usableRoutes(pol *policy.Policy, t *policy.Tenant) map[string]bool {
 const consoleKeyNeeded = "the console needs a tenant's API key or the admin key"
 
 // consoleRoutes mounts the console.
-func (g *Gateway) consoleRoutes(m *http.ServeMux) {
+func (a *API) consoleRoutes(m *http.ServeMux) {
 	m.Handle("GET /ui/", http.StripPrefix("/ui/", console.Handler()))
 	m.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
-	m.HandleFunc("GET /v1/console/requests", g.readAuth(consoleKeyNeeded, g.serveConsoleRequests))
-	m.HandleFunc("GET /v1/console/requests/{id}", g.readAuth(consoleKeyNeeded, g.serveConsoleRequest))
-	m.HandleFunc("GET /v1/console/requests/{id}/verify", g.readAuth(consoleKeyNeeded, g.serveConsoleVerify))
-	m.HandleFunc("GET /v1/console/live", g.readAuth(consoleKeyNeeded, g.serveConsoleLive))
+	m.HandleFunc("GET /v1/console/requests", a.readAuth(consoleKeyNeeded, a.serveConsoleRequests))
+	m.HandleFunc("GET /v1/console/requests/{id}", a.readAuth(consoleKeyNeeded, a.serveConsoleRequest))
+	m.HandleFunc("GET /v1/console/requests/{id}/verify", a.readAuth(consoleKeyNeeded, a.serveConsoleVerify))
+	m.HandleFunc("GET /v1/console/live", a.readAuth(consoleKeyNeeded, a.serveConsoleLive))
 }

@@ -1,4 +1,4 @@
-package gateway
+package readapi
 
 import (
 	"cmp"
@@ -16,7 +16,8 @@ import (
 // Who may read what was recorded (docs/receipts.md, docs/operations.md):
 // a tenant's key reads its own receipts and figures, the admin key every
 // tenant's; a virtual key reads only the receipts of its own requests
-// (docs/keys.md). The receipts endpoints and the console share this.
+// (docs/keys.md, "Ownership"): another key's receipt is answered as one
+// that does not exist. The receipts endpoints and the console share this.
 
 // readScope is who is reading: the admin (every tenant), one tenant's
 // keys, or one of its virtual keys (key).
@@ -30,7 +31,7 @@ type readScope struct {
 
 // reads reports whether the scope may read receipt rc of one of its
 // tenants.
-func (s readScope) reads(rc *receipt.Receipt) bool { return mayReadReceipt(s.key, rc) }
+func (s readScope) reads(rc *receipt.Receipt) bool { return s.key == "" || rc.KeyID == s.key }
 
 // tenants are the tenants the scope may read: the configured ones for
 // the admin.
@@ -61,25 +62,25 @@ func (s readScope) filter(pol *policy.Policy, tenant string) ([]string, *api.Err
 
 // readAuth finds the scope of a request — the admin key, else a tenant's
 // key — or answers 401 with why.
-func (g *Gateway) readAuth(why string, h func(http.ResponseWriter, *http.Request, readScope)) http.HandlerFunc {
+func (a *API) readAuth(why string, h func(http.ResponseWriter, *http.Request, readScope)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if g.isAdmin(r) {
+		if a.gw.IsAdmin(r) {
 			h(w, r, readScope{admin: true})
 			return
 		}
-		if t := g.tenant(r); t != nil {
-			h(w, r, readScope{tenant: t, key: keyIDOf(r)})
+		if t, key := a.gw.Caller(r); t != nil {
+			h(w, r, readScope{tenant: t, key: key})
 			return
 		}
-		api.Errorf(api.CodeUnauthorized, "%s", why).Write(w, protocolOf(r), api.Meta{})
+		api.Errorf(api.CodeUnauthorized, "%s", why).Write(w, api.ProtocolOf(r), api.Meta{})
 	}
 }
 
 // scopedReceipt finds a receipt the scope may read, sealed: another
 // virtual key's is not found.
-func (g *Gateway) scopedReceipt(ctx context.Context, s readScope, id string) (*receipt.Receipt, error) {
-	for _, tenant := range s.tenants(g.policy()) {
-		rc, err := g.receipt(ctx, tenant, id)
+func (a *API) scopedReceipt(ctx context.Context, s readScope, id string) (*receipt.Receipt, error) {
+	for _, tenant := range s.tenants(a.gw.Policy()) {
+		rc, err := a.gw.Receipt(ctx, tenant, id)
 		if errors.Is(err, ledger.ErrNotFound) {
 			continue
 		}
@@ -101,10 +102,10 @@ func (g *Gateway) scopedReceipt(ctx context.Context, s readScope, id string) (*r
 // read, newest first, at most limit, continuing after the request id
 // `after`. Request ids are time-ordered, so one tenant's pages merge into
 // another's by id.
-func (g *Gateway) newestReceipts(ctx context.Context, s readScope, tenants []string, limit int, after string) ([]*receipt.Receipt, error) {
+func (a *API) newestReceipts(ctx context.Context, s readScope, tenants []string, limit int, after string) ([]*receipt.Receipt, error) {
 	var out []*receipt.Receipt
 	for _, tenant := range tenants {
-		list, err := g.scopedReceipts(ctx, s, tenant, limit, after)
+		list, err := a.scopedReceipts(ctx, s, tenant, limit, after)
 		if err != nil {
 			return nil, err
 		}
@@ -123,14 +124,14 @@ func (g *Gateway) newestReceipts(ctx context.Context, s readScope, tenants []str
 // read, at most limit, continuing after the request id `after`. A
 // virtual key's are found among the tenant's, page by page: the store
 // keeps receipts by tenant.
-func (g *Gateway) scopedReceipts(ctx context.Context, s readScope, tenant string, limit int, after string) ([]*receipt.Receipt, error) {
+func (a *API) scopedReceipts(ctx context.Context, s readScope, tenant string, limit int, after string) ([]*receipt.Receipt, error) {
 	if s.key == "" {
-		return g.listReceipts(ctx, tenant, limit, after)
+		return a.listReceipts(ctx, tenant, limit, after)
 	}
 	page := max(limit, receiptPage)
 	var out []*receipt.Receipt
 	for {
-		list, err := g.listReceipts(ctx, tenant, page, after)
+		list, err := a.listReceipts(ctx, tenant, page, after)
 		if err != nil {
 			return nil, err
 		}
@@ -154,10 +155,10 @@ const receiptPage = 200
 
 // receiptError answers a receipt that could not be read: 404 when the
 // scope has none by that id, 503 when the store did not answer.
-func (g *Gateway) receiptError(w http.ResponseWriter, r *http.Request, err error) {
+func (a *API) receiptError(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, ledger.ErrNotFound) {
-		api.Errorf(api.CodeReceiptNotFound, "no receipt %q that this key may read", r.PathValue("id")).Write(w, protocolOf(r), api.Meta{})
+		api.Errorf(api.CodeReceiptNotFound, "no receipt %q that this key may read", r.PathValue("id")).Write(w, api.ProtocolOf(r), api.Meta{})
 		return
 	}
-	storeAPIError(err).Write(w, protocolOf(r), api.Meta{})
+	api.StoreUnavailable(err).Write(w, api.ProtocolOf(r), api.Meta{})
 }
