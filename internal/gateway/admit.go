@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"sync/atomic"
 
+	"github.com/oncegate/oncegate/internal/accesslog"
 	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/identity"
 	"github.com/oncegate/oncegate/internal/keyring"
@@ -73,7 +74,7 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, p provider.Proto
 	if err != nil {
 		return nil, invalidRequest(err)
 	}
-	accessOf(r.Context()).set(func(a *accessLog) { a.model = cr.IR.Model })
+	accesslog.Of(r.Context()).Set(func(a *accesslog.Entry) { a.Model = cr.IR.Model })
 	alias := g.policy().Alias(cr.IR.Model)
 	if alias == nil {
 		return nil, modelNotFound(cr.IR.Model)
@@ -120,7 +121,7 @@ func (g *Gateway) readRequest(w http.ResponseWriter, r *http.Request) (string, [
 		return "", nil, api.Errorf(api.CodeInvalidRequest, "could not read the request body: %v", err)
 	}
 	if g.cur.Load().logBodies {
-		accessOf(r.Context()).set(func(a *accessLog) { a.body = string(body) })
+		accesslog.Of(r.Context()).Set(func(a *accesslog.Entry) { a.Body = string(body) })
 	}
 	return key, body, nil
 }

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/accesslog"
 	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/coord"
 	"github.com/oncegate/oncegate/internal/gw"
@@ -55,7 +56,7 @@ type call struct {
 	// clients serve every attempt, whatever a reload changes meanwhile.
 	live *live
 	// access is the owner's log line, told how the request ended.
-	access *accessLog
+	access *accesslog.Entry
 	// span is the logical request's trace span; spanCtx carries it.
 	span    trace.Span
 	spanCtx context.Context

@@ -22,6 +22,7 @@ import (
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/oncegate/oncegate/internal/accesslog"
 	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/breaker"
 	"github.com/oncegate/oncegate/internal/clock"
@@ -591,7 +592,7 @@ func (g *Gateway) tenant(r *http.Request) *policy.Tenant {
 		found, lk = g.virtualTenant(r.Context(), key)
 	}
 	if found != nil {
-		accessOf(r.Context()).set(func(a *accessLog) { a.tenant, a.vkey = found.ID, lk })
+		accesslog.Of(r.Context()).Set(func(a *accesslog.Entry) { a.Tenant, a.Key = found.ID, lk })
 	}
 	return found
 }

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/accesslog"
 	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/keyring"
@@ -47,7 +48,7 @@ func (g *Gateway) enterBoth(r *http.Request, t *policy.Tenant) (lk *keyring.Key,
 	if apiErr != nil {
 		return nil, nil, apiErr
 	}
-	if lk = keyOf(r.Context()); lk == nil {
+	if lk = accesslog.KeyOf(r.Context()); lk == nil {
 		return nil, releaseTenant, nil
 	}
 	releaseKey, apiErr := g.enterKey(lk)
@@ -279,7 +280,7 @@ func (c *call) settleKey(r keyReservations, cost gw.NanoUSD, u gw.Usage) {
 // keyIDOf is the id of the virtual key a request authenticated with, ""
 // for none.
 func keyIDOf(r *http.Request) string {
-	if lk := keyOf(r.Context()); lk != nil {
+	if lk := accesslog.KeyOf(r.Context()); lk != nil {
 		return lk.Stored.ID
 	}
 	return ""

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/oncegate/oncegate/internal/accesslog"
 	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/conversation"
 	"github.com/oncegate/oncegate/internal/coord"
@@ -52,12 +53,12 @@ func (p requestPath) ReadRequest(w http.ResponseWriter, r *http.Request) (string
 
 // NoteModel names the model on the access line.
 func (p requestPath) NoteModel(r *http.Request, model string) {
-	accessOf(r.Context()).set(func(a *accessLog) { a.model = model })
+	accesslog.Of(r.Context()).Set(func(a *accesslog.Entry) { a.Model = model })
 }
 
 // GateKey is gateKey for the request's virtual key, if any.
 func (p requestPath) GateKey(r *http.Request, alias string) *api.Error {
-	if lk := keyOf(r.Context()); lk != nil {
+	if lk := accesslog.KeyOf(r.Context()); lk != nil {
 		return p.g.gateKey(lk, alias)
 	}
 	return nil
@@ -89,7 +90,7 @@ func (p requestPath) Identify(r *http.Request, t *policy.Tenant, alias *policy.A
 		return nil, apiErr
 	}
 	c.id, c.identity = try.Turn.RequestID, try.Identity()
-	if lk := keyOf(r.Context()); lk != nil {
+	if lk := accesslog.KeyOf(r.Context()); lk != nil {
 		// Each attempt reserves its worst case under the key as well
 		// (docs/keys.md); one that does not fit ends the try refused.
 		c.key = &keyCall{lk: lk}

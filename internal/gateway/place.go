@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/oncegate/oncegate/internal/accesslog"
 	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/coord"
 )
@@ -52,7 +53,7 @@ func (g *Gateway) place(w http.ResponseWriter, r *http.Request, c *call) {
 		return
 	}
 	c.flight, c.ctx, c.rateTaken = f, place.Work, place.RateTaken
-	c.access = accessOf(r.Context())
+	c.access = accesslog.Of(r.Context())
 	c.startRequestSpan(r.Header)
 	if r.Header.Get("Idempotency-Key") != "" || r.Header.Get("X-Stainless-Retry-Count") != "" || c.turn != nil {
 		f.SetGrace(g.rejoinGrace) // the caller can come back for this answer

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/oncegate/oncegate/internal/accesslog"
 	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/coord"
 	"github.com/oncegate/oncegate/internal/gw"
@@ -152,9 +153,9 @@ func (c *call) noteAccess() {
 	for i, a := range r.Attempts {
 		routes[i] = a.Route
 	}
-	c.access.set(func(a *accessLog) {
-		a.requestID, a.attempts, a.routes, a.terminal, a.reason = c.id, len(r.Attempts), routesOf(routes), r.Terminal, r.Reason
-		a.tokens, a.costUSD = r.Totals.BillableTokens, r.Totals.CostUSD
+	c.access.Set(func(a *accesslog.Entry) {
+		a.RequestID, a.Attempts, a.Routes, a.Terminal, a.Reason = c.id, len(r.Attempts), accesslog.RoutesOf(routes), r.Terminal, r.Reason
+		a.Tokens, a.CostUSD = r.Totals.BillableTokens, r.Totals.CostUSD
 	})
 }
 

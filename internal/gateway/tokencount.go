@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/accesslog"
 	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/breaker"
 	"github.com/oncegate/oncegate/internal/gw"
@@ -62,7 +63,7 @@ func (g *Gateway) serveCountTokens(w http.ResponseWriter, r *http.Request) {
 		source = "provider"
 	}
 	g.metrics.ObserveAuxiliaryRequest(countOperation, source)
-	accessOf(r.Context()).set(func(l *accessLog) { l.tokenCount, l.routes = source, route })
+	accesslog.Of(r.Context()).Set(func(l *accesslog.Entry) { l.TokenCount, l.Routes = source, route })
 	w.Header().Set("X-Oncegate-Token-Count", source)
 	label := map[string]string{"source": source}
 	if route != "" {
@@ -82,7 +83,7 @@ func (g *Gateway) readCount(w http.ResponseWriter, r *http.Request) (*policy.Ali
 	if err != nil {
 		return nil, nil, nil, invalidRequest(err)
 	}
-	accessOf(r.Context()).set(func(l *accessLog) { l.model = ir.Model })
+	accesslog.Of(r.Context()).Set(func(l *accesslog.Entry) { l.Model = ir.Model })
 	a := g.policy().Alias(ir.Model)
 	if a == nil || a.Stateful {
 		return nil, nil, nil, modelNotFound(ir.Model)

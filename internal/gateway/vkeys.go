@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/oncegate/oncegate/internal/accesslog"
 	"github.com/oncegate/oncegate/internal/keyring"
 	"github.com/oncegate/oncegate/internal/policy"
 )
@@ -12,7 +13,7 @@ import (
 // carries, as a route's refusal says it: its virtual key's when the key
 // narrowed its tenant's, "" for the tenant's own.
 func (g *Gateway) boundaryOf(r *http.Request, t *policy.Tenant) string {
-	lk := keyOf(r.Context())
+	lk := accesslog.KeyOf(r.Context())
 	if lk == nil || lk.Boundary == 0 || lk.Boundary != t.MaxBoundary {
 		return ""
 	}
