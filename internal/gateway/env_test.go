@@ -21,6 +21,7 @@ import (
 	oopt2 "github.com/openai/openai-go/v3/option"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/oncegate/oncegate/internal/breaker"
 	"github.com/oncegate/oncegate/internal/clock"
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/ledger"
@@ -283,8 +284,8 @@ type envOptions struct {
 	// clock is the gateway's clock (default: the system clock).
 	clock clock.Clock
 	// breakers, budget and tenants replace the gateway's own (nil: its own).
-	breakers Breakers
-	budget   RetryBudget
+	breakers breaker.Admitter
+	budget   breaker.Retries
 	tenants  quota.Ceiling
 	// wrap, when set, wraps the store the gateway writes to.
 	wrap func(ledger.Store) ledger.Store

@@ -89,10 +89,10 @@ type Options struct {
 	Secret []byte
 	// Breakers are the routes' circuit breakers (default: in this process,
 	// configured by the policy's breaker section).
-	Breakers Breakers
+	Breakers breaker.Admitter
 	// RetryBudget is the fleet retry budget (default: in this process, the
 	// policy's retry_budget).
-	RetryBudget RetryBudget
+	RetryBudget breaker.Retries
 	// Tenants enforce tenant rates and cost ceilings (default: in this
 	// process, each tenant's budget).
 	Tenants quota.Ceiling
@@ -186,8 +186,8 @@ type Gateway struct {
 	rejoinGrace time.Duration
 	owner       string
 	secret      []byte
-	breakers    Breakers
-	budget      RetryBudget
+	breakers    breaker.Admitter
+	budget      breaker.Retries
 	tenants     quota.Ceiling
 	keys        *keyring.Ring
 	load        *load.Table
@@ -342,7 +342,7 @@ func (g *Gateway) guards(pol *policy.Policy, opts Options) {
 	if r, ok := g.ledger.(refusingStore); ok {
 		g.metrics.RegisterLedgerRefused(r.Refused)
 	}
-	if bs, ok := g.breakers.(breakerStates); ok {
+	if bs, ok := g.breakers.(breaker.StateLister); ok {
 		g.metrics.RegisterBreakers(func(f func(string, int, int64)) {
 			bs.States(func(route string, st breaker.State, gen int64) { f(route, int(st), gen) })
 		})

@@ -8,42 +8,6 @@ import (
 	"github.com/oncegate/oncegate/internal/retry"
 )
 
-// Breakers admits attempts per route (docs/overload.md). *breaker.Set keeps them
-// in this process; a replicated deployment can keep them elsewhere.
-type Breakers interface {
-	// Allows reports, without taking anything, whether route would admit
-	// an attempt now.
-	Allows(route string) bool
-	// Acquire admits an attempt on route, or refuses (ok false). Every
-	// admitted ticket goes back to Done with the attempt's outcome.
-	Acquire(route string) (t breaker.Ticket, ok bool)
-	// Done reports an admitted attempt's outcome.
-	Done(route string, t breaker.Ticket, o breaker.Outcome)
-}
-
-// RetryBudget is the retry budget, per provider (docs/overload.md).
-// *breaker.Budget implements it.
-type RetryBudget interface {
-	// First counts a logical request's first attempt on provider.
-	First(provider string)
-	// Allows reports, without taking it, whether one more retry on
-	// provider fits.
-	Allows(provider string) bool
-	// Retry takes one retry on provider; false means its budget is spent.
-	Retry(provider string) bool
-}
-
-var (
-	_ Breakers    = (*breaker.Set)(nil)
-	_ RetryBudget = (*breaker.Budget)(nil)
-)
-
-// breakerStates is what a Breakers implementation offers to export
-// oncegate_breaker_state; breaker.Set does.
-type breakerStates interface {
-	States(f func(route string, st breaker.State, gen int64))
-}
-
 // permit is what a dispatched attempt holds until it is observed: its
 // route's breaker ticket and the tenant's reservation.
 type permit struct {
@@ -193,7 +157,7 @@ func (c *call) release(p *permit, res *attemptResult) {
 	}
 	outcome, cost, tokens, usage := breaker.Ignore, gw.NanoUSD(0), int64(0), gw.Usage{}
 	if res != nil {
-		outcome = breakerOutcome(res.obs.Kind)
+		outcome = breaker.OutcomeOf(res.obs.Kind)
 		cost, usage = res.route.Price.Cost(res.obs.Usage), res.obs.Usage
 		tokens = res.obs.Usage.InputTokens + res.obs.Usage.OutputTokens
 		if fb := res.obs.FirstByteAt; fb != nil && res.obs.Kind == gw.KindOK {
@@ -204,22 +168,4 @@ func (c *call) release(p *permit, res *attemptResult) {
 	c.g.breakers.Done(p.route, p.ticket, outcome)
 	c.g.tenants.Settle(p.reserved, cost)
 	c.settleKey(p.key, cost, usage)
-}
-
-// breakerOutcome is what an attempt says about its route's health. A
-// failure of the route (no answer, an overloaded or broken answer) counts
-// against it; an answer counts for it; what the caller or the request
-// caused (it left, it lost a hedge, it was refused as invalid or unsafe)
-// says nothing about the route.
-func breakerOutcome(k gw.Kind) breaker.Outcome {
-	switch k {
-	case gw.KindOK:
-		return breaker.Success
-	case gw.KindAccountRefused, gw.KindRouteUnavailable: // the route's credential, quota, model or deployment is broken
-		return breaker.Failure
-	case gw.KindTimeoutBeforeResponse, gw.KindRateLimited, gw.KindUnavailable, gw.KindProtocolViolation,
-		gw.KindUnknownProviderAcceptance, gw.KindStreamInterruptedAfterOutput:
-		return breaker.Failure
-	}
-	return breaker.Ignore
 }

@@ -488,7 +488,7 @@ func TestTheGatewaysCredentialRefused(t *testing.T) {
 		if b, _ := json.Marshal(r); len(r.Attempts) != 1 || strings.Contains(string(b), primaryProviderKey) || strings.Contains(string(b), "Incorrect API key") {
 			t.Fatalf("the receipt keeps the provider's text: %s", b)
 		}
-		if breakerOutcome(gw.KindAccountRefused) != breaker.Failure {
+		if breaker.OutcomeOf(gw.KindAccountRefused) != breaker.Failure {
 			t.Fatal("a refused credential does not count against its route")
 		}
 		// A 400 whose text echoes a configured secret is passed through

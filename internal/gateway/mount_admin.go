@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/oncegate/oncegate/internal/admin"
+	"github.com/oncegate/oncegate/internal/breaker"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/readapi"
 	"github.com/oncegate/oncegate/internal/receipt"
@@ -63,7 +64,7 @@ func (h apiHost) Receipt(ctx context.Context, tenant, id string) (*receipt.Recei
 // readAPI is the read APIs over g.
 func (g *Gateway) readAPI() *readapi.API {
 	d := readapi.Deps{Gateway: apiHost{g}, Store: g.ledger, Metrics: g.metrics, Load: g.load}
-	if bs, ok := g.breakers.(breakerStates); ok {
+	if bs, ok := g.breakers.(breaker.StateLister); ok {
 		d.Breakers = bs
 	}
 	if b, ok := g.budget.(readapi.Headroom); ok {

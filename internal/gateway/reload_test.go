@@ -67,7 +67,7 @@ models:
 			t.Fatalf("the new route served %d requests", n)
 		}
 		found := false
-		e.gw.breakers.(breakerStates).States(func(route string, _ breaker.State, _ int64) { found = found || route == "extra" })
+		e.gw.breakers.(breaker.StateLister).States(func(route string, _ breaker.State, _ int64) { found = found || route == "extra" })
 		if !found {
 			t.Fatal("the new route has no breaker")
 		}

@@ -137,7 +137,7 @@ func (g *Gateway) providerCount(ctx context.Context, route *policy.Route, body [
 		defer cancel()
 	}
 	n, kind, _ := g.askCount(ctx, route, body, beta)
-	outcome := breakerOutcome(kind)
+	outcome := breaker.OutcomeOf(kind)
 	if ctx.Err() != nil && kind != gw.KindOK {
 		outcome = breaker.Ignore // the caller left: nothing said about the route
 	}

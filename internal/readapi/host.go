@@ -44,12 +44,6 @@ type Gateway interface {
 	Receipt(ctx context.Context, tenant, id string) (*receipt.Receipt, error)
 }
 
-// BreakerStates is a Breakers implementation that tells its routes'
-// states, as breaker.Set does.
-type BreakerStates interface {
-	States(f func(route string, st breaker.State, gen int64))
-}
-
 // Headroom is a retry budget that tells its headroom in this process: the
 // retries taken and allowed now (docs/overload.md).
 type Headroom interface {
@@ -68,7 +62,7 @@ type Deps struct {
 	// (nil: kept elsewhere, not shown).
 	Metrics  *metrics.Metrics
 	Load     *load.Table
-	Breakers BreakerStates
+	Breakers breaker.StateLister
 	Budget   Headroom
 }
 
@@ -78,7 +72,7 @@ type API struct {
 	store    ledger.Store
 	metrics  *metrics.Metrics
 	load     *load.Table
-	breakers BreakerStates
+	breakers breaker.StateLister
 	budget   Headroom
 }
 
