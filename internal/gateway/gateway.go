@@ -44,6 +44,7 @@ import (
 	"github.com/oncegate/oncegate/internal/quota"
 	"github.com/oncegate/oncegate/internal/receipt"
 	"github.com/oncegate/oncegate/internal/recovery"
+	"github.com/oncegate/oncegate/internal/tokencount"
 )
 
 // Options configure a Gateway. Zero values take the defaults named.
@@ -455,7 +456,7 @@ func (g *Gateway) routes() {
 	m.HandleFunc("GET /v1/responses/{id}", g.authed(cv.ServeResponse))
 	m.HandleFunc("DELETE /v1/responses/{id}", g.authed(cv.DeleteResponse))
 	m.HandleFunc("GET /v1/responses/{id}/input_items", g.authed(cv.ServeInputItems))
-	m.HandleFunc("POST /v1/messages/count_tokens", g.serveCountTokens)
+	m.Handle("POST /v1/messages/count_tokens", tokencount.New(requestPath{g}, g.breakers, g.metrics, g.log))
 	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	m.Handle("GET /readyz", &health.Ready{Store: g.ledger, Coordination: pinger(g.coordHealth), Draining: g.draining.Load, Detailed: g.isAdmin, Log: g.log})
 	m.HandleFunc("GET /metrics", g.serveMetrics)

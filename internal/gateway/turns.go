@@ -2,134 +2,19 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"net/http"
 
-	"github.com/oncegate/oncegate/internal/accesslog"
 	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/conversation"
 	"github.com/oncegate/oncegate/internal/coord"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/ledger"
-	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/provider"
-	"github.com/oncegate/oncegate/internal/receipt"
-	"github.com/oncegate/oncegate/internal/upstream"
 )
 
-// The Responses API (package conversation, docs/conversations.md) mounted
-// on the request path: conversation.RequestPath over the gateway, and the
-// hooks by which a call that is a try of a turn reaches its turn — the
-// stateful route's attempts and their reconciliation, and the turn
-// settled with the try.
-
-// turnCall is what a call knows of the conversation turn it is a try of.
-type turnCall = conversation.Try
-
-// conversations builds the Responses API over this gateway.
-func (g *Gateway) conversations() *conversation.Service {
-	return conversation.New(conversation.Config{Path: requestPath{g}, Ledger: g.ledger, Clock: g.clock, Log: g.log,
-		Metrics: g.metrics, Secret: g.secret, Spend: g.tenants, Failpoint: failpoint})
-}
-
-// requestPath is the gateway as package conversation calls it; its
-// methods are documented on conversation.RequestPath.
-type requestPath struct{ g *Gateway }
-
-// Policy is the configuration in force.
-func (p requestPath) Policy() *policy.Policy { return p.g.policy() }
-
-// Enter is enterTenant; the virtual key is GateKey's to check.
-func (p requestPath) Enter(r *http.Request) (*policy.Tenant, func(), *api.Error) {
-	t, _, release, apiErr := p.g.enterTenant(r)
-	return t, release, apiErr
-}
-
-// ReadRequest is readRequest.
-func (p requestPath) ReadRequest(w http.ResponseWriter, r *http.Request) (string, []byte, *api.Error) {
-	return p.g.readRequest(w, r)
-}
-
-// NoteModel names the model on the access line.
-func (p requestPath) NoteModel(r *http.Request, model string) {
-	accesslog.Of(r.Context()).Set(func(a *accesslog.Entry) { a.Model = model })
-}
-
-// GateKey is gateKey for the request's virtual key, if any.
-func (p requestPath) GateKey(r *http.Request, alias string) *api.Error {
-	if lk := accesslog.KeyOf(r.Context()); lk != nil {
-		return p.g.gateKey(lk, alias)
-	}
-	return nil
-}
-
-// KeyID is keyIDOf.
-func (p requestPath) KeyID(r *http.Request) string { return keyIDOf(r) }
-
-// Joins is joinsOf under the configuration's keyless_join.
-func (p requestPath) Joins(h http.Header) (bool, *api.Error) {
-	return joinsOf(h, p.g.policy().Idempotency.KeylessJoin)
-}
-
-// ClientRetries is clientRetryCount.
-func (p requestPath) ClientRetries(h http.Header) int { return clientRetryCount(h) }
-
-// SettleRecord is settleOne.
-func (p requestPath) SettleRecord(ctx context.Context, rec *ledger.Record) {
-	p.g.recovery.SettleOne(ctx, rec)
-}
-
-// Identify is stage 2 for a try: the call, under the try's request id and
-// identity, and its receipt header with the turn's facts.
-func (p requestPath) Identify(r *http.Request, t *policy.Tenant, alias *policy.Alias, cr *provider.ClientRequest,
-	try *conversation.Try) (func(http.ResponseWriter), *api.Error) {
-	g := p.g
-	c, apiErr := g.identify(r, &admitted{proto: provider.Responses, tenant: t, alias: alias, parsed: cr, requestSHA: try.Turn.RequestSHA256})
-	if apiErr != nil {
-		return nil, apiErr
-	}
-	c.id, c.identity = try.Turn.RequestID, try.Identity()
-	if lk := accesslog.KeyOf(r.Context()); lk != nil {
-		// Each attempt reserves its worst case under the key as well
-		// (docs/keys.md); one that does not fit ends the try refused.
-		c.key = &keyCall{lk: lk}
-	}
-	h := c.rec.R
-	try.Describe(h)
-	c.turn = try
-	// The engine's view of the request (its id seeds the jitter) is
-	// taken from the header: start it again with the turn's.
-	c.rec = receipt.NewRecorder(alias, *h)
-	return func(w http.ResponseWriter) { g.place(w, r, c) }, nil
-}
-
-// StateCall reads and edits a stateful route's stored state: calls that
-// generate nothing, outside the attempts.
-func (p requestPath) StateCall(ctx context.Context, route *policy.Route, method, path string, body any) ([]byte, int, error) {
-	g := p.g
-	var b []byte
-	if body != nil {
-		var err error
-		if b, err = json.Marshal(body); err != nil {
-			return nil, 0, err
-		}
-	}
-	resp, err := g.cur.Load().clients[route.Provider.ID].Do(ctx, &upstream.Request{Method: method, Path: path, Body: b, Header: http.Header{}})
-	if err != nil {
-		return nil, 0, err
-	}
-	defer resp.Body.Close()
-	data, err := upstream.ReadAll(resp.Body, g.policy().Limits.MaxResponseBytes)
-	if err != nil {
-		return nil, resp.Status, err
-	}
-	if resp.Status/100 != 2 {
-		ue := provider.ParseError(resp.Status, data)
-		return data, resp.Status, fmt.Errorf("%s %s: HTTP %d: %s", method, path, resp.Status, g.scrub(ue.Message))
-	}
-	return data, resp.Status, nil
-}
+// A call that is a try of a conversation turn (docs/conversations.md)
+// reaches its turn through these hooks: the stateful route's attempts and
+// their reconciliation, and the turn settled with the try.
 
 // statefulAttempt makes one attempt of a turn on a stateful route.
 func (c *call) statefulAttempt(ctx context.Context, res *attemptResult, n int) *attemptResult {
