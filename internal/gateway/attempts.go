@@ -15,6 +15,7 @@ import (
 	"github.com/oncegate/oncegate/internal/provider"
 	"github.com/oncegate/oncegate/internal/receipt"
 	"github.com/oncegate/oncegate/internal/retry"
+	"github.com/oncegate/oncegate/internal/tracing"
 	"github.com/oncegate/oncegate/internal/upstream"
 )
 
@@ -232,8 +233,8 @@ func (c *call) exchange(ctx context.Context, res *attemptResult, out *provider.O
 	res.prompt = out.PromptTokens
 	hdr.Set("X-Oncegate-Request-Id", c.id)
 	hdr.Set("X-Oncegate-Attempt", strconv.Itoa(res.ordinal))
-	span := c.startAttemptSpan(res.route, res.ordinal, res.purpose, hdr)
-	defer func() { endAttemptSpan(span, res) }()
+	span := c.g.tracer.StartAttempt(c.spanCtx, res.route, res.ordinal, res.purpose, hdr)
+	defer func() { tracing.EndAttempt(span, &res.obs, res.route) }()
 	ctx, cancel := context.WithDeadline(ctx, c.deadline)
 	defer cancel()
 	resp, err := c.live.clients[res.route.Provider.ID].Do(ctx, &upstream.Request{Method: out.Method, Path: out.Path, Body: out.Body, Header: hdr})

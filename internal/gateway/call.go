@@ -13,6 +13,7 @@ import (
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/provider"
 	"github.com/oncegate/oncegate/internal/receipt"
+	"github.com/oncegate/oncegate/internal/tracing"
 
 	"go.opentelemetry.io/otel/trace"
 )
@@ -133,3 +134,6 @@ func firstNonEmpty(a, b string) string {
 	}
 	return b
 }
+
+// endSpan ends the request's trace span with its receipt.
+func (c *call) endSpan() { tracing.EndRequest(c.span, c.rec.R) }

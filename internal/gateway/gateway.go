@@ -45,6 +45,7 @@ import (
 	"github.com/oncegate/oncegate/internal/receipt"
 	"github.com/oncegate/oncegate/internal/recovery"
 	"github.com/oncegate/oncegate/internal/tokencount"
+	"github.com/oncegate/oncegate/internal/tracing"
 )
 
 // Options configure a Gateway. Zero values take the defaults named.
@@ -199,8 +200,7 @@ type Gateway struct {
 	metricsElsewhere bool
 	// tracer makes the spans of requests and attempts (a no-op one when
 	// no telemetry is configured).
-	tracer  trace.Tracer
-	tracing bool // a tracer was configured: spans are worth making
+	tracer tracing.Tracer
 	// metricsHTTP serves the Prometheus text, made once.
 	metricsHTTP http.Handler
 	// draining is set when the drain begins: /readyz says not ready.
@@ -292,7 +292,7 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 		jobs.RestoreRates(context.Background(), g.ledger, rk, g.log)
 	}
 	g.metricsElsewhere, g.reload = pol.Config.MetricsListen != "" || opts.MetricsListen != "", opts.Reload
-	g.tracer, g.tracing = tracerOr(opts.Tracer), opts.Tracer != nil
+	g.tracer = tracing.New(opts.Tracer)
 	l, err := g.newLive(pol, secrets, nil)
 	if err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ import (
 	"github.com/oncegate/oncegate/internal/accesslog"
 	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/coord"
+	"github.com/oncegate/oncegate/internal/tracing"
 )
 
 // place is stage 3: it puts a new logical request where it belongs. It
@@ -54,7 +55,8 @@ func (g *Gateway) place(w http.ResponseWriter, r *http.Request, c *call) {
 	}
 	c.flight, c.ctx, c.rateTaken = f, place.Work, place.RateTaken
 	c.access = accesslog.Of(r.Context())
-	c.startRequestSpan(r.Header)
+	c.spanCtx, c.span = g.tracer.StartRequest(r.Header, tracing.Request{ID: c.id, Tenant: c.tenant.ID, Alias: c.alias.Name,
+		KeyID: c.rec.R.KeyID, Protocol: c.proto, Stream: c.stream})
 	if r.Header.Get("Idempotency-Key") != "" || r.Header.Get("X-Stainless-Retry-Count") != "" || c.turn != nil {
 		f.SetGrace(g.rejoinGrace) // the caller can come back for this answer
 	}
@@ -83,7 +85,7 @@ func (g *Gateway) runInline(w http.ResponseWriter, r *http.Request, c *call) {
 	}
 	func() {
 		defer g.inflight.Done()
-		defer c.endRequestSpan()
+		defer c.endSpan()
 		c.serve()
 	}()
 	if !left() {
@@ -166,7 +168,7 @@ func (d *directClient) sendRest(ctx context.Context) bool {
 func (g *Gateway) runShared(w http.ResponseWriter, r *http.Request, c *call, place coord.Place) {
 	go func() {
 		defer g.inflight.Done()
-		defer c.endRequestSpan()
+		defer c.endSpan()
 		switch {
 		case place.Err != nil:
 			c.refuse(place.Err)
