@@ -142,19 +142,11 @@ func (c *call) single(res *attemptResult, p *permit) (*attemptResult, retry.Deci
 func (c *call) logObserved(k int) {
 	r := c.rec.R
 	for _, a := range r.Attempts[len(r.Attempts)-k:] {
-		c.log.later(ledger.EvObserved, a.ObservedAt, a, receiptRef{InReceipt: true, Ordinal: a.Ordinal})
+		c.log.later(ledger.EvObserved, a.ObservedAt, a, ledger.ReceiptRef{InReceipt: true, Ordinal: a.Ordinal})
 	}
 	at := r.Attempts[len(r.Attempts)-1].ObservedAt
 	d := r.Decisions[len(r.Decisions)-1]
-	c.log.later(ledger.EvDecision, at, d, receiptRef{InReceipt: true, AfterAttempt: d.AfterAttempt})
-}
-
-// receiptRef is the payload of an event whose content the receipt beside
-// it holds: which attempt or decision of it.
-type receiptRef struct {
-	InReceipt    bool `json:"in_receipt"`
-	Ordinal      int  `json:"ordinal,omitempty"`
-	AfterAttempt int  `json:"after_attempt,omitempty"`
+	c.log.later(ledger.EvDecision, at, d, ledger.ReceiptRef{InReceipt: true, AfterAttempt: d.AfterAttempt})
 }
 
 // dispatchEvents are attempt n's reserved and dispatched events: durable

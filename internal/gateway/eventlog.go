@@ -2,16 +2,12 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync/atomic"
 	"time"
 
-	"github.com/oncegate/oncegate/internal/jsonenc"
 	"github.com/oncegate/oncegate/internal/ledger"
-	"github.com/oncegate/oncegate/internal/receipt"
 )
 
 // eventLog writes one logical request's durable log (docs/identity.md): events
@@ -43,33 +39,7 @@ type pendingEvent struct {
 
 func (l *eventLog) event(typ ledger.EventType, at time.Time, data any) ledger.Event {
 	l.seq++
-	return ledger.Event{RequestID: l.requestID, Seq: l.seq, Generation: l.gen, Type: typ, At: at, Data: payload(data)}
-}
-
-// selfEncoding is an event payload that writes encoding/json's bytes for
-// itself, without reflection; ok is false for a value it leaves to
-// encoding/json.
-type selfEncoding interface {
-	AppendJSON(b []byte) (_ []byte, ok bool)
-}
-
-// payload encodes an event's data. Every request writes the same few
-// payloads (docs/performance.md): the receipt and the small ones below
-// write themselves; anything else goes through encoding/json.
-func payload(data any) []byte {
-	switch d := data.(type) {
-	case *receipt.Receipt:
-		// Without encoding/json checking and compacting what
-		// MarshalJSON returned: the created event of every request.
-		b, _ := d.JSON()
-		return b
-	case selfEncoding:
-		if b, ok := d.AppendJSON(make([]byte, 0, 128)); ok {
-			return b
-		}
-	}
-	b, _ := json.Marshal(data) // plain structs and maps: cannot fail
-	return b
+	return ledger.Event{RequestID: l.requestID, Seq: l.seq, Generation: l.gen, Type: typ, At: at, Data: ledger.Payload(data)}
 }
 
 // later queues an event for the next durable write.
@@ -112,39 +82,10 @@ func (l *eventLog) take(beside bool) []ledger.Event {
 			v = p.ref
 		}
 		out[i] = p.ev
-		out[i].Data = payload(v)
+		out[i].Data = ledger.Payload(v)
 	}
 	l.pending = l.pending[:0]
 	return out
-}
-
-func (r receiptRef) AppendJSON(b []byte) ([]byte, bool) {
-	b = append(b, `{"in_receipt":`...)
-	b = strconv.AppendBool(b, r.InReceipt)
-	if r.Ordinal != 0 {
-		b = append(b, `,"ordinal":`...)
-		b = strconv.AppendInt(b, int64(r.Ordinal), 10)
-	}
-	if r.AfterAttempt != 0 {
-		b = append(b, `,"after_attempt":`...)
-		b = strconv.AppendInt(b, int64(r.AfterAttempt), 10)
-	}
-	return append(b, '}'), true
-}
-
-// terminalEvent is the payload of request_terminal (its members in the
-// order encoding/json wrote the map it once was).
-type terminalEvent struct {
-	Reason   string `json:"reason"`
-	Terminal string `json:"terminal"`
-}
-
-func (t terminalEvent) AppendJSON(b []byte) ([]byte, bool) {
-	b = append(b, `{"reason":`...)
-	b = jsonenc.AppendString(b, t.Reason, jsonenc.Std)
-	b = append(b, `,"terminal":`...)
-	b = jsonenc.AppendString(b, t.Terminal, jsonenc.Std)
-	return append(b, '}'), true
 }
 
 // errStore marks a store failure that is not a refusal: the store could

@@ -112,7 +112,7 @@ func (c *call) commit(state ledger.State, stored *ledger.Response) error {
 		return err
 	}
 	now := c.g.clock.Now()
-	term := c.log.event(ledger.EvTerminal, now, terminalEvent{Terminal: r.Terminal, Reason: r.Reason})
+	term := c.log.event(ledger.EvTerminal, now, ledger.TerminalEvent{Terminal: r.Terminal, Reason: r.Reason})
 	release := len(r.Attempts) == 0 // a refusal before any dispatch protects nothing
 	if r.Terminal == string(gw.TerminalCancelled) {
 		if c.visible() {

@@ -1,4 +1,4 @@
-package gateway
+package ledger
 
 import (
 	"encoding/json"
@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncegate/oncegate/internal/ledger"
 	"pgregory.net/rapid"
 )
 
@@ -26,8 +25,8 @@ func TestEventPayloadsAreEncodingJSONs(t *testing.T) {
 			return
 		}
 		if !ok {
-			if string(payload(v)) != string(want) {
-				t.Fatalf("%#v: payload %s, encoding/json %s", v, payload(v), want)
+			if string(Payload(v)) != string(want) {
+				t.Fatalf("%#v: payload %s, encoding/json %s", v, Payload(v), want)
 			}
 			return
 		}
@@ -40,23 +39,23 @@ func TestEventPayloadsAreEncodingJSONs(t *testing.T) {
 		at := time.Unix(rapid.Int64Range(-70000000000, 300000000000).Draw(t, "unix"), rapid.Int64Range(0, 999999999).Draw(t, "nanos")).In(zone)
 		usd := rapid.OneOf(rapid.Float64(), rapid.Float64Range(0, 100),
 			rapid.SampledFrom([]float64{0, 1e-7, 1e21, 1e20, math.NaN(), math.Inf(1), math.Copysign(0, -1), 0.000001})).Draw(t, "usd")
-		check(t, ledger.Dispatch{Ordinal: rapid.Int().Draw(t, "ordinal"), Route: text.Draw(t, "route"), Purpose: text.Draw(t, "purpose"),
+		check(t, Dispatch{Ordinal: rapid.Int().Draw(t, "ordinal"), Route: text.Draw(t, "route"), Purpose: text.Draw(t, "purpose"),
 			NotBefore: at, ReserveUSD: usd})
-		check(t, receiptRef{InReceipt: rapid.Bool().Draw(t, "in"), Ordinal: rapid.IntRange(-2, 3).Draw(t, "o"),
+		check(t, ReceiptRef{InReceipt: rapid.Bool().Draw(t, "in"), Ordinal: rapid.IntRange(-2, 3).Draw(t, "o"),
 			AfterAttempt: rapid.IntRange(-2, 3).Draw(t, "a")})
-		check(t, terminalEvent{Terminal: text.Draw(t, "terminal"), Reason: text.Draw(t, "reason")})
+		check(t, TerminalEvent{Terminal: text.Draw(t, "terminal"), Reason: text.Draw(t, "reason")})
 	})
 }
 
 // BenchmarkEventPayloads is what a request's small event payloads cost:
 // two dispatch events (one encoding), two references, a terminal.
 func BenchmarkEventPayloads(b *testing.B) {
-	de := ledger.Dispatch{Ordinal: 1, Route: "openai-primary", Purpose: "initial", NotBefore: time.Now().UTC(), ReserveUSD: 0.0123}
+	de := Dispatch{Ordinal: 1, Route: "openai-primary", Purpose: "initial", NotBefore: time.Now().UTC(), ReserveUSD: 0.0123}
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = payload(de)
-		_ = payload(receiptRef{InReceipt: true, Ordinal: 1})
-		_ = payload(receiptRef{InReceipt: true, AfterAttempt: 1})
-		_ = payload(terminalEvent{Terminal: "succeeded", Reason: "completed"})
+		_ = Payload(de)
+		_ = Payload(ReceiptRef{InReceipt: true, Ordinal: 1})
+		_ = Payload(ReceiptRef{InReceipt: true, AfterAttempt: 1})
+		_ = Payload(TerminalEvent{Terminal: "succeeded", Reason: "completed"})
 	}
 }
