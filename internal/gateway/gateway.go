@@ -306,7 +306,7 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 	if err := g.initSecret(opts.Secret, secrets.GatewaySecret); err != nil {
 		return nil, err
 	}
-	g.keys = keyring.New(g.ledger, g.clock, g.log, g.secret, g.policy, opts.KeyLimits, opts.KeyFeed)
+	g.keys = keyring.New(g.ledger, g.clock, g.log, g.metrics, g.secret, g.policy, opts.KeyLimits, opts.KeyFeed)
 	g.routes()
 	n, err := g.recovery.SettleLapsed(context.Background())
 	if err != nil {

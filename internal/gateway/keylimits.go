@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"fmt"
 	"math"
 	"net/http"
 	"sync/atomic"
@@ -51,65 +50,12 @@ func (g *Gateway) enterBoth(r *http.Request, t *policy.Tenant) (lk *keyring.Key,
 	if lk = accesslog.KeyOf(r.Context()); lk == nil {
 		return nil, releaseTenant, nil
 	}
-	releaseKey, apiErr := g.enterKey(lk)
+	releaseKey, apiErr := g.keys.Enter(lk)
 	if apiErr != nil {
 		releaseTenant()
 		return nil, nil, apiErr
 	}
 	return lk, func() { releaseKey(); releaseTenant() }, nil
-}
-
-// enterKey counts a request of key lk in progress until release is
-// called, or refuses it when the key already has its max_concurrent in
-// progress — on every replica sharing the coordination, else on this
-// gateway.
-func (g *Gateway) enterKey(lk *keyring.Key) (release func(), _ *api.Error) {
-	id, limit := lk.Stored.ID, lk.Stored.Spec.Budget.MaxConcurrent
-	if limit <= 0 {
-		return func() {}, nil
-	}
-	release, ok, err := g.keys.Limits.Running.Enter(id, limit)
-	if err != nil {
-		return nil, coordinationDown()
-	}
-	if !ok {
-		g.metrics.ObserveTenantRejection(lk.Stored.Tenant, api.CodeKeyConcurrency)
-		e := api.Errorf(api.CodeKeyConcurrency, "key %s has %d requests in progress, its max_concurrent", id, limit)
-		e.RetryAfter = 1
-		return nil, e
-	}
-	return release, nil
-}
-
-// coordinationDown is the refusal of a request whose limits could not be
-// consulted because Redis is unreachable.
-func coordinationDown() *api.Error {
-	e := api.Errorf(api.CodeCoordinationUnavailable, "the gateway's shared coordination (Redis) is unreachable; nothing was sent, retry shortly")
-	e.RetryAfter = 1
-	return e
-}
-
-// gateKey checks a request of key lk for model alias before anything of
-// it is placed: the model allow-list (403 model_not_allowed) and the
-// key's request rate (429 key_rate_limited). Every endpoint a key may
-// call passes it.
-func (g *Gateway) gateKey(lk *keyring.Key, alias string) *api.Error {
-	k := lk.Stored
-	if !lk.Allows(alias) {
-		return &api.Error{Code: api.CodeModelNotAllowed, Param: "model",
-			Message: fmt.Sprintf("key %s may not use model `%s` (its models: %v)", k.ID, alias, k.Spec.Models)}
-	}
-	ok, wait, err := g.keys.Limits.Day.Take(k.ID)
-	if err != nil {
-		return coordinationDown()
-	}
-	if !ok {
-		g.metrics.ObserveTenantRejection(k.Tenant, api.CodeKeyRateLimited)
-		e := api.Errorf(api.CodeKeyRateLimited, "key %s is over its %d requests per minute", k.ID, k.Spec.Budget.RequestsPerMinute)
-		e.RetryAfter = int(math.Ceil(max(1, wait.Seconds())))
-		return e
-	}
-	return nil
 }
 
 // admitKey checks a new logical request against its virtual key before
@@ -120,7 +66,7 @@ func (c *call) admitKey(lk *keyring.Key) *api.Error {
 	if lk == nil {
 		return nil
 	}
-	if e := c.g.gateKey(lk, c.alias.Name); e != nil {
+	if e := c.g.keys.Gate(lk, c.alias.Name); e != nil {
 		return e
 	}
 	c.key = &keyCall{lk: lk}

@@ -260,7 +260,7 @@ func TestVirtualKeyLimits(t *testing.T) {
 	t.Run("concurrency", func(t *testing.T) {
 		v := e.issue(`{"tenant":"acme","budget":{"max_concurrent":1}}`)
 		lk, _ := e.gw.keys.Lookup(ctx, v.Key)
-		release, apiErr := e.gw.enterKey(lk) // one request in progress
+		release, apiErr := e.gw.keys.Enter(lk) // one request in progress
 		if apiErr != nil {
 			t.Fatal(apiErr.Message)
 		}

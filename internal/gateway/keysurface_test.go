@@ -35,7 +35,7 @@ func (e *env) holdKey(secret string) func() {
 	if err != nil || lk == nil {
 		e.t.Fatalf("the key: %v", err)
 	}
-	release, apiErr := e.gw.enterKey(lk)
+	release, apiErr := e.gw.keys.Enter(lk)
 	if apiErr != nil {
 		e.t.Fatal(apiErr.Message)
 	}

@@ -58,7 +58,7 @@ func (p requestPath) NoteModel(r *http.Request, model string) {
 // GateKey is gateKey for the request's virtual key, if any.
 func (p requestPath) GateKey(r *http.Request, alias string) *api.Error {
 	if lk := accesslog.KeyOf(r.Context()); lk != nil {
-		return p.g.gateKey(lk, alias)
+		return p.g.keys.Gate(lk, alias)
 	}
 	return nil
 }

@@ -6,13 +6,17 @@ package keyring
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/clock"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/metrics"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/quota"
 	"github.com/oncegate/oncegate/internal/vkey"
@@ -85,13 +89,14 @@ type Ring struct {
 	store   Store
 	clock   clock.Clock
 	log     *slog.Logger
+	metrics *metrics.Metrics // counts the refusals of Enter and Gate
 	secret  []byte
 	policy  func() *policy.Policy
 	mu      sync.RWMutex
 	cache   map[string]*Key // by digest
 	missing map[string]bool // digests the store does not know
 	gen     uint64          // bumped by every change; a lookup begun before is not cached
-	// limited are the keys whose limits the KeyLimits hold, by id.
+	// limited are the keys whose limits the Limits hold, by id.
 	limited map[string][3]quota.Tenant // day, month, tokens
 }
 
@@ -99,10 +104,10 @@ type Ring struct {
 const maxMissing = 10000
 
 // New returns a ring reading keys from store, whose secrets' digests are
-// keyed by secret; limits' nil fields are made in process, and feed (nil:
+// keyed by secret, counting its refusals in m; limits' nil fields are made in process, and feed (nil:
 // one gateway) tells it the keys changed elsewhere.
-func New(store Store, c clock.Clock, log *slog.Logger, secret []byte, policy func() *policy.Policy, limits Limits, feed Feed) *Ring {
-	s := &Ring{Limits: limits, feed: feed, store: store, clock: c, log: log, secret: secret, policy: policy,
+func New(store Store, c clock.Clock, log *slog.Logger, m *metrics.Metrics, secret []byte, policy func() *policy.Policy, limits Limits, feed Feed) *Ring {
+	s := &Ring{Limits: limits, feed: feed, store: store, clock: c, log: log, metrics: m, secret: secret, policy: policy,
 		cache: map[string]*Key{}, missing: map[string]bool{}, limited: map[string][3]quota.Tenant{}}
 	ks := &s.Limits
 	if ks.Day == nil {
@@ -346,3 +351,56 @@ type Store interface {
 
 // Allows reports whether the key may use model alias.
 func (lk *Key) Allows(alias string) bool { return lk.models == nil || lk.models[alias] }
+
+// Enter counts a request of key lk in progress until release is
+// called, or refuses it when the key already has its max_concurrent in
+// progress — on every replica sharing the coordination, else on this
+// gateway.
+func (s *Ring) Enter(lk *Key) (release func(), _ *api.Error) {
+	id, limit := lk.Stored.ID, lk.Stored.Spec.Budget.MaxConcurrent
+	if limit <= 0 {
+		return func() {}, nil
+	}
+	release, ok, err := s.Limits.Running.Enter(id, limit)
+	if err != nil {
+		return nil, coordinationDown()
+	}
+	if !ok {
+		s.metrics.ObserveTenantRejection(lk.Stored.Tenant, api.CodeKeyConcurrency)
+		e := api.Errorf(api.CodeKeyConcurrency, "key %s has %d requests in progress, its max_concurrent", id, limit)
+		e.RetryAfter = 1
+		return nil, e
+	}
+	return release, nil
+}
+
+// coordinationDown is the refusal of a request whose limits could not be
+// consulted because Redis is unreachable.
+func coordinationDown() *api.Error {
+	e := api.Errorf(api.CodeCoordinationUnavailable, "the gateway's shared coordination (Redis) is unreachable; nothing was sent, retry shortly")
+	e.RetryAfter = 1
+	return e
+}
+
+// Gate checks a request of key lk for model alias before anything of
+// it is placed: the model allow-list (403 model_not_allowed) and the
+// key's request rate (429 key_rate_limited). Every endpoint a key may
+// call passes it.
+func (s *Ring) Gate(lk *Key, alias string) *api.Error {
+	k := lk.Stored
+	if !lk.Allows(alias) {
+		return &api.Error{Code: api.CodeModelNotAllowed, Param: "model",
+			Message: fmt.Sprintf("key %s may not use model `%s` (its models: %v)", k.ID, alias, k.Spec.Models)}
+	}
+	ok, wait, err := s.Limits.Day.Take(k.ID)
+	if err != nil {
+		return coordinationDown()
+	}
+	if !ok {
+		s.metrics.ObserveTenantRejection(k.Tenant, api.CodeKeyRateLimited)
+		e := api.Errorf(api.CodeKeyRateLimited, "key %s is over its %d requests per minute", k.ID, k.Spec.Budget.RequestsPerMinute)
+		e.RetryAfter = int(math.Ceil(max(1, wait.Seconds())))
+		return e
+	}
+	return nil
+}

@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/clock"
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/memory"
+	"github.com/oncegate/oncegate/internal/metrics"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/vkey"
 )
@@ -45,7 +47,7 @@ func TestTheRingCachesKeysUntilTheyChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	pol := &policy.Policy{Tenants: []*policy.Tenant{{ID: "acme", MaxBoundary: gw.BoundaryExternal}}}
-	ring := New(st, clk, slog.New(slog.NewTextHandler(io.Discard, nil)), deployment, func() *policy.Policy { return pol }, Limits{}, nil)
+	ring := New(st, clk, slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.New(nil), deployment, func() *policy.Policy { return pol }, Limits{}, nil)
 
 	for range 3 {
 		lk, err := ring.Lookup(ctx, secret)
@@ -100,5 +102,52 @@ func TestTheRingCachesKeysUntilTheyChange(t *testing.T) {
 	clk.Advance(time.Minute)
 	if lk, _ := ring.Lookup(ctx, k2secret); lk != nil {
 		t.Error("an expired key still authenticates")
+	}
+}
+
+// Gate refuses a model outside the key's list and a key over its rate;
+// Enter refuses a request over the key's max_concurrent until one ends.
+func TestTheRingGatesAKeysModelsRateAndConcurrency(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	st := memory.New(0)
+	deployment := []byte("deployment-secret")
+	secret, _ := vkey.New()
+	k := &ledger.Key{ID: vkey.NewID(), Tenant: "acme", Digest: vkey.Digest(deployment, secret), CreatedAt: now, Version: 1,
+		Spec: ledger.KeySpec{Models: []string{"chat"}, Budget: ledger.KeyBudget{RequestsPerMinute: 2, MaxConcurrent: 1}}}
+	if err := st.CreateKey(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	pol := &policy.Policy{Tenants: []*policy.Tenant{{ID: "acme", MaxBoundary: gw.BoundaryExternal}}}
+	ring := New(st, clock.NewFake(now), slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.New(nil), deployment,
+		func() *policy.Policy { return pol }, Limits{}, nil)
+	lk, err := ring.Lookup(ctx, secret)
+	if err != nil || lk == nil {
+		t.Fatal(lk, err)
+	}
+	if e := ring.Gate(lk, "other"); e == nil || e.Code != api.CodeModelNotAllowed {
+		t.Errorf("another model: %v", e)
+	}
+	for i := range 2 {
+		if e := ring.Gate(lk, "chat"); e != nil {
+			t.Fatalf("request %d within the rate: %v", i+1, e)
+		}
+	}
+	if e := ring.Gate(lk, "chat"); e == nil || e.Code != api.CodeKeyRateLimited || e.RetryAfter < 1 {
+		t.Errorf("a third request in the minute: %+v", e)
+	}
+	release, e := ring.Enter(lk)
+	if e != nil {
+		t.Fatal(e)
+	}
+	if _, e := ring.Enter(lk); e == nil || e.Code != api.CodeKeyConcurrency {
+		t.Errorf("a second request in progress: %v", e)
+	}
+	release()
+	if release, e := ring.Enter(lk); e != nil {
+		t.Errorf("after the first ended: %v", e)
+	} else {
+		release()
 	}
 }
