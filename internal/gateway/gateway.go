@@ -1,8 +1,12 @@
-// Package gateway is oncegate's HTTP surface and request flow (docs/api.md,
-// docs/architecture.md): the only package that knows the whole path of a logical request —
-// authentication, identity, the retry engine driving every attempt, the
-// streaming boundary, receipts. The parts it wires together (policy,
-// retry, provider, upstream, receipt) know nothing of each other.
+// Package gateway is oncegate's request path and the router that mounts
+// everything else (docs/architecture.md): a request for an answer passes
+// admit → identify → place → attempts → relay → settle, one file each
+// (path.go), with the retry engine driving every attempt and the
+// streaming boundary in relay.go. The other surfaces — conversations,
+// token counts, the read and admin APIs, readiness — are packages of
+// their own, mounted in routes() through the small interfaces they
+// declare (requestpath.go, mount_admin.go); background work runs as jobs
+// (internal/jobs) this package starts and stops.
 package gateway
 
 import (
