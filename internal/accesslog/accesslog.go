@@ -5,6 +5,7 @@
 package accesslog
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"net/http"
@@ -134,7 +135,7 @@ func (l *Logger) Log(r *http.Request, w *Writer, d time.Duration) {
 	add("path", r.URL.Path)
 	ln.Int("status", int64(status))
 	ln.Float("latency_ms", float64(d.Microseconds())/1000)
-	add("request_id", firstNonEmpty(a.RequestID, w.Header().Get("X-Oncegate-Request-Id")))
+	add("request_id", cmp.Or(a.RequestID, w.Header().Get("X-Oncegate-Request-Id")))
 	add("tenant", a.Tenant)
 	if a.Key != nil {
 		add("key_id", a.Key.Stored.ID)
@@ -142,7 +143,7 @@ func (l *Logger) Log(r *http.Request, w *Writer, d time.Duration) {
 	add("model", a.Model)
 	add("code", a.Code)
 	add("dedup", w.Header().Get("X-Oncegate-Dedup"))
-	add("routes", firstNonEmpty(a.Routes, w.Header().Get("X-Oncegate-Route")))
+	add("routes", cmp.Or(a.Routes, w.Header().Get("X-Oncegate-Route")))
 	if a.Attempts > 0 {
 		ln.Int("attempts", int64(a.Attempts))
 		ln.Int("tokens", a.Tokens)
@@ -193,11 +194,4 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
-}
-
-func firstNonEmpty(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }

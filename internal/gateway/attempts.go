@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"math"
@@ -309,7 +310,7 @@ func (c *call) providerError(res *attemptResult, resp *upstream.Response) *attem
 		return c.observe(res, k, cause, "")
 	}
 	scrubbed := c.g.scrubError(ue)
-	res.obs.Error = &receipt.AttemptError{Code: firstNonEmpty(scrubbed.Code, scrubbed.Type), Message: truncate(scrubbed.Message, 300)}
+	res.obs.Error = &receipt.AttemptError{Code: cmp.Or(scrubbed.Code, scrubbed.Type), Message: truncate(scrubbed.Message, 300)}
 	if k != gw.KindRouteUnavailable {
 		// A broken route's error is the operator's to read, in the
 		// receipt: it never reaches the client (docs/errors.md).
@@ -351,7 +352,7 @@ func (c *call) complete(res *attemptResult, resp *upstream.Response) *attemptRes
 	// An answer that does not name its model (Converse's) is the
 	// route's model's; one that names no time (Converse's, Gemini's)
 	// was created when the request was, as a stream's chunks say.
-	ir.Model = firstNonEmpty(ir.Model, res.route.Model)
+	ir.Model = cmp.Or(ir.Model, res.route.Model)
 	if ir.Created == 0 {
 		ir.Created = c.created.Unix()
 	}

@@ -128,12 +128,5 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
-func firstNonEmpty(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
-
 // endSpan ends the request's trace span with its receipt.
 func (c *call) endSpan() { tracing.EndRequest(c.span, c.rec.R) }

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -80,7 +81,7 @@ type attemptStream struct {
 // stream becomes visible.
 func (o *output) begin(a *attemptStream) {
 	c := o.c
-	o.model = firstNonEmpty(a.model, a.route.Model)
+	o.model = cmp.Or(a.model, a.route.Model)
 	o.enc = c.newEncoder(o.model)
 	if o.buffer {
 		o.held = o.enc.Start(o.held[:0], a.input)
@@ -123,7 +124,7 @@ func (o *output) emit(e *provider.Event, a *attemptStream) {
 	if o.enc == nil || (o.buffer && len(o.held) == 0) {
 		o.begin(a)
 	}
-	if m := firstNonEmpty(a.model, a.route.Model); m != o.model {
+	if m := cmp.Or(a.model, a.route.Model); m != o.model {
 		// A continuation on another route: its chunks name its model.
 		if s, ok := o.enc.(provider.ModelSetter); ok {
 			s.SetModel(m)
@@ -403,7 +404,7 @@ func (c *call) endStream(res *attemptResult, a *attemptStream, endErr error) *at
 		if !res.race.claim() {
 			return c.observe(res, gw.KindCancelled, gw.CauseHedgeLost, "lost the hedge race")
 		}
-		res.finish = firstNonEmpty(a.finish, provider.FinishStop)
+		res.finish = cmp.Or(a.finish, provider.FinishStop)
 		return c.observe(res, gw.KindOK, "", "")
 	case a.visible:
 		detail := "stream ended without a finish reason"

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 
@@ -107,7 +108,7 @@ func ambiguousOnStateful(res *attemptResult) bool {
 // attempt's answer: whole for a JSON turn; for a stream, what the client
 // has not seen yet of it.
 func (c *call) adopt(res *attemptResult, found *provider.Response) *attemptResult {
-	found.Model = firstNonEmpty(found.Model, res.route.Model)
+	found.Model = cmp.Or(found.Model, res.route.Model)
 	// The committed answer is billed whole, by estimate: never below what
 	// the attempt's own stream counted before its reply was lost.
 	usage := gw.Usage{InputTokens: c.in.PromptTokens, OutputTokens: max(estimateOutput(found), res.obs.Usage.OutputTokens)}
