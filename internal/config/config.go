@@ -103,8 +103,8 @@ type Config struct {
 	// DropParams: a droppable request field the chosen route cannot carry
 	// (docs/translation.md) is dropped — named in X-Oncegate-Dropped and
 	// the receipt — instead of keeping the request off that route. Also
-	// per alias, per tenant and in the request body; the narrowest that
-	// sets it wins. Default false.
+	// per alias, per tenant, per virtual key and in the request body; the
+	// narrowest that sets it wins. Default false.
 	DropParams bool `yaml:"drop_params"`
 	// Lease is how a request's owner holds it while it runs
 	// (docs/identity.md, docs/replicas.md): what bounds how long a request whose gateway died stays in
@@ -166,7 +166,8 @@ type Tenant struct {
 	// Budget limits the tenant's rate and spend. Zero values mean unlimited.
 	Budget TenantBudget `yaml:"budget"`
 	// DropParams, when set, is drop_params for the tenant's requests,
-	// over the alias's and the top level's (docs/translation.md).
+	// over the alias's and the top level's, under a virtual key's
+	// (docs/translation.md).
 	DropParams *bool `yaml:"drop_params"`
 }
 

@@ -120,6 +120,24 @@ func TestDropParamsNarrowestSettingWins(t *testing.T) {
 			t.Fatalf("%d upstream bodies carried drop_params", n)
 		}
 
+		// A virtual key's drop_params is over its tenant's; null gives the
+		// tenant's back.
+		lenient := e.issue(`{"tenant":"hooli","name":"lenient","drop_params":true}`)
+		strict := e.issue(`{"tenant":"acme","name":"strict","drop_params":false}`)
+		if lenient.DropParams == nil || !*lenient.DropParams || strict.DropParams == nil || *strict.DropParams {
+			t.Fatalf("issued keys show drop_params %v, %v", lenient.DropParams, strict.DropParams)
+		}
+		send(lenient.Key, "chat-pair", "", true)                   // the key's true over the tenant's false
+		send(strict.Key, "chat-pair", "", false)                   // the key's false over the alias's true
+		send(strict.Key, "chat-pair", `,"drop_params":true`, true) // the body's true over the key's
+		if st, b := e.adminDo(keyAdmin, "PATCH", "/admin/keys/"+lenient.ID, `{"drop_params":null}`, nil); st != 200 || strings.Contains(string(b), "drop_params") {
+			t.Fatalf("PATCH drop_params null: %d %s", st, b)
+		}
+		send(lenient.Key, "chat-pair", "", false) // the tenant's false again
+		if st, b := e.adminDo(keyAdmin, "PATCH", "/admin/keys/"+lenient.ID, `{"drop_params":"yes"}`, nil); st != 400 || !strings.Contains(string(b), `"param":"drop_params"`) {
+			t.Fatalf("PATCH drop_params \"yes\": %d %s", st, b)
+		}
+
 		// A value that is not a boolean is refused by name.
 		res, body := e.post("/v1/chat/completions", distinctBody("chat-pair", 99, `,"drop_params":"yes"`), nil)
 		if res.StatusCode != 400 || !strings.Contains(string(body), `"param":"drop_params"`) {

@@ -135,8 +135,8 @@ func (c *call) mayDropField(f string) bool {
 }
 
 // dropParamsOf is whether drop_params is in force for a request: the
-// narrowest setting that says — the request body's, the tenant's, else
-// the alias's (itself the alias's own or the top level's;
+// narrowest setting that says — the request body's, the tenant's (with
+// a virtual key's own over it: keyring.Ring.Tenant), else the alias's (itself the alias's own or the top level's;
 // docs/translation.md).
 func dropParamsOf(cr *provider.ClientRequest, t *policy.Tenant, alias *policy.Alias) bool {
 	switch {
