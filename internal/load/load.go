@@ -1,7 +1,8 @@
 // Package load keeps what a tier's strategy chooses among its routes by
 // (docs/routing.md): each route's attempts in flight, its recent time to
 // first token, and its rate-limit headroom — learned from the provider's
-// rate-limit headers and counted against the route's own rpm and tpm. A
+// rate-limit headers and counted against the route's own rpm and tpm —
+// and until when a long rate-limit hint cooled it down (docs/retries.md). A
 // Table holds one process's view; a shared coordination adds the other
 // replicas' (SetRemote). Table is safe for concurrent use.
 package load
