@@ -18,8 +18,8 @@ type permit struct {
 }
 
 // admission snapshots the fleet's state for the engine: open breakers,
-// the providers' retry budgets (for attempts after the first) and the
-// tenant's remaining allowance.
+// the routes that cool (docs/retries.md), the providers' retry budgets
+// (for attempts after the first) and the tenant's remaining allowance.
 func (c *call) admission(retrying bool) retry.Admission {
 	var adm retry.Admission
 	for _, r := range c.alias.Routes {
@@ -38,6 +38,11 @@ func (c *call) admission(retrying bool) retry.Admission {
 	}
 	adm.TenantAllowance, adm.TenantCapped = c.g.tenants.Allowance(c.tenant.ID)
 	c.keyAdmission(&adm)
+	ids := make([]string, len(c.alias.Routes))
+	for i, r := range c.alias.Routes {
+		ids[i] = r.ID
+	}
+	adm.Cooling = c.g.load.Cooling(ids)
 	if c.alias.ChoosesByLoad() {
 		adm.Figures = make(map[string]retry.Figures, len(c.alias.Routes))
 		for _, r := range c.alias.Routes {
@@ -164,8 +169,31 @@ func (c *call) release(p *permit, res *attemptResult) {
 			c.g.load.TTFT(p.route, fb.Sub(res.obs.StartedAt))
 		}
 	}
+	if res != nil {
+		c.cool(res)
+	}
 	c.g.load.End(p.route, tokens)
 	c.g.breakers.Done(p.route, p.ticket, outcome)
 	c.g.tenants.Settle(p.reserved, cost)
 	c.settleKey(p.key, cost, usage)
+}
+
+// cool cools an observed attempt's route down, fleet-wide, when its
+// rate-limit hint is longer than the route's next backoff
+// (docs/retries.md): before the next decision's admission is taken, so
+// that its receipt shows the cooling.
+func (c *call) cool(res *attemptResult) {
+	if res.obs.Kind != gw.KindRateLimited || res.obs.RetryAfter == nil {
+		return
+	}
+	onRoute := 1
+	for _, a := range c.rec.R.Attempts {
+		if a.Route == res.route.ID {
+			onRoute++
+		}
+	}
+	a := retry.Attempt{Kind: res.obs.Kind, ObservedAt: res.obs.ObservedAt, RetryAfter: *res.obs.RetryAfter, HasRetryAfter: true}
+	if until, ok := retry.CoolsUntil(c.alias.Engine, &a, onRoute); ok {
+		c.g.load.Cool(res.route.ID, until)
+	}
 }

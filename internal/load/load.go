@@ -1,7 +1,8 @@
 // Package load keeps what a tier's strategy chooses among its routes by
 // (docs/routing.md): each route's attempts in flight, its recent time to
 // first token, and its rate-limit headroom — learned from the provider's
-// rate-limit headers and counted against the route's own rpm and tpm. A
+// rate-limit headers and counted against the route's own rpm and tpm —
+// and until when a long rate-limit hint cooled it down (docs/retries.md). A
 // Table holds one process's view; a shared coordination adds the other
 // replicas' (SetRemote). Table is safe for concurrent use.
 package load
@@ -40,6 +41,10 @@ type route struct {
 	header   headroom // from the provider's rate-limit headers, here
 	shared   headroom // the same, as another replica last saw it
 	minute   window   // requests and tokens over the last minute
+	// cool is until when a provider's long rate-limit hint cooled the
+	// route down, as learned here; coolShared as another replica shared
+	// it (docs/retries.md).
+	cool, coolShared time.Time
 }
 
 // headroom is a share of rate limit left, until the limit resets.
@@ -215,6 +220,67 @@ func (t *Table) Figures(id string) retry.Figures {
 		f.Headroom = min(f.Headroom, max(0, 1-float64(toks)/float64(r.lim.TPM)))
 	}
 	return f
+}
+
+// Cool cools route down until until (a rate-limited attempt's long
+// hint, retry.CoolsUntil); a later cooling wins.
+func (t *Table) Cool(id string, until time.Time) {
+	t.mu.Lock()
+	if r := t.get(id); until.After(r.cool) {
+		r.cool = until
+	}
+	t.mu.Unlock()
+}
+
+// SetRemoteCool sets until when another replica found route cooling; a
+// later cooling wins.
+func (t *Table) SetRemoteCool(id string, until time.Time) {
+	t.mu.Lock()
+	if r := t.get(id); until.After(r.coolShared) {
+		r.coolShared = until
+	}
+	t.mu.Unlock()
+}
+
+// Cooled is until when route cools as learned here (zero: never), for
+// sharing with other replicas.
+func (t *Table) Cooled(id string) time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.get(id).cool
+}
+
+// Cooling is the routes that cool now, fleet-wide, and until when: the
+// engine's Admission.Cooling. nil when none does.
+func (t *Table) Cooling(ids []string) map[string]time.Time {
+	now := t.clock.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out map[string]time.Time
+	for _, id := range ids {
+		r := t.routes[id]
+		if r == nil {
+			continue
+		}
+		if until := later(r.cool, r.coolShared); until.After(now) {
+			if out == nil {
+				out = map[string]time.Time{}
+			}
+			out[id] = until
+		}
+	}
+	return out
+}
+
+// Routes lists every route the table knows.
+func (t *Table) Routes() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ids := make([]string, 0, len(t.routes))
+	for id := range t.routes {
+		ids = append(ids, id)
+	}
+	return ids
 }
 
 // window counts requests and tokens over the last minute, a second a

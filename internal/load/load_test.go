@@ -102,3 +102,34 @@ func TestFigures(t *testing.T) {
 		t.Fatalf("a minute later: %v", f.Headroom)
 	}
 }
+
+// A route cools until the later of what this process learned and what
+// another replica shared, and stops cooling then.
+func TestCooling(t *testing.T) {
+	clk := clock.NewFake(t0)
+	tb := New(clk, map[string]Limits{"a": {}, "b": {}})
+	if c := tb.Cooling([]string{"a", "b"}); c != nil {
+		t.Fatalf("nothing cools yet: %v", c)
+	}
+	tb.Cool("a", t0.Add(20*time.Second))
+	tb.Cool("a", t0.Add(5*time.Second)) // an earlier end does not shorten it
+	tb.SetRemoteCool("b", t0.Add(3*time.Second))
+	c := tb.Cooling([]string{"a", "b", "unknown"})
+	if len(c) != 2 || !c["a"].Equal(t0.Add(20*time.Second)) || !c["b"].Equal(t0.Add(3*time.Second)) {
+		t.Fatalf("cooling %v", c)
+	}
+	if got := tb.Cooled("a"); !got.Equal(t0.Add(20 * time.Second)) {
+		t.Fatalf("learned here: %v", got)
+	}
+	if got := tb.Cooled("b"); !got.IsZero() {
+		t.Fatalf("b was learned elsewhere, not here: %v", got)
+	}
+	clk.Advance(3 * time.Second)
+	if c := tb.Cooling([]string{"a", "b"}); len(c) != 1 || c["b"] != (time.Time{}) {
+		t.Fatalf("at +3s only a cools: %v", c)
+	}
+	clk.Advance(17 * time.Second)
+	if c := tb.Cooling([]string{"a", "b"}); c != nil {
+		t.Fatalf("at +20s nothing cools: %v", c)
+	}
+}

@@ -355,6 +355,18 @@ func (e *encoder) decision(b []byte, d *Decision) []byte {
 		}
 		b = append(b, `}`...)
 	}
+	if len(d.Cooling) > 0 {
+		b = append(b, `,"cooling":{`...)
+		for i, k := range sortedKeys(d.Cooling) {
+			if i > 0 {
+				b = append(b, `,`...)
+			}
+			b = jsonenc.AppendString(b, k, jsonenc.Std)
+			b = append(b, ':')
+			b = e.time(b, d.Cooling[k])
+		}
+		b = append(b, `}`...)
+	}
 	if d.TenantAllowanceUSD != nil {
 		b = append(b, `,"tenant_allowance_usd":`...)
 		b = e.float(b, *d.TenantAllowanceUSD)

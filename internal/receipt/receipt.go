@@ -168,6 +168,10 @@ type Decision struct {
 	// decision was taken (docs/routing.md): the input verify replays the
 	// choice from.
 	Figures map[string]RouteFigures `json:"figures,omitempty"`
+	// Cooling names the routes that cooled down when the decision was
+	// taken — a provider's long rate-limit hint, seen by any replica — and
+	// until when (docs/retries.md): the input verify replays the skip from.
+	Cooling map[string]time.Time `json:"cooling,omitempty"`
 	// TenantAllowanceUSD is what the tenant could still reserve today when
 	// the decision was taken; absent when the tenant has no ceiling.
 	TenantAllowanceUSD *float64 `json:"tenant_allowance_usd,omitempty"`
@@ -215,6 +219,12 @@ func NewDecision(after int, d retry.Decision, adm retry.Admission) Decision {
 		}
 		rd.Figures[route] = RouteFigures{InFlight: f.InFlight, TTFTMS: f.TTFT.Milliseconds(), Headroom: f.Headroom}
 	}
+	for route, until := range adm.Cooling {
+		if rd.Cooling == nil {
+			rd.Cooling = map[string]time.Time{}
+		}
+		rd.Cooling[route] = until.UTC()
+	}
 	for provider, refused := range adm.RetryRefused {
 		if refused {
 			rd.RetryBudgetRefused = append(rd.RetryBudgetRefused, provider)
@@ -247,6 +257,12 @@ func (d Decision) Admission() retry.Admission {
 			adm.Figures = map[string]retry.Figures{}
 		}
 		adm.Figures[route] = retry.Figures{InFlight: f.InFlight, TTFT: time.Duration(f.TTFTMS) * time.Millisecond, Headroom: f.Headroom}
+	}
+	for route, until := range d.Cooling {
+		if adm.Cooling == nil {
+			adm.Cooling = map[string]time.Time{}
+		}
+		adm.Cooling[route] = until
 	}
 	if len(d.RetryBudgetRefused) > 0 {
 		adm.RetryRefused = map[string]bool{}

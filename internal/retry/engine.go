@@ -134,9 +134,46 @@ type Admission struct {
 	// not dispatched.
 	TenantCapped    bool
 	TenantAllowance gw.NanoUSD
+	// Cooling names the routes a provider's long rate-limit hint cooled
+	// down, fleet-wide, and until when (docs/retries.md): a decision skips
+	// a route that cools at its time, as it skips an open breaker, while
+	// another may take the attempt.
+	Cooling map[string]time.Time
 }
 
 func (a Admission) admits(route string) bool { return !a.Refused[route] }
+
+// CoolsUntil says whether attempt a — the onRoute-th on its route —
+// cools its route down (docs/retries.md): a rate_limited attempt whose
+// hint is longer than the route's next backoff, min(base × 2^(k-2), max)
+// before jitter, cools the route until a.ObservedAt + hint.
+func CoolsUntil(p *Policy, a *Attempt, onRoute int) (time.Time, bool) {
+	if a.Kind != gw.KindRateLimited || !a.HasRetryAfter || a.RetryAfter <= Backoff(p.BaseDelay, p.MaxDelay, onRoute+1) {
+		return time.Time{}, false
+	}
+	return a.ObservedAt.Add(a.RetryAfter), true
+}
+
+// coolUntil is until when route id cools as a decision at at sees it: the
+// later of the admission's cooling and the cooling the request's own
+// attempts found (CoolsUntil); zero when it does not cool at at.
+func coolUntil(p *Policy, adm Admission, hist []Attempt, id string, at time.Time) time.Time {
+	until := adm.Cooling[id]
+	n := 0
+	for i := range hist {
+		if hist[i].Route != id {
+			continue
+		}
+		n++
+		if u, ok := CoolsUntil(p, &hist[i], n); ok && u.After(until) {
+			until = u
+		}
+	}
+	if !until.After(at) {
+		return time.Time{}
+	}
+	return until
+}
 
 // retries reports whether a retry on provider is admitted.
 func (a Admission) retries(provider string) bool {
@@ -230,12 +267,13 @@ func stop(t gw.Terminal, r gw.Reason) Decision {
 }
 
 // Start decides a logical request's first attempt at now: the first route
-// by priority that the capability filter kept and the breaker admits.
+// by priority that the capability filter kept, the breaker admits and
+// that does not cool (Admission.Cooling) — unless every such route cools.
 func Start(p *Policy, req *Request, adm Admission, now time.Time) Decision {
 	if !now.Before(req.Deadline) {
 		return stop(gw.TerminalDeadline, gw.ReasonDeadline)
 	}
-	refused := false
+	refused, cooled := false, false
 	usable := func(r *Route) bool {
 		if !req.eligible(r.ID) {
 			return false
@@ -246,11 +284,22 @@ func Start(p *Policy, req *Request, adm Admission, now time.Time) Decision {
 		}
 		return true
 	}
-	for t := range tierCount(p) {
-		cands := inTier(p, t, usable)
-		if len(cands) == 0 {
-			continue
-		}
+	cool := func(r *Route) bool {
+		c := !coolUntil(p, adm, nil, r.ID, now).IsZero()
+		cooled = cooled || c
+		return c
+	}
+	// A route that cools is skipped while another may serve; when every
+	// one cools, the request is dispatched as if none did — the
+	// provider's own answer decides then (docs/retries.md).
+	var cands []*Route
+	for t := 0; t < tierCount(p) && len(cands) == 0; t++ {
+		cands = inTier(p, t, func(r *Route) bool { return usable(r) && !cool(r) })
+	}
+	for t := 0; t < tierCount(p) && len(cands) == 0 && cooled; t++ {
+		cands = inTier(p, t, usable)
+	}
+	if len(cands) > 0 {
 		r := choose(p, req, cands, adm, 1)
 		reserve := reservation(p, r, req, 0)
 		if d, ok := costStop(p, nil, reserve, adm, gw.TerminalExhausted); !ok {
@@ -523,7 +572,8 @@ func again(p *Policy, req *Request, hist []Attempt, last *Attempt, adm Admission
 		return stop(gw.TerminalRejected, gw.ReasonNonRetryable) // not a route of this policy
 	}
 	moveOn := last.Cause == gw.CauseFirstByteTimeout || last.Cause == gw.CauseContextLength || refusesRoute(last.Kind)
-	next, refused, budget := nextRoute(p, req, hist, cur, moveOn, last.Cause == gw.CauseContextLength, adm, len(hist)+1)
+	at := last.ObservedAt
+	next, refused, budget := nextRoute(p, req, hist, cur, moveOn, last.Cause == gw.CauseContextLength, adm, len(hist)+1, at)
 	switch {
 	case next == nil && refused:
 		return stop(gw.TerminalExhausted, gw.ReasonCircuitOpen)
@@ -539,7 +589,7 @@ func again(p *Policy, req *Request, hist []Attempt, last *Attempt, adm Admission
 	if next == cur && len(hist)+1 == p.MaxAttempts {
 		// The request's last attempt: a provider it has not tried yet is
 		// a better bet than one that just failed it.
-		if fresh := untriedRoute(p, req, hist, cur, adm); fresh != nil {
+		if fresh := untriedRoute(p, req, hist, cur, adm, at); fresh != nil {
 			next = fresh
 		}
 	}
@@ -555,6 +605,11 @@ func again(p *Policy, req *Request, hist []Attempt, last *Attempt, adm Admission
 		}
 	} else {
 		exp = p.BaseDelay
+	}
+	if u := coolUntil(p, adm, hist, next.ID, at); !u.IsZero() {
+		// The route cools and nothing else may serve: wait for it, at
+		// most retry_after_cap, as for its own hint.
+		hint = max(hint, min(u.Sub(last.ObservedAt), p.RetryAfterCap))
 	}
 	wait, jit := Jittered(p.Jitter, exp, p.Digest, req.ID, ordinal)
 	d := Decision{Action: action, Route: next.ID, NotBefore: last.ObservedAt.Add(max(wait, hint)), JitterMS: jit,
@@ -579,7 +634,24 @@ func again(p *Policy, req *Request, hist []Attempt, last *Attempt, adm Admission
 // retry a provider whose retry budget is spent. refused reports that a
 // breaker turned a candidate away, budget that a retry budget did.
 // ordinal is the attempt being decided (it seeds the strategy's draws).
-func nextRoute(p *Policy, req *Request, hist []Attempt, cur *Route, moveOn, larger bool, adm Admission, ordinal int) (next *Route, refused, budget bool) {
+//
+// A route that cools at at (coolUntil) is passed over like one whose
+// breaker is open — except cur, which is waited for, when no other route
+// of its tier may serve and its cooling ends within retry_after_cap and
+// before the deadline: only then does waiting not help and the next tier
+// serve. When every route left cools, the choice is made as if none did
+// (and again waits for the route it picks, at most retry_after_cap).
+func nextRoute(p *Policy, req *Request, hist []Attempt, cur *Route, moveOn, larger bool, adm Admission, ordinal int, at time.Time) (next *Route, refused, budget bool) {
+	next, refused, budget, cooled := pickRoute(p, req, hist, cur, moveOn, larger, adm, ordinal, at, true)
+	if next == nil && cooled {
+		next, refused, budget, _ = pickRoute(p, req, hist, cur, moveOn, larger, adm, ordinal, at, false)
+	}
+	return next, refused, budget
+}
+
+// pickRoute is nextRoute's choice; with skipCool it passes over the
+// routes that cool at at, and cooled reports that it did.
+func pickRoute(p *Policy, req *Request, hist []Attempt, cur *Route, moveOn, larger bool, adm Admission, ordinal int, at time.Time, skipCool bool) (next *Route, refused, budget, cooled bool) {
 	usable := func(r *Route) bool {
 		if !req.eligible(r.ID) || routeAttempts(hist, r.ID) >= r.MaxAttempts {
 			return false
@@ -594,39 +666,52 @@ func nextRoute(p *Policy, req *Request, hist []Attempt, cur *Route, moveOn, larg
 		}
 		return true
 	}
+	warm := func(r *Route) bool {
+		if skipCool && !coolUntil(p, adm, hist, r.ID, at).IsZero() {
+			cooled = true
+			return false
+		}
+		return true
+	}
 	if larger {
 		for i := p.index(cur.ID) + 1; i < len(p.Routes); i++ {
-			if r := &p.Routes[i]; r.MaxContextTokens > cur.MaxContextTokens && usable(r) {
-				return r, refused, budget
+			if r := &p.Routes[i]; r.MaxContextTokens > cur.MaxContextTokens && usable(r) && warm(r) {
+				return r, refused, budget, cooled
 			}
 		}
-		return nil, refused, budget
+		return nil, refused, budget, cooled
 	}
-	fresh := inTier(p, p.tierOf(cur), func(r *Route) bool { return r != cur && routeAttempts(hist, r.ID) == 0 && usable(r) })
+	fresh := inTier(p, p.tierOf(cur), func(r *Route) bool { return r != cur && routeAttempts(hist, r.ID) == 0 && usable(r) && warm(r) })
 	if len(fresh) > 0 {
-		return choose(p, req, fresh, adm, ordinal), refused, budget
+		return choose(p, req, fresh, adm, ordinal), refused, budget, cooled
 	}
-	if !moveOn && usable(cur) {
-		return cur, refused, budget
+	curUsable := !moveOn && usable(cur)
+	if curUsable && warm(cur) {
+		return cur, refused, budget, cooled
 	}
-	again := inTier(p, p.tierOf(cur), func(r *Route) bool { return r != cur && !silent(hist, r.ID) && usable(r) })
+	again := inTier(p, p.tierOf(cur), func(r *Route) bool { return r != cur && !silent(hist, r.ID) && usable(r) && warm(r) })
 	if len(again) > 0 {
-		return choose(p, req, again, adm, ordinal), refused, budget
+		return choose(p, req, again, adm, ordinal), refused, budget, cooled
+	}
+	if u := coolUntil(p, adm, hist, cur.ID, at); curUsable && !u.IsZero() && u.Sub(at) <= p.RetryAfterCap && u.Before(req.Deadline) {
+		return cur, refused, budget, cooled // it cools, but waiting for it helps
 	}
 	for t := p.tierOf(cur) + 1; t < tierCount(p); t++ {
-		if cands := inTier(p, t, usable); len(cands) > 0 {
-			return choose(p, req, cands, adm, ordinal), refused, budget
+		if cands := inTier(p, t, func(r *Route) bool { return usable(r) && warm(r) }); len(cands) > 0 {
+			return choose(p, req, cands, adm, ordinal), refused, budget, cooled
 		}
 	}
-	return nil, refused, budget
+	return nil, refused, budget, cooled
 }
 
 // untriedRoute is the first route after cur by priority on a provider the
-// request has not tried that may take its next attempt, or nil.
-func untriedRoute(p *Policy, req *Request, hist []Attempt, cur *Route, adm Admission) *Route {
+// request has not tried that may take its next attempt and does not cool
+// at at, or nil.
+func untriedRoute(p *Policy, req *Request, hist []Attempt, cur *Route, adm Admission, at time.Time) *Route {
 	for i := p.index(cur.ID) + 1; i < len(p.Routes); i++ {
 		r := &p.Routes[i]
-		if req.eligible(r.ID) && adm.admits(r.ID) && routeAttempts(hist, r.ID) < r.MaxAttempts && !tried(p, hist, r.Provider) {
+		if req.eligible(r.ID) && adm.admits(r.ID) && routeAttempts(hist, r.ID) < r.MaxAttempts && !tried(p, hist, r.Provider) &&
+			coolUntil(p, adm, hist, r.ID, at).IsZero() {
 			return r
 		}
 	}
@@ -659,8 +744,8 @@ func Hedge(p *Policy, req *Request, hist []Attempt, primary Decision, adm Admiss
 		return Decision{}, false
 	}
 	inFlight := append(hist[:len(hist):len(hist)], Attempt{Route: cur.ID, Cost: primary.Reserve})
-	next, _, _ := nextRoute(p, req, inFlight, cur, true, false, adm, len(inFlight)+1)
-	if next == nil {
+	next, _, _ := nextRoute(p, req, inFlight, cur, true, false, adm, len(inFlight)+1, at)
+	if next == nil || !coolUntil(p, adm, hist, next.ID, at).IsZero() {
 		return Decision{}, false
 	}
 	d := Decision{Action: ActionHedge, Route: next.ID, NotBefore: at, Reserve: reservation(p, next, req, 0)}

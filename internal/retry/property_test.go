@@ -113,6 +113,12 @@ func genAdmission(t *rapid.T, p *Policy) Admission {
 		if rapid.IntRange(0, 9).Draw(t, "retry_refused") == 0 {
 			adm.RetryRefused[r.Provider] = true
 		}
+		if rapid.IntRange(0, 3).Draw(t, "cooling") == 0 {
+			if adm.Cooling == nil {
+				adm.Cooling = map[string]time.Time{}
+			}
+			adm.Cooling[r.ID] = t0.Add(ms(rapid.IntRange(0, 20000).Draw(t, "cool_ms")))
+		}
 		if rapid.Bool().Draw(t, "figures") {
 			if adm.Figures == nil {
 				adm.Figures = map[string]Figures{}

@@ -18,9 +18,17 @@ import (
 // hash, stamped with when it lapses, so a dead replica's count ages out)
 // and the headroom its provider's headers last gave; it reads the
 // others' back into the table. Safe for concurrent use.
+//
+// Every route's cooling (a provider's long rate-limit hint,
+// docs/retries.md) is shared too, whatever the strategy: one hash of
+// route → until (Unix ms), where a later cooling wins; a cooling one
+// replica learned is in every replica's admission a sync later.
 type Loads struct {
 	c *Coordinator
 	t *load.Table
+	// sent is the cooling of each route this gateway last wrote; only
+	// the sync loop touches it.
+	sent map[string]time.Time
 }
 
 // loadTTL is how long a replica's count of attempts in flight is believed
@@ -31,7 +39,7 @@ const loadTTL = 3 * time.Second
 // by (load.Table.Shared, read at every sync, so a reload's new routes
 // are shared too).
 func (c *Coordinator) NewLoads(t *load.Table) *Loads {
-	l := &Loads{c: c, t: t}
+	l := &Loads{c: c, t: t, sent: map[string]time.Time{}}
 	c.addSyncer(l)
 	return l
 }
@@ -41,11 +49,53 @@ func (l *Loads) keys(route string) (inflight, quota string) {
 	return k + ":inflight", k + ":quota"
 }
 
+// scriptCool writes a route's cooling unless a later one is there, and
+// keeps the hash as long as its longest cooling. KEYS: the hash. ARGV:
+// route, until ms, now ms.
+var scriptCool = goredis.NewScript(`
+local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+local untilMs, now = tonumber(ARGV[2]), tonumber(ARGV[3])
+if untilMs > cur then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl < untilMs - now then redis.call('PEXPIRE', KEYS[1], untilMs - now) end
+return 1`)
+
+// syncCooling writes the coolings learned here since the last sync and
+// reads back the fleet's.
+func (l *Loads) syncCooling(ctx context.Context, pipe goredis.Pipeliner, now time.Time) func() {
+	key := l.c.key("cool", "")
+	type write struct {
+		route string
+		until time.Time
+		cmd   *goredis.Cmd
+	}
+	var writes []write
+	for _, route := range l.t.Routes() {
+		if until := l.t.Cooled(route); until.After(now) && !until.Equal(l.sent[route]) {
+			writes = append(writes, write{route, until, scriptCool.Eval(ctx, pipe, []string{key}, route, until.UnixMilli(), now.UnixMilli())})
+		}
+	}
+	all := pipe.HGetAll(ctx, key)
+	return func() {
+		for _, w := range writes {
+			if w.cmd.Err() == nil {
+				l.sent[w.route] = w.until // else written again at the next sync
+			}
+		}
+		for route, v := range all.Val() {
+			if ms, err := strconv.ParseInt(v, 10, 64); err == nil && ms > now.UnixMilli() {
+				l.t.SetRemoteCool(route, time.UnixMilli(ms))
+			}
+		}
+	}
+}
+
 func (l *Loads) sync(ctx context.Context, pipe goredis.Pipeliner) func() {
 	now := l.c.clock.Now()
+	cooled := l.syncCooling(ctx, pipe, now)
 	routes := l.t.Shared()
 	if len(routes) == 0 {
-		return func() {}
+		return cooled
 	}
 	type cmds struct {
 		inflight *goredis.MapStringStringCmd
@@ -66,6 +116,7 @@ redis.call('SET', KEYS[1], ARGV[1] .. ':' .. ARGV[2], 'PX', ARGV[3]) return 1`,
 		got[i] = cmds{pipe.HGetAll(ctx, kIn), pipe.Get(ctx, kQ)}
 	}
 	return func() {
+		cooled()
 		for i, route := range routes {
 			others := 0
 			for owner, v := range got[i].inflight.Val() {

@@ -34,6 +34,7 @@ var conformance = []struct {
 	{"TheRateCountsNewRequestsNotJoins", testTheRateCountsNewRequestsNotJoins},
 	{"ALapsedClaimIsNotRenewed", testALapsedClaimIsNotRenewed},
 	{"RoutesLoadIsSharedAcrossGateways", testRoutesLoadIsSharedAcrossGateways},
+	{"ARoutesCoolingIsSharedAcrossGateways", testARoutesCoolingIsSharedAcrossGateways},
 	{"RequestsInProgressAreCountedAcrossReplicas", testRequestsInProgressAreCountedAcrossReplicas},
 	{"RequestsInProgressNeverPastTheLimit", testRequestsInProgressNeverPastTheLimit},
 	{"LeasesLapseUnlessRenewed", testLeasesLapseUnlessRenewed},
