@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/oncegate/oncegate/internal/accesslog"
+	"github.com/oncegate/oncegate/internal/httpfront"
 )
 
 // ServeHTTP serves one exchange and logs it.
@@ -13,7 +14,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a := &accesslog.Entry{}
 	lw := &accesslog.Writer{ResponseWriter: w, Entry: a}
 	r = r.WithContext(accesslog.With(r.Context(), a))
-	if g.screen(lw, r) {
+	if lim := g.policy().Limits; httpfront.Screen(lw, r, lim.MaxBodyBytes, lim.BodyReadTimeout.D()) {
 		g.mux.ServeHTTP(lw, r)
 	}
 	d := time.Since(start)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/oncegate/oncegate/internal/accesslog"
 	"github.com/oncegate/oncegate/internal/api"
+	"github.com/oncegate/oncegate/internal/httpfront"
 	"github.com/oncegate/oncegate/internal/identity"
 	"github.com/oncegate/oncegate/internal/keyring"
 	"github.com/oncegate/oncegate/internal/memtune"
@@ -111,7 +112,7 @@ func (g *Gateway) readRequest(w http.ResponseWriter, r *http.Request) (string, [
 		if errors.As(err, &tooLarge) {
 			return "", nil, api.Errorf(api.CodeRequestTooLarge, "request body is larger than %d bytes", tooLarge.Limit)
 		}
-		var late *bodyTimeout
+		var late *httpfront.BodyTimeout
 		if errors.As(err, &late) {
 			// What is left of the body may still come: the connection
 			// cannot carry another request (docs/api.md, "Limits").

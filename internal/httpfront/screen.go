@@ -1,4 +1,4 @@
-package gateway
+package httpfront
 
 import (
 	"errors"
@@ -21,10 +21,12 @@ import (
 // Every such answer is JSON in the caller's protocol, like every other
 // error (docs/errors.md).
 
-// screen answers a request that cannot reach a route, and puts the
-// request's body under limits.body_read_timeout. It reports whether the
-// request goes on to its route.
-func (g *Gateway) screen(w http.ResponseWriter, r *http.Request) bool {
+// Screen answers a request that cannot reach a route, and puts the
+// request's body under the body read timeout (limits.body_read_timeout;
+// 0: 30 s). A body announced over maxBody bytes (limits.max_body_bytes)
+// is refused before it is read. It reports whether the request goes on
+// to its route.
+func Screen(w http.ResponseWriter, r *http.Request, maxBody int64, timeout time.Duration) bool {
 	p := shapeOf(r)
 	rc := http.NewResponseController(w)
 	if e := unroutable(r); e != nil {
@@ -34,15 +36,13 @@ func (g *Gateway) screen(w http.ResponseWriter, r *http.Request) bool {
 	if r.ContentLength == 0 {
 		return true // no body
 	}
-	lim := g.policy().Limits
-	if n := r.ContentLength; n > lim.MaxBodyBytes {
+	if n := r.ContentLength; n > maxBody {
 		// Refused before a byte of it is read: a client announcing more
 		// than the limit is not kept waiting while it uploads.
 		refuse(w, rc, api.Errorf(api.CodeRequestTooLarge, "the request body announces %d bytes (Content-Length), more than the %d bytes limits.max_body_bytes allows",
-			n, lim.MaxBodyBytes), p)
+			n, maxBody), p)
 		return false
 	}
-	timeout := lim.BodyReadTimeout.D()
 	if timeout <= 0 { // a policy compiled without defaults
 		timeout = 30 * time.Second
 	}
@@ -102,16 +102,16 @@ func cleanPath(p string) string {
 
 // shapeOf picks the protocol of an error answered before routing: the
 // Anthropic shape on /v1/messages (and below it), else by the headers the
-// request carries (protocolOf).
+// request carries (api.ProtocolOf).
 func shapeOf(r *http.Request) provider.Protocol {
 	if p := r.URL.Path; p == "/v1/messages" || strings.HasPrefix(p, "/v1/messages/") {
 		return provider.Anthropic
 	}
-	return protocolOf(r)
+	return api.ProtocolOf(r)
 }
 
 // timedBody is a request body read under limits.body_read_timeout: a
-// read the deadline stopped fails with a *bodyTimeout. Once the body has
+// read the deadline stopped fails with a *BodyTimeout. Once the body has
 // been read to its end, net/http lifts the connection's read deadline as
 // it starts watching for the client to leave, so what follows — an
 // answer that may stream for minutes — is not bounded by it.
@@ -126,20 +126,21 @@ func (b *timedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	b.read += int64(n)
 	if err != nil && err != io.EOF && errors.Is(err, os.ErrDeadlineExceeded) {
-		err = &bodyTimeout{after: b.timeout, read: b.read, announced: b.announced}
+		err = &BodyTimeout{after: b.timeout, read: b.read, announced: b.announced}
 	}
 	return n, err
 }
 
-// bodyTimeout is a request body that did not arrive within
+// BodyTimeout is a request body that did not arrive within
 // limits.body_read_timeout.
-type bodyTimeout struct {
+type BodyTimeout struct {
 	after     time.Duration
 	read      int64
 	announced int64
 }
 
-func (e *bodyTimeout) Error() string {
+// Error says how much of the body came in how long.
+func (e *BodyTimeout) Error() string {
 	if e.announced < 0 {
 		return fmt.Sprintf("the request body did not arrive within %s (limits.body_read_timeout): %d bytes came, and not its end", e.after, e.read)
 	}
