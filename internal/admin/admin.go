@@ -14,7 +14,9 @@
 package admin
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"time"
@@ -69,6 +71,9 @@ type keyBody struct {
 	MaxDataBoundary *string            `json:"max_data_boundary"`
 	ExpiresAt       *string            `json:"expires_at"`
 	Metadata        *map[string]string `json:"metadata"`
+	// DropParams is true, false or null (the tenant's again); absent:
+	// unchanged.
+	DropParams json.RawMessage `json:"drop_params"`
 }
 
 // KeyView is a key as the admin API shows it; Key (the secret) only on
@@ -85,9 +90,11 @@ type KeyView struct {
 	MaxDataBoundary string            `json:"max_data_boundary,omitempty"`
 	ExpiresAt       *time.Time        `json:"expires_at"`
 	Metadata        map[string]string `json:"metadata"`
-	CreatedAt       time.Time         `json:"created_at"`
-	UpdatedAt       time.Time         `json:"updated_at"`
-	RevokedAt       *time.Time        `json:"revoked_at"`
+	// DropParams is the key's drop_params; absent: its tenant's.
+	DropParams *bool      `json:"drop_params,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+	UpdatedAt  time.Time  `json:"updated_at"`
+	RevokedAt  *time.Time `json:"revoked_at"`
 	// Version counts the key's changes; its ETag is made of it.
 	Version int64 `json:"version"`
 	// Previous are the secrets rotations replaced that still work, each
@@ -120,7 +127,7 @@ func timePtr(t time.Time) *time.Time {
 
 func viewOf(k *ledger.Key, now time.Time) KeyView {
 	v := KeyView{ID: k.ID, Object: "key", Prefix: k.Prefix, Tenant: k.Tenant, Name: k.Name, Models: k.Spec.Models, Budget: k.Spec.Budget,
-		MaxDataBoundary: k.Spec.MaxDataBoundary, ExpiresAt: timePtr(k.ExpiresAt), Metadata: k.Spec.Metadata,
+		MaxDataBoundary: k.Spec.MaxDataBoundary, ExpiresAt: timePtr(k.ExpiresAt), Metadata: k.Spec.Metadata, DropParams: k.Spec.DropParams,
 		CreatedAt: k.CreatedAt, UpdatedAt: k.UpdatedAt, RevokedAt: timePtr(k.RevokedAt), Version: k.Version}
 	if !k.Revoked() {
 		for _, p := range k.LivePrevious(now) {
@@ -229,6 +236,17 @@ func (a *API) apply(k *ledger.Key, b *keyBody, issue bool, now time.Time) *api.E
 			return bad("metadata", "metadata has more than 64 entries")
 		}
 		k.Spec.Metadata = *b.Metadata
+	}
+	if len(b.DropParams) > 0 {
+		switch string(bytes.TrimSpace(b.DropParams)) {
+		case "null":
+			k.Spec.DropParams = nil
+		case "true", "false":
+			drop := string(bytes.TrimSpace(b.DropParams)) == "true"
+			k.Spec.DropParams = &drop
+		default:
+			return bad("drop_params", "drop_params must be true, false or null (its tenant's), found %s", b.DropParams)
+		}
 	}
 	return nil
 }

@@ -106,6 +106,12 @@ type Config struct {
 	// requests and streams in flight may take to finish before the rest
 	// are cut. /readyz says not ready from the drain's first moment.
 	DrainTimeout Duration `yaml:"drain_timeout" default:"30s"`
+	// DropParams: a droppable request field the chosen route cannot carry
+	// (docs/translation.md) is dropped — named in X-Oncegate-Dropped and
+	// the receipt — instead of keeping the request off that route. Also
+	// per alias, per tenant, per virtual key and in the request body; the
+	// narrowest that sets it wins. Default false.
+	DropParams bool `yaml:"drop_params"`
 	// Lease is how a request's owner holds it while it runs
 	// (docs/identity.md, docs/replicas.md): what bounds how long a request whose gateway died stays in
 	// progress before another settles it.
@@ -165,6 +171,10 @@ type Tenant struct {
 	MaxDataBoundary string `yaml:"max_data_boundary" default:"external"`
 	// Budget limits the tenant's rate and spend. Zero values mean unlimited.
 	Budget TenantBudget `yaml:"budget"`
+	// DropParams, when set, is drop_params for the tenant's requests,
+	// over the alias's and the top level's, under a virtual key's
+	// (docs/translation.md).
+	DropParams *bool `yaml:"drop_params"`
 }
 
 // TenantBudget limits one tenant (docs/overload.md).
@@ -398,6 +408,9 @@ type Model struct {
 	// field keeps the request on routes of the client's own protocol. The
 	// request header X-Oncegate-May-Drop adds to it.
 	MayDrop []string `yaml:"may_drop"`
+	// DropParams, when set, is drop_params for the alias, over the top
+	// level's (docs/translation.md).
+	DropParams *bool `yaml:"drop_params"`
 	// AcceptUnreachableRoutes acknowledges routes whose attempt at the
 	// default output limit costs more than max_cost_usd: they serve only
 	// requests whose clients set a small enough limit. Default false: such

@@ -66,6 +66,9 @@ type call struct {
 	dropped []string
 	// mayDrop lists the fields the alias and the request let a route drop.
 	mayDrop []string
+	// dropParams: drop_params is in force for the request — every
+	// droppable field a route cannot carry may be dropped (dropParamsOf).
+	dropParams bool
 	// turn is the conversation turn this request is a try of (POST
 	// /v1/responses); nil for chat.
 	turn *turnCall

@@ -61,6 +61,7 @@ func (g *Gateway) identify(r *http.Request, a *admitted) (*call, *api.Error) {
 		c.identity = "u:" + c.id
 	}
 	acceptRestart := c.streamEvents && r.Header.Get("X-Oncegate-Accept-Restart") == "1"
+	c.dropParams = dropParamsOf(cr, t, alias)
 	native, apiErr := c.droppable(r.Header)
 	if apiErr != nil {
 		return nil, apiErr
@@ -118,13 +119,33 @@ func (c *call) droppable(h http.Header) ([]string, *api.Error) {
 	c.mayDrop = allowed
 	var native []string
 	for _, f := range c.in.NativeOnly {
-		if slices.Contains(allowed, f) && provider.Droppable(c.in.Protocol, f) {
+		if c.mayDropField(f) && provider.Droppable(c.in.Protocol, f) {
 			c.dropped = append(c.dropped, f)
 			continue
 		}
 		native = append(native, f)
 	}
 	return native, nil
+}
+
+// mayDropField reports whether the alias, the request or drop_params let
+// a route drop field f, when f is droppable there.
+func (c *call) mayDropField(f string) bool {
+	return c.dropParams || slices.Contains(c.mayDrop, f)
+}
+
+// dropParamsOf is whether drop_params is in force for a request: the
+// narrowest setting that says — the request body's, the tenant's (with
+// a virtual key's own over it: keyring.Ring.Tenant), else the alias's (itself the alias's own or the top level's;
+// docs/translation.md).
+func dropParamsOf(cr *provider.ClientRequest, t *policy.Tenant, alias *policy.Alias) bool {
+	switch {
+	case cr.DropParams != nil:
+		return *cr.DropParams
+	case t.DropParams != nil:
+		return *t.DropParams
+	}
+	return alias.DropParams
 }
 
 // droppedOn is what an attempt on route drops of the request: the
@@ -137,7 +158,7 @@ func (c *call) droppedOn(route *policy.Route) []string {
 	if ft, ok := route.Provider.Impl.(provider.FieldTable); ok {
 		var out []string
 		for _, f := range ft.NativeOnly(c.in.Protocol, c.in.Body) {
-			if slices.Contains(c.mayDrop, f) && ft.Droppable(c.in.Protocol, f) {
+			if c.mayDropField(f) && ft.Droppable(c.in.Protocol, f) {
 				out = append(out, f)
 			}
 		}
@@ -154,7 +175,7 @@ func (c *call) droppedOn(route *policy.Route) []string {
 func (c *call) nativeOnlyOn(ft provider.FieldTable) []string {
 	var out []string
 	for _, f := range ft.NativeOnly(c.in.Protocol, c.in.Body) {
-		if !slices.Contains(c.mayDrop, f) || !ft.Droppable(c.in.Protocol, f) {
+		if !c.mayDropField(f) || !ft.Droppable(c.in.Protocol, f) {
 			out = append(out, f)
 		}
 	}

@@ -293,7 +293,8 @@ func (s *Ring) seed(ctx context.Context, id string) {
 }
 
 // Tenant is the key's tenant in the policy in force, narrowed by the
-// key's data boundary; nil when the policy has no such tenant.
+// key's data boundary and with the key's drop_params when it has one;
+// nil when the policy has no such tenant.
 func (s *Ring) Tenant(lk *Key) *policy.Tenant {
 	base := s.policy().Tenant(lk.Stored.Tenant)
 	if base == nil {
@@ -303,9 +304,14 @@ func (s *Ring) Tenant(lk *Key) *policy.Tenant {
 		return n.t
 	}
 	t := base
-	if lk.Boundary != 0 && lk.Boundary < base.MaxBoundary {
+	if lk.Boundary != 0 && lk.Boundary < base.MaxBoundary || lk.Stored.Spec.DropParams != nil {
 		c := *base
-		c.MaxBoundary = lk.Boundary
+		if lk.Boundary != 0 && lk.Boundary < base.MaxBoundary {
+			c.MaxBoundary = lk.Boundary
+		}
+		if d := lk.Stored.Spec.DropParams; d != nil {
+			c.DropParams = d
+		}
 		t = &c
 	}
 	lk.tenant.Store(&narrowed{base: base, t: t})

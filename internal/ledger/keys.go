@@ -74,6 +74,9 @@ type KeySpec struct {
 	Budget          KeyBudget         `json:"budget"`
 	MaxDataBoundary string            `json:"max_data_boundary,omitempty"`
 	Metadata        map[string]string `json:"metadata,omitempty"`
+	// DropParams, when set, is drop_params for the key's requests, over
+	// its tenant's (docs/keys.md).
+	DropParams *bool `json:"drop_params,omitempty"`
 }
 
 // KeyBudget are a key's limits; zero values mean no limit of the key's

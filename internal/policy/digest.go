@@ -69,6 +69,7 @@ type aliasDoc struct {
 	// Omitted at 0, so that policies without it keep their digests.
 	DefaultOutputTokens int64    `json:"default_output_tokens,omitempty"`
 	MayDrop             []string `json:"may_drop,omitempty"`
+	DropParams          bool     `json:"drop_params,omitempty"`
 	Strategy            string   `json:"strategy,omitempty"`
 }
 
@@ -79,7 +80,7 @@ func aliasDigest(a *Alias) (string, error) {
 		RetryAfterCapMS: e.RetryAfterCap.Milliseconds(), Jitter: string(e.Jitter), DeadlineMS: e.Deadline.Milliseconds(),
 		MaxCostNanoUSD: int64(e.MaxCost), AfterOutput: string(e.AfterOutput), RestartMaxTokens: e.RestartMaxTokens,
 		ResumeRoutes: string(e.ResumeRoutes), Buffer: a.Buffer, HedgeAfterMS: a.HedgeAfter.Milliseconds(), Routes: []routeDoc{},
-		DefaultOutputTokens: e.DefaultOutputTokens, MayDrop: a.MayDrop}
+		DefaultOutputTokens: e.DefaultOutputTokens, MayDrop: a.MayDrop, DropParams: a.DropParams}
 	if e.Tiered {
 		doc.Strategy = string(e.Strategy)
 	}
@@ -119,7 +120,8 @@ type tenantDoc struct {
 	RequestsPerMinute int    `json:"requests_per_minute"`
 	CostNanoUSDPerDay int64  `json:"cost_nano_usd_per_day"`
 	// Omitted at 0, so that policies without it keep their digests.
-	MaxConcurrent int `json:"max_concurrent,omitempty"`
+	MaxConcurrent int   `json:"max_concurrent,omitempty"`
+	DropParams    *bool `json:"drop_params,omitempty"`
 }
 
 type policyDoc struct {
@@ -138,7 +140,7 @@ func policyDigest(p *Policy) (string, error) {
 		doc.Aliases[a.Name] = a.Digest
 	}
 	for _, t := range p.Tenants {
-		doc.Tenants = append(doc.Tenants, tenantDoc{t.ID, t.MaxBoundary.String(), t.RequestsPerMinute, int64(t.CostPerDay), t.MaxConcurrent})
+		doc.Tenants = append(doc.Tenants, tenantDoc{t.ID, t.MaxBoundary.String(), t.RequestsPerMinute, int64(t.CostPerDay), t.MaxConcurrent, t.DropParams})
 	}
 	return identity.CanonicalSHA256(doc)
 }

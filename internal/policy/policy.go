@@ -55,6 +55,9 @@ type Tenant struct {
 	RequestsPerMinute int
 	CostPerDay        gw.NanoUSD // 0: no ceiling
 	MaxConcurrent     int        // per gateway process; 0: no cap
+	// DropParams, when set, is drop_params for the tenant's requests,
+	// over the alias's (docs/translation.md).
+	DropParams *bool
 }
 
 // Provider is an upstream endpoint.
@@ -124,6 +127,11 @@ type Alias struct {
 	// MayDrop lists the request fields routes of the other protocol may
 	// drop (docs/translation.md).
 	MayDrop []string
+	// DropParams: the alias's drop_params, or else the top level's — a
+	// droppable field a route cannot carry is dropped rather than keeping
+	// the request off it (docs/translation.md). A tenant, a virtual key
+	// or the request may set it over this.
+	DropParams bool
 	// Digest is the hex SHA-256 of the alias's canonical policy; receipts
 	// carry it as policy_sha256.
 	Digest string

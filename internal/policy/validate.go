@@ -129,7 +129,7 @@ func (v *validator) tenants() []*Tenant {
 		out = append(out, &Tenant{ID: t.ID, APIKeyEnv: t.APIKeyEnv,
 			MaxBoundary:       v.boundary(path+".max_data_boundary", t.MaxDataBoundary),
 			RequestsPerMinute: t.Budget.RequestsPerMinute, CostPerDay: gw.NanoFromUSD(t.Budget.CostUSDPerDay),
-			MaxConcurrent: t.Budget.MaxConcurrent})
+			MaxConcurrent: t.Budget.MaxConcurrent, DropParams: t.DropParams})
 	}
 	if a := v.cfg.AdminTenant; a != "" {
 		if _, ok := seen[a]; !ok {
@@ -288,6 +288,10 @@ func (v *validator) aliases(routes []*Route) []*Alias {
 		}
 		v.reachable(a, m, path)
 		a.MayDrop = v.mayDrop(path+".may_drop", m.MayDrop, a.Routes)
+		a.DropParams = v.cfg.DropParams
+		if m.DropParams != nil {
+			a.DropParams = *m.DropParams
+		}
 		out = append(out, a)
 	}
 	return out

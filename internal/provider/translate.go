@@ -23,6 +23,10 @@ type ClientRequest struct {
 	// NativeOnly lists the fields only a route of the client's own
 	// protocol can serve (see Fields); routes of the other are ineligible.
 	NativeOnly []string
+	// DropParams is the body's own drop_params (LiteLLM clients send it),
+	// nil when it has none; Body no longer holds it, so it never reaches
+	// a provider (docs/translation.md).
+	DropParams *bool
 }
 
 // ParseRequest reads a client request body of protocol p. A malformed
@@ -46,7 +50,44 @@ func ParseRequest(p Protocol, body []byte) (*ClientRequest, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ClientRequest{Protocol: p, Body: body, IR: ir, PromptTokens: PromptTokens(ir), NativeOnly: nativeOnly(p, body)}, nil
+	body, drop, err := takeDropParams(body)
+	if err != nil {
+		return nil, err
+	}
+	return &ClientRequest{Protocol: p, Body: body, IR: ir, PromptTokens: PromptTokens(ir), NativeOnly: nativeOnly(p, body), DropParams: drop}, nil
+}
+
+// takeDropParams takes a body's top-level drop_params out of it: the
+// body without the member, and its value (nil when there is none). A
+// value that is not true, false or null is an invalid request naming it.
+func takeDropParams(body []byte) ([]byte, *bool, error) {
+	if !bytes.Contains(body, []byte(`drop_params`)) {
+		return body, nil, nil
+	}
+	top, err := topLevelMembers(body)
+	if err != nil {
+		return body, nil, nil // the parser has accepted the body: not reached
+	}
+	raw, ok := top["drop_params"]
+	if !ok {
+		return body, nil, nil
+	}
+	var drop *bool
+	switch string(bytes.TrimSpace(raw)) {
+	case "true":
+		drop = new(bool)
+		*drop = true
+	case "false":
+		drop = new(bool)
+	case "null":
+	default:
+		return nil, nil, invalid("drop_params", "drop_params must be true or false, found %s", raw)
+	}
+	if out, ok := ReplaceMembers(body, MemberEdit{Key: "drop_params"}); ok {
+		return out, drop, nil
+	}
+	delete(top, "drop_params")
+	return encodeMembers(top), drop, nil
 }
 
 // Continuation styles a Target may use (docs/streaming.md); they mirror the
