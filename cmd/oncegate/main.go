@@ -14,6 +14,7 @@
 //	                                          check a SQLite ledger's intent log; salvage a corrupt one
 //	oncegate spend   --config FILE --url URL  print the spend report of a running gateway
 //	oncegate health  [--url URL] [--ready]    ask a running gateway whether it is alive (or ready)
+//	oncegate import  litellm CONFIG.yaml      print an oncegate configuration translated from a LiteLLM one
 //	oncegate version                          print the version and build information
 package main
 
@@ -48,6 +49,7 @@ var verbs = map[string]func(ctx context.Context, args []string, stdout, stderr i
 	"spend":    spendCmd,
 	"models":   modelsCmd,
 	"ledger":   ledgerCmd,
+	"import":   importCmd,
 }
 
 const usage = `oncegate — an LLM gateway that owns retries
@@ -77,6 +79,8 @@ usage:
   oncegate reload  --config FILE --url URL    have a running gateway re-read its configuration (or send it SIGHUP)
   oncegate health  [--url URL] [--ready]      ask a running gateway whether it is alive (/healthz) or ready (/readyz);
                                               exit 0 on 200, 1 otherwise (a container's HEALTHCHECK)
+  oncegate import  litellm CONFIG.yaml        print an oncegate configuration translated from a LiteLLM proxy config
+                                              (docs/migrating-from-litellm.md)
   oncegate models  [--json] [--family F]      list the model catalogue: prices, context windows, output limits
   oncegate version                            print the version and build information
 

@@ -63,6 +63,12 @@ type Config struct {
 	// AdminKeyFile names a file holding the admin key, read at start and
 	// on every reload.
 	AdminKeyFile string `yaml:"admin_key_file"`
+	// AdminTenant names a tenant of this file whose requests the admin key
+	// may also send to /v1/*, as LiteLLM's master key does
+	// (docs/migrating-from-litellm.md); it needs an admin key, and that
+	// tenant needs no key of its own. Empty (the default): the admin key
+	// calls no model.
+	AdminTenant string `yaml:"admin_tenant"`
 	// MetricsListen is a separate address serving /metrics with no key
 	// (keep it private), e.g. "127.0.0.1:9464". Empty (the default):
 	// /metrics is served on the API port, to the admin key only — never

@@ -54,7 +54,8 @@ func (c *Config) secretSourceErrors() Errors {
 		}
 	}
 	for i, t := range c.Tenants {
-		pair(fmt.Sprintf("tenants[%d].api_key", i), t.APIKeyEnv, t.APIKeyFile, true)
+		// The admin tenant may have no key of its own: the admin key is one.
+		pair(fmt.Sprintf("tenants[%d].api_key", i), t.APIKeyEnv, t.APIKeyFile, t.ID != c.AdminTenant)
 		for j, v := range t.APIKeyEnvs {
 			if v == "" {
 				errs = append(errs, c.ErrorAt(fmt.Sprintf("tenants[%d].api_key_envs[%d]", i, j), "empty variable name"))
@@ -141,6 +142,9 @@ func (c *Config) ResolveSecrets(lookup func(string) (string, bool)) (*Secrets, e
 			path = "admin_key_file"
 		}
 		errs = append(errs, c.ErrorAt(path, "the admin key is tenant %q's API key: it must be a key of its own", tenant))
+	}
+	if c.AdminTenant != "" && s.AdminKey != "" {
+		s.TenantKeys[s.AdminKey] = c.AdminTenant // the admin key also calls /v1/* as this tenant
 	}
 	if len(errs) > 0 {
 		return nil, errs

@@ -131,6 +131,14 @@ func (v *validator) tenants() []*Tenant {
 			RequestsPerMinute: t.Budget.RequestsPerMinute, CostPerDay: gw.NanoFromUSD(t.Budget.CostUSDPerDay),
 			MaxConcurrent: t.Budget.MaxConcurrent, DropParams: t.DropParams})
 	}
+	if a := v.cfg.AdminTenant; a != "" {
+		if _, ok := seen[a]; !ok {
+			v.fail("admin_tenant", "names no tenant of this file: %q", a)
+		}
+		if v.cfg.AdminKeyEnv == "" && v.cfg.AdminKeyFile == "" {
+			v.fail("admin_tenant", "needs an admin key (admin_key_env or admin_key_file)")
+		}
+	}
 	return out
 }
 
