@@ -12,7 +12,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	a := &accesslog.Entry{}
 	lw := &accesslog.Writer{ResponseWriter: w, Entry: a}
-	r = r.WithContext(accesslog.With(r.Context(), a))
+	r = g.canonical(r.WithContext(accesslog.With(r.Context(), a)))
 	if g.screen(lw, r) {
 		g.mux.ServeHTTP(lw, r)
 	}
