@@ -74,6 +74,10 @@ type KeySpec struct {
 	Budget          KeyBudget         `json:"budget"`
 	MaxDataBoundary string            `json:"max_data_boundary,omitempty"`
 	Metadata        map[string]string `json:"metadata,omitempty"`
+	// KeylessJoin, when not nil, is the key's own keyless_join: false,
+	// identical keyless requests made with it never share a generation
+	// (docs/identity.md).
+	KeylessJoin *bool `json:"keyless_join,omitempty"`
 }
 
 // KeyBudget are a key's limits; zero values mean no limit of the key's

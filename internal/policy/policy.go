@@ -124,6 +124,9 @@ type Alias struct {
 	// MayDrop lists the request fields routes of the other protocol may
 	// drop (docs/translation.md).
 	MayDrop []string
+	// KeylessJoin, when not nil, is the alias's own keyless_join
+	// (docs/identity.md).
+	KeylessJoin *bool
 	// Digest is the hex SHA-256 of the alias's canonical policy; receipts
 	// carry it as policy_sha256.
 	Digest string

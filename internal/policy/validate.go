@@ -280,6 +280,7 @@ func (v *validator) aliases(routes []*Route) []*Alias {
 		}
 		v.reachable(a, m, path)
 		a.MayDrop = v.mayDrop(path+".may_drop", m.MayDrop, a.Routes)
+		a.KeylessJoin = m.KeylessJoin
 		out = append(out, a)
 	}
 	return out
