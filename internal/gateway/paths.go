@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"path"
 	"strings"
 )
 
@@ -41,7 +42,7 @@ func deploymentOf(ctx context.Context) string {
 // canonical is r on its endpoint's canonical path (above), or r itself.
 func (g *Gateway) canonical(r *http.Request) *http.Request {
 	p := r.URL.Path
-	if strings.HasPrefix(p, "/v1/") || cleanPath(r.URL.EscapedPath()) != r.URL.EscapedPath() {
+	if strings.HasPrefix(p, "/v1/") || !isClean(r.URL.EscapedPath()) {
 		return r // the common case; and a path not clean is unroutable's to refuse
 	}
 	if to, ok := probeAliases[p]; ok {
@@ -73,6 +74,17 @@ func (g *Gateway) routed(r *http.Request, path string) bool {
 	probe := &http.Request{Method: r.Method, Host: r.Host, URL: &url.URL{Path: path}}
 	_, pattern := g.mux.Handler(probe)
 	return pattern != "" && pattern != "/"
+}
+
+// isClean reports whether p is rooted and without empty, `.` and `..`
+// segments (a trailing slash allowed): a path the router would not
+// redirect.
+func isClean(p string) bool {
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return strings.HasPrefix(p, "/") && c == p
 }
 
 // withPath is a shallow copy of r asking for path instead.
