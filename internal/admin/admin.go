@@ -17,6 +17,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -73,7 +74,24 @@ type keyBody struct {
 	Metadata        *map[string]string `json:"metadata"`
 	// DropParams is true, false or null (the tenant's again); absent:
 	// unchanged.
-	DropParams json.RawMessage `json:"drop_params"`
+	DropParams  json.RawMessage `json:"drop_params"`
+	KeylessJoin optBool         `json:"keyless_join"`
+}
+
+// optBool is a member that may be absent (no change), null (unset) or
+// true or false.
+type optBool struct {
+	sent bool
+	v    *bool
+}
+
+// UnmarshalJSON reads true, false or null.
+func (o *optBool) UnmarshalJSON(b []byte) error {
+	o.sent = true
+	if err := json.Unmarshal(b, &o.v); err != nil {
+		return errors.New("keyless_join must be true, false or null (null: the alias's or the configuration's)")
+	}
+	return nil
 }
 
 // KeyView is a key as the admin API shows it; Key (the secret) only on
@@ -91,10 +109,13 @@ type KeyView struct {
 	ExpiresAt       *time.Time        `json:"expires_at"`
 	Metadata        map[string]string `json:"metadata"`
 	// DropParams is the key's drop_params; absent: its tenant's.
-	DropParams *bool      `json:"drop_params,omitempty"`
-	CreatedAt  time.Time  `json:"created_at"`
-	UpdatedAt  time.Time  `json:"updated_at"`
-	RevokedAt  *time.Time `json:"revoked_at"`
+	DropParams *bool `json:"drop_params,omitempty"`
+	// KeylessJoin is the key's own keyless_join; absent: the alias's, or
+	// the configuration's (docs/identity.md).
+	KeylessJoin *bool      `json:"keyless_join,omitempty"`
+	CreatedAt   time.Time  `json:"created_at"`
+	UpdatedAt   time.Time  `json:"updated_at"`
+	RevokedAt   *time.Time `json:"revoked_at"`
 	// Version counts the key's changes; its ETag is made of it.
 	Version int64 `json:"version"`
 	// Previous are the secrets rotations replaced that still work, each
@@ -128,7 +149,7 @@ func timePtr(t time.Time) *time.Time {
 func viewOf(k *ledger.Key, now time.Time) KeyView {
 	v := KeyView{ID: k.ID, Object: "key", Prefix: k.Prefix, Tenant: k.Tenant, Name: k.Name, Models: k.Spec.Models, Budget: k.Spec.Budget,
 		MaxDataBoundary: k.Spec.MaxDataBoundary, ExpiresAt: timePtr(k.ExpiresAt), Metadata: k.Spec.Metadata, DropParams: k.Spec.DropParams,
-		CreatedAt: k.CreatedAt, UpdatedAt: k.UpdatedAt, RevokedAt: timePtr(k.RevokedAt), Version: k.Version}
+		KeylessJoin: k.Spec.KeylessJoin, CreatedAt: k.CreatedAt, UpdatedAt: k.UpdatedAt, RevokedAt: timePtr(k.RevokedAt), Version: k.Version}
 	if !k.Revoked() {
 		for _, p := range k.LivePrevious(now) {
 			v.Previous = append(v.Previous, PrevView{Prefix: p.Prefix, ValidUntil: p.Until})
@@ -247,6 +268,9 @@ func (a *API) apply(k *ledger.Key, b *keyBody, issue bool, now time.Time) *api.E
 		default:
 			return bad("drop_params", "drop_params must be true, false or null (its tenant's), found %s", b.DropParams)
 		}
+	}
+	if b.KeylessJoin.sent {
+		k.Spec.KeylessJoin = b.KeylessJoin.v
 	}
 	return nil
 }

@@ -416,6 +416,12 @@ type Model struct {
 	// requests whose clients set a small enough limit. Default false: such
 	// a route is an error.
 	AcceptUnreachableRoutes bool `yaml:"accept_unreachable_routes"`
+	// KeylessJoin, when set, is idempotency.keyless_join for this alias:
+	// false, identical keyless requests of it never share a generation
+	// (independent samples). A virtual key's keyless_join and the
+	// X-Oncegate-Join header come before it (docs/identity.md). Default
+	// unset: idempotency.keyless_join.
+	KeylessJoin *bool `yaml:"keyless_join"`
 }
 
 // Require is an alias's admission contract for its routes.
@@ -494,7 +500,8 @@ type Idempotency struct {
 	SDKRetryWindow Duration `yaml:"sdk_retry_window" default:"10m"`
 	// KeylessJoin: identical keyless requests in flight share one
 	// generation. false: every keyless request is its own (independent
-	// samples), as X-Oncegate-Join: off asks per request. Default true.
+	// samples), as X-Oncegate-Join: off asks per request. An alias's or a
+	// virtual key's own keyless_join comes before it. Default true.
 	KeylessJoin bool `yaml:"keyless_join" default:"true"`
 }
 

@@ -52,9 +52,10 @@ type RequestPath interface {
 	// KeyID is the id of the virtual key the request came with, "" for
 	// none.
 	KeyID(r *http.Request) string
-	// Joins says whether a keyless request may share another's
-	// generation (X-Oncegate-Join over the configuration).
-	Joins(h http.Header) (bool, *api.Error)
+	// Joins says whether a keyless request of alias may share another's
+	// generation (X-Oncegate-Join over the key's, the alias's and the
+	// configuration's keyless_join).
+	Joins(r *http.Request, alias *policy.Alias) (bool, *api.Error)
 	// ClientRetries is how many times an official SDK retried the
 	// request on its own (x-stainless-retry-count).
 	ClientRetries(h http.Header) int

@@ -116,7 +116,7 @@ func (s *Service) ServeResponses(w http.ResponseWriter, r *http.Request) {
 		turn.KeyDigest = identity.KeyDigest(scope, provider.Responses.Operation(), key)
 	}
 	turn.Input, _ = json.Marshal(inputItems(turn.ResponseID, req.Input))
-	join, apiErr := s.path.Joins(r.Header)
+	join, apiErr := s.path.Joins(r, alias)
 	if apiErr != nil {
 		s.turnError(w, apiErr)
 		return

@@ -34,10 +34,12 @@ func NewGate(next http.Handler, refuse http.HandlerFunc) *Gate {
 }
 
 // IsProbe reports whether a request is a health or metrics probe: those
-// are answered through the whole drain.
+// are answered through the whole drain. /health/liveliness and
+// /health/readiness are /healthz's and /readyz's other names
+// (docs/api.md, "Paths").
 func IsProbe(r *http.Request) bool {
 	switch r.URL.Path {
-	case "/healthz", "/readyz", "/metrics":
+	case "/healthz", "/readyz", "/metrics", "/health/liveliness", "/health/readiness":
 		return r.Method == http.MethodGet || r.Method == http.MethodHead
 	}
 	return false

@@ -71,6 +71,14 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, p provider.Proto
 	if apiErr != nil {
 		return nil, apiErr
 	}
+	var err error
+	if dep := deploymentOf(r.Context()); dep != "" {
+		// An Azure deployment path: the deployment names the alias,
+		// whatever the body says (docs/api.md, "Paths").
+		if body, err = provider.WithDeployment(body, dep); err != nil {
+			return nil, invalidRequest(err)
+		}
+	}
 	cr, err := provider.ParseRequest(p, body)
 	if err != nil {
 		return nil, invalidRequest(err)

@@ -10,6 +10,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"errors"
@@ -502,7 +503,7 @@ func (g *Gateway) serveMetrics(w http.ResponseWriter, r *http.Request) {
 func (g *Gateway) isAdmin(r *http.Request) bool {
 	key := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if key == "" {
-		key = r.Header.Get("x-api-key")
+		key = cmp.Or(r.Header.Get("x-api-key"), r.Header.Get("api-key"))
 	}
 	return g.cur.Load().adminKey != "" && subtle.ConstantTimeCompare([]byte(key), []byte(g.cur.Load().adminKey)) == 1
 }
@@ -576,10 +577,11 @@ func (g *Gateway) runsFinish(ctx context.Context) bool {
 	}
 }
 
-// tenant authenticates a request: "Authorization: Bearer KEY" (OpenAI SDK)
-// or "x-api-key: KEY" (Anthropic SDK). Keys compare in constant time.
+// tenant authenticates a request: "Authorization: Bearer KEY" (OpenAI SDK),
+// "x-api-key: KEY" (Anthropic SDK) or "api-key: KEY" (Azure OpenAI SDK).
+// Keys compare in constant time.
 func (g *Gateway) tenant(r *http.Request) *policy.Tenant {
-	key := r.Header.Get("x-api-key")
+	key := cmp.Or(r.Header.Get("x-api-key"), r.Header.Get("api-key"))
 	if a := r.Header.Get("Authorization"); key == "" && len(a) > 7 && strings.EqualFold(a[:7], "Bearer ") {
 		key = strings.TrimSpace(a[7:])
 	}

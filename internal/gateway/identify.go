@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/oncegate/oncegate/internal/accesslog"
 	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/identity"
 	"github.com/oncegate/oncegate/internal/policy"
@@ -43,7 +44,7 @@ func (g *Gateway) identify(r *http.Request, a *admitted) (*call, *api.Error) {
 	scope := identity.Scope(t.ID, keyID)
 	h := receipt.Receipt{RequestID: c.id, Tenant: t.ID, KeyID: keyID, Operation: p.Operation(), Model: alias.Name,
 		RequestSHA256: c.requestSHA, CreatedAt: created, Deadline: c.deadline, Stream: c.stream, ClientRetryCount: c.clientRetries}
-	join, apiErr := joinsOf(r.Header, g.policy().Idempotency.KeylessJoin)
+	join, apiErr := g.joins(r, alias)
 	if apiErr != nil {
 		return nil, apiErr
 	}
@@ -180,6 +181,21 @@ func (c *call) nativeOnlyOn(ft provider.FieldTable) []string {
 		}
 	}
 	return out
+}
+
+// joins says whether a keyless request may share a generation with an
+// identical one in flight: X-Oncegate-Join when sent, else the narrowest
+// keyless_join set — the virtual key's, the alias's, the configuration's
+// (docs/identity.md).
+func (g *Gateway) joins(r *http.Request, alias *policy.Alias) (bool, *api.Error) {
+	join := g.policy().Idempotency.KeylessJoin
+	if alias.KeylessJoin != nil {
+		join = *alias.KeylessJoin
+	}
+	if lk := accesslog.KeyOf(r.Context()); lk != nil && lk.Stored.Spec.KeylessJoin != nil {
+		join = *lk.Stored.Spec.KeylessJoin
+	}
+	return joinsOf(r.Header, join)
 }
 
 // joinsOf says whether a keyless request may share another's generation:

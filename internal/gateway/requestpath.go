@@ -66,9 +66,9 @@ func (p requestPath) GateKey(r *http.Request, alias string) *api.Error {
 // KeyID is keyIDOf.
 func (p requestPath) KeyID(r *http.Request) string { return keyIDOf(r) }
 
-// Joins is joinsOf under the configuration's keyless_join.
-func (p requestPath) Joins(h http.Header) (bool, *api.Error) {
-	return joinsOf(h, p.g.policy().Idempotency.KeylessJoin)
+// Joins is joins.
+func (p requestPath) Joins(r *http.Request, alias *policy.Alias) (bool, *api.Error) {
+	return p.g.joins(r, alias)
 }
 
 // ClientRetries is clientRetryCount.

@@ -77,6 +77,10 @@ type KeySpec struct {
 	// DropParams, when set, is drop_params for the key's requests, over
 	// its tenant's (docs/keys.md).
 	DropParams *bool `json:"drop_params,omitempty"`
+	// KeylessJoin, when not nil, is the key's own keyless_join: false,
+	// identical keyless requests made with it never share a generation
+	// (docs/identity.md).
+	KeylessJoin *bool `json:"keyless_join,omitempty"`
 }
 
 // KeyBudget are a key's limits; zero values mean no limit of the key's

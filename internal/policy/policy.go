@@ -132,6 +132,9 @@ type Alias struct {
 	// the request off it (docs/translation.md). A tenant, a virtual key
 	// or the request may set it over this.
 	DropParams bool
+	// KeylessJoin, when not nil, is the alias's own keyless_join
+	// (docs/identity.md).
+	KeylessJoin *bool
 	// Digest is the hex SHA-256 of the alias's canonical policy; receipts
 	// carry it as policy_sha256.
 	Digest string

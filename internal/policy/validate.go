@@ -292,6 +292,7 @@ func (v *validator) aliases(routes []*Route) []*Alias {
 		if m.DropParams != nil {
 			a.DropParams = *m.DropParams
 		}
+		a.KeylessJoin = m.KeylessJoin
 		out = append(out, a)
 	}
 	return out

@@ -84,25 +84,12 @@ func New(d Deps) *API {
 // Mount adds the read APIs' routes to m: receipts, models and the console,
 // each JSON path with its 405 for the other methods.
 func (a *API) Mount(m *http.ServeMux) {
-	m.HandleFunc("GET /v1/models", a.authed(a.serveModels))
-	m.HandleFunc("GET /v1/models/{id}", a.authed(a.serveModel))
+	m.HandleFunc("GET /v1/models", a.modelsAuth(a.serveModels))
+	m.HandleFunc("GET /v1/models/{id}", a.modelsAuth(a.serveModel))
 	m.HandleFunc("GET /v1/receipts/{id}", a.readAuth("missing or unknown API key", a.serveReceipt))
 	m.HandleFunc("GET /v1/receipts", a.readAuth("missing or unknown API key", a.serveReceipts))
 	a.consoleRoutes(m)
 	for path, allow := range map[string]string{"/v1/models": "GET", "/v1/models/{id}": "GET", "/v1/receipts/{id}": "GET", "/v1/receipts": "GET"} {
 		m.HandleFunc(path, api.MethodNotAllowed(allow))
-	}
-}
-
-// authed lets a tenant's key or a virtual key through, with its tenant;
-// anything else is 401.
-func (a *API) authed(h func(http.ResponseWriter, *http.Request, *policy.Tenant)) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		t, _ := a.gw.Caller(r)
-		if t == nil {
-			api.Errorf(api.CodeUnauthorized, "missing or unknown API key").Write(w, api.ProtocolOf(r), api.Meta{})
-			return
-		}
-		h(w, r, t)
 	}
 }

@@ -11,12 +11,32 @@ import (
 // The model listing (docs/api.md): the aliases a tenant's key may use,
 // in the shape of the SDK that asks.
 
+// modelsAuth lets a tenant's key or a virtual key through, with its
+// tenant, and the admin key, with none: it sees every alias. Anything
+// else is 401.
+func (a *API) modelsAuth(h func(http.ResponseWriter, *http.Request, *policy.Tenant)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		t, _ := a.gw.Caller(r)
+		if t == nil && !a.gw.IsAdmin(r) {
+			api.Errorf(api.CodeUnauthorized, "missing or unknown API key").Write(w, api.ProtocolOf(r), api.Meta{})
+			return
+		}
+		h(w, r, t)
+	}
+}
+
+// usable reports whether tenant t (nil: the admin key) may use alias al:
+// at least one of its routes is inside t's data boundary.
+func usable(al *policy.Alias, t *policy.Tenant) bool {
+	return t == nil || len(al.Ineligible(policy.Needs{}, t.MaxBoundary)) < len(al.Routes)
+}
+
 // serveModel handles GET /v1/models/{id}: one alias the tenant may use, in
 // the OpenAI shape or (for the Anthropic SDK) the Anthropic one.
 func (a *API) serveModel(w http.ResponseWriter, r *http.Request, t *policy.Tenant) {
 	p := api.ProtocolOf(r)
 	al := a.gw.Policy().Alias(r.PathValue("id"))
-	if al == nil || len(al.Ineligible(policy.Needs{}, t.MaxBoundary)) == len(al.Routes) {
+	if al == nil || !usable(al, t) {
 		api.ModelNotFound(r.PathValue("id")).Write(w, p, api.Meta{})
 		return
 	}
@@ -28,7 +48,8 @@ func (a *API) serveModel(w http.ResponseWriter, r *http.Request, t *policy.Tenan
 }
 
 // serveModels lists the aliases the tenant may use: those with at least
-// one route inside the tenant's data boundary.
+// one route inside the tenant's data boundary; to the admin key, every
+// alias.
 func (a *API) serveModels(w http.ResponseWriter, r *http.Request, t *policy.Tenant) {
 	type model struct {
 		ID          string `json:"id"`
@@ -42,7 +63,7 @@ func (a *API) serveModels(w http.ResponseWriter, r *http.Request, t *policy.Tena
 	anthropic := api.ProtocolOf(r) == provider.Anthropic
 	data := []model{}
 	for _, al := range a.gw.Policy().Aliases {
-		if len(al.Ineligible(policy.Needs{}, t.MaxBoundary)) == len(al.Routes) {
+		if !usable(al, t) {
 			continue
 		}
 		if anthropic {

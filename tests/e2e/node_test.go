@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -84,5 +85,67 @@ models:
 				t.Fatalf("%d upstream calls for 3 turns", n)
 			}
 		})
+	}
+}
+
+// The official Node AzureOpenAI client, unchanged, against the gateway's
+// root as its Azure endpoint, with the alias as its deployment: chat,
+// a stream and embeddings, one upstream call and one receipt each.
+func TestNodeAzureOpenAI(t *testing.T) {
+	skip := t.Skip
+	if os.Getenv("ONCEGATE_TEST_NODE") != "" {
+		skip = t.Fatal
+	}
+	if _, err := os.Stat("../node/node_modules/openai"); err != nil {
+		skip("the Node SDK is not installed: run npm ci --prefix tests/node")
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		skip("node is not on PATH")
+	}
+	w := newWorld(t, mock.Config{Tokens: 7})
+	g := w.start()
+	cmd := exec.Command("node", "azure.mjs", "chat")
+	cmd.Dir = "../node"
+	cmd.Env = append(os.Environ(), "ONCEGATE_ENDPOINT="+g.url, "ONCEGATE_KEY="+apiKey)
+	stdout, err := cmd.Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("node: %v\n%s\n%s", err, stdout, stderr)
+	}
+	var got struct {
+		Text, Streamed string
+		Dimensions     int
+		IDs            []string
+	}
+	if err := json.Unmarshal(stdout, &got); err != nil {
+		t.Fatalf("node printed %s: %v", stdout, err)
+	}
+	if got.Text == "" || got.Streamed == "" || got.Dimensions == 0 || len(got.IDs) != 3 {
+		t.Fatalf("node saw %+v", got)
+	}
+	seen := map[string]bool{}
+	for _, id := range got.IDs {
+		if id == "" || seen[id] {
+			t.Fatalf("request ids %v: want three distinct", got.IDs)
+		}
+		seen[id] = true
+		req, _ := http.NewRequest("GET", g.url+"/receipts/"+id, nil)
+		req.Header.Set("api-key", apiKey)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r struct{ Terminal, Model string }
+		err = json.NewDecoder(res.Body).Decode(&r)
+		res.Body.Close()
+		if res.StatusCode != 200 || err != nil || r.Terminal != "succeeded" || r.Model != "chat" {
+			t.Fatalf("receipt %s: %d %+v %v", id, res.StatusCode, r, err)
+		}
+	}
+	if n := w.mock.Stats().Requests; n != 3 {
+		t.Fatalf("%d upstream calls for 3 requests", n)
 	}
 }
