@@ -13,7 +13,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	a := &accesslog.Entry{}
 	lw := &accesslog.Writer{ResponseWriter: w, Entry: a}
-	r = g.canonical(r.WithContext(accesslog.With(r.Context(), a)))
+	r = httpfront.Canonical(r.WithContext(accesslog.With(r.Context(), a)), g.mux)
 	if lim := g.policy().Limits; httpfront.Screen(lw, r, lim.MaxBodyBytes, lim.BodyReadTimeout.D()) {
 		g.mux.ServeHTTP(lw, r)
 	}

@@ -72,7 +72,7 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, p provider.Proto
 		return nil, apiErr
 	}
 	var err error
-	if dep := deploymentOf(r.Context()); dep != "" {
+	if dep := httpfront.DeploymentOf(r.Context()); dep != "" {
 		// An Azure deployment path: the deployment names the alias,
 		// whatever the body says (docs/api.md, "Paths").
 		if body, err = provider.WithDeployment(body, dep); err != nil {
