@@ -15,6 +15,9 @@ type ask struct {
 	toolMode string
 	toolName string
 	thinking bool
+	// choices is how many answers the request asks for (OpenAI's n,
+	// Gemini's candidateCount); 0 or 1: one.
+	choices int
 	// promptTokens is the prompt's size as the mock reports it.
 	promptTokens int64
 }

@@ -21,7 +21,11 @@ type answer struct {
 	text   string
 	tool   *toolCall
 	finish string
-	usage  usage
+	// usage is the whole answer's: every choice's output.
+	usage usage
+	// others are the choices after the first (index 1…) when the
+	// request asked for several; their usage is not set.
+	others []*answer
 }
 
 // toolCall is the mock's tool call.
@@ -45,6 +49,15 @@ type streamer interface {
 	malformed() []byte
 	// fail is an error reported inside the stream.
 	fail(f *Fault) []byte
+}
+
+// choicer is a streamer whose protocol has several choices of one
+// answer (OpenAI's n, Gemini's candidateCount): choice makes the frames
+// from now on belong to choice i; n, told before start, is how many
+// there are (start and finish cover each).
+type choicer interface {
+	choices(n int)
+	choice(i int)
 }
 
 // thinker is a streamer that can send extended thinking.

@@ -302,25 +302,65 @@ func (x *exchange) run() {
 		reset(x.w) // a cut before a non-streamed body is a reset
 		return
 	}
-	x.countOut(int64(len(tokens)))
-	b := x.c.body(x, x.answerOf(tokens, finish))
+	ans := x.answerOf(tokens, finish)
+	if len(ans.others) > 0 {
+		x.countOut(ans.usage.output)
+	} else {
+		x.countOut(int64(len(tokens)))
+	}
+	b := x.c.body(x, ans)
 	x.w.Header().Set("Content-Type", "application/json")
 	x.w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	_, _ = x.w.Write(b)
 }
 
 // answerOf is the whole answer planned from tokens: the text, or the tool
-// call when the mock calls one, with its usage.
+// call when the mock calls one, with its usage — and, when the request
+// asked for several choices, the others (planChoice), whose output the
+// usage counts too.
 func (x *exchange) answerOf(tokens []string, finish string) *answer {
+	a, out := x.choiceAnswer(0, tokens, finish)
+	for i := 1; i < x.req.choices; i++ {
+		t, f := x.planChoice(i)
+		o, n := x.choiceAnswer(i, t, f)
+		out += n
+		a.others = append(a.others, o)
+	}
+	a.usage = x.usage(out)
+	return a
+}
+
+// choiceAnswer is choice i of an answer and its output tokens.
+func (x *exchange) choiceAnswer(i int, tokens []string, finish string) (*answer, int64) {
 	a := &answer{finish: finish}
+	n := int64(len(tokens))
 	if name, ok := x.req.tool(); ok {
-		a.tool, a.finish = &toolCall{id: x.toolCallID(), name: name, args: strings.Join(toolArgs, "")}, finishTools
-		a.usage = x.usage(int64(len(toolArgs)))
+		a.tool, a.finish = &toolCall{id: x.choiceToolCallID(i), name: name, args: strings.Join(toolArgs, "")}, finishTools
+		n = int64(len(toolArgs))
 	} else {
 		a.text = strings.Join(tokens, "")
-		a.usage = x.usage(int64(len(tokens)))
 	}
-	return a
+	return a, n
+}
+
+// planChoice is the answer of choice i ≥ 1 of a request that asked for
+// several: a text of its own, drawn from the prompt's key and i, as long
+// as the first choice's.
+func (x *exchange) planChoice(i int) ([]string, string) {
+	n := x.m.cfg.Tokens
+	finish := finishStop
+	if mt := int(x.req.maxTokens); mt > 0 && mt < n {
+		n, finish = mt, finishLength
+	}
+	return answerTokens(promptKey(x.m.cfg.Seed, x.req)^(uint64(i)*0x9E3779B97F4A7C15), x.m.cfg.Tokens)[:n], finish
+}
+
+// choiceToolCallID is the id of choice i's tool call.
+func (x *exchange) choiceToolCallID(i int) string {
+	if i == 0 {
+		return x.toolCallID()
+	}
+	return x.toolCallID() + "_" + strconv.Itoa(i)
 }
 
 // plan decides the answer: the deterministic text (continued from a

@@ -2,6 +2,7 @@ package mock
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -40,6 +41,8 @@ type oaRequest struct {
 	} `json:"tools"`
 	ToolChoice json.RawMessage `json:"tool_choice"`
 	Logprobs   bool            `json:"logprobs"`
+	// N is how many choices to generate (1 to 128; absent or null: 1).
+	N *int `json:"n"`
 }
 
 // oaContent is a message's content, a string or an array of parts: its
@@ -80,7 +83,16 @@ func decodeOpenAI(body []byte) (*ask, *oaRequest, error) {
 	if len(in.Messages) == 0 {
 		return nil, nil, refusal("[] is too short - 'messages'")
 	}
-	a := &ask{model: in.Model, stream: in.Stream, maxTokens: in.MaxCompletionTokens}
+	a := &ask{model: in.Model, stream: in.Stream, maxTokens: in.MaxCompletionTokens, choices: 1}
+	if in.N != nil {
+		switch {
+		case *in.N < 1:
+			return nil, nil, &badParam{"n", "integer_below_min_value", fmt.Sprintf("Invalid 'n': integer below minimum value. Expected a value >= 1, but got %d instead.", *in.N)}
+		case *in.N > 128:
+			return nil, nil, &badParam{"n", "integer_above_max_value", fmt.Sprintf("Invalid 'n': integer above maximum value. Expected a value <= 128, but got %d instead.", *in.N)}
+		}
+		a.choices = *in.N
+	}
 	if a.maxTokens == 0 {
 		a.maxTokens = in.MaxTokens
 	}
@@ -151,17 +163,23 @@ func (o oaWire) toolPrefix() string { return "call_mock" }
 
 func (o oaWire) body(x *exchange, a *answer) []byte {
 	x.w.Header().Set("x-request-id", "req_mock"+x.id)
-	msg := map[string]any{"role": "assistant", "content": a.text, "refusal": nil}
-	if a.tool != nil {
-		msg["content"] = nil
-		msg["tool_calls"] = []any{map[string]any{"id": a.tool.id, "type": "function",
-			"function": map[string]any{"name": a.tool.name, "arguments": a.tool.args}}}
+	var choices []any
+	for i, c := range append([]*answer{a}, a.others...) {
+		msg := map[string]any{"role": "assistant", "content": c.text, "refusal": nil}
+		if c.tool != nil {
+			msg["content"] = nil
+			msg["tool_calls"] = []any{map[string]any{"id": c.tool.id, "type": "function",
+				"function": map[string]any{"name": c.tool.name, "arguments": c.tool.args}}}
+		}
+		choice := map[string]any{"index": i, "message": msg, "finish_reason": c.finish, "logprobs": nil}
+		if o.azure {
+			choice["content_filter_results"] = oaFilterOK
+		}
+		choices = append(choices, choice)
 	}
-	choice := map[string]any{"index": 0, "message": msg, "finish_reason": a.finish, "logprobs": nil}
 	out := map[string]any{"id": "chatcmpl-mock" + x.id, "object": "chat.completion", "created": time.Now().Unix(),
-		"model": x.req.model, "system_fingerprint": "fp_mock", "choices": []any{choice}, "usage": oaUsage(a.usage)}
+		"model": x.req.model, "system_fingerprint": "fp_mock", "choices": choices, "usage": oaUsage(a.usage)}
 	if o.azure {
-		choice["content_filter_results"] = oaFilterOK
 		out["prompt_filter_results"] = []any{map[string]any{"prompt_index": 0, "content_filter_results": oaFilterOK}}
 	}
 	b, _ := json.Marshal(out)
@@ -175,7 +193,13 @@ type oaStream struct {
 	x       *exchange
 	created int64
 	calls   bool
+	// n is how many choices the stream carries; idx the choice the
+	// frames from now on belong to (choicer).
+	n, idx int
 }
+
+func (s *oaStream) choices(n int) { s.n = n }
+func (s *oaStream) choice(i int)  { s.idx = i }
 
 func (o oaWire) streamer(x *exchange) streamer {
 	return &oaStream{o: o, x: x, created: time.Now().Unix()}
@@ -198,7 +222,7 @@ func (s *oaStream) chunk(choices []any, extra map[string]any) []byte {
 }
 
 func (s *oaStream) delta(delta map[string]any, finish any) []byte {
-	ch := map[string]any{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": nil}
+	ch := map[string]any{"index": s.idx, "delta": delta, "finish_reason": finish, "logprobs": nil}
 	if s.o.azure {
 		ch["content_filter_results"] = map[string]any{}
 	}
@@ -214,12 +238,17 @@ func (s *oaStream) start() []byte {
 			"prompt_filter_results": []any{map[string]any{"prompt_index": 0, "content_filter_results": oaFilterOK}}})
 		b = append(append(append(b, "data: "...), pf...), '\n', '\n')
 	}
-	return append(b, s.delta(map[string]any{"role": "assistant", "content": "", "refusal": nil}, nil)...)
+	for i := range max(1, s.n) {
+		s.idx = i
+		b = append(b, s.delta(map[string]any{"role": "assistant", "content": "", "refusal": nil}, nil)...)
+	}
+	s.idx = 0
+	return b
 }
 
 func (s *oaStream) text(p string) []byte {
 	if s.x.logprobs {
-		ch := map[string]any{"index": 0, "delta": map[string]any{"content": p}, "finish_reason": nil, "logprobs": Logprobs(p)}
+		ch := map[string]any{"index": s.idx, "delta": map[string]any{"content": p}, "finish_reason": nil, "logprobs": Logprobs(p)}
 		return s.chunk([]any{ch}, nil)
 	}
 	return s.delta(map[string]any{"content": p}, nil)
@@ -236,7 +265,12 @@ func (s *oaStream) toolArgs(p string, _ bool) []byte {
 }
 
 func (s *oaStream) finish(finish string, u usage, terminate bool) []byte {
-	b := s.delta(map[string]any{}, finish)
+	var b []byte
+	for i := range max(1, s.n) {
+		s.idx = i
+		b = append(b, s.delta(map[string]any{}, finish)...)
+	}
+	s.idx = 0
 	if s.o.usage {
 		b = append(b, s.chunk([]any{}, map[string]any{"usage": oaUsage(u)})...)
 	}
@@ -256,6 +290,12 @@ func (s *oaStream) fail(f *Fault) []byte {
 		"code": orDefault(f.ErrorCode, typ)}})
 	return append(append([]byte("data: "), b...), '\n', '\n')
 }
+
+// badParam is a request OpenAI refuses for one parameter's value, with
+// the parameter and a code in its error.
+type badParam struct{ param, code, msg string }
+
+func (b *badParam) Error() string { return b.msg }
 
 // oaModelNotFound is OpenAI's message for a model it does not have.
 func oaModelNotFound(model string) string {
@@ -301,6 +341,10 @@ func (m *Mock) serveOpenAI(w http.ResponseWriter, r *http.Request) {
 	a, in, err := decodeOpenAI(body)
 	if err == nil && a.model == "" {
 		err = refusal("you must provide a model parameter")
+	}
+	if bp, ok := err.(*badParam); ok {
+		writeJSON(w, 400, map[string]any{"error": map[string]any{"message": bp.msg, "type": "invalid_request_error", "param": bp.param, "code": bp.code}})
+		return
 	}
 	if err != nil {
 		oaError(w, 400, "invalid_request_error", "", err.Error())

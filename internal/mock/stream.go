@@ -24,14 +24,36 @@ func (x *exchange) stream(tokens []string, finish string) {
 		}
 		return rc.Flush() == nil
 	}
+	// Several choices go out interleaved, one frame per choice and
+	// token: each frame names its choice (OpenAI's index).
+	ch, _ := st.(choicer)
+	n := 1
+	if ch != nil {
+		n = max(1, x.req.choices)
+		ch.choices(n)
+	}
+	to := func(c int) {
+		if ch != nil {
+			ch.choice(c)
+		}
+	}
 	if !send(st.start()) {
 		return
 	}
 	pieces, tool := tokens, false
+	lists := [][]string{tokens}
+	for c := 1; c < n; c++ {
+		t, _ := x.planChoice(c)
+		lists = append(lists, t)
+	}
 	if name, ok := x.req.tool(); ok {
 		pieces, tool, finish = toolArgs, true, finishTools
-		if !send(st.toolStart(x.toolCallID(), name)) {
-			return
+		for c := range n {
+			lists[c] = toolArgs
+			to(c)
+			if !send(st.toolStart(x.choiceToolCallID(c), name)) {
+				return
+			}
 		}
 	}
 	if th, ok := st.(thinker); ok && x.req.thinking && !tool {
@@ -46,7 +68,7 @@ func (x *exchange) stream(tokens []string, finish string) {
 		}
 	}
 	f := x.fault
-	for i, p := range pieces {
+	for i := range pieces {
 		if f != nil && f.Type == FaultCommitThenReset && i == f.After {
 			x.commit(x.answerOf(tokens, finish), "", false)
 			panic(http.ErrAbortHandler) // committed whole; the connection drops mid-stream
@@ -59,21 +81,28 @@ func (x *exchange) stream(tokens []string, finish string) {
 		if i > 0 && !x.wait(x.m.cfg.TokenInterval) {
 			return
 		}
-		var b []byte
-		if tool {
-			b = st.toolArgs(p, i == len(pieces)-1)
-		} else {
-			b = st.text(p)
+		for c := range n {
+			if i >= len(lists[c]) {
+				continue
+			}
+			to(c)
+			var b []byte
+			if tool {
+				b = st.toolArgs(lists[c][i], i == len(pieces)-1)
+			} else {
+				b = st.text(lists[c][i])
+			}
+			if c, ok := st.(checksummed); ok && f != nil && f.Type == FaultBadCRCAfter && i == f.After {
+				// This token's own frame, spoiled: a reader that skips it
+				// loses the token.
+				b = c.badCRC(b, f.ErrorType == "prelude")
+			}
+			if !send(b) {
+				return
+			}
+			x.countOut(1)
 		}
-		if c, ok := st.(checksummed); ok && f != nil && f.Type == FaultBadCRCAfter && i == f.After {
-			// This token's own frame, spoiled: a reader that skips it
-			// loses the token.
-			b = c.badCRC(b, f.ErrorType == "prelude")
-		}
-		if !send(b) {
-			return
-		}
-		x.countOut(1)
+		to(0)
 	}
 	if f != nil && f.After >= len(pieces) && f.Type != FaultNoDone {
 		if !x.midStream(f, send, st) {
