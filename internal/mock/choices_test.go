@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/openai/openai-go/v3"
+	"google.golang.org/genai"
 
 	"github.com/oncegate/oncegate/internal/mock"
 )
@@ -88,5 +89,52 @@ func TestChatCompletionsAnswersNChoices(t *testing.T) {
 		if !errors.As(err, &ae) || ae.StatusCode != 400 || ae.Param != "n" {
 			t.Fatalf("n=%d: %v", n, err)
 		}
+	}
+}
+
+// TestGeminiAnswersCandidateCount holds the Gemini fake to
+// generationConfig.candidateCount as genai reads it: that many
+// candidates of index 0…n-1, the first the answer of one, the usage's
+// candidatesTokenCount counting all; streamed, each chunk's candidate
+// names its index and the last chunk ends every candidate. Beyond 8 is a
+// 400 INVALID_ARGUMENT.
+func TestGeminiAnswersCandidateCount(t *testing.T) {
+	m, url := start(t, mock.Config{Tokens: 5})
+	c := geminiClient(t, url, mock.DefaultGeminiAPIKey)
+	ctx := context.Background()
+	cfg := &genai.GenerateContentConfig{CandidateCount: 2}
+	res, err := c.Models.GenerateContent(ctx, "gemini-2.5-flash", genai.Text(question), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := mock.AnswerFor(0, question, 5)
+	if len(res.Candidates) != 2 || res.Candidates[0].Index != 0 || res.Candidates[1].Index != 1 || res.UsageMetadata.CandidatesTokenCount != 10 ||
+		res.Candidates[0].Content.Parts[0].Text != want || res.Candidates[1].Content.Parts[0].Text == want || res.Candidates[1].FinishReason != genai.FinishReasonStop {
+		t.Fatalf("candidateCount 2: %d candidates, usage %+v", len(res.Candidates), res.UsageMetadata)
+	}
+	texts := map[int32]string{}
+	var last *genai.GenerateContentResponse
+	for r, err := range c.Models.GenerateContentStream(ctx, "gemini-2.5-flash", genai.Text(question), cfg) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cand := range r.Candidates {
+			for _, p := range cand.Content.Parts {
+				texts[cand.Index] += p.Text
+			}
+		}
+		last = r
+	}
+	if texts[0] != want || texts[1] != res.Candidates[1].Content.Parts[0].Text || len(last.Candidates) != 2 ||
+		last.Candidates[1].FinishReason != genai.FinishReasonStop || last.UsageMetadata.CandidatesTokenCount != 10 {
+		t.Fatalf("streamed %q, last %+v", texts, last)
+	}
+	if st := m.Stats(); st.OutputTokens != 20 {
+		t.Fatalf("stats: %d output tokens", st.OutputTokens)
+	}
+	_, err = c.Models.GenerateContent(ctx, "gemini-2.5-flash", genai.Text(question), &genai.GenerateContentConfig{CandidateCount: 9})
+	var ae genai.APIError
+	if !errors.As(err, &ae) || ae.Code != 400 || ae.Status != "INVALID_ARGUMENT" {
+		t.Fatalf("candidateCount 9: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package mock
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -40,6 +41,9 @@ type gmRequest struct {
 	} `json:"toolConfig"`
 	GenerationConfig *struct {
 		MaxOutputTokens int64 `json:"maxOutputTokens"`
+		// CandidateCount is how many candidates to generate (1 to 8;
+		// absent: 1).
+		CandidateCount *int `json:"candidateCount"`
 	} `json:"generationConfig"`
 }
 
@@ -110,6 +114,12 @@ func decodeGemini(body []byte, model string, stream bool) (*ask, error) {
 	}
 	if gc := in.GenerationConfig; gc != nil {
 		a.maxTokens = gc.MaxOutputTokens
+		if n := gc.CandidateCount; n != nil {
+			if *n < 1 || *n > 8 {
+				return nil, refusal(fmt.Sprintf("Invalid value at 'generation_config.candidate_count' (%d): only values from 1 to 8 are supported", *n))
+			}
+			a.choices = *n
+		}
 	}
 	return a, nil
 }
@@ -341,12 +351,18 @@ func gmUsage(u usage) map[string]any {
 	return m
 }
 
-func (g geminiCodec) response(x *exchange, parts []any, finish string, u *usage) map[string]any {
-	cand := map[string]any{"content": map[string]any{"role": "model", "parts": parts}, "index": 0}
+// candidate is candidate index of a response.
+func candidate(index int, parts []any, finish string) map[string]any {
+	cand := map[string]any{"content": map[string]any{"role": "model", "parts": parts}, "index": index}
 	if finish != "" {
 		cand["finishReason"] = gmFinish(finish)
 	}
-	out := map[string]any{"candidates": []any{cand}, "modelVersion": x.req.model, "responseId": "mock-" + x.id}
+	return cand
+}
+
+// responseOf is a GenerateContentResponse of candidates.
+func (g geminiCodec) responseOf(x *exchange, candidates []any, u *usage) map[string]any {
+	out := map[string]any{"candidates": candidates, "modelVersion": x.req.model, "responseId": "mock-" + x.id}
 	if u != nil {
 		out["usageMetadata"] = gmUsage(*u)
 	}
@@ -357,13 +373,17 @@ func (g geminiCodec) response(x *exchange, parts []any, finish string, u *usage)
 }
 
 func (g geminiCodec) body(x *exchange, a *answer) []byte {
-	var parts []any
-	if a.tool != nil {
-		parts = append(parts, map[string]any{"functionCall": map[string]any{"name": a.tool.name, "args": json.RawMessage(a.tool.args)}})
-	} else {
-		parts = append(parts, map[string]any{"text": a.text})
+	var cands []any
+	for i, c := range append([]*answer{a}, a.others...) {
+		var parts []any
+		if c.tool != nil {
+			parts = append(parts, map[string]any{"functionCall": map[string]any{"name": c.tool.name, "args": json.RawMessage(c.tool.args)}})
+		} else {
+			parts = append(parts, map[string]any{"text": c.text})
+		}
+		cands = append(cands, candidate(i, parts, c.finish))
 	}
-	b, _ := json.Marshal(g.response(x, parts, a.finish, &a.usage))
+	b, _ := json.Marshal(g.responseOf(x, cands, &a.usage))
 	return b
 }
 
@@ -377,11 +397,18 @@ type gmStream struct {
 	g    geminiCodec
 	x    *exchange
 	name string
-	args string
+	// args are each candidate's function call arguments so far.
+	args []string
 	// array: no alt=sse; n counts the elements written.
 	array bool
 	n     int
+	// cands is how many candidates the stream carries; idx the one the
+	// chunks from now on belong to (choicer).
+	cands, idx int
 }
+
+func (s *gmStream) choices(n int) { s.cands = n }
+func (s *gmStream) choice(i int)  { s.idx = i }
 
 func (g geminiCodec) streamer(x *exchange) streamer {
 	return &gmStream{g: g, x: x, array: x.r.URL.Query().Get("alt") != "sse"}
@@ -413,7 +440,7 @@ func (s *gmStream) start() []byte { return nil }
 
 func (s *gmStream) text(p string) []byte {
 	u := s.x.usage(0)
-	return s.event(s.g.response(s.x, []any{map[string]any{"text": p}}, "", &u))
+	return s.event(s.g.responseOf(s.x, []any{candidate(s.idx, []any{map[string]any{"text": p}}, "")}, &u))
 }
 
 func (s *gmStream) toolStart(_, name string) []byte { s.name = name; return nil }
@@ -421,15 +448,23 @@ func (s *gmStream) toolStart(_, name string) []byte { s.name = name; return nil 
 // toolArgs sends the function call whole, with its last piece: Gemini
 // does not stream a call's arguments.
 func (s *gmStream) toolArgs(p string, last bool) []byte {
-	s.args += p
+	for len(s.args) <= s.idx {
+		s.args = append(s.args, "")
+	}
+	s.args[s.idx] += p
 	if !last {
 		return nil
 	}
-	return s.event(s.g.response(s.x, []any{map[string]any{"functionCall": map[string]any{"name": s.name, "args": json.RawMessage(s.args)}}}, "", nil))
+	return s.event(s.g.responseOf(s.x, []any{candidate(s.idx, []any{map[string]any{"functionCall": map[string]any{"name": s.name, "args": json.RawMessage(s.args[s.idx])}}}, "")}, nil))
 }
 
+// finish ends every candidate in one last chunk, with the usage.
 func (s *gmStream) finish(finish string, u usage, terminate bool) []byte {
-	b := s.event(s.g.response(s.x, []any{map[string]any{"text": ""}}, finish, &u))
+	var cands []any
+	for i := range max(1, s.cands) {
+		cands = append(cands, candidate(i, []any{map[string]any{"text": ""}}, finish))
+	}
+	b := s.event(s.g.responseOf(s.x, cands, &u))
 	if s.array && terminate {
 		b = append(b, ']')
 	}
