@@ -74,6 +74,9 @@ func (g *Gateway) identify(r *http.Request, a *admitted) (*call, *api.Error) {
 			JSONSchema: needs.JSONSchema, Stream: needs.Stream, ContextTokens: cr.PromptTokens + cr.IR.MaxTokens,
 			Protocol: string(cr.Protocol), NativeOnly: native, NativeOnlyOn: c.nativeOnlyOn, Embeddings: p == provider.Embeddings,
 			Uncarried: uncarried(cr), BoundaryOf: g.boundaryOf(r, t)}, t.MaxBoundary)}
+	if cr.IR.Choices > 1 {
+		h.Request.Choices = cr.IR.Choices
+	}
 	c.rec = receipt.NewRecorder(alias, h)
 	c.out = newOutput(c)
 	return c, nil
@@ -243,4 +246,13 @@ func clientRetryCount(h http.Header) int {
 		return 0
 	}
 	return n
+}
+
+// choicesOn is how many choices an answer from route carries: the
+// request's n on a route that carries it, one where n is dropped.
+func (c *call) choicesOn(route *policy.Route) int {
+	if c.in.IR.Choices <= 1 || slices.Contains(c.droppedOn(route), "n") {
+		return 1
+	}
+	return c.in.IR.Choices
 }

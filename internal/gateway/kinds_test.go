@@ -222,7 +222,7 @@ func TestGatewayRejectionsMakeNoUpstreamCall(t *testing.T) {
 		{"not JSON", "/v1/chat/completions", `{"model":`, nil, 400, api.CodeInvalidRequest, ""},
 		{"no messages", "/v1/chat/completions", `{"model":"chat","messages":[]}`, nil, 400, api.CodeInvalidRequest, "messages"},
 		{"bad role", "/v1/chat/completions", `{"model":"chat","messages":[{"role":"wizard","content":"x"}]}`, nil, 400, api.CodeInvalidRequest, "messages[0].role"},
-		{"n > 1", "/v1/chat/completions", `{"model":"chat","n":2,"messages":[{"role":"user","content":"x"}]}`, nil, 400, api.CodeInvalidRequest, "n"},
+		{"n > 8", "/v1/chat/completions", `{"model":"chat","n":9,"messages":[{"role":"user","content":"x"}]}`, nil, 400, api.CodeInvalidRequest, "n"},
 		{"duplicate keys", "/v1/chat/completions", `{"model":"chat","model":"chat","messages":[{"role":"user","content":"x"}]}`, nil, 400, api.CodeInvalidRequest, ""},
 		{"bad timeout header", "/v1/chat/completions", chatBody("chat", false), map[string]string{"X-Oncegate-Timeout-Ms": "soon"}, 400, api.CodeInvalidRequest, "X-Oncegate-Timeout-Ms"},
 		{"anthropic without max_tokens", "/v1/messages", `{"model":"claude","messages":[{"role":"user","content":"x"}]}`, nil, 400, api.CodeInvalidRequest, "max_tokens"},

@@ -38,6 +38,11 @@ type output struct {
 	delivered    strings.Builder
 	emitted      int64 // visible tokens the client has received
 	stripLead    bool  // drop the next text's leading whitespace (resume seam)
+	// choice is the choice the encoder's frames belong to, and opened
+	// the choices past the first whose opening frame is out (OpenAI's
+	// n; docs/streaming.md).
+	choice int
+	opened map[int]bool
 }
 
 func newOutput(c *call) *output {
@@ -58,23 +63,29 @@ func (o *output) streamHead(route string, attempts int) *coord.Head {
 
 // attemptStream is one attempt's view of its upstream stream.
 type attemptStream struct {
-	route     *policy.Route
-	ordinal   int
-	race      *raceSlot
-	claimed   bool // the attempt holds the output (it won its race, if any)
-	model     string
-	input     int64 // prompt tokens: the provider's count once known
-	events    int
-	warnings  int
-	tokens    int64 // output events read (counted): the gateway's count of the output generated
-	emitted   int64 // of which the client was shown
-	visible   bool
-	inTool    bool
-	finish    string
-	usage     gw.Usage
-	hasUsage  bool
-	done      bool
-	streamErr *provider.UpstreamError
+	route    *policy.Route
+	ordinal  int
+	race     *raceSlot
+	claimed  bool // the attempt holds the output (it won its race, if any)
+	model    string
+	input    int64 // prompt tokens: the provider's count once known
+	events   int
+	warnings int
+	tokens   int64 // output events read (counted): the gateway's count of the output generated
+	emitted  int64 // of which the client was shown
+	visible  bool
+	inTool   bool
+	finish   string // set once every choice has finished
+	usage    gw.Usage
+	// choices is how many choices the attempt's stream carries (OpenAI's
+	// n, when its route carries it); finish0 is choice 0's finish reason
+	// and othersDone counts the other choices that finished.
+	choices    int
+	finish0    string
+	othersDone int
+	hasUsage   bool
+	done       bool
+	streamErr  *provider.UpstreamError
 }
 
 // begin publishes the response head and the opening frame: the moment the
@@ -83,6 +94,7 @@ func (o *output) begin(a *attemptStream) {
 	c := o.c
 	o.model = cmp.Or(a.model, a.route.Model)
 	o.enc = c.newEncoder(o.model)
+	o.choice, o.opened = 0, nil
 	if o.buffer {
 		o.held = o.enc.Start(o.held[:0], a.input)
 		return
@@ -90,6 +102,39 @@ func (o *output) begin(a *attemptStream) {
 	c.flight.SetHead(o.streamHead(a.route.ID, a.ordinal+a.race.rivals()))
 	o.started = true
 	o.pending = o.enc.Start(o.pending, a.input)
+}
+
+// toChoice makes the encoder's next frames belong to choice i, opening
+// the choice (its role frame) the first time it is seen.
+func (o *output) toChoice(dst *[]byte, i int) {
+	ce, ok := o.enc.(provider.ChoiceEncoder)
+	if !ok || i == o.choice && (i == 0 || o.opened[i]) {
+		return
+	}
+	ce.SetChoice(i)
+	o.choice = i
+	if i > 0 && !o.opened[i] {
+		if o.opened == nil {
+			o.opened = map[int]bool{}
+		}
+		o.opened[i] = true
+		*dst = o.enc.Start(*dst, 0)
+	}
+}
+
+// finishChoice ends choice i ≥ 1 of a stream of several (Finish ends
+// choice 0 with the stream).
+func (o *output) finishChoice(e *provider.Event) {
+	ce, ok := o.enc.(provider.ChoiceEncoder)
+	if !ok {
+		return
+	}
+	dst := &o.pending
+	if o.buffer {
+		dst = &o.held
+	}
+	o.toChoice(dst, e.Choice)
+	*dst = ce.FinishChoice(*dst, e.Finish)
 }
 
 // newEncoder starts the client's stream encoder; model is the upstream's.
@@ -135,6 +180,7 @@ func (o *output) emit(e *provider.Event, a *attemptStream) {
 	if o.buffer {
 		dst = &o.held
 	}
+	o.toChoice(dst, e.Choice)
 	switch e.Kind {
 	case provider.EvText:
 		text := e.Text
@@ -274,7 +320,7 @@ func (o *output) interrupt(d retry.Decision) []byte {
 // relay reads one attempt's upstream stream, relaying visible output as it
 // arrives, and classifies how the stream ended.
 func (c *call) relay(ctx context.Context, res *attemptResult, resp *upstream.Response) *attemptResult {
-	a := &attemptStream{route: res.route, ordinal: res.ordinal, race: res.race, input: res.prompt}
+	a := &attemptStream{route: res.route, ordinal: res.ordinal, race: res.race, input: res.prompt, choices: c.choicesOn(res.route)}
 	o := c.out
 	if o.buffer && res.race == nil {
 		o.enc, o.held = nil, o.held[:0]
@@ -334,7 +380,17 @@ read:
 					o.emit(e, a)
 				}
 			case provider.EvFinish:
-				a.finish = e.Finish
+				if e.Choice > 0 {
+					a.othersDone++
+					if a.claimed && o.enc != nil {
+						o.finishChoice(e)
+					}
+				} else {
+					a.finish0 = e.Finish
+				}
+				if a.finish0 != "" && a.othersDone >= a.choices-1 {
+					a.finish = a.finish0
+				}
 			case provider.EvUsage:
 				a.usage, a.hasUsage = e.Usage, true
 				if e.Usage.InputTokens > 0 {

@@ -60,6 +60,10 @@ type Request struct {
 	// thinking, any type but disabled). A thinking answer cannot be
 	// continued by prefill.
 	Thinking bool
+	// Choices is how many answers an OpenAI client asked for (n, 1 to
+	// MaxChoices); 0 or 1: one. Only a route of the client's own protocol
+	// carries it (docs/translation.md).
+	Choices int
 	// ParallelToolCalls is false when the client forbade more than one
 	// tool call per turn; nil: the provider's default (allowed).
 	ParallelToolCalls *bool
@@ -210,6 +214,9 @@ type Event struct {
 	// withheld without a word. It is shown to the client but was not
 	// generated, so it is never counted as output (docs/streaming.md).
 	Synthetic bool
+	// Choice is the index of the choice the event belongs to, when the
+	// request asked for several (OpenAI's n); 0 otherwise.
+	Choice int
 }
 
 // Visible reports whether e is output a client could render.

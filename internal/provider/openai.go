@@ -99,6 +99,9 @@ func oaUsageOf(u gw.Usage) *oaUsage {
 		}{u.CachedTokens}}
 }
 
+// MaxChoices is the most choices (OpenAI's n) one request may ask for.
+const MaxChoices = 8
+
 // parseOpenAIRequest reads a Chat Completions request body.
 func parseOpenAIRequest(body []byte) (*Request, error) {
 	var in oaRequest
@@ -111,11 +114,14 @@ func parseOpenAIRequest(body []byte) (*Request, error) {
 	if len(in.Messages) == 0 {
 		return nil, invalid("messages", "messages must not be empty")
 	}
-	if in.N != nil && *in.N != 1 {
-		return nil, invalid("n", "n must be 1: oncegate returns one answer per logical request")
+	if in.N != nil && (*in.N < 1 || *in.N > MaxChoices) {
+		return nil, invalid("n", "n must be between 1 and %d, found %d", MaxChoices, *in.N)
 	}
 	r := &Request{Model: in.Model, Temperature: in.Temperature, TopP: in.TopP, Stream: in.Stream, User: in.User,
-		ParallelToolCalls: in.ParallelToolCalls}
+		ParallelToolCalls: in.ParallelToolCalls, Choices: 1}
+	if in.N != nil {
+		r.Choices = *in.N
+	}
 	if in.SafetyIdentifier != "" {
 		r.User = in.SafetyIdentifier
 	}
@@ -475,9 +481,7 @@ func (d *openAIDecoder) decodeChunk(c *oaChunk, data []byte, out []Event) ([]Eve
 		out = append(out, Event{Kind: EvStart, ID: c.ID, Model: c.Model})
 	}
 	for _, ch := range c.Choices {
-		if ch.Index != 0 {
-			continue // one answer per logical request: only choice 0 is read
-		}
+		first := len(out)
 		if ch.Delta.Content != nil && *ch.Delta.Content != "" {
 			ev := Event{Kind: EvText, Text: *ch.Delta.Content}
 			if len(ch.Logprobs) > 0 && string(ch.Logprobs) != "null" {
@@ -508,6 +512,9 @@ func (d *openAIDecoder) decodeChunk(c *oaChunk, data []byte, out []Event) ([]Eve
 		if ch.FinishReason != nil && *ch.FinishReason != "" {
 			out = append(out, Event{Kind: EvFinish, Finish: *ch.FinishReason})
 		}
+		for i := first; i < len(out); i++ {
+			out[i].Choice = ch.Index // several choices: each event names its own (n)
+		}
 	}
 	if c.Usage != nil {
 		out = append(out, Event{Kind: EvUsage, Usage: c.Usage.usage()})
@@ -523,6 +530,25 @@ type openAIEncoder struct {
 	id      string
 	created int64
 	prefix  []byte // `{"id":…,"object":…,"created":…,"model":…,`
+	choice  int    // the choice the frames belong to (SetChoice)
+}
+
+// open is a choice's opening, up to its delta: `{"index":N,`.
+func (e *openAIEncoder) open() string {
+	if e.choice == 0 {
+		return `{"index":0,`
+	}
+	return `{"index":` + strconv.Itoa(e.choice) + `,`
+}
+
+// SetChoice makes the frames from now on belong to choice i
+// (ChoiceEncoder).
+func (e *openAIEncoder) SetChoice(i int) { e.choice = i }
+
+// FinishChoice ends the current choice with its finish reason
+// (ChoiceEncoder).
+func (e *openAIEncoder) FinishChoice(dst []byte, finish string) []byte {
+	return e.chunk(dst, e.open()+`"delta":{},"logprobs":null,"finish_reason":`+jsonString(finish)+`}`)
 }
 
 func newOpenAIEncoder(id string, created int64, model string) *openAIEncoder {
@@ -548,27 +574,31 @@ func (e *openAIEncoder) chunk(dst []byte, choice string) []byte {
 }
 
 func (e *openAIEncoder) Start(dst []byte, _ int64) []byte {
-	return e.chunk(dst, `{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}`)
+	return e.chunk(dst, e.open()+`"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}`)
 }
 
 func (e *openAIEncoder) Text(dst []byte, text string) []byte {
 	dst = append(dst, "data: "...)
 	dst = append(dst, e.prefix...)
-	dst = append(dst, `"choices":[{"index":0,"delta":{"content":`...)
+	dst = append(dst, `"choices":[`...)
+	dst = append(dst, e.open()...)
+	dst = append(dst, `"delta":{"content":`...)
 	dst = appendJSONString(dst, text)
 	return append(dst, "},\"logprobs\":null,\"finish_reason\":null}]}\n\n"...)
 }
 
 // Refusal appends a refusal delta.
 func (e *openAIEncoder) Refusal(dst []byte, text string) []byte {
-	return e.chunk(dst, `{"index":0,"delta":{"refusal":`+jsonString(text)+`},"logprobs":null,"finish_reason":null}`)
+	return e.chunk(dst, e.open()+`"delta":{"refusal":`+jsonString(text)+`},"logprobs":null,"finish_reason":null}`)
 }
 
 // TextLogprobs appends a text delta with its log probabilities.
 func (e *openAIEncoder) TextLogprobs(dst []byte, text string, logprobs json.RawMessage) []byte {
 	dst = append(dst, "data: "...)
 	dst = append(dst, e.prefix...)
-	dst = append(dst, `"choices":[{"index":0,"delta":{"content":`...)
+	dst = append(dst, `"choices":[`...)
+	dst = append(dst, e.open()...)
+	dst = append(dst, `"delta":{"content":`...)
 	dst = appendJSONString(dst, text)
 	dst = append(dst, `},"logprobs":`...)
 	dst = append(dst, logprobs...)
@@ -576,17 +606,18 @@ func (e *openAIEncoder) TextLogprobs(dst []byte, text string, logprobs json.RawM
 }
 
 func (e *openAIEncoder) ToolStart(dst []byte, index int, id, name string) []byte {
-	return e.chunk(dst, `{"index":0,"delta":{"tool_calls":[{"index":`+strconv.Itoa(index)+`,"id":`+jsonString(id)+
+	return e.chunk(dst, e.open()+`"delta":{"tool_calls":[{"index":`+strconv.Itoa(index)+`,"id":`+jsonString(id)+
 		`,"type":"function","function":{"name":`+jsonString(name)+`,"arguments":""}}]},"logprobs":null,"finish_reason":null}`)
 }
 
 func (e *openAIEncoder) ToolArgs(dst []byte, index int, args string) []byte {
-	return e.chunk(dst, `{"index":0,"delta":{"tool_calls":[{"index":`+strconv.Itoa(index)+`,"function":{"arguments":`+
+	return e.chunk(dst, e.open()+`"delta":{"tool_calls":[{"index":`+strconv.Itoa(index)+`,"function":{"arguments":`+
 		jsonString(args)+`}}]},"logprobs":null,"finish_reason":null}`)
 }
 
 func (e *openAIEncoder) Finish(dst []byte, finish string, u gw.Usage, includeUsage bool) []byte {
-	dst = e.chunk(dst, `{"index":0,"delta":{},"logprobs":null,"finish_reason":`+jsonString(finish)+`}`)
+	e.choice = 0
+	dst = e.chunk(dst, e.open()+`"delta":{},"logprobs":null,"finish_reason":`+jsonString(finish)+`}`)
 	if includeUsage {
 		usage, _ := json.Marshal(oaUsageOf(u))
 		data := append(append(append([]byte(nil), e.prefix...), `"choices":[],"usage":`...), usage...)

@@ -592,6 +592,15 @@ type ModelSetter interface {
 	SetModel(model string)
 }
 
+// ChoiceEncoder is an Encoder whose protocol has several choices of one
+// answer (OpenAI's n): SetChoice makes the frames from then on belong to
+// choice i, and FinishChoice ends the current choice. Finish ends choice
+// 0 and the stream.
+type ChoiceEncoder interface {
+	SetChoice(i int)
+	FinishChoice(dst []byte, finish string) []byte
+}
+
 // ThinkingEncoder is an Encoder that can relay extended thinking
 // (Anthropic's): thinking text, the signature that closes its block, and
 // redacted thinking.

@@ -163,6 +163,10 @@ func (e *encoder) facts(b []byte, f *Facts) []byte {
 	if f.NoContinuation {
 		b = append(b, `,"no_continuation":true`...)
 	}
+	if f.Choices != 0 {
+		b = append(b, `,"choices":`...)
+		b = strconv.AppendInt(b, int64(f.Choices), 10)
+	}
 	if f.Stateful {
 		b = append(b, `,"stateful":true`...)
 	}

@@ -81,6 +81,9 @@ type Facts struct {
 	MaxDataBoundary      string `json:"max_data_boundary"`
 	AcceptRestart        bool   `json:"accept_restart"`
 	NoContinuation       bool   `json:"no_continuation,omitempty"`
+	// Choices is how many answers the client asked for (OpenAI's n),
+	// when more than one.
+	Choices int `json:"choices,omitempty"`
 	// Stateful: the operation writes provider-side state (a turn on an
 	// openai-responses route): never hedged.
 	Stateful         bool              `json:"stateful,omitempty"`
@@ -289,7 +292,7 @@ func (a *Attempt) Engine() retry.Attempt {
 func (r *Receipt) EngineRequest() *retry.Request {
 	return &retry.Request{ID: r.RequestID, Deadline: r.Deadline, InputTokens: r.Request.EstimatedInputTokens,
 		MaxOutputTokens: r.Request.MaxOutputTokens, AcceptRestart: r.Request.AcceptRestart, NoContinuation: r.Request.NoContinuation,
-		Stateful: r.Request.Stateful, Ineligible: r.Request.IneligibleRoutes}
+		Choices: r.Request.Choices, Stateful: r.Request.Stateful, Ineligible: r.Request.IneligibleRoutes}
 }
 
 // ComputeTotals sums the attempts.

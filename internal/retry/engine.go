@@ -430,6 +430,8 @@ func decide(p *Policy, req *Request, hist []Attempt, adm Admission) Decision {
 func afterOutput(p *Policy, req *Request, hist []Attempt, last *Attempt, adm Admission) Decision {
 	cur := p.Route(last.Route)
 	switch {
+	case req.Choices > 1:
+		// Several answers: none is resumed or restarted alone.
 	case p.AfterOutput == AfterOutputResume && !last.InToolCall && !req.NoContinuation &&
 		(p.ResumeRoutes != ResumeSame || cur != nil && cur.Continuation != ContinuationNone):
 		return resume(p, req, hist, last, adm)

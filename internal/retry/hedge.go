@@ -50,7 +50,7 @@ func Hedge(p *Policy, req *Request, hist []Attempt, primary Decision, adm Admiss
 // the prompt estimate (plus any continuation prefix) at the input price and
 // the output cap at the output price.
 func reservation(p *Policy, r *Route, req *Request, prefixTokens int64) gw.NanoUSD {
-	return r.Price.WorstCase(req.InputTokens+prefixTokens, OutputLimit(p, r, req.MaxOutputTokens))
+	return r.Price.WorstCase(req.InputTokens+prefixTokens, OutputLimit(p, r, req.MaxOutputTokens)*int64(max(1, req.Choices)))
 }
 
 // Reservation is the worst-case cost of an attempt on route r with a

@@ -147,6 +147,12 @@ type Request struct {
 	// carries extended thinking), so a stream that breaks after output is
 	// never resumed.
 	NoContinuation bool
+	// Choices is how many answers the request asked for (OpenAI's n); 0
+	// or 1: one. Each may be as long as the output limit, so an attempt
+	// reserves that many times its output; and several answers cannot be
+	// continued or restarted as one, so a stream of several that breaks
+	// after output stops (docs/streaming.md).
+	Choices int
 	// Stateful: the operation writes provider-side state (docs/conversations.md), so
 	// it is never hedged.
 	Stateful bool

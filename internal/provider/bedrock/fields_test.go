@@ -111,6 +111,7 @@ func TestEveryIRFieldIsHandled(t *testing.T) {
 		"Stop": "inferenceConfig.stopSequences", "Stream": "path", "IncludeUsage": "metadata event",
 		"JSONSchema": "refused: response_format", "User": "requestMetadata.user",
 		"Thinking": "refused: thinking", "ParallelToolCalls": "refused when false: parallel_tool_calls",
+		"Choices": "native only: n (a bedrock route is skipped, or drops it)",
 	}
 	rt := reflect.TypeFor[provider.Request]()
 	for i := range rt.NumField() {
