@@ -61,8 +61,8 @@ func ParseRequest(p Protocol, body []byte) (*ClientRequest, error) {
 // body without the member, and its value (nil when there is none). A
 // value that is not true, false or null is an invalid request naming it.
 func takeDropParams(body []byte) ([]byte, *bool, error) {
-	if !bytes.Contains(body, []byte(`drop_params`)) {
-		return body, nil, nil
+	if !bytes.Contains(body, []byte(`drop_params`)) && !bytes.Contains(body, []byte(`\u`)) {
+		return body, nil, nil // only a \u escape could spell it otherwise
 	}
 	top, err := topLevelMembers(body)
 	if err != nil {

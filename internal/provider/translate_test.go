@@ -355,3 +355,52 @@ func jsonEqual(t *testing.T, a, b []byte) bool {
 	}
 	return reflect.DeepEqual(x, y)
 }
+
+// takeDropParams takes a request's drop_params out and nothing else: for
+// every body the parser accepts, the body it leaves is an object
+// encoding/json reads with every other member as it was and no
+// drop_params, and the value it read is the one that was there.
+func FuzzTakeDropParams(f *testing.F) {
+	for _, s := range []string{`{"model":"m","messages":[{"role":"user","content":"hi"}],"drop_params":true}`,
+		`{"drop_params":false,"model":"m","messages":[{"role":"user","content":"x"}]}`, `{"model":"m","messages":[{"role":"user","content":"x"}],"drop_params":null}`,
+		`{"model":"m","messages":[{"role":"user","content":"drop_params"}]}`, `{"model":"m","messages":[{"role":"user","content":"x"}],"drop_params":1}`,
+		`{"model":"m","messages":[{"role":"user","content":"x"}],"drop\u005fparams":true}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		cr, err := ParseRequest(OpenAI, body)
+		if err != nil {
+			return
+		}
+		var before, after map[string]json.RawMessage
+		if json.Unmarshal(body, &before) != nil {
+			t.Fatalf("ParseRequest accepted %q, which encoding/json does not read", body)
+		}
+		if err := json.Unmarshal(cr.Body, &after); err != nil {
+			t.Fatalf("%q left %q: %v", body, cr.Body, err)
+		}
+		if _, ok := after["drop_params"]; ok {
+			t.Fatalf("%q left drop_params in %q", body, cr.Body)
+		}
+		was, had := before["drop_params"]
+		if had {
+			delete(before, "drop_params")
+		}
+		if len(after) != len(before) {
+			t.Fatalf("%q left %d other members, not %d", body, len(after), len(before))
+		}
+		for k, v := range before {
+			if !jsonEqual(t, after[k], v) {
+				t.Fatalf("%q: member %q became %s", body, k, after[k])
+			}
+		}
+		switch {
+		case !had || string(bytes.TrimSpace(was)) == "null":
+			if cr.DropParams != nil {
+				t.Fatalf("%q: drop_params read as %v", body, *cr.DropParams)
+			}
+		case cr.DropParams == nil || *cr.DropParams != (string(bytes.TrimSpace(was)) == "true"):
+			t.Fatalf("%q: drop_params %s read as %v", body, was, cr.DropParams)
+		}
+	})
+}
