@@ -143,3 +143,30 @@ func TestNChoicesStreamThatBreaksStops(t *testing.T) {
 		}
 	})
 }
+
+// An azure-openai route carries n as an openai one does: two choices,
+// streamed with their index, billed for both.
+func TestNChoicesOnAzureOpenAI(t *testing.T) {
+	t.Parallel()
+	e, _ := newAzureEnv(t)
+	var h http.Header
+	c := e.openai(&h)
+	params := oaParams("chat", "two answers from azure")
+	params.N = openai.Int(2)
+	params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+	st := c.Chat.Completions.NewStreaming(context.Background(), params)
+	var acc openai.ChatCompletionAccumulator
+	for st.Next() {
+		if !acc.AddChunk(st.Current()) {
+			t.Fatalf("the SDK accumulator rejected a chunk: %+v", st.Current())
+		}
+	}
+	if err := st.Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := e.awaitReceipt(h.Get("X-Oncegate-Request-Id"))
+	if len(acc.Choices) != 2 || acc.Choices[1].Message.Content == "" || acc.Usage.CompletionTokens != 16 ||
+		len(r.Attempts) != 1 || r.Attempts[0].Usage.OutputTokens != 16 || e.primary.Stats().Requests != 1 {
+		t.Fatalf("azure n=2: %+v usage %+v, receipt %+v", acc.Choices, acc.Usage, r.Attempts)
+	}
+}
