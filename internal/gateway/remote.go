@@ -277,10 +277,12 @@ func (c *call) awaitStored(rem *coord.Remote) {
 			c.publishError(api.Errorf(api.CodeInternal, "the client went away"), api.Meta{RequestID: rem.RequestID})
 			return
 		case rec.RequestID == rem.RequestID && rec.State.Finished() && rec.Response != nil && rec.RequestSHA256 == c.requestSHA:
-			// The request this arrival joined finished before its output
-			// reached here: its answer is this arrival's, whatever the
-			// replay windows say of requests that come later.
-			c.replay(rec, "joined")
+			// The request this arrival was placed to join finished before
+			// any of its output reached here (its flight was still listed
+			// as it ended): its answer is this arrival's, whatever the
+			// replay windows say of requests that come later — and, the
+			// record having succeeded, it is a replay (docs/identity.md).
+			c.replay(rec, "replayed")
 			return
 		case rec.State.Finished(), rec.RequestID != rem.RequestID, rec.LeaseUntil.Before(c.g.clock.Now()):
 			replace, follow := c.resolve(rec)
