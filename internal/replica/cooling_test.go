@@ -3,7 +3,6 @@ package replica
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,12 +13,8 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/oncegate/oncegate/internal/coord/redis/redistest"
-	"github.com/oncegate/oncegate/internal/gateway"
-	"github.com/oncegate/oncegate/internal/ledger/postgres"
 	"github.com/oncegate/oncegate/internal/ledger/postgres/pgtest"
-	"github.com/oncegate/oncegate/internal/load"
 	"github.com/oncegate/oncegate/internal/mock"
-	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/receipt"
 )
 
@@ -51,43 +46,7 @@ models:
   - {name: cool, routes: [[east, west]], retry: {max_attempts: 3, base_delay: 20ms, retry_after_cap: 5s, deadline: 30s}}
 `
 	yaml = strings.NewReplacer("EAST", eastSrv.URL, "WEST", westSrv.URL).Replace(yaml)
-	pol, err := policy.Parse("cooling.yaml", []byte(yaml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	secrets, err := pol.Config.ResolveSecrets(func(string) (string, bool) { return "sk-acme", true })
-	if err != nil {
-		t.Fatal(err)
-	}
-	type replica struct {
-		url  string
-		load *load.Table
-	}
-	start := func(owner string) replica {
-		st, err := postgres.Open(ctx, pgURL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		opts := gateway.Options{Owner: owner, Ledger: st}
-		co, err := Share(ctx, pol, redisURL, st, nil, &opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := gateway.New(pol, secrets, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		sctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { _ = g.Serve(sctx, ln); close(done) }()
-		t.Cleanup(func() { cancel(); <-done; g.Close(); _ = co.Close(); st.Close() })
-		return replica{url: "http://" + ln.Addr().String(), load: opts.Load}
-	}
-	a, b := start("replica-a-"+t.Name()), start("replica-b-"+t.Name())
+	a, b, pol := startPair(t, redisURL, pgURL, "cooling.yaml", yaml)
 	ask := func(r replica, text string) *receipt.Receipt {
 		t.Helper()
 		var id string

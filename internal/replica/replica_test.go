@@ -62,7 +62,6 @@ func TestSeedSpendCountsRequestsInFlight(t *testing.T) {
 // route's provider saying it has no requests left, to one of them, keeps
 // the other's quota tier off it (docs/routing.md).
 func TestReplicasChooseByEachOthersLoad(t *testing.T) {
-	ctx := context.Background()
 	redisURL, pgURL := redistest.URL(t), pgtest.URL(t)
 	// Each provider holds the requests it is told to until released, and
 	// reports the rate-limit headroom it is told to.
@@ -105,43 +104,7 @@ models:
   - {name: quota, routes: [[east, west]], strategy: quota, retry: {max_attempts: 1, deadline: 30s}}
 `
 	yaml = strings.NewReplacer("EAST", east.url, "WEST", west.url).Replace(yaml)
-	pol, err := policy.Parse("replicas.yaml", []byte(yaml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	secrets, err := pol.Config.ResolveSecrets(func(string) (string, bool) { return "sk-acme", true })
-	if err != nil {
-		t.Fatal(err)
-	}
-	type replica struct {
-		url  string
-		load *load.Table
-	}
-	start := func(owner string) replica {
-		st, err := postgres.Open(ctx, pgURL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		opts := gateway.Options{Owner: owner, Ledger: st}
-		co, err := Share(ctx, pol, redisURL, st, nil, &opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := gateway.New(pol, secrets, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		sctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { _ = g.Serve(sctx, ln); close(done) }()
-		t.Cleanup(func() { cancel(); <-done; g.Close(); _ = co.Close(); st.Close() })
-		return replica{url: "http://" + ln.Addr().String(), load: opts.Load}
-	}
-	a, b := start("replica-a-"+t.Name()), start("replica-b-"+t.Name())
+	a, b, _ := startPair(t, redisURL, pgURL, "replicas.yaml", yaml)
 	post := func(r replica, model string, i int) (*http.Response, error) {
 		req, _ := http.NewRequest("POST", r.url+"/v1/chat/completions",
 			strings.NewReader(`{"model":"`+model+`","messages":[{"role":"user","content":"request `+strconv.Itoa(i)+` of `+t.Name()+`"}]}`))
@@ -221,4 +184,52 @@ models:
 	if east.m.Requests() != before {
 		t.Fatalf("b sent %d requests to a route with no requests left", east.m.Requests()-before)
 	}
+}
+
+// replica is one gateway of a pair started by startPair.
+type replica struct {
+	url  string
+	load *load.Table
+}
+
+// startPair starts two gateways serving the configuration yaml (file
+// name for its errors), sharing the PostgreSQL store at pgURL and the
+// coordination at redisURL, and the policy they serve; they stop with
+// the test.
+func startPair(t *testing.T, redisURL, pgURL, name, yaml string) (a, b replica, pol *policy.Policy) {
+	t.Helper()
+	ctx := context.Background()
+	pol, err := policy.Parse(name, []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets, err := pol.Config.ResolveSecrets(func(string) (string, bool) { return "sk-acme", true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func(owner string) replica {
+		st, err := postgres.Open(ctx, pgURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts := gateway.Options{Owner: owner, Ledger: st}
+		co, err := Share(ctx, pol, redisURL, st, nil, &opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := gateway.New(pol, secrets, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { _ = g.Serve(sctx, ln); close(done) }()
+		t.Cleanup(func() { cancel(); <-done; g.Close(); _ = co.Close(); st.Close() })
+		return replica{url: "http://" + ln.Addr().String(), load: opts.Load}
+	}
+	return start("replica-a-" + t.Name()), start("replica-b-" + t.Name()), pol
 }
