@@ -14,11 +14,11 @@ import (
 // it is, for the parser to say what is wrong with it; a JSON body whose
 // model is not a string given once is an invalid request naming model.
 func WithDeployment(body []byte, model string) ([]byte, error) {
+	if !json.Valid(body) {
+		return body, nil // not JSON: the parser refuses it as the client sent it
+	}
 	if out, ok := replaceModel(body, model); ok {
 		return out, nil
-	}
-	if !json.Valid(body) {
-		return body, nil
 	}
 	i := skipSpace(body, 0)
 	if i >= len(body) || body[i] != '{' {

@@ -17,6 +17,7 @@ func TestWithDeploymentSetsTheModel(t *testing.T) {
 		{`{ }`, `{"model":"chat" }`},
 		{`[1]`, `[1]`},     // not an object: the parser's to refuse
 		{`{"m":`, `{"m":`}, // not JSON: the parser's to refuse
+		{"{\"model\":\"\x18\"}", "{\"model\":\"\x18\"}"}, // a raw control byte in the model is no JSON either
 	} {
 		out, err := WithDeployment([]byte(tc.body), "chat")
 		if err != nil || string(out) != tc.want {
