@@ -125,6 +125,8 @@ func TestImportLiteLLMNamesWhatIsWrong(t *testing.T) {
 			`lite.yaml:5:16: router_settings.num_retries: want a number, found "lots"`},
 		{"model_list:\n  - model_name: x\n    litellm_params: {model: replicate/meta/llama}\n", "model_list: no deployment could be translated: model_list[0] (replicate/meta/llama): not translated: provider \"replicate\" has no oncegate type"},
 		{"model_list: [\n", "lite.yaml: not YAML"},
+		{"model_list:\n  - model_name: x\n    litellm_params: {model: gpt-4o, api_key: 'os.environ/\"'}\n",
+			`lite.yaml:3:46: model_list[0].litellm_params.api_key: os.environ/": want a variable's name`},
 	} {
 		path := filepath.Join(t.TempDir(), "lite.yaml")
 		if err := os.WriteFile(path, []byte(c.src), 0o644); err != nil {

@@ -268,7 +268,21 @@ func (s Section) String(k string) (string, bool, error) {
 	if n.Kind != yaml.ScalarNode {
 		return "", false, errAt(s.file, n, s.key(k), "want a string, found %s", kindName(n))
 	}
+	if name, ok := strings.CutPrefix(n.Value, "os.environ/"); ok && !isEnvName(strings.TrimSpace(name)) {
+		return "", false, errAt(s.file, n, s.key(k), "os.environ/%s: want a variable's name (letters, digits and _, not starting with a digit)", name)
+	}
 	return n.Value, true, nil
+}
+
+// isEnvName reports whether name can name an environment variable as a
+// shell sets one, and so can be written unquoted in the translation.
+func isEnvName(name string) bool {
+	for i, c := range name {
+		if c != '_' && (c < 'A' || c > 'Z') && (c < 'a' || c > 'z') && (i == 0 || c < '0' || c > '9') {
+			return false
+		}
+	}
+	return name != ""
 }
 
 // Number reads key k as a number (a quoted number is read too, as

@@ -15,8 +15,8 @@ func TestWithDeploymentSetsTheModel(t *testing.T) {
 		{` { "messages" : [] } `, `{"model":"chat", "messages" : [] } `},
 		{`{}`, `{"model":"chat"}`},
 		{`{ }`, `{"model":"chat" }`},
-		{`[1]`, `[1]`},     // not an object: the parser's to refuse
-		{`{"m":`, `{"m":`}, // not JSON: the parser's to refuse
+		{`[1]`, `[1]`},                                   // not an object: the parser's to refuse
+		{`{"m":`, `{"m":`},                               // not JSON: the parser's to refuse
 		{"{\"model\":\"\x18\"}", "{\"model\":\"\x18\"}"}, // a raw control byte in the model is no JSON either
 	} {
 		out, err := WithDeployment([]byte(tc.body), "chat")
