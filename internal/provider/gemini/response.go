@@ -248,8 +248,8 @@ type candState struct {
 // NewDecoder returns a decoder for one stream.
 func NewDecoder() *Decoder { return &Decoder{} }
 
-// cand is the state of candidate i, which byIndex or Decode has bounded
-// to provider.MaxChoices.
+// cand is the state of candidate i, which Decode has bounded to
+// provider.MaxChoices.
 func (d *Decoder) cand(i int) *candState {
 	for len(d.cands) <= i {
 		d.cands = append(d.cands, candState{})
