@@ -381,9 +381,19 @@ func (c *call) encodeResponse(ir *provider.Response) []byte {
 	return provider.EncodeResponse(c.proto, ir, provider.ResponseID(c.proto, c.id))
 }
 
+// estimateOutput is the output of an answer that names no usage: about
+// four bytes a token, over every choice.
 func estimateOutput(r *provider.Response) int64 {
-	n := int64(len(r.Text)+3) / 4
-	for _, tc := range r.ToolCalls {
+	n := estimateChoice(r.Text, r.ToolCalls)
+	for _, c := range r.Others {
+		n += estimateChoice(c.Text, c.ToolCalls)
+	}
+	return n
+}
+
+func estimateChoice(text string, calls []provider.ToolCall) int64 {
+	n := int64(len(text)+3) / 4
+	for _, tc := range calls {
 		n += int64(len(tc.Arguments)+3) / 4
 	}
 	return n

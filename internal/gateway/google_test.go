@@ -77,6 +77,17 @@ type googleEnv struct {
 	mu      sync.Mutex
 	headers []http.Header // every upstream request's headers
 	saJSON  []byte
+	// front, when set, answers the upstream requests it reports it
+	// answered, in the mock's place.
+	front func(http.ResponseWriter, *http.Request) bool
+}
+
+// setFront answers upstream requests with f in the mock's place, where f
+// reports it did.
+func (g *googleEnv) setFront(f func(http.ResponseWriter, *http.Request) bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.front = f
 }
 
 func (g *googleEnv) upstreamHeaders() []http.Header {
@@ -117,7 +128,11 @@ func newGoogleEnvWith(t *testing.T, tokens int, moreModels string) *googleEnv {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		g.mu.Lock()
 		g.headers = append(g.headers, r.Header.Clone())
+		front := g.front
 		g.mu.Unlock()
+		if front != nil && front(w, r) {
+			return
+		}
 		g.mock.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)

@@ -345,8 +345,18 @@ read:
 			break
 		}
 		a.events++
+		stray := false
 		for i := range evs {
 			e := &evs[i]
+			if e.Choice < 0 || e.Choice >= a.choices {
+				// A choice the request did not ask for is skipped, and
+				// counted once per event as a malformed event is.
+				if !stray {
+					stray = true
+					a.warnings++
+				}
+				continue
+			}
 			switch e.Kind {
 			case provider.EvStart:
 				a.model = e.Model
@@ -380,12 +390,16 @@ read:
 					o.emit(e, a)
 				}
 			case provider.EvFinish:
-				if e.Choice > 0 {
+				switch {
+				case e.AllChoices:
+					// The prompt was refused: no choice has more to come.
+					a.finish0, a.othersDone = e.Finish, a.choices-1
+				case e.Choice > 0:
 					a.othersDone++
 					if a.claimed && o.enc != nil {
 						o.finishChoice(e)
 					}
-				} else {
+				default:
 					a.finish0 = e.Finish
 				}
 				if a.finish0 != "" && a.othersDone >= a.choices-1 {

@@ -122,7 +122,7 @@ var Fields = []Field{
 	{Protocol: OpenAI, Name: "parallel_tool_calls", Fate: FateTranslated, Neutral: isValue("true"), To: "tool_choice.disable_parallel_tool_use", Sample: "false", Plain: "true", Note: "false becomes disable_parallel_tool_use: true (with tools)"},
 	{Protocol: OpenAI, Name: "user", Fate: FateTranslated, To: "metadata.user_id", Sample: `"u-1"`},
 	{Protocol: OpenAI, Name: "safety_identifier", Fate: FateTranslated, To: "metadata.user_id", Sample: `"u-1"`, Note: "preferred over user when both are sent"},
-	{Protocol: OpenAI, Name: "n", Fate: FateNativeOnly, Droppable: true, Neutral: isValue("1"), Sample: "2", Plain: "1", Note: "1 to 8 choices, each relayed and billed; Anthropic answers one (dropped: one choice)"},
+	{Protocol: OpenAI, Name: "n", Fate: FateNativeOnly, Droppable: true, Neutral: isValue("1"), Sample: "2", Plain: "1", Note: "1 to 8 choices, each relayed and billed: as sent on OpenAI routes, as candidateCount on Gemini and Vertex Gemini routes (docs/providers.md); Anthropic answers one (dropped: one choice)"},
 	{Protocol: OpenAI, Name: "response_format", Fate: FateNativeOnly, Neutral: hasType("text"), Sample: `{"type":"json_object"}`, Plain: `{"type":"text"}`, Note: "json_object and json_schema have no Anthropic equivalent; json_schema also needs a route with json_schema capability"},
 	{Protocol: OpenAI, Name: "seed", Fate: FateNativeOnly, Droppable: true, Sample: "7", Note: "Anthropic has no seed"},
 	{Protocol: OpenAI, Name: "logprobs", Fate: FateNativeOnly, Neutral: isValue("false"), Sample: "true", Plain: "false", Note: "Anthropic returns no log probabilities"},

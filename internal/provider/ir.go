@@ -61,8 +61,9 @@ type Request struct {
 	// continued by prefill.
 	Thinking bool
 	// Choices is how many answers an OpenAI client asked for (n, 1 to
-	// MaxChoices); 0 or 1: one. Only a route of the client's own protocol
-	// carries it (docs/translation.md).
+	// MaxChoices); 0 or 1: one. A route of the client's own protocol
+	// carries it, and a Gemini route as candidateCount
+	// (docs/translation.md).
 	Choices int
 	// ParallelToolCalls is false when the client forbade more than one
 	// tool call per turn; nil: the provider's default (allowed).
@@ -165,6 +166,19 @@ type Response struct {
 	ToolCalls []ToolCall
 	Finish    string
 	Usage     gw.Usage
+	// Others are the choices after the first, when the request asked for
+	// several (OpenAI's n): Others[i] is choice i+1. The fields above are
+	// choice 0; Usage counts every choice.
+	Others []Choice
+}
+
+// Choice is one choice of an answer of several past the first
+// (Response.Others).
+type Choice struct {
+	Text      string
+	Refusal   string
+	ToolCalls []ToolCall
+	Finish    string
 }
 
 // EventKind classifies a stream event.
@@ -217,6 +231,11 @@ type Event struct {
 	// Choice is the index of the choice the event belongs to, when the
 	// request asked for several (OpenAI's n); 0 otherwise.
 	Choice int
+	// AllChoices marks an EvFinish that ends every choice at once: the
+	// prompt itself was refused before any choice began (Gemini's
+	// promptFeedback block), so choice 0 holds the refusal and no other
+	// choice has anything to show.
+	AllChoices bool
 }
 
 // Visible reports whether e is output a client could render.

@@ -402,29 +402,39 @@ func decodeOpenAIResponse(body []byte) (*Response, error) {
 	return r, nil
 }
 
-// encodeOpenAIResponse writes a neutral response as a Chat Completions body.
+// encodeOpenAIResponse writes a neutral response as a Chat Completions
+// body: choice 0, then each of r.Others with its index.
 func encodeOpenAIResponse(r *Response, id string) []byte {
 	out := oaResponse{ID: id, Object: "chat.completion", Created: r.Created, Model: r.Model, Usage: oaUsageOf(r.Usage)}
-	var c oaChoice
+	out.Choices = make([]oaChoice, 0, 1+len(r.Others))
+	out.Choices = append(out.Choices, oaChoiceOf(0, Choice{Text: r.Text, Refusal: r.Refusal, ToolCalls: r.ToolCalls, Finish: r.Finish}))
+	for i, c := range r.Others {
+		out.Choices = append(out.Choices, oaChoiceOf(i+1, c))
+	}
+	b, _ := json.Marshal(out)
+	return b
+}
+
+// oaChoiceOf writes one choice of a Chat Completions body.
+func oaChoiceOf(index int, ch Choice) oaChoice {
+	c := oaChoice{Index: index}
 	c.Message.Role = "assistant"
-	if r.Refusal != "" {
-		refusal := r.Refusal
+	if ch.Refusal != "" {
+		refusal := ch.Refusal
 		c.Message.Refusal = &refusal
 	}
-	if r.Text != "" || len(r.ToolCalls) == 0 && r.Refusal == "" {
-		text := r.Text
+	if ch.Text != "" || len(ch.ToolCalls) == 0 && ch.Refusal == "" {
+		text := ch.Text
 		c.Message.Content = &text
 	}
-	for _, tc := range r.ToolCalls {
+	for _, tc := range ch.ToolCalls {
 		var t oaToolCall
 		t.ID, t.Type, t.Function.Name, t.Function.Arguments = tc.ID, "function", tc.Name, tc.Arguments
 		c.Message.ToolCalls = append(c.Message.ToolCalls, t)
 	}
 	c.Logprobs = json.RawMessage("null")
-	c.FinishReason = r.Finish
-	out.Choices = []oaChoice{c}
-	b, _ := json.Marshal(out)
-	return b
+	c.FinishReason = ch.Finish
+	return c
 }
 
 // openAIDecoder turns Chat Completions chunks into neutral events.

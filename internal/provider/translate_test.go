@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/oncegate/oncegate/internal/gw"
 )
 
 func mustParse(t *testing.T, p Protocol, body string) *ClientRequest {
@@ -206,6 +208,47 @@ func TestResponseTranslation(t *testing.T) {
 	}
 	if _, err := DecodeResponse(Anthropic, []byte(`{"type":"error"}`)); err == nil {
 		t.Error("an error object is not a message")
+	}
+}
+
+// An answer of several choices is written as that many Chat Completions
+// choices, each with its index, message and finish reason.
+func TestResponseOfSeveralChoices(t *testing.T) {
+	r := &Response{Model: "m", Text: "one", Finish: FinishStop, Usage: gw.Usage{InputTokens: 3, OutputTokens: 9}, Others: []Choice{
+		{Text: "two", Finish: FinishLength},
+		{ToolCalls: []ToolCall{{ID: "call_1", Name: "lookup", Arguments: "{}"}}, Finish: FinishToolCalls},
+		{Refusal: "no", Finish: FinishContentFilter}}}
+	var out struct {
+		Choices []struct {
+			Index   int `json:"index"`
+			Message struct {
+				Content   *string `json:"content"`
+				Refusal   *string `json:"refusal"`
+				ToolCalls []struct {
+					ID string `json:"id"`
+				} `json:"tool_calls"`
+			} `json:"message"`
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+		Usage struct {
+			CompletionTokens int64 `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(EncodeResponse(OpenAI, r, "chatcmpl-x"), &out); err != nil {
+		t.Fatal(err)
+	}
+	c := out.Choices
+	if len(c) != 4 || out.Usage.CompletionTokens != 9 {
+		t.Fatalf("%+v", out)
+	}
+	for i, want := range []string{"stop", "length", "tool_calls", "content_filter"} {
+		if c[i].Index != i || c[i].FinishReason != want {
+			t.Errorf("choice %d: index %d finish %q, want %q", i, c[i].Index, c[i].FinishReason, want)
+		}
+	}
+	if *c[0].Message.Content != "one" || *c[1].Message.Content != "two" || c[2].Message.Content != nil || c[2].Message.ToolCalls[0].ID != "call_1" ||
+		c[3].Message.Refusal == nil || *c[3].Message.Refusal != "no" || c[3].Message.Content != nil {
+		t.Errorf("choices %+v", c)
 	}
 }
 

@@ -70,7 +70,7 @@ var Fields = []Field{
 	{Protocol: provider.OpenAI, Name: "parallel_tool_calls", Fate: provider.FateNativeOnly, Neutral: isJSON("true"), Note: "Gemini cannot forbid parallel function calls: false keeps the request off Gemini routes"},
 	{Protocol: provider.OpenAI, Name: "user", Fate: provider.FateNativeOnly, Droppable: true, Note: "Gemini has no end-user field"},
 	{Protocol: provider.OpenAI, Name: "safety_identifier", Fate: provider.FateNativeOnly, Droppable: true, Note: "Gemini has no end-user field"},
-	{Protocol: provider.OpenAI, Name: "n", Fate: provider.FateNativeOnly, Droppable: true, Neutral: isJSON("1"), Note: "candidateCount is not translated: n above 1 keeps the request off Gemini routes, or is dropped (one choice)"},
+	{Protocol: provider.OpenAI, Name: "n", Fate: provider.FateTranslated, To: "generationConfig.candidateCount", Note: "1 to 8 candidates, each a choice by its index, every one billed (candidatesTokenCount counts them all)"},
 	{Protocol: provider.OpenAI, Name: "response_format", Fate: provider.FateTranslated, To: "generationConfig.responseMimeType, responseJsonSchema", Note: "json_object is application/json; json_schema adds its schema unchanged as responseJsonSchema"},
 	{Protocol: provider.OpenAI, Name: "seed", Fate: provider.FateTranslated, To: "generationConfig.seed"},
 	{Protocol: provider.OpenAI, Name: "frequency_penalty", Fate: provider.FateTranslated, To: "generationConfig.frequencyPenalty"},

@@ -490,11 +490,16 @@ func FuzzDecodeGeminiStream(f *testing.F) {
 	f.Add([]byte("data: {\"candidates\":[{\"content\":{\"parts\":[{\"functionCall\":{\"name\":\"f\",\"args\":[1]}}]},\"finishReason\":\"STOP\"}]}\n\n"))
 	f.Add([]byte("data: {\"error\":{\"code\":429}}\n\ndata: {\"promptFeedback\":{\"blockReason\":\"X\"}}\n\n"))
 	f.Add([]byte("data: {\"candidates\":[null,{}],\"usageMetadata\":{\"promptTokenCount\":-1}}\n\n"))
+	b, _ = os.ReadFile("testdata/candidates_stream.sse")
+	f.Add(b)
+	f.Add([]byte("data: {\"candidates\":[{\"index\":1,\"finishReason\":\"STOP\"},{\"index\":1,\"finishReason\":\"SAFETY\"},{\"index\":7}]}\n\ndata: {\"promptFeedback\":{\"blockReason\":\"X\"}}\n\n"))
+	b, _ = os.ReadFile("testdata/candidates.json")
+	f.Add(b)
 	f.Fuzz(func(t *testing.T, stream []byte) {
 		rd := sse.NewReader(bytes.NewReader(stream), 64<<10)
 		d := NewDecoder()
 		var out []provider.Event
-		finishes := 0
+		finished := map[int]int{}
 		for i := 0; i < 1000; i++ {
 			ev, err := rd.Next()
 			if err != nil {
@@ -502,17 +507,24 @@ func FuzzDecodeGeminiStream(f *testing.F) {
 			}
 			out, _ = d.Decode(ev, out[:0])
 			for _, e := range out {
+				if e.Choice < 0 || e.Choice >= provider.MaxChoices {
+					t.Fatalf("event of choice %d", e.Choice)
+				}
 				if e.Kind == provider.EvFinish {
-					finishes++
+					finished[e.Choice]++
 				}
 				if e.Kind == provider.EvError && e.Err == nil {
 					t.Fatal("error event without an error")
 				}
 			}
 		}
-		if finishes > 1 {
-			t.Fatalf("%d finish events", finishes)
+		for c, n := range finished {
+			if n > 1 {
+				t.Fatalf("choice %d finished %d times", c, n)
+			}
 		}
-		_, _ = DecodeResponse(stream)
+		if r, err := DecodeResponse(stream); err == nil && len(r.Others) >= provider.MaxChoices {
+			t.Fatalf("%d choices", 1+len(r.Others))
+		}
 	})
 }

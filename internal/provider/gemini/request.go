@@ -142,6 +142,11 @@ func Build(r *provider.Request, x Extra, t provider.Target) ([]byte, error) {
 	if len(x.Schema) > 0 {
 		gc.ResponseJSONSchema = x.Schema
 	}
+	if r.Choices > 1 {
+		// OpenAI's n: as many candidates, each a choice by its index
+		// (docs/providers.md, "gemini").
+		gc.CandidateCount = r.Choices
+	}
 	gc.MaxOutputTokens = r.MaxTokens
 	if t.MaxTokens > 0 {
 		gc.MaxOutputTokens = t.MaxTokens

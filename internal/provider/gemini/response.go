@@ -125,9 +125,63 @@ func argsText(raw json.RawMessage) string {
 	return string(raw)
 }
 
-// DecodeResponse reads a generateContent answer. A body that is not a
-// GenerateContentResponse is an error; so is an answer whose model failed
-// to produce a usable function call (*FailedGeneration).
+// byIndex orders an answer's candidates by their index, which must run
+// 0 to len-1 with none twice (a candidate of index 0 may omit it, as
+// proto3 JSON omits zeros); more than provider.MaxChoices is an error.
+func byIndex(cands []candidate) ([]*candidate, error) {
+	if len(cands) > provider.MaxChoices {
+		return nil, fmt.Errorf("gemini: %d candidates, more than the %d a request may ask for", len(cands), provider.MaxChoices)
+	}
+	out := make([]*candidate, len(cands))
+	for i := range cands {
+		c := &cands[i]
+		if c.Index < 0 || c.Index >= len(cands) || out[c.Index] != nil {
+			return nil, fmt.Errorf("gemini: candidate index %d among %d candidates: indexes must run 0 to %d, each once", c.Index, len(cands), len(cands)-1)
+		}
+		out[c.Index] = c
+	}
+	return out, nil
+}
+
+// choiceOf reads one candidate as a choice; calls counts the function
+// calls named so far in the answer, so that ids stay unique across its
+// candidates.
+func choiceOf(c *candidate, ids *callIDs, calls *int, responseID string) provider.Choice {
+	var ch provider.Choice
+	if c.Content != nil {
+		for i := range c.Content.Parts {
+			p := &c.Content.Parts[i]
+			switch {
+			case p.Thought:
+				// Thought summaries are only sent when asked for; oncegate
+				// asks for none.
+			case p.FunctionCall != nil:
+				ch.ToolCalls = append(ch.ToolCalls, provider.ToolCall{ID: ids.id(p.FunctionCall, *calls, responseID),
+					Name: p.FunctionCall.Name, Arguments: argsText(p.FunctionCall.Args)})
+				*calls++
+			default:
+				ch.Text += p.Text
+			}
+		}
+	}
+	ch.Finish = finishOf(c.FinishReason, len(ch.ToolCalls) > 0)
+	if c.FinishReason == "" {
+		ch.Finish = provider.FinishStop
+		if len(ch.ToolCalls) > 0 {
+			ch.Finish = provider.FinishToolCalls
+		}
+	}
+	if ch.Finish == provider.FinishContentFilter && ch.Text == "" && len(ch.ToolCalls) == 0 {
+		ch.Refusal = refusalText("the answer", c.FinishReason)
+	}
+	return ch
+}
+
+// DecodeResponse reads a generateContent answer: each candidate a choice
+// by its index (candidateCount, OpenAI's n). A body that is not a
+// GenerateContentResponse is an error; so is an answer with a candidate
+// whose model failed to produce a usable function call
+// (*FailedGeneration): the answer the client asked for is not all there.
 func DecodeResponse(body []byte) (*provider.Response, error) {
 	var in genResponse
 	if err := json.Unmarshal(body, &in); err != nil {
@@ -148,53 +202,60 @@ func DecodeResponse(body []byte) (*provider.Response, error) {
 		r.Finish = provider.FinishContentFilter
 		return r, nil
 	}
-	c := in.Candidates[0]
-	if failedCall[c.FinishReason] {
-		return nil, &FailedGeneration{Reason: c.FinishReason}
+	cands, err := byIndex(in.Candidates)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cands {
+		if failedCall[c.FinishReason] {
+			return nil, &FailedGeneration{Reason: c.FinishReason}
+		}
 	}
 	var ids callIDs
-	if c.Content != nil {
-		for i := range c.Content.Parts {
-			p := &c.Content.Parts[i]
-			switch {
-			case p.Thought:
-				// Thought summaries are only sent when asked for; oncegate
-				// asks for none.
-			case p.FunctionCall != nil:
-				r.ToolCalls = append(r.ToolCalls, provider.ToolCall{ID: ids.id(p.FunctionCall, len(r.ToolCalls), in.ResponseID),
-					Name: p.FunctionCall.Name, Arguments: argsText(p.FunctionCall.Args)})
-			default:
-				r.Text += p.Text
-			}
+	calls := 0
+	for i, c := range cands {
+		ch := choiceOf(c, &ids, &calls, in.ResponseID)
+		if i == 0 {
+			r.Text, r.Refusal, r.ToolCalls, r.Finish = ch.Text, ch.Refusal, ch.ToolCalls, ch.Finish
+			continue
 		}
-	}
-	r.Finish = finishOf(c.FinishReason, len(r.ToolCalls) > 0)
-	if c.FinishReason == "" {
-		r.Finish = provider.FinishStop
-		if len(r.ToolCalls) > 0 {
-			r.Finish = provider.FinishToolCalls
-		}
-	}
-	if r.Finish == provider.FinishContentFilter && r.Text == "" && len(r.ToolCalls) == 0 {
-		r.Refusal = refusalText("the answer", c.FinishReason)
+		r.Others = append(r.Others, ch)
 	}
 	return r, nil
 }
 
 // Decoder turns streamGenerateContent?alt=sse events — each one
-// GenerateContentResponse, no terminator — into neutral events. Usage is
-// cumulative in every chunk that carries it. It implements
+// GenerateContentResponse, no terminator — into neutral events, each
+// candidate's as the choice of its index. Usage is cumulative in every
+// chunk that carries it, and counts every candidate. It implements
 // provider.Decoder and keeps state for one stream.
 type Decoder struct {
-	started  bool
+	started bool
+	// whole: the prompt was refused, which ends every choice.
+	whole bool
+	cands []candState
+	calls int // function calls named so far, across candidates
+	ids   callIDs
+}
+
+// candState is what a stream has shown of one candidate.
+type candState struct {
 	visible  bool // text or a tool call was emitted
 	finished bool
 	tools    int
-	ids      callIDs
 }
 
 // NewDecoder returns a decoder for one stream.
 func NewDecoder() *Decoder { return &Decoder{} }
+
+// cand is the state of candidate i, which Decode has bounded to
+// provider.MaxChoices.
+func (d *Decoder) cand(i int) *candState {
+	for len(d.cands) <= i {
+		d.cands = append(d.cands, candState{})
+	}
+	return &d.cands[i]
+}
 
 // Decode implements provider.Decoder.
 func (d *Decoder) Decode(ev sse.Event, out []provider.Event) ([]provider.Event, error) {
@@ -208,44 +269,59 @@ func (d *Decoder) Decode(ev sse.Event, out []provider.Event) ([]provider.Event, 
 	if len(in.Candidates) == 0 && in.PromptFeedback == nil && in.UsageMetadata == nil {
 		return out, errors.New("gemini: stream chunk has no candidates, prompt feedback or usage")
 	}
+	for _, c := range in.Candidates {
+		// A chunk holds some of the candidates, each naming its index.
+		if c.Index < 0 || c.Index >= provider.MaxChoices {
+			return out, fmt.Errorf("gemini: stream chunk has a candidate of index %d, outside 0 to %d", c.Index, provider.MaxChoices-1)
+		}
+	}
 	if !d.started {
 		d.started = true
 		out = append(out, provider.Event{Kind: provider.EvStart, ID: in.ResponseID, Model: in.ModelVersion})
 	}
-	finish, failed := "", ""
+	var finishes []provider.Event
+	failed := ""
 	if pf := in.PromptFeedback; pf != nil && pf.BlockReason != "" && len(in.Candidates) == 0 {
 		out = append(out, provider.Event{Kind: provider.EvRefusal, Synthetic: true, Text: refusalText("an answer to the prompt", pf.BlockReason)})
-		d.visible, finish = true, provider.FinishContentFilter
+		d.cand(0).visible = true
+		if !d.whole {
+			finishes = append(finishes, provider.Event{Kind: provider.EvFinish, Finish: provider.FinishContentFilter, AllChoices: true})
+		}
+		d.whole = true
 	}
-	if len(in.Candidates) > 0 {
-		c := in.Candidates[0]
+	for i := range in.Candidates {
+		c := &in.Candidates[i]
+		st := d.cand(c.Index)
 		if c.Content != nil {
-			for i := range c.Content.Parts {
-				p := &c.Content.Parts[i]
+			for j := range c.Content.Parts {
+				p := &c.Content.Parts[j]
 				switch {
 				case p.Thought:
 				case p.FunctionCall != nil:
-					idx := d.tools
-					d.tools++
+					idx := st.tools
+					st.tools++
 					out = append(out,
-						provider.Event{Kind: provider.EvToolStart, ToolIndex: idx, ToolID: d.ids.id(p.FunctionCall, idx, in.ResponseID), ToolName: p.FunctionCall.Name},
-						provider.Event{Kind: provider.EvToolArgs, ToolIndex: idx, Args: argsText(p.FunctionCall.Args)})
-					d.visible = true
+						provider.Event{Kind: provider.EvToolStart, ToolIndex: idx, ToolID: d.ids.id(p.FunctionCall, d.calls, in.ResponseID), ToolName: p.FunctionCall.Name, Choice: c.Index},
+						provider.Event{Kind: provider.EvToolArgs, ToolIndex: idx, Args: argsText(p.FunctionCall.Args), Choice: c.Index})
+					d.calls++
+					st.visible = true
 				case p.Text != "":
-					out = append(out, provider.Event{Kind: provider.EvText, Text: p.Text})
-					d.visible = true
+					out = append(out, provider.Event{Kind: provider.EvText, Text: p.Text, Choice: c.Index})
+					st.visible = true
 				}
 			}
 		}
 		switch {
 		case failedCall[c.FinishReason]:
 			failed = c.FinishReason
-		case c.FinishReason != "":
-			finish = finishOf(c.FinishReason, d.tools > 0)
-			if finish == provider.FinishContentFilter && !d.visible {
-				out = append(out, provider.Event{Kind: provider.EvRefusal, Synthetic: true, Text: refusalText("the answer", c.FinishReason)})
-				d.visible = true
+		case c.FinishReason != "" && !st.finished && !d.whole:
+			st.finished = true
+			finish := finishOf(c.FinishReason, st.tools > 0)
+			if finish == provider.FinishContentFilter && !st.visible {
+				out = append(out, provider.Event{Kind: provider.EvRefusal, Synthetic: true, Text: refusalText("the answer", c.FinishReason), Choice: c.Index})
+				st.visible = true
 			}
+			finishes = append(finishes, provider.Event{Kind: provider.EvFinish, Finish: finish, Choice: c.Index})
 		}
 	}
 	if in.UsageMetadata != nil {
@@ -254,9 +330,5 @@ func (d *Decoder) Decode(ev sse.Event, out []provider.Event) ([]provider.Event, 
 	if failed != "" {
 		return append(out, provider.Event{Kind: provider.EvError, Err: (&FailedGeneration{Reason: failed}).UpstreamError()}), nil
 	}
-	if finish != "" && !d.finished {
-		d.finished = true
-		out = append(out, provider.Event{Kind: provider.EvFinish, Finish: finish})
-	}
-	return out, nil
+	return append(out, finishes...), nil
 }
