@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -185,6 +186,18 @@ func TestSpendPageInABrowser(t *testing.T) {
 		t.Fatalf("the API by tag for ana: %+v", anas)
 	}
 	same("by tag for ana", shown(), anas)
+	dir := os.Getenv("ONCEGATE_SCREENSHOT_DIR") // the page as shown: a test artefact
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, "spend-by-tag.png"), shot, 0o644)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", filepath.Join(dir, "spend-by-tag.png"))
 
 	show("two rows a page", chromedp.SetValue(chromedp.CSS(`#range input[name="limit"]`), "2"), submit)
 	first := report("group_by=tag&user=ana&limit=2")
