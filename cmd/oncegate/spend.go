@@ -14,18 +14,21 @@ import (
 )
 
 // spendCmd prints a running gateway's spend report (GET /admin/spend,
-// docs/keys.md): the same rows, as a table, JSON or CSV.
+// docs/spend.md): the same rows, as a table, JSON or CSV.
 func spendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("spend", "--config FILE --url http://HOST:PORT [--group-by G] [--from T] [--to T] [--tenant T] [--format F]",
+	fs := newFlags("spend", "--config FILE --url http://HOST:PORT [--group-by G] [--from T] [--to T] [--tenant T] [--tag T] [--user U] [--format F]",
 		"Print the spend report of the gateway at --url, computed from its receipts: requests, attempts, tokens and cost "+
-			"per tenant, key, model, route or UTC day over [--from, --to) (default: today so far).",
+			"per tenant, key, key name, user, tag, model, route, UTC day or UTC month over [--from, --to) (default: today so far).",
 		"  the admin key, from the variable the configuration's admin_key_env names (or the file admin_key_file names)", stderr)
 	path := fs.String("config", "", "the configuration the gateway runs (required: it names the admin key)")
 	addr := fs.String("url", "", "the gateway's address, e.g. http://127.0.0.1:8080 (required)")
-	groupBy := fs.String("group-by", "tenant", "tenant, key, model, route or day")
+	groupBy := fs.String("group-by", "tenant", "tenant, key, key_name, user, tag, model, route, day or month")
 	from := fs.String("from", "", "start, RFC 3339 or a date (default: today 00:00 UTC)")
 	to := fs.String("to", "", "end, exclusive (default: now)")
 	tenant := fs.String("tenant", "", "one tenant only")
+	tag := fs.String("tag", "", "only requests with this tag")
+	user := fs.String("user", "", "only requests of this end user")
+	after := fs.String("after", "", "the rows after this group (a report of more than 10,000 rows comes in pages)")
 	format := fs.String("format", "table", "table, json or csv")
 	if err := fs.Parse(args); err != nil {
 		return parseFailed(err)
@@ -42,8 +45,8 @@ func spendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stderr, "oncegate spend: the configuration sets no admin key (admin_key_env or admin_key_file)")
 		return 2
 	}
-	q := url.Values{"group_by": {*groupBy}}
-	for k, v := range map[string]string{"from": *from, "to": *to, "tenant": *tenant} {
+	q := url.Values{"group_by": {*groupBy}, "limit": {"10000"}}
+	for k, v := range map[string]string{"from": *from, "to": *to, "tenant": *tenant, "tag": *tag, "user": *user, "after": *after} {
 		if v != "" {
 			q.Set(k, v)
 		}
@@ -67,6 +70,9 @@ func spendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if res.StatusCode != http.StatusOK {
 		fmt.Fprintf(stderr, "oncegate spend: HTTP %d: %s\n", res.StatusCode, body)
 		return 1
+	}
+	if next := res.Header.Get("X-Oncegate-Next-After"); next != "" {
+		fmt.Fprintf(stderr, "oncegate spend: more rows follow: run again with --after %q\n", next)
 	}
 	if *format != "table" {
 		_, _ = stdout.Write(body)

@@ -42,8 +42,13 @@ func (g *Gateway) identify(r *http.Request, a *admitted) (*call, *api.Error) {
 	}
 	keyID := keyIDOf(r)
 	scope := identity.Scope(t.ID, keyID)
-	h := receipt.Receipt{RequestID: c.id, Tenant: t.ID, KeyID: keyID, Operation: p.Operation(), Model: alias.Name,
-		RequestSHA256: c.requestSHA, CreatedAt: created, Deadline: c.deadline, Stream: c.stream, ClientRetryCount: c.clientRetries}
+	tags, err := provider.Tags(provider.TagsOfHeader(r.Header.Values("X-Oncegate-Tags")), cr.Tags)
+	if err != nil {
+		return nil, invalidRequest(err)
+	}
+	h := receipt.Receipt{RequestID: c.id, Tenant: t.ID, KeyID: keyID, KeyName: keyNameOf(r), User: cr.IR.User, Tags: tags,
+		Operation: p.Operation(), Model: alias.Name, RequestSHA256: c.requestSHA, CreatedAt: created, Deadline: c.deadline,
+		Stream: c.stream, ClientRetryCount: c.clientRetries}
 	join, apiErr := g.joins(r, alias)
 	if apiErr != nil {
 		return nil, apiErr

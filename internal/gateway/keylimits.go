@@ -231,3 +231,11 @@ func keyIDOf(r *http.Request) string {
 	}
 	return ""
 }
+
+// keyNameOf is the name of the virtual key a request authenticated with.
+func keyNameOf(r *http.Request) string {
+	if lk := accesslog.KeyOf(r.Context()); lk != nil {
+		return lk.Stored.Name
+	}
+	return ""
+}

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -364,13 +366,21 @@ func clientNew(cl openai.Client, ctx context.Context, p openai.ChatCompletionNew
 }
 
 // The spend report sums the receipts per group, to the nano-dollar, in
-// JSON and in CSV.
+// JSON and in CSV, for every grouping: a request with two tags counts in
+// both tag rows (and the report says so), the total counts it once, and
+// a page of rows continues where the last ended.
 func TestSpendReportEqualsReceipts(t *testing.T) {
 	e := newEnv(t, mock.Config{})
 	ctx := context.Background()
 	a, b := e.issue(`{"tenant":"acme","name":"a"}`), e.issue(`{"tenant":"spender","name":"b"}`)
-	for i, c := range []struct{ key, model string }{{a.Key, "chat"}, {a.Key, "chat-stop"}, {b.Key, "chat"}, {keyAcme, "chat"}, {keySpender, "chat-stop"}} {
-		if _, err := clientNew(e.openai(nil, oopt2.WithAPIKey(c.key)), ctx, oaParams(c.model, "spend "+string(rune('a'+i)))); err != nil {
+	for i, c := range []struct{ key, model, user, tags string }{
+		{a.Key, "chat", "u1", "x,y"}, {a.Key, "chat-stop", "u2", "x"}, {b.Key, "chat", "u1", ""}, {keyAcme, "chat", "", "y"}, {keySpender, "chat-stop", "u3", "z"},
+	} {
+		p := oaParams(c.model, "spend "+string(rune('a'+i)))
+		if c.user != "" {
+			p.User = openai.String(c.user)
+		}
+		if _, err := clientNew(e.openai(nil, oopt2.WithAPIKey(c.key), oopt2.WithHeader("X-Oncegate-Tags", c.tags)), ctx, p); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -383,6 +393,13 @@ func TestSpendReportEqualsReceipts(t *testing.T) {
 		t.Fatalf("receipts: %d %s", st, body)
 	}
 	want := map[string]map[string]int64{}
+	add := func(by, g string, cost int64) {
+		if want[by] == nil {
+			want[by] = map[string]int64{}
+		}
+		want[by][g] += cost
+	}
+	var total int64
 	for _, r := range list.Data {
 		tenant := "acme"
 		rc, err := e.gw.receipt(ctx, tenant, r.RequestID)
@@ -393,27 +410,42 @@ func TestSpendReportEqualsReceipts(t *testing.T) {
 			}
 		}
 		cost := int64(gwNano(rc.Totals.CostUSD))
-		for by, g := range map[string]string{"tenant": rc.Tenant, "key": rc.KeyID, "model": rc.Model, "day": rc.CreatedAt.UTC().Format(time.DateOnly)} {
-			if want[by] == nil {
-				want[by] = map[string]int64{}
-			}
-			want[by][g] += cost
+		total += cost
+		for by, g := range map[string]string{"tenant": rc.Tenant, "key": rc.KeyID, "key_name": rc.KeyName, "user": rc.User, "model": rc.Model,
+			"day": rc.CreatedAt.UTC().Format(time.DateOnly), "month": rc.CreatedAt.UTC().Format("2006-01")} {
+			add(by, g, cost)
+		}
+		tags := rc.Tags
+		if len(tags) == 0 {
+			tags = []string{""} // the untagged row
+		}
+		for _, tag := range tags {
+			add("tag", tag, cost)
 		}
 		for _, at := range rc.Attempts {
-			if want["route"] == nil {
-				want["route"] = map[string]int64{}
-			}
-			want["route"][at.Route] += int64(gwNano(at.CostUSD))
+			add("route", at.Route, int64(gwNano(at.CostUSD)))
 		}
 	}
+	if len(want["tag"]) != 4 || len(want["user"]) != 4 || len(want["key_name"]) != 3 {
+		t.Fatalf("the receipts' groups: %v", want)
+	}
 	for by, groups := range want {
-		var rep struct{ Data []admin.SpendRow }
+		var rep struct {
+			Data  []admin.SpendRow
+			Total admin.SpendRow
+			Note  string
+		}
 		if st, body := e.adminDo(keyAdmin, "GET", "/admin/spend?group_by="+by, "", &rep); st != 200 {
 			t.Fatalf("%s: %d %s", by, st, body)
 		}
 		got := map[string]int64{}
+		var sum int64
 		for _, r := range rep.Data {
 			got[r.Group] = int64(gwNano(r.CostUSD))
+			sum += got[r.Group]
+			if by == "key" && r.Group == a.ID && r.Name != "a" {
+				t.Errorf("the key row of %s is named %q", a.ID, r.Name)
+			}
 		}
 		if len(got) != len(groups) {
 			t.Fatalf("by %s: groups %v, want %v", by, got, groups)
@@ -423,18 +455,49 @@ func TestSpendReportEqualsReceipts(t *testing.T) {
 				t.Errorf("by %s, %q: report %d nano-USD, receipts %d", by, g, got[g], v)
 			}
 		}
+		if int64(gwNano(rep.Total.CostUSD)) != total || rep.Total.Requests != 5 {
+			t.Errorf("by %s: total %d requests %d nano-USD, receipts 5 and %d", by, rep.Total.Requests, gwNano(rep.Total.CostUSD), total)
+		}
+		if (by == "tag") != (sum != total) || (by == "tag") != strings.Contains(rep.Note, "several tags") {
+			t.Errorf("by %s: rows sum to %d, total %d, note %q", by, sum, total, rep.Note)
+		}
 		_, csvBody := e.adminDo(keyAdmin, "GET", "/admin/spend?format=csv&group_by="+by, "", nil)
 		var buf bytes.Buffer
-		_ = admin.WriteSpendCSV(&buf, rep.Data)
-		if !bytes.Equal(csvBody, buf.Bytes()) || !bytes.HasPrefix(csvBody, []byte("group,requests,attempts,input_tokens,output_tokens,cost_usd,orphans_cost_usd\n")) {
+		_ = admin.WriteSpendCSV(&buf, by, rep.Data)
+		if !bytes.Equal(csvBody, buf.Bytes()) || !bytes.HasPrefix(csvBody, []byte("group,requests,attempts,input_tokens,output_tokens,cost_usd,orphans_cost_usd")) {
 			t.Errorf("by %s: the CSV differs from the JSON:\n%s", by, csvBody)
 		}
+		// Two rows a page: the pages join to the whole report.
+		var paged []admin.SpendRow
+		for q := "/admin/spend?limit=2&group_by=" + by; ; {
+			var page struct {
+				Data      []admin.SpendRow
+				HasMore   bool   `json:"has_more"`
+				NextAfter string `json:"next_after"`
+			}
+			if st, body := e.adminDo(keyAdmin, "GET", q, "", &page); st != 200 || len(page.Data) > 2 {
+				t.Fatalf("%s: %d %s", q, st, body)
+			}
+			paged = append(paged, page.Data...)
+			if !page.HasMore {
+				break
+			}
+			q = "/admin/spend?limit=2&group_by=" + by + "&after=" + url.QueryEscape(page.NextAfter)
+		}
+		if !reflect.DeepEqual(paged, rep.Data) {
+			t.Errorf("by %s: the pages %v, the report %v", by, paged, rep.Data)
+		}
 	}
-	if st, _ := e.adminDo(keyAdmin, "GET", "/admin/spend?group_by=colour", "", nil); st != 400 {
-		t.Errorf("an unknown group_by: %d", st)
+	// Filters narrow the receipts before grouping.
+	var rep struct{ Data []admin.SpendRow }
+	if st, body := e.adminDo(keyAdmin, "GET", "/admin/spend?group_by=user&tag=x", "", &rep); st != 200 || len(rep.Data) != 2 ||
+		rep.Data[0].Group != "u1" || rep.Data[1].Group != "u2" {
+		t.Errorf("users of tag x: %d %s", st, body)
 	}
-	if st, _ := e.adminDo(keyAdmin, "GET", "/admin/spend?from=yesterday", "", nil); st != 400 {
-		t.Errorf("a bad from: %d", st)
+	for _, q := range []string{"group_by=colour", "from=yesterday", "limit=0", "limit=10001", "colour=red", "from=2026-02-01&to=2026-01-01"} {
+		if st, _ := e.adminDo(keyAdmin, "GET", "/admin/spend?"+q, "", nil); st != 400 {
+			t.Errorf("%s: %d, want 400", q, st)
+		}
 	}
 }
 

@@ -27,13 +27,19 @@ type ClientRequest struct {
 	// nil when it has none; Body no longer holds it, so it never reaches
 	// a provider (docs/translation.md).
 	DropParams *bool
+	// Tags are the body's metadata.tags (LiteLLM clients send them), not
+	// yet checked (see Tags); Body no longer holds them (docs/spend.md).
+	Tags []string
 }
 
 // ParseRequest reads a client request body of protocol p. A malformed
 // request is an *InvalidRequestError naming the field.
 func ParseRequest(p Protocol, body []byte) (*ClientRequest, error) {
+	body, tags, err := takeTags(body)
+	if err != nil {
+		return nil, err
+	}
 	var ir *Request
-	var err error
 	switch p {
 	case OpenAI:
 		ir, err = parseOpenAIRequest(body)
@@ -43,7 +49,7 @@ func ParseRequest(p Protocol, body []byte) (*ClientRequest, error) {
 		if ir, err = parseEmbeddingsRequest(body); err != nil {
 			return nil, err
 		}
-		return &ClientRequest{Protocol: p, Body: body, IR: ir, PromptTokens: PromptTokens(ir)}, nil
+		return &ClientRequest{Protocol: p, Body: body, IR: ir, PromptTokens: PromptTokens(ir), Tags: tags}, nil
 	default:
 		return nil, fmt.Errorf("unknown protocol %q", p)
 	}
@@ -54,7 +60,7 @@ func ParseRequest(p Protocol, body []byte) (*ClientRequest, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ClientRequest{Protocol: p, Body: body, IR: ir, PromptTokens: PromptTokens(ir), NativeOnly: nativeOnly(p, body), DropParams: drop}, nil
+	return &ClientRequest{Protocol: p, Body: body, IR: ir, PromptTokens: PromptTokens(ir), NativeOnly: nativeOnly(p, body), DropParams: drop, Tags: tags}, nil
 }
 
 // takeDropParams takes a body's top-level drop_params out of it: the

@@ -58,6 +58,24 @@ func (e *encoder) receipt(b []byte, r *Receipt) []byte {
 		b = append(b, `,"key_id":`...)
 		b = jsonenc.AppendString(b, r.KeyID, jsonenc.Std)
 	}
+	if r.KeyName != "" {
+		b = append(b, `,"key_name":`...)
+		b = jsonenc.AppendString(b, r.KeyName, jsonenc.Std)
+	}
+	if r.User != "" {
+		b = append(b, `,"user":`...)
+		b = jsonenc.AppendString(b, r.User, jsonenc.Std)
+	}
+	if len(r.Tags) > 0 {
+		b = append(b, `,"tags":[`...)
+		for i, t := range r.Tags {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = jsonenc.AppendString(b, t, jsonenc.Std)
+		}
+		b = append(b, ']')
+	}
 	b = append(b, `,"key_sha256":`...)
 	b = jsonenc.AppendString(b, r.KeySHA256, jsonenc.Std)
 	if r.Fingerprint != "" {

@@ -30,7 +30,16 @@ type Receipt struct {
 	Model     string `json:"model"`
 	// KeyID is the virtual key the request used (docs/keys.md); empty
 	// for a tenant's key from the configuration.
-	KeyID            string    `json:"key_id,omitempty"`
+	KeyID string `json:"key_id,omitempty"`
+	// KeyName is the virtual key's name when the request was made (a
+	// later rename does not change it), for the spend report.
+	KeyName string `json:"key_name,omitempty"`
+	// User is the end user the client named: OpenAI's user (or
+	// safety_identifier), Anthropic's metadata.user_id (docs/spend.md).
+	User string `json:"user,omitempty"`
+	// Tags are the request's chargeback tags, from X-Oncegate-Tags and
+	// the body's metadata.tags, deduplicated in the order first seen.
+	Tags             []string  `json:"tags,omitempty"`
 	KeySHA256        string    `json:"key_sha256"`
 	Fingerprint      string    `json:"fingerprint,omitempty"`
 	RequestSHA256    string    `json:"request_sha256"`

@@ -60,7 +60,8 @@ models:
 // no drift; the live panel says how much retry budget is used and left
 // and fits its column; a link to the request scrolls it into view; the
 // other tenant's key cannot see it. The screenshot is a test artefact
-// (ONCEGATE_SCREENSHOT=PATH keeps it: docs/console.png was made so).
+// (ONCEGATE_SCREENSHOT=PATH keeps it); docs/console.png is
+// TestConsoleLayoutInABrowser's at 1,280 px.
 func TestConsoleInABrowser(t *testing.T) {
 	browser := chromium(t)
 	w := newWorld(t, mock.Config{Tokens: 12})

@@ -92,8 +92,8 @@ func TestKeysAndSpendPagesInABrowser(t *testing.T) {
 		t.Fatalf("the revoked key: %d", res.StatusCode)
 	}
 	run("the spend page", chromedp.Navigate(g.url+"/ui/spend.html"), chromedp.WaitVisible(chromedp.CSS(`#chart rect.bar[data-model="chat"]`)),
-		chromedp.WaitVisible(chromedp.CSS(`#bymodel tr[data-model="chat"]`)))
-	if cost := text(`#bymodel tr[data-model="chat"] td.cost`); cost == "" || cost == "0.000000" {
+		chromedp.WaitVisible(chromedp.CSS(`#report tr[data-group="chat"]`)))
+	if cost := text(`#report tr[data-group="chat"] td.cost`); cost == "" || cost == "0.000000" {
 		t.Fatalf("the spend page's cost for chat: %q", cost)
 	}
 }

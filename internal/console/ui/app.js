@@ -89,9 +89,10 @@ async function loadLive() {
     const load = Object.fromEntries((l.routes || []).map((r) => [r.route, r]));
     const rows = l.breakers.map((b) => {
       const r = load[b.route];
-      return el("tr", {}, el("td", {}, b.route), el("td", { class: "s-" + b.state }, b.state), el("td", {}, b.generation),
-        el("td", {}, r ? (100 * r.share).toFixed(1) + "%" : "–"), el("td", {}, r ? r.in_flight : "–"),
-        el("td", {}, r && r.ttft_ms ? r.ttft_ms + " ms" : "–"), el("td", {}, r ? (100 * r.headroom).toFixed(0) + "%" : "–"));
+      return el("tr", {}, el("td", { class: "name route", title: b.route }, b.route), el("td", { class: "s-" + b.state }, b.state),
+        el("td", { class: "num" }, b.generation), el("td", { class: "num" }, r ? (100 * r.share).toFixed(1) + "%" : "–"),
+        el("td", { class: "num" }, r ? r.in_flight : "–"), el("td", { class: "num" }, r && r.ttft_ms ? r.ttft_ms + " ms" : "–"),
+        el("td", { class: "num" }, r ? (100 * r.headroom).toFixed(0) + "%" : "–"));
     });
     $("#breakers tbody").replaceChildren(...rows);
     showError();
@@ -105,12 +106,14 @@ async function loadRequests() {
   try {
     const list = await api("/v1/console/requests?" + q);
     const rows = list.data.map((r) => {
+      const terminal = r.terminal + (r.reason && r.reason !== r.terminal ? " (" + r.reason + ")" : "");
       const tr = el("tr", { "data-id": r.request_id },
         el("td", {}, el("code", { title: r.request_id }, r.request_id.slice(0, 13) + "…")),
         el("td", { class: "created", title: r.created_at }, when(r.created_at)),
-        el("td", {}, r.tenant), el("td", {}, r.model), el("td", { class: "route" }, r.route || "–"), el("td", {}, r.attempts),
-        el("td", { class: "t-" + r.terminal }, r.terminal + (r.reason && r.reason !== r.terminal ? " (" + r.reason + ")" : "")),
-        el("td", {}, r.billable_tokens), el("td", {}, r.cost_usd.toFixed(6)));
+        el("td", { class: "name", title: r.tenant }, r.tenant), el("td", { class: "name", title: r.model }, r.model),
+        el("td", { class: "route", title: r.route || "" }, r.route || "–"), el("td", { class: "num" }, r.attempts),
+        el("td", { class: "terminal t-" + r.terminal, title: terminal }, terminal),
+        el("td", { class: "num" }, r.billable_tokens), el("td", { class: "cost num" }, r.cost_usd.toFixed(6)));
       tr.addEventListener("click", () => showRequest(r.request_id));
       return tr;
     });
