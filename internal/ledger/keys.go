@@ -166,10 +166,10 @@ func (f KeyFilter) Match(k *Key) bool {
 var (
 	// ErrKeyExists: a key with that id or digest is stored already.
 	ErrKeyExists = errors.New("ledger: key exists")
-	// ErrConflict: the key is no longer at the version the write was
-	// based on — another write came in between, and this one wrote
-	// nothing.
-	ErrConflict = errors.New("ledger: the key changed since it was read")
+	// ErrConflict: the key (or team) is no longer at the version the
+	// write was based on — another write came in between, and this one
+	// wrote nothing.
+	ErrConflict = errors.New("ledger: changed since it was read")
 	// ErrKeyRevoked: the key is revoked, which no write undoes; this one
 	// wrote nothing.
 	ErrKeyRevoked = errors.New("ledger: key revoked")

@@ -102,6 +102,10 @@ var migrations = []string{
 	// 9: every change to a key is one conditional write on its version,
 	// and each previous secret keeps its own grace (docs/keys.md).
 	keysql.Versions("bigint"),
+
+	// 10: teams, tenants created at run time (docs/keys-and-teams.md,
+	// "Teams").
+	keysql.TenantSchema("bytea", "bigint"),
 }
 
 // spendShards is how many rows a tenant's day is spread over.

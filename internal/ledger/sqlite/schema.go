@@ -157,6 +157,10 @@ var migrations = []string{
 	// 11: every change to a key is one conditional write on its version,
 	// and each previous secret keeps its own grace (docs/keys.md).
 	keysql.Versions("INTEGER"),
+
+	// 12: teams, tenants created at run time (docs/keys-and-teams.md,
+	// "Teams").
+	keysql.TenantSchema("BLOB", "INTEGER"),
 }
 
 func migrate(db *sql.DB) error {
