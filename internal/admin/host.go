@@ -28,6 +28,9 @@ type Gateway interface {
 	// KeyChanged drops virtual key id from the gateway's key cache and
 	// tells the other replicas it changed (docs/keys.md).
 	KeyChanged(ctx context.Context, id string)
+	// TenantChanged drops team id from the gateway's cache and tells
+	// the other replicas it changed (docs/keys-and-teams.md, "Teams").
+	TenantChanged(ctx context.Context, id string)
 }
 
 // Deps are what an API is made of.

@@ -61,6 +61,12 @@ const (
 	CodeKeyRevoked         = "key_revoked"
 	CodeKeyConflict        = "key_conflict"
 	CodePreconditionFailed = "precondition_failed"
+
+	// The admin API's teams (docs/keys-and-teams.md, "Teams").
+	CodeTenantInFile   = "tenant_in_file"
+	CodeTenantExists   = "tenant_exists"
+	CodeTenantDeleted  = "tenant_deleted"
+	CodeTenantConflict = "tenant_conflict"
 )
 
 // CodeRouteUnavailable: every route left was broken — its model or
@@ -105,6 +111,10 @@ var codeStatus = map[string]struct {
 	CodeKeyRevoked:              {409, false, "invalid_request_error", "invalid_request_error"},
 	CodeKeyConflict:             {409, false, "invalid_request_error", "invalid_request_error"},
 	CodePreconditionFailed:      {412, false, "invalid_request_error", "invalid_request_error"},
+	CodeTenantInFile:            {409, false, "invalid_request_error", "invalid_request_error"},
+	CodeTenantExists:            {409, false, "invalid_request_error", "invalid_request_error"},
+	CodeTenantDeleted:           {409, false, "invalid_request_error", "invalid_request_error"},
+	CodeTenantConflict:          {409, false, "invalid_request_error", "invalid_request_error"},
 	CodeOutcomeUnknown:          {502, false, "api_error", "api_error"},
 	CodeProtocolViolation:       {502, false, "api_error", "api_error"},
 	CodeUpstreamUnavailable:     {503, false, "api_error", "overloaded_error"},

@@ -312,6 +312,7 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 		return nil, err
 	}
 	g.keys = keyring.New(g.ledger, g.clock, g.log, g.metrics, g.secret, g.policy, opts.KeyLimits, opts.KeyFeed)
+	g.keys.OnTeams(g.setTenantLimits)
 	g.routes()
 	n, err := g.recovery.SettleLapsed(context.Background())
 	if err != nil {

@@ -35,6 +35,9 @@ func (h apiHost) IsTenant(r *http.Request) bool { return h.g.tenant(r) != nil }
 // KeyChanged drops key id here and tells the other replicas.
 func (h apiHost) KeyChanged(ctx context.Context, id string) { h.g.keys.Changed(ctx, id) }
 
+// TenantChanged drops team id here and tells the other replicas.
+func (h apiHost) TenantChanged(ctx context.Context, id string) { h.g.keys.TeamChanged(ctx, id) }
+
 // adminAPI is the admin API over g.
 func (g *Gateway) adminAPI() *admin.API {
 	return admin.New(admin.Deps{Gateway: apiHost{g}, Store: g.ledger, Clock: g.clock, Log: g.log, Metrics: g.metrics, Secret: g.secret})

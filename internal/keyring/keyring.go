@@ -98,6 +98,10 @@ type Ring struct {
 	gen     uint64          // bumped by every change; a lookup begun before is not cached
 	// limited are the keys whose limits the Limits hold, by id.
 	limited map[string][3]quota.Tenant // day, month, tokens
+	// teams are the teams read from the store, by id (teams.go);
+	// onTeams is told when they change.
+	teams   map[string]*team
+	onTeams func()
 }
 
 // maxMissing bounds the digests remembered as unknown.
@@ -108,7 +112,7 @@ const maxMissing = 10000
 // one gateway) tells it the keys changed elsewhere.
 func New(store Store, c clock.Clock, log *slog.Logger, m *metrics.Metrics, secret []byte, policy func() *policy.Policy, limits Limits, feed Feed) *Ring {
 	s := &Ring{Limits: limits, feed: feed, store: store, clock: c, log: log, metrics: m, secret: secret, policy: policy,
-		cache: map[string]*Key{}, missing: map[string]bool{}, limited: map[string][3]quota.Tenant{}}
+		cache: map[string]*Key{}, missing: map[string]bool{}, limited: map[string][3]quota.Tenant{}, teams: map[string]*team{}}
 	ks := &s.Limits
 	if ks.Day == nil {
 		ks.Day = quota.New(c, nil)
@@ -128,10 +132,21 @@ func New(store Store, c clock.Clock, log *slog.Logger, m *metrics.Metrics, secre
 	return s
 }
 
-// Forget drops what is cached of the keys ids (of every key, all).
+// Forget drops what is cached of the keys ids (of every key, all), and
+// of the teams among ids (TeamChange + the team's id).
 func (s *Ring) Forget(ids []string, all bool) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	teams := s.forgetTeams(ids, all)
+	s.forgetKeys(ids, all)
+	s.mu.Unlock()
+	if teams {
+		s.teamLimits()
+	}
+}
+
+// forgetKeys drops what is cached of the keys ids (of every key, all);
+// s.mu is held.
+func (s *Ring) forgetKeys(ids []string, all bool) {
 	s.gen++
 	if all {
 		clear(s.cache)
@@ -150,7 +165,8 @@ func (s *Ring) Forget(ids []string, all bool) {
 	clear(s.missing) // an issued key's digest may have been asked for before
 }
 
-// Changed drops key id here and tells the other replicas.
+// Changed drops key id (or a team: TeamChange + its id) here and tells
+// the other replicas.
 func (s *Ring) Changed(ctx context.Context, id string) {
 	s.Forget([]string{id}, false)
 	if f := s.feed; f != nil {
@@ -292,14 +308,26 @@ func (s *Ring) seed(ctx context.Context, id string) {
 	}
 }
 
-// Tenant is the key's tenant in the policy in force, narrowed by the
-// key's data boundary and with the key's drop_params when it has one;
-// nil when the policy has no such tenant.
-func (s *Ring) Tenant(lk *Key) *policy.Tenant {
+// Tenant is the key's tenant in the policy in force, else the team of
+// that id, narrowed by the key's data boundary and with the key's
+// drop_params when it has one; nil when there is no such tenant, or the
+// team is deleted. An error says the store could not be asked.
+func (s *Ring) Tenant(ctx context.Context, lk *Key) (*policy.Tenant, error) {
 	base := s.policy().Tenant(lk.Stored.Tenant)
 	if base == nil {
-		return nil
+		tm, err := s.team(ctx, lk.Stored.Tenant)
+		if err != nil {
+			return nil, err
+		}
+		if base = tm.tenant; base == nil {
+			return nil, nil
+		}
 	}
+	return s.narrow(lk, base), nil
+}
+
+// narrow is base narrowed by key lk, made once per base.
+func (s *Ring) narrow(lk *Key, base *policy.Tenant) *policy.Tenant {
 	if n := lk.tenant.Load(); n != nil && n.base == base {
 		return n.t
 	}
@@ -352,6 +380,7 @@ var _ Running = (*localRunning)(nil)
 // Store is the part of the ledger the ring reads (ledger.Store has it).
 type Store interface {
 	KeyByDigest(ctx context.Context, digest string) (*ledger.Key, error)
+	Tenant(ctx context.Context, id string) (*ledger.Tenant, error)
 	KeySpend(ctx context.Context, from, to int64) (map[string]int64, error)
 }
 
@@ -397,6 +426,9 @@ func (s *Ring) Gate(lk *Key, alias string) *api.Error {
 	if !lk.Allows(alias) {
 		return &api.Error{Code: api.CodeModelNotAllowed, Param: "model",
 			Message: fmt.Sprintf("key %s may not use model `%s` (its models: %v)", k.ID, alias, k.Spec.Models)}
+	}
+	if e := s.teamAllows(lk, alias); e != nil {
+		return e
 	}
 	ok, wait, err := s.Limits.Day.Take(k.ID)
 	if err != nil {

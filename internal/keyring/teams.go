@@ -1,0 +1,150 @@
+package keyring
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/oncegate/oncegate/internal/api"
+	"github.com/oncegate/oncegate/internal/gw"
+	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/policy"
+)
+
+// Teams (docs/keys-and-teams.md, "Teams") are tenants kept in the store
+// rather than the configuration file. A request reaches one only through
+// a virtual key issued for it: the key's tenant is found in the policy
+// first, else among the teams, which the ring caches by id beside the
+// keys and empties of a team as soon as the key feed says it changed
+// (its id is sent on the feed as TeamChange + id). A team becomes a
+// *policy.Tenant, so that its limits are the file tenants' machinery's.
+
+// TeamChange prefixes a team's id on the key feed.
+const TeamChange = "tenant:"
+
+// team is a cached team: nil tenant when the store has none of that id,
+// or it is deleted.
+type team struct {
+	stored *ledger.Tenant
+	tenant *policy.Tenant
+	models map[string]bool // nil: every model
+}
+
+// TeamTenant is team t as the request path and the limits take a
+// tenant: its boundary (external when it names none), rate, day's cost
+// and concurrency.
+func TeamTenant(t *ledger.Tenant) *policy.Tenant {
+	b := t.Spec.Budget
+	pt := &policy.Tenant{ID: t.ID, MaxBoundary: gw.BoundaryExternal, RequestsPerMinute: b.RequestsPerMinute,
+		CostPerDay: gw.NanoFromUSD(b.CostUSDPerDay), MaxConcurrent: b.MaxConcurrent}
+	if bd, err := gw.ParseDataBoundary(t.Spec.MaxDataBoundary); err == nil {
+		pt.MaxBoundary = bd
+	}
+	return pt
+}
+
+// TeamChanged drops team id here and tells the other replicas.
+func (s *Ring) TeamChanged(ctx context.Context, id string) { s.Changed(ctx, TeamChange+id) }
+
+// forgetTeams drops the teams the feed's ids name (s.mu is held) and
+// reports whether it dropped any.
+func (s *Ring) forgetTeams(ids []string, all bool) bool {
+	if all {
+		n := len(s.teams)
+		clear(s.teams)
+		return n > 0
+	}
+	dropped := false
+	for _, id := range ids {
+		if t, ok := strings.CutPrefix(id, TeamChange); ok {
+			if _, cached := s.teams[t]; cached {
+				delete(s.teams, t)
+				dropped = true
+			}
+		}
+	}
+	return dropped
+}
+
+// team returns the team id as cached, reading it from the store when it
+// is not; nil entry's tenant when there is no live team of that id.
+func (s *Ring) team(ctx context.Context, id string) (*team, error) {
+	s.mu.RLock()
+	tm, gen := s.teams[id], s.gen
+	s.mu.RUnlock()
+	if tm != nil {
+		return tm, nil
+	}
+	stored, err := s.store.Tenant(ctx, id)
+	switch {
+	case errors.Is(err, ledger.ErrNotFound):
+		tm = &team{}
+	case err != nil:
+		return nil, fmt.Errorf("read team %s: %w", id, err)
+	case stored.Deleted():
+		tm = &team{stored: stored}
+	default:
+		tm = &team{stored: stored, tenant: TeamTenant(stored)}
+		if len(stored.Spec.Models) > 0 {
+			tm.models = make(map[string]bool, len(stored.Spec.Models))
+			for _, m := range stored.Spec.Models {
+				tm.models[m] = true
+			}
+		}
+	}
+	s.mu.Lock()
+	if s.gen == gen {
+		s.teams[id] = tm
+	}
+	s.mu.Unlock()
+	if tm.tenant != nil {
+		s.teamLimits()
+	}
+	return tm, nil
+}
+
+// Teams are the live teams the ring has cached, as tenants.
+func (s *Ring) Teams() []*policy.Tenant {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]*policy.Tenant, 0, len(s.teams))
+	for _, tm := range s.teams {
+		if tm.tenant != nil {
+			out = append(out, tm.tenant)
+		}
+	}
+	return out
+}
+
+// OnTeams sets what is called when the ring learns a team's limits, or
+// forgets a team: the tenants' limits are then made again of the
+// policy's tenants and Teams.
+func (s *Ring) OnTeams(f func()) {
+	s.mu.Lock()
+	s.onTeams = f
+	s.mu.Unlock()
+}
+
+// teamLimits calls the OnTeams function, if any.
+func (s *Ring) teamLimits() {
+	s.mu.RLock()
+	f := s.onTeams
+	s.mu.RUnlock()
+	if f != nil {
+		f()
+	}
+}
+
+// teamAllows reports whether the key's team (if its tenant is one) lets
+// it use model alias; the refusal names the team's models.
+func (s *Ring) teamAllows(lk *Key, alias string) *api.Error {
+	s.mu.RLock()
+	tm := s.teams[lk.Stored.Tenant]
+	s.mu.RUnlock()
+	if tm == nil || tm.models == nil || tm.models[alias] {
+		return nil
+	}
+	return &api.Error{Code: api.CodeModelNotAllowed, Param: "model",
+		Message: fmt.Sprintf("team %s may not use model `%s` (its models: %v)", lk.Stored.Tenant, alias, tm.stored.Spec.Models)}
+}
