@@ -1,7 +1,8 @@
-// Package admin is oncegate's admin API (docs/keys.md): it owns the
+// Package admin is oncegate's admin API (docs/keys-and-teams.md): it owns the
 // routes /admin/keys, /admin/keys/{id} and /admin/keys/{id}/rotate —
 // virtual keys issued, listed, read, changed, revoked and rotated at run
-// time — and /admin/spend, the spend report, all behind the admin key
+// time — /admin/tenants and /admin/tenants/{id} — teams, tenants created
+// at run time (tenants.go) — and /admin/spend, the spend report, all behind the admin key
 // (admin_key_env). Bodies are strict JSON: an unknown field, a wrong type
 // or a member given twice is a 400 naming it. Every change to a key is
 // one conditional write on its version (keyWrite), so racing admin calls

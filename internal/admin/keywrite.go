@@ -11,7 +11,7 @@ import (
 	"github.com/oncegate/oncegate/internal/ledger"
 )
 
-// The admin API's writes of a key (docs/keys.md) are each one conditional
+// The admin API's writes of a key (docs/keys-and-teams.md) are each one conditional
 // write on the key's version: a write based on a version another write
 // replaced changes nothing, so two admin calls racing — on one replica or
 // two — never lose each other's change, and a revocation is final. GET

@@ -17,7 +17,7 @@ import (
 	"github.com/oncegate/oncegate/internal/receipt"
 )
 
-// The spend report (docs/keys.md): GET /admin/spend sums the receipts
+// The spend report (docs/keys-and-teams.md): GET /admin/spend sums the receipts
 // created in [from, to) per tenant, key, model, route or UTC day, so it
 // agrees with them to the micro-dollar — each receipt's cost is added in
 // nano-USD. Grouped by route, a receipt counts for each route it had an

@@ -105,7 +105,7 @@ type Options struct {
 	Tenants quota.Ceiling
 	// KeyLimits enforce the virtual keys' own limits (default: in this
 	// process); KeyFeed, when set, tells the other replicas which keys
-	// changed, and this one what changed elsewhere (docs/keys.md).
+	// changed, and this one what changed elsewhere (docs/keys-and-teams.md).
 	KeyLimits keyring.Limits
 	KeyFeed   keyring.Feed
 	// Load is the routes' load that a tier's strategy chooses by

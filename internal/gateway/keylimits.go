@@ -15,7 +15,7 @@ import (
 	"github.com/oncegate/oncegate/internal/retry"
 )
 
-// A virtual key narrows its tenant (docs/keys.md): its models, and its
+// A virtual key narrows its tenant (docs/keys-and-teams.md): its models, and its
 // own rate, tokens, cost and concurrency, enforced before dispatch with
 // the tenants' machinery — each attempt's worst case reserved under the
 // key's day, month and minute as under the tenant's day, and settled at

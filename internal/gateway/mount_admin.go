@@ -11,7 +11,7 @@ import (
 	"github.com/oncegate/oncegate/internal/receipt"
 )
 
-// The admin API (internal/admin, docs/keys.md) is served from the
+// The admin API (internal/admin, docs/keys-and-teams.md) is served from the
 // gateway's router but knows the gateway only through the narrow view
 // below: the policy in force, who a request is, and the key cache.
 

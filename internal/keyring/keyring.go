@@ -1,4 +1,4 @@
-// Package keyring is the virtual keys as requests use them (docs/keys.md):
+// Package keyring is the virtual keys as requests use them (docs/keys-and-teams.md):
 // found by the digest of their secret in a cache, their limits, and the
 // tenant each narrows.
 package keyring
@@ -22,7 +22,7 @@ import (
 	"github.com/oncegate/oncegate/internal/vkey"
 )
 
-// Virtual keys (docs/keys.md) are issued at run time and kept in the
+// Virtual keys (docs/keys-and-teams.md) are issued at run time and kept in the
 // store as a digest of their secret. A request's key is found by that
 // digest in a cache — no store round trip in the steady state — that
 // every replica empties of a key as soon as the key feed says it
@@ -30,7 +30,7 @@ import (
 // on every request.
 
 // Limits are the virtual keys' own limits, by key id, beside the
-// tenants' (docs/keys.md): each is a quota.Ceiling whose "tenant" is a
+// tenants' (docs/keys-and-teams.md): each is a quota.Ceiling whose "tenant" is a
 // key id. Nil fields are made in process.
 type Limits struct {
 	// Day holds requests_per_minute and cost_usd_per_day.
@@ -347,7 +347,7 @@ func (s *Ring) narrow(lk *Key, base *policy.Tenant) *policy.Tenant {
 }
 
 // Running counts each virtual key's requests in progress against its
-// max_concurrent (docs/keys.md). In one process it is a counter per key;
+// max_concurrent (docs/keys-and-teams.md). In one process it is a counter per key;
 // *redis.Running shares it across replicas. Implementations are safe for
 // concurrent use.
 type Running interface {

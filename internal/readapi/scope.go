@@ -16,7 +16,7 @@ import (
 // Who may read what was recorded (docs/receipts.md, docs/operations.md):
 // a tenant's key reads its own receipts and figures, the admin key every
 // tenant's; a virtual key reads only the receipts of its own requests
-// (docs/keys.md, "Ownership"): another key's receipt is answered as one
+// (docs/keys-and-teams.md, "Ownership"): another key's receipt is answered as one
 // that does not exist. The receipts endpoints and the console share this.
 
 // readScope is who is reading: the admin (every tenant), one tenant's

@@ -1,5 +1,5 @@
 // The spend page: a chart of cost per UTC day, a bar stacked by model,
-// and the totals per model, from /admin/spend (docs/keys.md) — the
+// and the totals per model, from /admin/spend (docs/keys-and-teams.md) — the
 // receipts' own figures.
 "use strict";
 
