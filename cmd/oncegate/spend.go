@@ -14,7 +14,7 @@ import (
 )
 
 // spendCmd prints a running gateway's spend report (GET /admin/spend,
-// docs/keys.md): the same rows, as a table, JSON or CSV.
+// docs/keys-and-teams.md): the same rows, as a table, JSON or CSV.
 func spendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("spend", "--config FILE --url http://HOST:PORT [--group-by G] [--from T] [--to T] [--tenant T] [--format F]",
 		"Print the spend report of the gateway at --url, computed from its receipts: requests, attempts, tokens and cost "+
