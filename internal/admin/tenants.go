@@ -135,6 +135,11 @@ func (a *API) applyTenant(t *ledger.Tenant, b *tenantBody) *api.Error {
 		if e := checkBudget(*b.Budget, "a team's"); e != nil {
 			return e
 		}
+		if b.Budget.CostUSDPerMonth > 0 {
+			// Held for keys, not yet for tenants: a limit the gateway
+			// would not hold is refused, not stored.
+			return bad("budget.cost_usd_per_month", "a team's cost_usd_per_month is not held yet: set cost_usd_per_day, or cost_usd_per_month on its keys")
+		}
 		t.Spec.Budget = *b.Budget
 	}
 	if b.MaxDataBoundary != nil {

@@ -130,6 +130,7 @@ func TestTeamAdminRefusals(t *testing.T) {
 		{"POST", "/admin/tenants", `{"id":"t1","models":["chat","gpt-nope"]}`, 400, api.CodeInvalidRequest, "gpt-nope"},
 		{"POST", "/admin/tenants", `{"id":"t1","budget":{"cost_usd_per_day":-1}}`, 400, api.CodeInvalidRequest, "negative"},
 		{"POST", "/admin/tenants", `{"id":"t1","max_data_boundary":"moon"}`, 400, api.CodeInvalidRequest, "moon"},
+		{"POST", "/admin/tenants", `{"id":"t1","budget":{"cost_usd_per_month":5}}`, 400, api.CodeInvalidRequest, "cost_usd_per_month"},
 		{"POST", "/admin/tenants", `{"name":"no id"}`, 400, api.CodeInvalidRequest, "id"},
 		{"POST", "/admin/tenants", `{"id":"a b"}`, 400, api.CodeInvalidRequest, "id"},
 		{"GET", "/admin/tenants/nope", ``, 404, api.CodeNotFound, "nope"},
@@ -221,5 +222,43 @@ func TestTeamBudgetBeforeDispatchAndAcrossRestart(t *testing.T) {
 	}
 	if n := e.primary.Stats().Requests - sent; n != 0 {
 		t.Fatalf("after a restart the primary saw %d more", n)
+	}
+}
+
+// A team's tokens per minute hold over all its keys, reserved before
+// dispatch as a key's are: two keys of a 100-token team, each request
+// may use ~60, so the minute admits one or two and then refuses, whichever
+// key asks, with nothing sent.
+func TestTeamTokensPerMinuteOverItsKeys(t *testing.T) {
+	e := newEnv(t, mock.Config{})
+	ctx := context.Background()
+	e.createTeam(`{"id":"team-t","budget":{"tokens_per_minute":100}}`)
+	keys := []admin.KeyView{e.issue(`{"tenant":"team-t"}`), e.issue(`{"tenant":"team-t"}`)}
+	p := oaParams("chat", "tokens")
+	p.MaxTokens = openai.Int(50)
+	if _, err := clientNew(e.openai(nil, oopt2.WithAPIKey(keys[0].Key)), ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	for i := range 3 {
+		cl := e.openai(nil, oopt2.WithAPIKey(keys[1-i%2].Key))
+		if _, err = cl.Chat.Completions.New(ctx, p, oopt2.WithMaxRetries(0)); err != nil {
+			break
+		}
+	}
+	st, code, h := apiErrorOf(t, err)
+	if st != 429 || code != api.CodeTenantRateLimited || h.Get("Retry-After") == "" {
+		t.Fatalf("over the team's tokens: %d %s", st, code)
+	}
+	sent := e.primary.Stats().Requests
+	if sent > 2 {
+		t.Fatalf("primary saw %d requests of a 100-token minute at ~60 tokens each", sent)
+	}
+	_, err = clientNew(e.openai(nil, oopt2.WithAPIKey(keys[0].Key)), ctx, p, oopt2.WithMaxRetries(0))
+	if st, code, _ := apiErrorOf(t, err); st != 429 || code != api.CodeTenantRateLimited {
+		t.Fatalf("the other key, same minute: %d %s", st, code)
+	}
+	if n := e.primary.Stats().Requests; n != sent {
+		t.Fatalf("a refused request reached the primary (%d → %d)", sent, n)
 	}
 }

@@ -272,23 +272,32 @@ func (s *Ring) limit(ctx context.Context, k *ledger.Key) {
 	day, month, tokens := limitOf(k.Spec.Budget)
 	lim := [3]quota.Tenant{day, month, tokens}
 	s.mu.Lock()
-	old, known := s.limited[k.ID]
-	if !known || old != lim {
-		s.limited[k.ID] = lim
-		for i, l := range []quota.Ceiling{s.Limits.Day, s.Limits.Month, s.Limits.Tokens} {
-			if ls, ok := l.(limitSetter); ok {
-				m := make(map[string]quota.Tenant, len(s.limited))
-				for id, v := range s.limited {
-					m[id] = v[i]
-				}
-				ls.SetLimits(m)
-			}
-		}
-	}
+	known := s.setLimited(k.ID, lim)
 	s.mu.Unlock()
 	if !known {
 		s.seed(ctx, k.ID)
 	}
+}
+
+// setLimited gives the Limits id's limits (a key's, or a team's tokens
+// per minute under TeamChange + its id) when they changed, and reports
+// whether id had limits before; s.mu is held.
+func (s *Ring) setLimited(id string, lim [3]quota.Tenant) (known bool) {
+	old, known := s.limited[id]
+	if known && old == lim {
+		return true
+	}
+	s.limited[id] = lim
+	for i, l := range []quota.Ceiling{s.Limits.Day, s.Limits.Month, s.Limits.Tokens} {
+		if ls, ok := l.(limitSetter); ok {
+			m := make(map[string]quota.Tenant, len(s.limited))
+			for id, v := range s.limited {
+				m[id] = v[i]
+			}
+			ls.SetLimits(m)
+		}
+	}
+	return known
 }
 
 // seed gives in-process key limits what the store says key id was

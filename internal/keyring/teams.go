@@ -10,6 +10,7 @@ import (
 	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/policy"
+	"github.com/oncegate/oncegate/internal/quota"
 )
 
 // Teams (docs/keys-and-teams.md, "Teams") are tenants kept in the store
@@ -33,7 +34,8 @@ type team struct {
 
 // TeamTenant is team t as the request path and the limits take a
 // tenant: its boundary (external when it names none), rate, day's cost
-// and concurrency.
+// and concurrency. (Its tokens per minute are held beside its keys':
+// TeamTokens.)
 func TeamTenant(t *ledger.Tenant) *policy.Tenant {
 	b := t.Spec.Budget
 	pt := &policy.Tenant{ID: t.ID, MaxBoundary: gw.BoundaryExternal, RequestsPerMinute: b.RequestsPerMinute,
@@ -97,6 +99,11 @@ func (s *Ring) team(ctx context.Context, id string) (*team, error) {
 	if s.gen == gen {
 		s.teams[id] = tm
 	}
+	if tm.tenant != nil {
+		// tokens_per_minute, which file tenants do not have, is held as a
+		// key's is, under the team's own name.
+		s.setLimited(TeamChange+id, [3]quota.Tenant{2: {CostPerDay: gw.NanoUSD(tm.stored.Spec.Budget.TokensPerMinute)}})
+	}
 	s.mu.Unlock()
 	if tm.tenant != nil {
 		s.teamLimits()
@@ -134,6 +141,18 @@ func (s *Ring) teamLimits() {
 	if f != nil {
 		f()
 	}
+}
+
+// TeamTokens names the limit of the tokens per minute of key lk's team
+// in the Limits' Tokens (TeamChange + the team's id), and what it is (0:
+// none, or the key's tenant is no team).
+func (s *Ring) TeamTokens(lk *Key) (id string, perMinute int64) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if tm := s.teams[lk.Stored.Tenant]; tm != nil && tm.stored != nil {
+		perMinute = tm.stored.Spec.Budget.TokensPerMinute
+	}
+	return TeamChange + lk.Stored.Tenant, perMinute
 }
 
 // teamAllows reports whether the key's team (if its tenant is one) lets
