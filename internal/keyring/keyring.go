@@ -99,9 +99,12 @@ type Ring struct {
 	// limited are the keys whose limits the Limits hold, by id.
 	limited map[string][3]quota.Tenant // day, month, tokens
 	// teams are the teams read from the store, by id (teams.go);
-	// onTeams is told when they change.
-	teams   map[string]*team
-	onTeams func()
+	// limiting, the live ones' tenants as last read, which a change told
+	// does not drop (their limits stay until a read replaces them);
+	// onTeams is told when those change.
+	teams    map[string]*team
+	limiting map[string]*policy.Tenant
+	onTeams  func()
 }
 
 // maxMissing bounds the digests remembered as unknown.
@@ -112,7 +115,8 @@ const maxMissing = 10000
 // one gateway) tells it the keys changed elsewhere.
 func New(store Store, c clock.Clock, log *slog.Logger, m *metrics.Metrics, secret []byte, policy func() *policy.Policy, limits Limits, feed Feed) *Ring {
 	s := &Ring{Limits: limits, feed: feed, store: store, clock: c, log: log, metrics: m, secret: secret, policy: policy,
-		cache: map[string]*Key{}, missing: map[string]bool{}, limited: map[string][3]quota.Tenant{}, teams: map[string]*team{}}
+		cache: map[string]*Key{}, missing: map[string]bool{}, limited: map[string][3]quota.Tenant{}, teams: map[string]*team{},
+		limiting: newLimiting()}
 	ks := &s.Limits
 	if ks.Day == nil {
 		ks.Day = quota.New(c, nil)
@@ -136,12 +140,9 @@ func New(store Store, c clock.Clock, log *slog.Logger, m *metrics.Metrics, secre
 // of the teams among ids (TeamChange + the team's id).
 func (s *Ring) Forget(ids []string, all bool) {
 	s.mu.Lock()
-	teams := s.forgetTeams(ids, all)
+	s.forgetTeams(ids, all)
 	s.forgetKeys(ids, all)
 	s.mu.Unlock()
-	if teams {
-		s.teamLimits()
-	}
 }
 
 // forgetKeys drops what is cached of the keys ids (of every key, all);

@@ -46,27 +46,25 @@ func TeamTenant(t *ledger.Tenant) *policy.Tenant {
 	return pt
 }
 
+// newLimiting is an empty Ring.limiting.
+func newLimiting() map[string]*policy.Tenant { return map[string]*policy.Tenant{} }
+
 // TeamChanged drops team id here and tells the other replicas.
 func (s *Ring) TeamChanged(ctx context.Context, id string) { s.Changed(ctx, TeamChange+id) }
 
-// forgetTeams drops the teams the feed's ids name (s.mu is held) and
-// reports whether it dropped any.
-func (s *Ring) forgetTeams(ids []string, all bool) bool {
+// forgetTeams drops the teams the feed's ids name from the cache; s.mu
+// is held. Their limits stay until the next read replaces them, so that
+// a request that found its team just before is still held by them.
+func (s *Ring) forgetTeams(ids []string, all bool) {
 	if all {
-		n := len(s.teams)
 		clear(s.teams)
-		return n > 0
+		return
 	}
-	dropped := false
 	for _, id := range ids {
 		if t, ok := strings.CutPrefix(id, TeamChange); ok {
-			if _, cached := s.teams[t]; cached {
-				delete(s.teams, t)
-				dropped = true
-			}
+			delete(s.teams, t)
 		}
 	}
-	return dropped
 }
 
 // team returns the team id as cached, reading it from the store when it
@@ -99,34 +97,38 @@ func (s *Ring) team(ctx context.Context, id string) (*team, error) {
 	if s.gen == gen {
 		s.teams[id] = tm
 	}
+	old, had := s.limiting[id]
+	changed := had != (tm.tenant != nil) || had && *old != *tm.tenant
 	if tm.tenant != nil {
+		s.limiting[id] = tm.tenant
 		// tokens_per_minute, which file tenants do not have, is held as a
 		// key's is, under the team's own name.
 		s.setLimited(TeamChange+id, [3]quota.Tenant{2: {CostPerDay: gw.NanoUSD(tm.stored.Spec.Budget.TokensPerMinute)}})
+	} else {
+		delete(s.limiting, id)
 	}
 	s.mu.Unlock()
-	if tm.tenant != nil {
+	if changed {
 		s.teamLimits()
 	}
 	return tm, nil
 }
 
-// Teams are the live teams the ring has cached, as tenants.
+// Teams are the live teams the ring has read, as tenants, each as last
+// read.
 func (s *Ring) Teams() []*policy.Tenant {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	out := make([]*policy.Tenant, 0, len(s.teams))
-	for _, tm := range s.teams {
-		if tm.tenant != nil {
-			out = append(out, tm.tenant)
-		}
+	out := make([]*policy.Tenant, 0, len(s.limiting))
+	for _, t := range s.limiting {
+		out = append(out, t)
 	}
 	return out
 }
 
-// OnTeams sets what is called when the ring learns a team's limits, or
-// forgets a team: the tenants' limits are then made again of the
-// policy's tenants and Teams.
+// OnTeams sets what is called when a read changes what Teams answers: a
+// team learnt, changed, or found deleted. The tenants' limits are then
+// made again of the policy's tenants and Teams.
 func (s *Ring) OnTeams(f func()) {
 	s.mu.Lock()
 	s.onTeams = f
