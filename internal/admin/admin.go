@@ -1,7 +1,8 @@
-// Package admin is oncegate's admin API (docs/keys.md): it owns the
+// Package admin is oncegate's admin API (docs/keys-and-teams.md): it owns the
 // routes /admin/keys, /admin/keys/{id} and /admin/keys/{id}/rotate —
 // virtual keys issued, listed, read, changed, revoked and rotated at run
-// time — and /admin/spend, the spend report, all behind the admin key
+// time — /admin/tenants and /admin/tenants/{id} — teams, tenants created
+// at run time (tenants.go) — and /admin/spend, the spend report, all behind the admin key
 // (admin_key_env). Bodies are strict JSON: an unknown field, a wrong type
 // or a member given twice is a 400 naming it. Every change to a key is
 // one conditional write on its version (keyWrite), so racing admin calls
@@ -20,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/oncegate/oncegate/internal/api"
@@ -40,6 +42,7 @@ func (a *API) Mount(m *http.ServeMux) {
 	m.HandleFunc("DELETE /admin/keys/{id}", a.adminOnly(a.revokeKey))
 	m.HandleFunc("POST /admin/keys/{id}/rotate", a.adminOnly(a.rotateKey))
 	m.HandleFunc("GET /admin/spend", a.adminOnly(a.serveSpend))
+	a.mountTenants(m)
 	for path, allow := range map[string]string{"/admin/keys": "GET, POST", "/admin/keys/{id}": "GET, PATCH, DELETE",
 		"/admin/keys/{id}/rotate": "POST", "/admin/spend": "GET"} {
 		m.HandleFunc(path, api.MethodNotAllowed(allow))
@@ -185,22 +188,25 @@ func distinct(list []string) []string {
 }
 
 // apply checks b and writes what it sets into k (issue: the tenant
-// too). Every refusal names its field.
-func (a *API) apply(k *ledger.Key, b *keyBody, issue bool, now time.Time) *api.Error {
+// too). Every refusal names its field. The tenant is the file's or a
+// team (docs/keys-and-teams.md, "Teams"), whose models and boundary the
+// key may narrow, never widen.
+func (a *API) apply(ctx context.Context, k *ledger.Key, b *keyBody, issue bool, now time.Time) *api.Error {
 	bad := func(param, format string, args ...any) *api.Error {
 		return &api.Error{Code: api.CodeInvalidRequest, Param: param, Message: fmt.Sprintf(format, args...)}
 	}
 	pol := a.gw.Policy()
 	if issue {
 		if b.Tenant == nil || *b.Tenant == "" {
-			return bad("tenant", "tenant is required: the configured tenant the key belongs to")
-		}
-		if pol.Tenant(*b.Tenant) == nil {
-			return bad("tenant", "no tenant %q is configured", *b.Tenant)
+			return bad("tenant", "tenant is required: the configured tenant or the team the key belongs to")
 		}
 		k.Tenant = *b.Tenant
 	} else if b.Tenant != nil && *b.Tenant != k.Tenant {
 		return bad("tenant", "a key's tenant cannot change; issue a new key")
+	}
+	tenant, teamModels, e := a.keyTenant(ctx, k.Tenant)
+	if e != nil {
+		return e
 	}
 	if b.Name != nil {
 		if len(*b.Name) > 200 {
@@ -217,15 +223,17 @@ func (a *API) apply(k *ledger.Key, b *keyBody, issue bool, now time.Time) *api.E
 			if pol.Alias(m) == nil {
 				return bad("models", "no model %q is configured", m)
 			}
+			if len(teamModels) > 0 && !slices.Contains(teamModels, m) {
+				return bad("models", "a key may narrow its team, never widen it: team %s's models do not name %q", k.Tenant, m)
+			}
 		}
 		k.Spec.Models = models
 	}
 	if b.Budget != nil {
-		bu := *b.Budget
-		if bu.RequestsPerMinute < 0 || bu.TokensPerMinute < 0 || bu.CostUSDPerDay < 0 || bu.CostUSDPerMonth < 0 || bu.MaxConcurrent < 0 {
-			return bad("budget", "budget limits cannot be negative (0 or absent: no limit of the key's own)")
+		if e := checkBudget(*b.Budget, "the key's"); e != nil {
+			return e
 		}
-		k.Spec.Budget = bu
+		k.Spec.Budget = *b.Budget
 	}
 	if b.MaxDataBoundary != nil {
 		if *b.MaxDataBoundary != "" {
@@ -233,8 +241,8 @@ func (a *API) apply(k *ledger.Key, b *keyBody, issue bool, now time.Time) *api.E
 			if err != nil {
 				return bad("max_data_boundary", "%v", err)
 			}
-			if t := pol.Tenant(k.Tenant); t != nil && bd > t.MaxBoundary {
-				return bad("max_data_boundary", "a key may narrow its tenant, never widen it: tenant %s's boundary is %s", k.Tenant, t.MaxBoundary)
+			if bd > tenant.MaxBoundary {
+				return bad("max_data_boundary", "a key may narrow its tenant, never widen it: tenant %s's boundary is %s", k.Tenant, tenant.MaxBoundary)
 			}
 		}
 		k.Spec.MaxDataBoundary = *b.MaxDataBoundary
@@ -291,7 +299,7 @@ func (a *API) issueKey(w http.ResponseWriter, r *http.Request) {
 	now := a.clock.Now().UTC()
 	secret, display := vkey.New()
 	k := &ledger.Key{ID: vkey.NewID(), Digest: vkey.Digest(a.secret, secret), Prefix: display, CreatedAt: now, UpdatedAt: now}
-	if e := a.apply(k, &b, true, now); e != nil {
+	if e := a.apply(r.Context(), k, &b, true, now); e != nil {
 		e.Write(w, provider.OpenAI, api.Meta{})
 		return
 	}
@@ -387,7 +395,7 @@ func (a *API) updateKey(w http.ResponseWriter, r *http.Request) {
 	}
 	now := a.clock.Now().UTC()
 	k, e := a.keyWrite(r, func(k *ledger.Key) *api.Error {
-		if e := a.apply(k, &b, false, now); e != nil {
+		if e := a.apply(r.Context(), k, &b, false, now); e != nil {
 			return e
 		}
 		k.UpdatedAt = now

@@ -26,8 +26,11 @@ type Gateway interface {
 	// virtual key (and notes the tenant in r's access line).
 	IsTenant(r *http.Request) bool
 	// KeyChanged drops virtual key id from the gateway's key cache and
-	// tells the other replicas it changed (docs/keys.md).
+	// tells the other replicas it changed (docs/keys-and-teams.md).
 	KeyChanged(ctx context.Context, id string)
+	// TenantChanged drops team id from the gateway's cache and tells
+	// the other replicas it changed (docs/keys-and-teams.md, "Teams").
+	TenantChanged(ctx context.Context, id string)
 }
 
 // Deps are what an API is made of.

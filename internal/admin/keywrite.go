@@ -11,7 +11,7 @@ import (
 	"github.com/oncegate/oncegate/internal/ledger"
 )
 
-// The admin API's writes of a key (docs/keys.md) are each one conditional
+// The admin API's writes of a key (docs/keys-and-teams.md) are each one conditional
 // write on the key's version: a write based on a version another write
 // replaced changes nothing, so two admin calls racing — on one replica or
 // two — never lose each other's change, and a revocation is final. GET
@@ -23,7 +23,10 @@ import (
 const keyWriteTries = 8
 
 // etagOf is key k's entity tag: its version, quoted (RFC 9110 §8.8.3).
-func etagOf(k *ledger.Key) string { return `"v` + strconv.FormatInt(k.Version, 10) + `"` }
+func etagOf(k *ledger.Key) string { return versionTag(k.Version) }
+
+// versionTag is the entity tag of a key's or a team's version.
+func versionTag(v int64) string { return `"v` + strconv.FormatInt(v, 10) + `"` }
 
 // precondition is what an If-Match header asks (RFC 9110 §13.1.1).
 type precondition struct {

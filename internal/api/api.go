@@ -35,7 +35,7 @@ const (
 	CodeTenantBudget       = "tenant_budget_exceeded"
 	CodeTenantPending      = "tenant_budget_pending"
 	CodeTenantConcurrency  = "tenant_concurrency_limited"
-	// A virtual key's own limits (docs/keys.md).
+	// A virtual key's own limits (docs/keys-and-teams.md).
 	CodeModelNotAllowed     = "model_not_allowed"
 	CodeKeyRateLimited      = "key_rate_limited"
 	CodeKeyBudget           = "key_budget_exceeded"
@@ -57,10 +57,16 @@ const (
 	CodeCoordinationUnavailable = "coordination_unavailable"
 	CodeDraining                = "draining"
 
-	// The admin API's conditional writes of a key (docs/keys.md).
+	// The admin API's conditional writes of a key (docs/keys-and-teams.md).
 	CodeKeyRevoked         = "key_revoked"
 	CodeKeyConflict        = "key_conflict"
 	CodePreconditionFailed = "precondition_failed"
+
+	// The admin API's teams (docs/keys-and-teams.md, "Teams").
+	CodeTenantInFile   = "tenant_in_file"
+	CodeTenantExists   = "tenant_exists"
+	CodeTenantDeleted  = "tenant_deleted"
+	CodeTenantConflict = "tenant_conflict"
 )
 
 // CodeRouteUnavailable: every route left was broken — its model or
@@ -105,6 +111,10 @@ var codeStatus = map[string]struct {
 	CodeKeyRevoked:              {409, false, "invalid_request_error", "invalid_request_error"},
 	CodeKeyConflict:             {409, false, "invalid_request_error", "invalid_request_error"},
 	CodePreconditionFailed:      {412, false, "invalid_request_error", "invalid_request_error"},
+	CodeTenantInFile:            {409, false, "invalid_request_error", "invalid_request_error"},
+	CodeTenantExists:            {409, false, "invalid_request_error", "invalid_request_error"},
+	CodeTenantDeleted:           {409, false, "invalid_request_error", "invalid_request_error"},
+	CodeTenantConflict:          {409, false, "invalid_request_error", "invalid_request_error"},
 	CodeOutcomeUnknown:          {502, false, "api_error", "api_error"},
 	CodeProtocolViolation:       {502, false, "api_error", "api_error"},
 	CodeUpstreamUnavailable:     {503, false, "api_error", "overloaded_error"},
@@ -128,7 +138,7 @@ type Error struct {
 	NoRetry bool
 	// Pending sends x-should-retry: true for a code that alone says
 	// false: a budget refused only while requests in flight hold its
-	// rest (key_budget_exceeded, docs/keys.md).
+	// rest (key_budget_exceeded, docs/keys-and-teams.md).
 	Pending bool
 	// Upstream, when set, is a provider's non-retryable error passed
 	// through with its own status, type and code (after sanitising).

@@ -15,7 +15,7 @@ import (
 
 // The gateway's own endpoints — the admin API, the read APIs — read
 // bodies alike in every package that serves one: strict JSON
-// (docs/keys.md); and they answer an error in the shape of the SDK that
+// (docs/keys-and-teams.md); and they answer an error in the shape of the SDK that
 // asked, whichever package serves them.
 
 // ReadStrict decodes a JSON body into v: unknown fields, wrong types,

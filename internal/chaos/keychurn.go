@@ -16,7 +16,7 @@ import (
 const adminKey = "sk-chaos-admin"
 
 // revocationBound is how soon a revocation must hold on every replica
-// (docs/keys.md): a request that starts later than this after a DELETE
+// (docs/keys-and-teams.md): a request that starts later than this after a DELETE
 // was answered 204 must be refused.
 const revocationBound = time.Second
 

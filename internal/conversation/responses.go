@@ -381,7 +381,7 @@ func (s *Service) storeError(w http.ResponseWriter, err error) {
 
 // mayRead reports whether a request that came with virtual key keyID
 // ("" for the tenant's own keys) may read, continue or delete turn: what
-// a virtual key made is its own (docs/keys.md, "Ownership"), and another
+// a virtual key made is its own (docs/keys-and-teams.md, "Ownership"), and another
 // key's turn is answered as one that does not exist.
 func mayRead(keyID string, turn *ledger.Turn) bool {
 	return keyID == "" || turn.KeyID == keyID

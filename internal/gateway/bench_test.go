@@ -113,7 +113,7 @@ func BenchmarkStreamDirectPaced(b *testing.B) {
 	}
 }
 
-// The steady-state path with a virtual key (docs/keys.md) beside the same
+// The steady-state path with a virtual key (docs/keys-and-teams.md) beside the same
 // request with a tenant's key from the configuration: the key is found by
 // its digest in the cache, so neither reads the store to authenticate.
 func BenchmarkJSONGatewayFileKey(b *testing.B) {

@@ -72,7 +72,7 @@ type call struct {
 	// turn is the conversation turn this request is a try of (POST
 	// /v1/responses); nil for chat.
 	turn *turnCall
-	// key is the request's virtual key (docs/keys.md); nil for none.
+	// key is the request's virtual key (docs/keys-and-teams.md); nil for none.
 	key *keyCall
 	// rateTaken: the tenant's rate was counted when the flight was
 	// placed (a shared coordinator does it with the claim).

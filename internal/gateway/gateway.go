@@ -105,7 +105,7 @@ type Options struct {
 	Tenants quota.Ceiling
 	// KeyLimits enforce the virtual keys' own limits (default: in this
 	// process); KeyFeed, when set, tells the other replicas which keys
-	// changed, and this one what changed elsewhere (docs/keys.md).
+	// changed, and this one what changed elsewhere (docs/keys-and-teams.md).
 	KeyLimits keyring.Limits
 	KeyFeed   keyring.Feed
 	// Load is the routes' load that a tier's strategy chooses by
@@ -312,6 +312,7 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 		return nil, err
 	}
 	g.keys = keyring.New(g.ledger, g.clock, g.log, g.metrics, g.secret, g.policy, opts.KeyLimits, opts.KeyFeed)
+	g.keys.OnTeams(g.setTenantLimits)
 	g.routes()
 	n, err := g.recovery.SettleLapsed(context.Background())
 	if err != nil {

@@ -15,8 +15,10 @@ import (
 	"github.com/oncegate/oncegate/internal/retry"
 )
 
-// A virtual key narrows its tenant (docs/keys.md): its models, and its
-// own rate, tokens, cost and concurrency, enforced before dispatch with
+// A virtual key narrows its tenant (docs/keys-and-teams.md): its models, and its
+// own rate, tokens, cost and concurrency — and a team's tokens per minute
+// are held here too, as a key's are, since every request of a team
+// comes with one of its keys — enforced before dispatch with
 // the tenants' machinery — each attempt's worst case reserved under the
 // key's day, month and minute as under the tenant's day, and settled at
 // its real cost and tokens. The tenant's limits hold over all its keys.
@@ -37,6 +39,10 @@ const (
 	keyDay                        // cost_usd_per_day
 	keyMonth                      // cost_usd_per_month
 )
+
+// teamTokens is the key's team's tokens_per_minute (docs/keys-and-teams.md,
+// "Teams"), kept apart from the key's own limits above.
+const teamTokens keyLimit = 100
 
 // enterBoth counts a request in progress for its tenant t and for the
 // virtual key it authenticated with, if any (lk), until release is
@@ -86,6 +92,10 @@ func (c *call) keyRefusal(cost, tokens gw.NanoUSD) *api.Error {
 	if a, capped := l.Tokens.Allowance(id); capped && tokens > a {
 		return c.keyLimitError(keyTokens, cost, tokens)
 	}
+	team, _ := c.g.keys.TeamTokens(c.key.lk)
+	if a, capped := l.Tokens.Allowance(team); capped && tokens > a {
+		return c.keyLimitError(teamTokens, cost, tokens)
+	}
 	if a, capped := l.Day.Allowance(id); capped && cost > a {
 		return c.keyLimitError(keyDay, cost, tokens)
 	}
@@ -105,6 +115,13 @@ func (c *call) keyLimitError(which keyLimit, cost, tokens gw.NanoUSD) *api.Error
 	k, l, now := c.key.lk.Stored, c.g.keys.Limits, c.g.clock.Now()
 	until := func(period func(time.Time) int64) int {
 		return int(math.Ceil(max(1, quota.PeriodEnd(now, period).Sub(now).Seconds())))
+	}
+	if which == teamTokens {
+		_, perMinute := c.g.keys.TeamTokens(c.key.lk)
+		c.g.metrics.ObserveTenantRejection(k.Tenant, api.CodeTenantRateLimited)
+		e := api.Errorf(api.CodeTenantRateLimited, "team %s is over its %d tokens per minute (this request may use %d)", k.Tenant, perMinute, tokens)
+		e.RetryAfter = until(quota.Minute)
+		return e
 	}
 	if which == keyTokens {
 		c.g.metrics.ObserveTenantRejection(k.Tenant, api.CodeKeyRateLimited)
@@ -172,11 +189,16 @@ func (c *call) keyAdmission(adm *retry.Admission) {
 	if a, capped := l.Tokens.Allowance(id); capped && c.keyTokens() > a {
 		narrow(0)
 	}
+	team, _ := c.g.keys.TeamTokens(c.key.lk)
+	if a, capped := l.Tokens.Allowance(team); capped && c.keyTokens() > a {
+		narrow(0)
+	}
 }
 
 // keyReservations are an attempt's reservations under its key.
 type keyReservations struct {
 	day, month, tokens quota.Reservation
+	teamTokens         quota.Reservation // the key's team's tokens per minute
 	held               bool
 }
 
@@ -200,15 +222,21 @@ func (c *call) reserveKey(cost gw.NanoUSD, until time.Time) (keyReservations, bo
 		return refuse(keyTokens)
 	}
 	undoTokens := func() { l.Tokens.Settle(tokens, 0) }
+	team, _ := c.g.keys.TeamTokens(c.key.lk)
+	teamTok, ok := l.Tokens.Reserve(team, c.keyTokens(), until)
+	if !ok {
+		return refuse(teamTokens, undoTokens)
+	}
+	undoTeam := func() { l.Tokens.Settle(teamTok, 0) }
 	day, ok := l.Day.Reserve(id, cost, until)
 	if !ok {
-		return refuse(keyDay, undoTokens)
+		return refuse(keyDay, undoTokens, undoTeam)
 	}
 	month, ok := l.Month.Reserve(id, cost, until)
 	if !ok {
-		return refuse(keyMonth, undoTokens, func() { l.Day.Settle(day, 0) })
+		return refuse(keyMonth, undoTokens, undoTeam, func() { l.Day.Settle(day, 0) })
 	}
-	return keyReservations{day: day, month: month, tokens: tokens, held: true}, true
+	return keyReservations{day: day, month: month, tokens: tokens, teamTokens: teamTok, held: true}, true
 }
 
 // settleKey releases an attempt's reservations under its key and
@@ -219,6 +247,7 @@ func (c *call) settleKey(r keyReservations, cost gw.NanoUSD, u gw.Usage) {
 	}
 	l := c.g.keys.Limits
 	l.Tokens.Settle(r.tokens, gw.NanoUSD(u.InputTokens+u.OutputTokens))
+	l.Tokens.Settle(r.teamTokens, gw.NanoUSD(u.InputTokens+u.OutputTokens))
 	l.Day.Settle(r.day, cost)
 	l.Month.Settle(r.month, cost)
 }

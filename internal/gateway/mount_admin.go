@@ -11,7 +11,7 @@ import (
 	"github.com/oncegate/oncegate/internal/receipt"
 )
 
-// The admin API (internal/admin, docs/keys.md) is served from the
+// The admin API (internal/admin, docs/keys-and-teams.md) is served from the
 // gateway's router but knows the gateway only through the narrow view
 // below: the policy in force, who a request is, and the key cache.
 
@@ -34,6 +34,9 @@ func (h apiHost) IsTenant(r *http.Request) bool { return h.g.tenant(r) != nil }
 
 // KeyChanged drops key id here and tells the other replicas.
 func (h apiHost) KeyChanged(ctx context.Context, id string) { h.g.keys.Changed(ctx, id) }
+
+// TenantChanged drops team id here and tells the other replicas.
+func (h apiHost) TenantChanged(ctx context.Context, id string) { h.g.keys.TeamChanged(ctx, id) }
 
 // adminAPI is the admin API over g.
 func (g *Gateway) adminAPI() *admin.API {

@@ -18,7 +18,6 @@ import (
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/provider"
 	"github.com/oncegate/oncegate/internal/provider/registry"
-	"github.com/oncegate/oncegate/internal/quota"
 	"github.com/oncegate/oncegate/internal/scrub"
 	"github.com/oncegate/oncegate/internal/upstream"
 )
@@ -182,13 +181,9 @@ func (g *Gateway) Reload(pol *policy.Policy, secrets *config.Secrets) error {
 	if r, ok := g.breakers.(interface{ AddRoutes([]string) }); ok {
 		r.AddRoutes(pol.RouteIDs())
 	}
-	if t, ok := g.tenants.(interface {
-		SetLimits(map[string]quota.Tenant)
-	}); ok {
-		t.SetLimits(pol.TenantLimits())
-	}
 	g.load.SetLimits(pol.LoadLimits())
 	g.cur.Store(l)
+	g.setTenantLimits() // the new policy's tenants, and the teams
 	g.log.Info("configuration reloaded", "policy", pol.Digest[:12], "tenants", len(pol.Tenants), "models", len(pol.Aliases))
 	return nil
 }

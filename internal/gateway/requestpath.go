@@ -91,7 +91,7 @@ func (p requestPath) Identify(r *http.Request, t *policy.Tenant, alias *policy.A
 	c.id, c.identity = try.Turn.RequestID, try.Identity()
 	if lk := accesslog.KeyOf(r.Context()); lk != nil {
 		// Each attempt reserves its worst case under the key as well
-		// (docs/keys.md); one that does not fit ends the try refused.
+		// (docs/keys-and-teams.md); one that does not fit ends the try refused.
 		c.key = &keyCall{lk: lk}
 	}
 	h := c.rec.R

@@ -35,7 +35,11 @@ func (g *Gateway) virtualTenant(ctx context.Context, secret string) (*policy.Ten
 	if lk == nil {
 		return nil, nil
 	}
-	t := g.keys.Tenant(lk)
+	t, err := g.keys.Tenant(ctx, lk)
+	if err != nil {
+		g.store.Failed(err)
+		return nil, nil
+	}
 	if t == nil {
 		return nil, nil
 	}

@@ -1,4 +1,4 @@
-// Package keyring is the virtual keys as requests use them (docs/keys.md):
+// Package keyring is the virtual keys as requests use them (docs/keys-and-teams.md):
 // found by the digest of their secret in a cache, their limits, and the
 // tenant each narrows.
 package keyring
@@ -22,7 +22,7 @@ import (
 	"github.com/oncegate/oncegate/internal/vkey"
 )
 
-// Virtual keys (docs/keys.md) are issued at run time and kept in the
+// Virtual keys (docs/keys-and-teams.md) are issued at run time and kept in the
 // store as a digest of their secret. A request's key is found by that
 // digest in a cache — no store round trip in the steady state — that
 // every replica empties of a key as soon as the key feed says it
@@ -30,7 +30,7 @@ import (
 // on every request.
 
 // Limits are the virtual keys' own limits, by key id, beside the
-// tenants' (docs/keys.md): each is a quota.Ceiling whose "tenant" is a
+// tenants' (docs/keys-and-teams.md): each is a quota.Ceiling whose "tenant" is a
 // key id. Nil fields are made in process.
 type Limits struct {
 	// Day holds requests_per_minute and cost_usd_per_day.
@@ -98,6 +98,13 @@ type Ring struct {
 	gen     uint64          // bumped by every change; a lookup begun before is not cached
 	// limited are the keys whose limits the Limits hold, by id.
 	limited map[string][3]quota.Tenant // day, month, tokens
+	// teams are the teams read from the store, by id (teams.go);
+	// limiting, the live ones' tenants as last read, which a change told
+	// does not drop (their limits stay until a read replaces them);
+	// onTeams is told when those change.
+	teams    map[string]*team
+	limiting map[string]*policy.Tenant
+	onTeams  func()
 }
 
 // maxMissing bounds the digests remembered as unknown.
@@ -108,7 +115,8 @@ const maxMissing = 10000
 // one gateway) tells it the keys changed elsewhere.
 func New(store Store, c clock.Clock, log *slog.Logger, m *metrics.Metrics, secret []byte, policy func() *policy.Policy, limits Limits, feed Feed) *Ring {
 	s := &Ring{Limits: limits, feed: feed, store: store, clock: c, log: log, metrics: m, secret: secret, policy: policy,
-		cache: map[string]*Key{}, missing: map[string]bool{}, limited: map[string][3]quota.Tenant{}}
+		cache: map[string]*Key{}, missing: map[string]bool{}, limited: map[string][3]quota.Tenant{}, teams: map[string]*team{},
+		limiting: newLimiting()}
 	ks := &s.Limits
 	if ks.Day == nil {
 		ks.Day = quota.New(c, nil)
@@ -128,10 +136,18 @@ func New(store Store, c clock.Clock, log *slog.Logger, m *metrics.Metrics, secre
 	return s
 }
 
-// Forget drops what is cached of the keys ids (of every key, all).
+// Forget drops what is cached of the keys ids (of every key, all), and
+// of the teams among ids (TeamChange + the team's id).
 func (s *Ring) Forget(ids []string, all bool) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.forgetTeams(ids, all)
+	s.forgetKeys(ids, all)
+	s.mu.Unlock()
+}
+
+// forgetKeys drops what is cached of the keys ids (of every key, all);
+// s.mu is held.
+func (s *Ring) forgetKeys(ids []string, all bool) {
 	s.gen++
 	if all {
 		clear(s.cache)
@@ -150,7 +166,8 @@ func (s *Ring) Forget(ids []string, all bool) {
 	clear(s.missing) // an issued key's digest may have been asked for before
 }
 
-// Changed drops key id here and tells the other replicas.
+// Changed drops key id (or a team: TeamChange + its id) here and tells
+// the other replicas.
 func (s *Ring) Changed(ctx context.Context, id string) {
 	s.Forget([]string{id}, false)
 	if f := s.feed; f != nil {
@@ -256,23 +273,32 @@ func (s *Ring) limit(ctx context.Context, k *ledger.Key) {
 	day, month, tokens := limitOf(k.Spec.Budget)
 	lim := [3]quota.Tenant{day, month, tokens}
 	s.mu.Lock()
-	old, known := s.limited[k.ID]
-	if !known || old != lim {
-		s.limited[k.ID] = lim
-		for i, l := range []quota.Ceiling{s.Limits.Day, s.Limits.Month, s.Limits.Tokens} {
-			if ls, ok := l.(limitSetter); ok {
-				m := make(map[string]quota.Tenant, len(s.limited))
-				for id, v := range s.limited {
-					m[id] = v[i]
-				}
-				ls.SetLimits(m)
-			}
-		}
-	}
+	known := s.setLimited(k.ID, lim)
 	s.mu.Unlock()
 	if !known {
 		s.seed(ctx, k.ID)
 	}
+}
+
+// setLimited gives the Limits id's limits (a key's, or a team's tokens
+// per minute under TeamChange + its id) when they changed, and reports
+// whether id had limits before; s.mu is held.
+func (s *Ring) setLimited(id string, lim [3]quota.Tenant) (known bool) {
+	old, known := s.limited[id]
+	if known && old == lim {
+		return true
+	}
+	s.limited[id] = lim
+	for i, l := range []quota.Ceiling{s.Limits.Day, s.Limits.Month, s.Limits.Tokens} {
+		if ls, ok := l.(limitSetter); ok {
+			m := make(map[string]quota.Tenant, len(s.limited))
+			for id, v := range s.limited {
+				m[id] = v[i]
+			}
+			ls.SetLimits(m)
+		}
+	}
+	return known
 }
 
 // seed gives in-process key limits what the store says key id was
@@ -292,14 +318,26 @@ func (s *Ring) seed(ctx context.Context, id string) {
 	}
 }
 
-// Tenant is the key's tenant in the policy in force, narrowed by the
-// key's data boundary and with the key's drop_params when it has one;
-// nil when the policy has no such tenant.
-func (s *Ring) Tenant(lk *Key) *policy.Tenant {
+// Tenant is the key's tenant in the policy in force, else the team of
+// that id, narrowed by the key's data boundary and with the key's
+// drop_params when it has one; nil when there is no such tenant, or the
+// team is deleted. An error says the store could not be asked.
+func (s *Ring) Tenant(ctx context.Context, lk *Key) (*policy.Tenant, error) {
 	base := s.policy().Tenant(lk.Stored.Tenant)
 	if base == nil {
-		return nil
+		tm, err := s.team(ctx, lk.Stored.Tenant)
+		if err != nil {
+			return nil, err
+		}
+		if base = tm.tenant; base == nil {
+			return nil, nil
+		}
 	}
+	return s.narrow(lk, base), nil
+}
+
+// narrow is base narrowed by key lk, made once per base.
+func (s *Ring) narrow(lk *Key, base *policy.Tenant) *policy.Tenant {
 	if n := lk.tenant.Load(); n != nil && n.base == base {
 		return n.t
 	}
@@ -319,7 +357,7 @@ func (s *Ring) Tenant(lk *Key) *policy.Tenant {
 }
 
 // Running counts each virtual key's requests in progress against its
-// max_concurrent (docs/keys.md). In one process it is a counter per key;
+// max_concurrent (docs/keys-and-teams.md). In one process it is a counter per key;
 // *redis.Running shares it across replicas. Implementations are safe for
 // concurrent use.
 type Running interface {
@@ -352,6 +390,7 @@ var _ Running = (*localRunning)(nil)
 // Store is the part of the ledger the ring reads (ledger.Store has it).
 type Store interface {
 	KeyByDigest(ctx context.Context, digest string) (*ledger.Key, error)
+	Tenant(ctx context.Context, id string) (*ledger.Tenant, error)
 	KeySpend(ctx context.Context, from, to int64) (map[string]int64, error)
 }
 
@@ -397,6 +436,9 @@ func (s *Ring) Gate(lk *Key, alias string) *api.Error {
 	if !lk.Allows(alias) {
 		return &api.Error{Code: api.CodeModelNotAllowed, Param: "model",
 			Message: fmt.Sprintf("key %s may not use model `%s` (its models: %v)", k.ID, alias, k.Spec.Models)}
+	}
+	if e := s.teamAllows(lk, alias); e != nil {
+		return e
 	}
 	ok, wait, err := s.Limits.Day.Take(k.ID)
 	if err != nil {

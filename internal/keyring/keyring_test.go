@@ -62,7 +62,7 @@ func TestTheRingCachesKeysUntilTheyChange(t *testing.T) {
 	if !lk.Allows("chat") || lk.Allows("other") {
 		t.Error("the key's models do not narrow it")
 	}
-	if ten := ring.Tenant(lk); ten == nil || ten.MaxBoundary != lk.Boundary || lk.Boundary == 0 {
+	if ten, err := ring.Tenant(context.Background(), lk); err != nil || ten == nil || ten.MaxBoundary != lk.Boundary || lk.Boundary == 0 {
 		t.Errorf("tenant %+v not narrowed to the key's boundary %v", ten, lk.Boundary)
 	}
 

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Key is a virtual key issued at run time (docs/keys.md). Its secret is
+// Key is a virtual key issued at run time (docs/keys-and-teams.md). Its secret is
 // never stored: Digest is an HMAC-SHA256 of it keyed by the deployment's
 // secret, so a copy of the store does not give working keys.
 type Key struct {
@@ -75,7 +75,7 @@ type KeySpec struct {
 	MaxDataBoundary string            `json:"max_data_boundary,omitempty"`
 	Metadata        map[string]string `json:"metadata,omitempty"`
 	// DropParams, when set, is drop_params for the key's requests, over
-	// its tenant's (docs/keys.md).
+	// its tenant's (docs/keys-and-teams.md).
 	DropParams *bool `json:"drop_params,omitempty"`
 	// KeylessJoin, when not nil, is the key's own keyless_join: false,
 	// identical keyless requests made with it never share a generation
@@ -166,10 +166,10 @@ func (f KeyFilter) Match(k *Key) bool {
 var (
 	// ErrKeyExists: a key with that id or digest is stored already.
 	ErrKeyExists = errors.New("ledger: key exists")
-	// ErrConflict: the key is no longer at the version the write was
-	// based on — another write came in between, and this one wrote
-	// nothing.
-	ErrConflict = errors.New("ledger: the key changed since it was read")
+	// ErrConflict: the key (or team) is no longer at the version the
+	// write was based on — another write came in between, and this one
+	// wrote nothing.
+	ErrConflict = errors.New("ledger: changed since it was read")
 	// ErrKeyRevoked: the key is revoked, which no write undoes; this one
 	// wrote nothing.
 	ErrKeyRevoked = errors.New("ledger: key revoked")
@@ -178,7 +178,7 @@ var (
 // KeyStore keeps virtual keys and what each was charged per UTC day.
 // Every change to a stored key is one conditional write on its version,
 // so two writers never lose each other's change, and a revocation is
-// final (docs/keys.md).
+// final (docs/keys-and-teams.md).
 type KeyStore interface {
 	// CreateKey stores a new key at version 1, and sets k.Version
 	// (ErrKeyExists if its id, or its digest or a previous one, is

@@ -38,7 +38,7 @@ type Turn struct {
 	// KeyID is the virtual key that made the turn; "" for the tenant's
 	// keys from the configuration (and for turns stored before turns
 	// recorded their key). A virtual key reads, continues and deletes
-	// only its own turns (docs/keys.md); BeginTurn writes it, and no
+	// only its own turns (docs/keys-and-teams.md); BeginTurn writes it, and no
 	// update changes it.
 	KeyID string
 	// Conversation is the response id of the conversation's first turn.

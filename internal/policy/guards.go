@@ -72,9 +72,13 @@ func (pol *Policy) LoadLimits() map[string]load.Limits {
 }
 
 // TenantLimits is each tenant's budget as the limits take it.
-func (pol *Policy) TenantLimits() map[string]quota.Tenant {
+func (pol *Policy) TenantLimits() map[string]quota.Tenant { return TenantLimitsOf(pol.Tenants) }
+
+// TenantLimitsOf is the budgets of tenants as the limits take them: the
+// file's, and teams (docs/keys-and-teams.md) made tenants.
+func TenantLimitsOf(tenants []*Tenant) map[string]quota.Tenant {
 	lim := map[string]quota.Tenant{}
-	for _, t := range pol.Tenants {
+	for _, t := range tenants {
 		lim[t.ID] = quota.Tenant{RequestsPerMinute: t.RequestsPerMinute, CostPerDay: t.CostPerDay}
 	}
 	return lim

@@ -51,7 +51,7 @@ func New(clk clock.Clock, tenants map[string]Tenant) *Limits {
 // NewPeriodic returns limits whose ceiling (Tenant.CostPerDay) holds per
 // period instead of per UTC day: period numbers the period a time falls
 // in (gw.Day, Month, Minute). Virtual keys keep their monthly cost and
-// their tokens per minute this way (docs/keys.md); the amounts reserved
+// their tokens per minute this way (docs/keys-and-teams.md); the amounts reserved
 // may be tokens rather than nano-USD.
 func NewPeriodic(clk clock.Clock, period func(time.Time) int64, tenants map[string]Tenant) *Limits {
 	l := &Limits{clock: clk, period: period, tenants: make(map[string]*state, len(tenants))}
@@ -277,7 +277,7 @@ func (l *Limits) Restore(snapshot []byte) {
 
 // Ceiling is a request rate and a cost ceiling per tenant — or per
 // virtual key, whose id is then the "tenant" (docs/overload.md,
-// docs/keys.md). *Limits implements it in one process; the Redis
+// docs/keys-and-teams.md). *Limits implements it in one process; the Redis
 // coordination across replicas.
 type Ceiling interface {
 	// Take counts one logical request against the tenant's rate; when it

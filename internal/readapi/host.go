@@ -4,7 +4,7 @@
 // (docs/api.md), and the web console — its pages under /ui/ and the JSON
 // they read under /v1/console/, the live panel included
 // (docs/operations.md, "Console"). A tenant's key reads its own, a virtual
-// key only what its own requests made (docs/keys.md), the admin key every
+// key only what its own requests made (docs/keys-and-teams.md), the admin key every
 // tenant's.
 //
 // It knows the running gateway only through Gateway and the parts of

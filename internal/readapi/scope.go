@@ -16,7 +16,7 @@ import (
 // Who may read what was recorded (docs/receipts.md, docs/operations.md):
 // a tenant's key reads its own receipts and figures, the admin key every
 // tenant's; a virtual key reads only the receipts of its own requests
-// (docs/keys.md, "Ownership"): another key's receipt is answered as one
+// (docs/keys-and-teams.md, "Ownership"): another key's receipt is answered as one
 // that does not exist. The receipts endpoints and the console share this.
 
 // readScope is who is reading: the admin (every tenant), one tenant's
@@ -27,6 +27,10 @@ type readScope struct {
 	// key is the virtual key reading ("" for the admin and the tenant's
 	// own keys): it reads only its own receipts.
 	key string
+	// teams are the ids of the teams (docs/keys-and-teams.md, "Teams"),
+	// deleted ones too, whose receipts the admin reads beside the file's
+	// tenants'.
+	teams []string
 }
 
 // reads reports whether the scope may read receipt rc of one of its
@@ -39,9 +43,14 @@ func (s readScope) tenants(pol *policy.Policy) []string {
 	if !s.admin {
 		return []string{s.tenant.ID}
 	}
-	ids := make([]string, len(pol.Tenants))
+	ids := make([]string, len(pol.Tenants), len(pol.Tenants)+len(s.teams))
 	for i, t := range pol.Tenants {
 		ids[i] = t.ID
+	}
+	for _, id := range s.teams {
+		if pol.Tenant(id) == nil {
+			ids = append(ids, id)
+		}
 	}
 	return ids
 }
@@ -65,7 +74,16 @@ func (s readScope) filter(pol *policy.Policy, tenant string) ([]string, *api.Err
 func (a *API) readAuth(why string, h func(http.ResponseWriter, *http.Request, readScope)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if a.gw.IsAdmin(r) {
-			h(w, r, readScope{admin: true})
+			teams, err := a.store.Tenants(r.Context())
+			if err != nil {
+				api.StoreUnavailable(err).Write(w, api.ProtocolOf(r), api.Meta{})
+				return
+			}
+			s := readScope{admin: true}
+			for _, t := range teams {
+				s.teams = append(s.teams, t.ID)
+			}
+			h(w, r, s)
 			return
 		}
 		if t, key := a.gw.Caller(r); t != nil {

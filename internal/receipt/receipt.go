@@ -28,7 +28,7 @@ type Receipt struct {
 	Tenant    string `json:"tenant"`
 	Operation string `json:"operation"`
 	Model     string `json:"model"`
-	// KeyID is the virtual key the request used (docs/keys.md); empty
+	// KeyID is the virtual key the request used (docs/keys-and-teams.md); empty
 	// for a tenant's key from the configuration.
 	KeyID string `json:"key_id,omitempty"`
 	// KeyName is the virtual key's name when the request was made (a

@@ -35,7 +35,7 @@ func Share(ctx context.Context, pol *policy.Policy, url string, store ledger.Sto
 	opts.Breakers = co.NewBreakers(pol.BreakerConfig(), pol.RouteIDs())
 	opts.RetryBudget = co.NewBudget(pol.BudgetConfig())
 	opts.Tenants = co.NewTenants(pol.TenantLimits(), seedSpend(store))
-	// Virtual keys' limits and the feed of their changes (docs/keys.md).
+	// Virtual keys' limits and the feed of their changes (docs/keys-and-teams.md).
 	opts.KeyLimits = keyring.Limits{
 		Day:    co.NewPeriodic("key:", gw.Day, nil, ledger.KeySpendSeed(store, false)),
 		Month:  co.NewPeriodic("keymonth:", quota.Month, nil, ledger.KeySpendSeed(store, true)),

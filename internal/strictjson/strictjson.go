@@ -1,6 +1,6 @@
 // Package strictjson finds what encoding/json lets through silently in a
 // body that must be strict: an object member given twice, of which
-// encoding/json keeps the last (docs/keys.md). It reads untrusted input
+// encoding/json keeps the last (docs/keys-and-teams.md). It reads untrusted input
 // and is fuzzed.
 package strictjson
 

@@ -21,7 +21,7 @@ import (
 // POST /v1/messages/count_tokens (docs/api.md, "Token counts") asks a
 // provider, so it is held to what protects the providers' shared rate:
 // the tenant's request rate and concurrency, a virtual key's models,
-// rate and concurrency (docs/keys.md), and the route's breaker. It
+// rate and concurrency (docs/keys-and-teams.md), and the route's breaker. It
 // is not a logical request — no generation, no retries, no cost, no
 // idempotency — so it has no receipt; metrics and the access log record
 // it.

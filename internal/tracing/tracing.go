@@ -61,7 +61,7 @@ func (t Tracer) StartRequest(h http.Header, r Request) (context.Context, trace.S
 			attribute.String("oncegate.operation", r.Protocol.Operation()), attribute.String("gen_ai.operation.name", op),
 			attribute.String("gen_ai.request.model", r.Alias), attribute.Bool("oncegate.stream", r.Stream)))
 	if r.KeyID != "" {
-		span.SetAttributes(attribute.String("oncegate.key_id", r.KeyID)) // docs/keys.md
+		span.SetAttributes(attribute.String("oncegate.key_id", r.KeyID)) // docs/keys-and-teams.md
 	}
 	return ctx, span
 }

@@ -1,4 +1,4 @@
-// Package vkey makes and checks the secrets of virtual keys (docs/keys.md):
+// Package vkey makes and checks the secrets of virtual keys (docs/keys-and-teams.md):
 // "og-" and 43 URL-safe characters (32 random bytes), shaped like other
 // providers' keys so that secret scanners can be taught them. Only an
 // HMAC-SHA256 digest of a secret, keyed by the deployment's secret, and

@@ -1,5 +1,5 @@
 // The keys page: issue, list, rotate and revoke virtual keys through
-// /admin/keys (docs/keys.md). A secret is shown once, when issued or
+// /admin/keys (docs/keys-and-teams.md). A secret is shown once, when issued or
 // rotated; the list shows each key's limits and its spend today.
 "use strict";
 

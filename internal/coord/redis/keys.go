@@ -13,7 +13,7 @@ import (
 
 // KeyFeed tells every replica which virtual keys changed (issued,
 // updated, revoked, rotated), so that each drops what it cached of them
-// (docs/keys.md). A change bumps a version counter and records the key
+// (docs/keys-and-teams.md). A change bumps a version counter and records the key
 // under it in a sorted set; every replica reads what is newer than the
 // version it last saw with the breakers' sync, every 100 ms, in the same
 // pipeline — no round trip of its own, and no read of the store per

@@ -12,7 +12,7 @@ import (
 )
 
 // Running counts requests in progress per name (a virtual key's
-// max_concurrent, docs/keys.md) across every replica. Each request holds
+// max_concurrent, docs/keys-and-teams.md) across every replica. Each request holds
 // a lease: a member of the name's sorted set whose score is when the
 // lease expires. Admission drops expired leases and adds one only while
 // fewer than the limit remain, atomically in a script; a release removes

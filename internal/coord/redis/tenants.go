@@ -164,7 +164,7 @@ func (c *Coordinator) NewTenants(limits map[string]quota.Tenant, spend func(ctx 
 // NewPeriodic returns shared limits like NewTenants' whose ceilings
 // (quota.Tenant.CostPerDay) hold per period (quota.Month, quota.Minute,
 // gw.Day) under their own names (ns, such as "keymonth:"): a virtual
-// key's day, month and tokens per minute (docs/keys.md). spend reads a
+// key's day, month and tokens per minute (docs/keys-and-teams.md). spend reads a
 // period's charges from the store when Redis lacks it.
 func (c *Coordinator) NewPeriodic(ns string, period func(time.Time) int64, limits map[string]quota.Tenant,
 	spend func(ctx context.Context, period int64) (map[string]int64, error)) *Tenants {

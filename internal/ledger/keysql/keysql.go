@@ -1,4 +1,4 @@
-// Package keysql is the SQL of the virtual keys (docs/keys.md) that the
+// Package keysql is the SQL of the virtual keys (docs/keys-and-teams.md) that the
 // SQLite and PostgreSQL backends share: the tables, the statements
 // (written with ? placeholders; turnsql.Dollar numbers them for
 // PostgreSQL) and the row scanner. Times are Unix nanoseconds, 0 for
@@ -45,7 +45,7 @@ func Schema(blob, integer string) string {
 }
 
 // Versions is the migration that makes every change to a key one
-// conditional write (docs/keys.md): a version per key, bumped by every
+// conditional write (docs/keys-and-teams.md): a version per key, bumped by every
 // write; its previous secrets (each with its own end) as a JSON column
 // read with the row, and in key_secrets, the index a lookup by digest
 // uses. A previous secret the old columns held moves there; prev_digest

@@ -12,7 +12,7 @@ import (
 )
 
 // runKeyVersions holds every backend to the keys' conditional writes
-// (docs/keys.md): a write based on a version another write replaced
+// (docs/keys-and-teams.md): a write based on a version another write replaced
 // changes nothing, a revocation is final, and each previous secret keeps
 // its own end.
 func runKeyVersions(t *testing.T, open Opener) {

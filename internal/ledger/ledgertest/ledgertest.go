@@ -47,6 +47,7 @@ func Run(t *testing.T, open Opener) {
 	ctx := context.Background()
 	runTurns(t, open)
 	runKeys(t, open)
+	runTenants(t, open)
 	runRetention(t, open)
 	t.Run("claim creates once", func(t *testing.T) {
 		s := open(t, false)

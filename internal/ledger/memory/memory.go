@@ -51,6 +51,7 @@ type data struct {
 	orphans  []*ledger.Orphan
 	keys     map[string]*ledger.Key // by id
 	keySpend map[int64]map[string]int64
+	teams    map[string]*ledger.Tenant // by id
 }
 
 type storedReceipt struct {
@@ -69,7 +70,8 @@ func New(maxHistory int) *Store {
 	return &Store{data: &data{maxHistory: maxHistory, records: map[string]*ledger.Record{}, byID: map[string]string{},
 		events: map[string][]ledger.Event{}, stale: map[string][]ledger.Event{}, receipts: map[string]storedReceipt{},
 		byTenant: map[string][]string{}, spend: map[int64]map[string]int64{}, state: map[string][]byte{},
-		turns: map[string]*ledger.Turn{}, keys: map[string]*ledger.Key{}, keySpend: map[int64]map[string]int64{}}}
+		turns: map[string]*ledger.Turn{}, keys: map[string]*ledger.Key{}, keySpend: map[int64]map[string]int64{},
+		teams: map[string]*ledger.Tenant{}}}
 }
 
 // Reopen returns a new store over what s holds, as if the process had

@@ -102,3 +102,45 @@ func TestMigrationKeepsAKeysPreviousSecret(t *testing.T) {
 		t.Fatalf("a write at version 1 after the migration: %v, version %d", err, k.Version)
 	}
 }
+
+// A database written before teams (schema 9) keeps its keys, and gains
+// the teams' table: a team created on it reads back, and so does a key
+// issued for it.
+func TestMigrationAddsTeams(t *testing.T) {
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs := []string{`CREATE TABLE oncegate_schema (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`}
+	qs = append(qs, migrations[:9]...)
+	qs = append(qs, `INSERT INTO oncegate_schema (version) VALUES (1), (2), (3), (4), (5), (6), (7), (8), (9)`,
+		`INSERT INTO keys (id, tenant, name, digest, prefix, prev_digest, prev_until, spec, expires_at, created_at, updated_at, revoked_at, version, previous)
+		VALUES ('k1', 'acme', 'app', 'd1', 'og-d1', '', 0, '{"budget":{}}', 0, 1, 2, 0, 4, '')`)
+	for _, q := range qs {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	_ = conn.Close(ctx)
+	s, err := Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if k, err := s.Key(ctx, "k1"); err != nil || k.Version != 4 || k.Tenant != "acme" {
+		t.Fatalf("a key after the migration: %+v %v", k, err)
+	}
+	if list, err := s.Tenants(ctx); err != nil || len(list) != 0 {
+		t.Fatalf("teams right after the migration: %+v %v", list, err)
+	}
+	now := time.Now().UTC()
+	tm := &ledger.Tenant{ID: "team-a", Name: "A", CreatedAt: now, UpdatedAt: now, Spec: ledger.TenantSpec{Budget: ledger.KeyBudget{CostUSDPerDay: 1}}}
+	if err := s.CreateTenant(ctx, tm); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Tenant(ctx, "team-a"); err != nil || got.Version != 1 || got.Spec.Budget.CostUSDPerDay != 1 {
+		t.Fatalf("a team created after the migration: %+v %v", got, err)
+	}
+}

@@ -83,14 +83,14 @@ var migrations = []string{
 	turnsql.Branches("bigint"),
 
 	// 6: virtual keys issued at run time, and what each was charged per
-	// UTC day, spread over shards as tenant_spend is (docs/keys.md).
+	// UTC day, spread over shards as tenant_spend is (docs/keys-and-teams.md).
 	keysql.Schema("bytea", "bigint") + `;
 	ALTER TABLE key_spend ADD COLUMN shard smallint NOT NULL DEFAULT 0;
 	ALTER TABLE key_spend DROP CONSTRAINT key_spend_pkey;
 	ALTER TABLE key_spend ADD PRIMARY KEY (day, key_id, shard);`,
 
 	// 7: which virtual key made each turn: a virtual key reads,
-	// continues and deletes only its own (docs/keys.md).
+	// continues and deletes only its own (docs/keys-and-teams.md).
 	turnsql.Owners(),
 
 	// 8: retention (docs/receipts.md, "Retention"): the sweep and
@@ -100,8 +100,12 @@ var migrations = []string{
 	`CREATE INDEX events_created ON events (at, request_id) WHERE seq = 1`,
 
 	// 9: every change to a key is one conditional write on its version,
-	// and each previous secret keeps its own grace (docs/keys.md).
+	// and each previous secret keeps its own grace (docs/keys-and-teams.md).
 	keysql.Versions("bigint"),
+
+	// 10: teams, tenants created at run time (docs/keys-and-teams.md,
+	// "Teams").
+	keysql.TenantSchema("bytea", "bigint"),
 }
 
 // spendShards is how many rows a tenant's day is spread over.

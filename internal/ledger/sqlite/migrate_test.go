@@ -185,3 +185,57 @@ func checkMigratedKeys(t *testing.T, s ledger.Store) {
 		t.Fatalf("a write at version 1 after the migration: %v, version %d", err, k.Version)
 	}
 }
+
+// A database written before teams (schema 11) keeps its keys, and gains
+// the teams' table: a team created on it reads back, and so does a key
+// issued for it.
+func TestMigrationAddsTeams(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "v11.db")
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs := []string{`CREATE TABLE schema_version (version INTEGER NOT NULL)`}
+	qs = append(qs, migrations[:11]...)
+	qs = append(qs, `INSERT INTO schema_version (version) VALUES (11)`,
+		`INSERT INTO keys (id, tenant, name, digest, prefix, prev_digest, prev_until, spec, expires_at, created_at, updated_at, revoked_at, version, previous)
+		VALUES ('k1', 'acme', 'app', 'd1', 'og-d1', '', 0, '{"budget":{}}', 0, 1, 2, 0, 4, '')`)
+	for _, q := range qs {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	_ = db.Close()
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	checkMigratedTeams(t, s)
+}
+
+func checkMigratedTeams(t *testing.T, s ledger.Store) {
+	t.Helper()
+	ctx := context.Background()
+	if k, err := s.Key(ctx, "k1"); err != nil || k.Version != 4 || k.Tenant != "acme" {
+		t.Fatalf("a key after the migration: %+v %v", k, err)
+	}
+	if list, err := s.Tenants(ctx); err != nil || len(list) != 0 {
+		t.Fatalf("teams right after the migration: %+v %v", list, err)
+	}
+	now := time.Now().UTC()
+	tm := &ledger.Tenant{ID: "team-a", Name: "A", CreatedAt: now, UpdatedAt: now, Spec: ledger.TenantSpec{Budget: ledger.KeyBudget{CostUSDPerDay: 1}}}
+	if err := s.CreateTenant(ctx, tm); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Tenant(ctx, "team-a"); err != nil || got.Version != 1 || got.Spec.Budget.CostUSDPerDay != 1 {
+		t.Fatalf("a team created after the migration: %+v %v", got, err)
+	}
+	k := &ledger.Key{ID: "k2", Tenant: "team-a", Digest: "d2", Prefix: "og-d2", CreatedAt: now, UpdatedAt: now}
+	if err := s.CreateKey(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	if list, err := s.Keys(ctx, ledger.KeyFilter{Tenant: "team-a"}); err != nil || len(list) != 1 || list[0].ID != "k2" {
+		t.Fatalf("the team's keys: %+v %v", list, err)
+	}
+}

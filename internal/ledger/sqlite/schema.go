@@ -138,11 +138,11 @@ var migrations = []string{
 	turnsql.Branches("INTEGER"),
 
 	// 8: virtual keys issued at run time, and what each was charged per
-	// UTC day (docs/keys.md).
+	// UTC day (docs/keys-and-teams.md).
 	keysql.Schema("BLOB", "INTEGER"),
 
 	// 9: which virtual key made each turn: a virtual key reads,
-	// continues and deletes only its own (docs/keys.md).
+	// continues and deletes only its own (docs/keys-and-teams.md).
 	turnsql.Owners(),
 
 	// 10: retention (docs/receipts.md, "Retention"): the sweep and
@@ -155,8 +155,12 @@ var migrations = []string{
 	CREATE INDEX stale_events_by_request ON stale_events(request_id);`,
 
 	// 11: every change to a key is one conditional write on its version,
-	// and each previous secret keeps its own grace (docs/keys.md).
+	// and each previous secret keeps its own grace (docs/keys-and-teams.md).
 	keysql.Versions("INTEGER"),
+
+	// 12: teams, tenants created at run time (docs/keys-and-teams.md,
+	// "Teams").
+	keysql.TenantSchema("BLOB", "INTEGER"),
 }
 
 func migrate(db *sql.DB) error {

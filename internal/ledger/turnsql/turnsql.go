@@ -85,7 +85,7 @@ func Branches(integer string) string {
 }
 
 // Owners is the migration that records which virtual key made each turn
-// (docs/keys.md): a virtual key reads, continues and deletes only its
+// (docs/keys-and-teams.md): a virtual key reads, continues and deletes only its
 // own. The turns stored before it name no key: they are the tenant's
 // file keys' to read, as a file key's turn is.
 func Owners() string {
