@@ -32,6 +32,8 @@ func (teamsHost) IsAdmin(*http.Request) bool         { return true }
 func (teamsHost) IsTenant(*http.Request) bool        { return false }
 func (teamsHost) KeyChanged(context.Context, string) {}
 
+func (teamsHost) TenantChanged(context.Context, string) {}
+
 // A month of synthetic traffic across three teams, five keys, four tags
 // and eight users, written straight to the store, and the report by
 // tag, key name, tenant and user beside the receipts' own sums; the
