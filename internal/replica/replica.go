@@ -37,8 +37,8 @@ func Share(ctx context.Context, pol *policy.Policy, url string, store ledger.Sto
 	opts.Tenants = co.NewTenants(pol.TenantLimits(), seedSpend(store))
 	// Virtual keys' limits and the feed of their changes (docs/keys.md).
 	opts.KeyLimits = keyring.Limits{
-		Day:    co.NewPeriodic("key:", gw.Day, nil, ledger.KeySpendSeed(store, false)),
-		Month:  co.NewPeriodic("keymonth:", quota.Month, nil, ledger.KeySpendSeed(store, true)),
+		Day:    co.NewPeriodic("key:", gw.Day, nil, ledger.KeySpendSeed(store, ledger.SpanDay)),
+		Month:  co.NewPeriodic("keymonth:", quota.Month, nil, ledger.KeySpendSeed(store, ledger.SpanMonth)),
 		Tokens: co.NewPeriodic("keytpm:", quota.Minute, nil, noSpend),
 		// max_concurrent: leases of the lease's TTL, across replicas.
 		Running: co.NewRunning("keyrun:"),
