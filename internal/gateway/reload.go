@@ -165,7 +165,7 @@ func (g *Gateway) Reload(pol *policy.Policy, secrets *config.Secrets) error {
 		same bool
 	}{{"store", a.Store == b.Store}, {"coordination", a.Coordination == b.Coordination}, {"listen", a.Listen == b.Listen},
 		{"metrics_listen", a.MetricsListen == b.MetricsListen}, {"lease", a.Lease == b.Lease},
-		{"telemetry", a.Telemetry == b.Telemetry}, {"secret_env", a.SecretEnv == b.SecretEnv},
+		{"telemetry", a.Telemetry == b.Telemetry}, {"alerts", a.Alerts == b.Alerts}, {"secret_env", a.SecretEnv == b.SecretEnv},
 		{"secret_file", a.SecretFile == b.SecretFile}, {"the fingerprint secret (secret_file's content)", old.gatewaySecret == secrets.GatewaySecret},
 		{"retry_budget", a.RetryBudget == b.RetryBudget}, {"breaker", a.Breaker == b.Breaker}} {
 		if !f.same {
@@ -187,6 +187,7 @@ func (g *Gateway) Reload(pol *policy.Policy, secrets *config.Secrets) error {
 	}); ok {
 		t.SetLimits(pol.TenantLimits())
 	}
+	g.tenantSpans.SetCosts(pol.TenantCosts())
 	g.load.SetLimits(pol.LoadLimits())
 	g.cur.Store(l)
 	g.log.Info("configuration reloaded", "policy", pol.Digest[:12], "tenants", len(pol.Tenants), "models", len(pol.Aliases))

@@ -79,3 +79,13 @@ func (pol *Policy) TenantLimits() map[string]quota.Tenant {
 	}
 	return lim
 }
+
+// TenantCosts is each tenant's month and lifetime cost ceilings as the
+// limits take them (quota.Spans.SetCosts).
+func (pol *Policy) TenantCosts() map[string]quota.Costs {
+	c := map[string]quota.Costs{}
+	for _, t := range pol.Tenants {
+		c[t.ID] = quota.Costs{Month: t.CostPerMonth, Total: t.CostTotal}
+	}
+	return c
+}

@@ -39,6 +39,7 @@ func Share(ctx context.Context, pol *policy.Policy, url string, store ledger.Sto
 	opts.KeyLimits = keyring.Limits{
 		Day:    co.NewPeriodic("key:", gw.Day, nil, ledger.KeySpendSeed(store, ledger.SpanDay)),
 		Month:  co.NewPeriodic("keymonth:", quota.Month, nil, ledger.KeySpendSeed(store, ledger.SpanMonth)),
+		Total:  co.NewPeriodic("keytotal:", quota.Lifetime, nil, ledger.KeySpendSeed(store, ledger.SpanTotal)),
 		Tokens: co.NewPeriodic("keytpm:", quota.Minute, nil, noSpend),
 		// max_concurrent: leases of the lease's TTL, across replicas.
 		Running: co.NewRunning("keyrun:"),
