@@ -87,10 +87,20 @@ type Watcher struct {
 	Log    *slog.Logger
 	Now    func() time.Time
 
-	mu      sync.Mutex
-	pending map[[2]string]bool
+	mu sync.Mutex
+	// pending are the budgets to read, in the order they were first
+	// told (so that events leave in that order), with the periods that
+	// refused a request.
+	pending []pendingCheck
+	queued  map[[2]string]int // index in pending
 	wake    chan struct{}
 	sent    map[string]bool // crossings handled here
+}
+
+// pendingCheck is a tenant or key to read again.
+type pendingCheck struct {
+	scope, id string
+	refused   map[string]bool // periods that refused a request
 }
 
 // maxSent bounds the crossings remembered in process.
@@ -98,12 +108,32 @@ const maxSent = 100000
 
 // Check tells the watcher that id in scope spent (or its budget
 // changed); it never blocks.
-func (w *Watcher) Check(scope, id string) {
+func (w *Watcher) Check(scope, id string) { w.tell(scope, id, "") }
+
+// Refused tells the watcher that id's budget of period refused a
+// request because the next attempt's worst case no longer fits: the
+// budget is spent (its 100 % event) even though its charges, which
+// never pass the ceiling, may stay under it. It never blocks.
+func (w *Watcher) Refused(scope, id, period string) { w.tell(scope, id, period) }
+
+func (w *Watcher) tell(scope, id, refused string) {
 	w.mu.Lock()
-	if w.pending == nil {
-		w.pending, w.wake = map[[2]string]bool{}, make(chan struct{}, 1)
+	if w.queued == nil {
+		w.queued, w.wake = map[[2]string]int{}, make(chan struct{}, 1)
 	}
-	w.pending[[2]string{scope, id}] = true
+	k := [2]string{scope, id}
+	i, ok := w.queued[k]
+	if !ok {
+		i = len(w.pending)
+		w.queued[k] = i
+		w.pending = append(w.pending, pendingCheck{scope: scope, id: id})
+	}
+	if refused != "" {
+		if w.pending[i].refused == nil {
+			w.pending[i].refused = map[string]bool{}
+		}
+		w.pending[i].refused[refused] = true
+	}
 	wake := w.wake
 	w.mu.Unlock()
 	select {
@@ -126,24 +156,25 @@ func (w *Watcher) Run(ctx context.Context) {
 		}
 		w.mu.Lock()
 		todo := w.pending
-		w.pending = map[[2]string]bool{}
+		w.pending, w.queued = nil, map[[2]string]int{}
 		w.mu.Unlock()
-		for k := range todo {
-			if k[0] != "" {
-				w.recompute(ctx, k[0], k[1])
+		for _, p := range todo {
+			if p.scope != "" {
+				w.recompute(ctx, p)
 			}
 		}
 	}
 }
 
 // recompute sets id's gauges and sends its new crossings.
-func (w *Watcher) recompute(ctx context.Context, scope, id string) {
+func (w *Watcher) recompute(ctx context.Context, p pendingCheck) {
+	scope, id := p.scope, p.id
 	for _, b := range w.Source(scope, id) {
 		spent := b.Charged()
 		ratio := float64(spent) / float64(b.Ceiling)
 		w.Gauge.SetBudgetRatio(scope, id, b.Period, ratio)
 		for _, th := range Thresholds {
-			if ratio >= th {
+			if ratio >= th || th == 1 && p.refused[b.Period] {
 				w.cross(ctx, scope, id, b, th, ratio, spent)
 			}
 		}

@@ -64,6 +64,14 @@ func (g *Gateway) watchBudget(scope, id string) {
 	}
 }
 
+// budgetRefused tells the watcher that id's budget of period refused a
+// request: it is spent.
+func (g *Gateway) budgetRefused(scope, id, period string) {
+	if g.budgets != nil {
+		g.budgets.Refused(scope, id, period)
+	}
+}
+
 // budgetsOf lists the cost budgets set for a tenant or key, as the
 // watcher reads them.
 func (g *Gateway) budgetsOf(scope, id string) []alerts.Budget {

@@ -212,8 +212,8 @@ type Gateway struct {
 	// budgets keeps the budget gauges and sends the budget alerts.
 	budgets *alerts.Watcher
 	webhook *alerts.Webhook // nil: no budget webhook
-	load        *load.Table
-	metrics     *metrics.Metrics
+	load    *load.Table
+	metrics *metrics.Metrics
 	// reload re-reads the configuration (Options.Reload).
 	reload func() error
 	// metricsElsewhere: metrics_listen serves /metrics with no key.

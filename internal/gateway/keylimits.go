@@ -18,7 +18,7 @@ import (
 // A virtual key narrows its tenant (docs/keys.md): its models, and its
 // own rate, tokens, cost and concurrency, enforced before dispatch with
 // the tenants' machinery — each attempt's worst case reserved under the
-// key's day, month and minute as under the tenant's day, and settled at
+// key's day, month, lifetime and minute as under the tenant's, and settled at
 // its real cost and tokens. The tenant's limits hold over all its keys.
 
 // keyCall is a logical request's virtual key.
@@ -134,6 +134,7 @@ func (c *call) keyLimitError(which keyLimit, cost, tokens gw.NanoUSD) *api.Error
 	e := api.Errorf(api.CodeKeyBudget, "key %s has reached its %s cost limit of $%g ($%g charged; the next attempt's worst case does not fit); %s",
 		k.ID, what, usd, charged.USD(), resets)
 	e.RetryAfter = quota.Until(now, span) // none for a lifetime
+	c.g.budgetRefused(scopeKey, k.ID, span)
 	return e
 }
 

@@ -121,6 +121,7 @@ func (c *call) tenantBudgetError(n int) *api.Error {
 			e := api.Errorf(api.CodeTenantBudget, "tenant %s has reached its %s cost ceiling of $%g ($%g charged; the next attempt's worst case does not fit); %s",
 				id, s.what, s.ceiling.USD(), charged.USD(), s.resets)
 			e.RetryAfter = quota.Until(c.g.clock.Now(), s.name)
+			c.g.budgetRefused(scopeTenant, id, s.name)
 			return e
 		}
 		if a, _ := s.lim.Allowance(id); pending == nil && a < next {
