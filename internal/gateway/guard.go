@@ -76,14 +76,15 @@ func (c *call) acquire(d retry.Decision, first bool, adm *retry.Admission, inFli
 		return nil, false
 	}
 	res, ok := c.g.tenants.Reserve(c.tenant.ID, d.Reserve, c.deadline.Add(c.g.lease))
+	refused := "day"
 	if ok {
-		var refused string
 		if spans, refused = c.g.tenantSpans.Reserve(c.tenant.ID, d.Reserve, c.deadline.Add(c.g.lease)); refused != "" {
 			c.g.tenants.Settle(res, 0)
 			ok = false
 		}
 	}
 	if !ok {
+		c.tenantRefused.Store(&refused)
 		c.g.breakers.Done(d.Route, t, breaker.Ignore)
 		a, _ := c.tenantAllowance()
 		adm.TenantCapped, adm.TenantAllowance = true, min(a, max(0, d.Reserve-1))

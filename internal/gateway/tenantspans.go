@@ -128,8 +128,15 @@ func (c *call) tenantBudgetError(n int) *api.Error {
 			pending = s
 		}
 	}
-	if pending == nil {
+	if pending == nil { // kept elsewhere, allowances leave reservations out
 		pending = &spans[len(spans)-1]
+		if r := c.tenantRefused.Load(); r != nil {
+			for i := range spans {
+				if spans[i].name == *r {
+					pending = &spans[i]
+				}
+			}
+		}
 	}
 	charged := pending.lim.Charged(id)
 	if n > 0 {
