@@ -51,19 +51,19 @@ func apiMessage(err error) string {
 }
 
 // spendUntilRefused sends requests with cl until one is refused and
-// returns that error and how many were answered.
-func spendUntilRefused(t *testing.T, cl openai.Client, text string) (error, int) {
+// returns how many were answered and that refusal.
+func spendUntilRefused(t *testing.T, cl openai.Client, text string) (int, error) {
 	t.Helper()
 	p := oaParams("chat", text)
 	p.MaxTokens = openai.Int(100)
 	for i := range 100 {
 		p.Messages = userMsg(text + " " + strconv.Itoa(i))
 		if _, err := cl.Chat.Completions.New(context.Background(), p); err != nil {
-			return err, i
+			return i, err
 		}
 	}
 	t.Fatal("100 requests and no refusal")
-	return nil, 0
+	return 0, nil
 }
 
 // A key's lifetime budget: once its spend leaves no room for the next
@@ -79,7 +79,7 @@ func TestKeyLifetimeBudgetRefusesOnceSpent(t *testing.T) {
 	var h http.Header
 	cl := e.openai(&h, oopt2.WithAPIKey(v.Key))
 	before := e.primary.Stats().Requests
-	err, served := spendUntilRefused(t, cl, "lifetime")
+	served, err := spendUntilRefused(t, cl, "lifetime")
 	st, code, _ := apiErrorOf(t, err)
 	if st != 429 || code != api.CodeKeyBudget || h.Get("x-should-retry") != "false" || h.Get("Retry-After") != "" || served == 0 {
 		t.Fatalf("over the lifetime after %d: %d %s, x-should-retry %q, Retry-After %q", served, st, code, h.Get("x-should-retry"), h.Get("Retry-After"))
@@ -126,7 +126,7 @@ func TestTenantMonthAndLifetimeBudgets(t *testing.T) {
 	cl := e.openai(&h, oopt2.WithAPIKey(keySpender))
 	calls := e.primary.Stats().Requests
 	first := clk.Now()
-	err, served := spendUntilRefused(t, cl, "december")
+	served, err := spendUntilRefused(t, cl, "december")
 	last := clk.Now()
 	st, code, _ := apiErrorOf(t, err)
 	if st != 429 || code != api.CodeTenantBudget || h.Get("x-should-retry") != "false" || served == 0 {
@@ -154,7 +154,7 @@ func TestTenantMonthAndLifetimeBudgets(t *testing.T) {
 	clk.Advance(newYear.Sub(clk.Now()) + time.Hour) // January: a new month, the same lifetime
 	e.restart()
 	cl = e.openai(&h, oopt2.WithAPIKey(keySpender))
-	err, servedJan := spendUntilRefused(t, cl, "january")
+	servedJan, err := spendUntilRefused(t, cl, "january")
 	st, code, _ = apiErrorOf(t, err)
 	if st != 429 || code != api.CodeTenantBudget || h.Get("Retry-After") != "" || !strings.Contains(apiMessage(err), "lifetime cost ceiling") {
 		t.Fatalf("over the lifetime in January: %d %s, Retry-After %q: %v", st, code, h.Get("Retry-After"), err)
@@ -247,7 +247,7 @@ func TestBudgetGaugeAndWebhookEvents(t *testing.T) {
 	e := newEnvOpts(t, envOptions{mock: mock.Config{Tokens: 90}, yaml: webhookYAML(url),
 		config: withSpender(t, `{cost_usd_per_month: 0.001}`)})
 	cl := e.openai(nil, oopt2.WithAPIKey(keySpender))
-	err, served := spendUntilRefused(t, cl, "gauge")
+	served, err := spendUntilRefused(t, cl, "gauge")
 	if st, code, _ := apiErrorOf(t, err); st != 429 || code != api.CodeTenantBudget {
 		t.Fatalf("over the month after %d: %d %s", served, st, code)
 	}
@@ -311,7 +311,7 @@ func TestBudgetWebhookRetriedWhileRequestsAreServed(t *testing.T) {
 	e := newEnvOpts(t, envOptions{mock: mock.Config{Tokens: 90}, yaml: webhookYAML(url),
 		config: withSpender(t, `{cost_usd_per_month: 0.001}`), webhook: alerts.WebhookConfig{Backoff: time.Millisecond}})
 	cl := e.openai(nil, oopt2.WithAPIKey(keySpender))
-	if err, _ := spendUntilRefused(t, cl, "retried"); err == nil {
+	if _, err := spendUntilRefused(t, cl, "retried"); err == nil {
 		t.Fatal("no refusal")
 	}
 	select {
