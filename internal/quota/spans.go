@@ -48,10 +48,12 @@ func (s Spans) SetCosts(costs map[string]Costs) {
 	for id, c := range costs {
 		month[id], total[id] = Tenant{CostPerDay: c.Month}, Tenant{CostPerDay: c.Total}
 	}
-	for c, lim := range map[Ceiling]map[string]Tenant{s.Month: month, s.Total: total} {
-		if ls, ok := c.(interface{ SetLimits(map[string]Tenant) }); ok {
-			ls.SetLimits(lim)
-		}
+	type setter interface{ SetLimits(map[string]Tenant) }
+	if ls, ok := s.Month.(setter); ok {
+		ls.SetLimits(month)
+	}
+	if ls, ok := s.Total.(setter); ok {
+		ls.SetLimits(total)
 	}
 }
 
