@@ -110,11 +110,15 @@ func (c *call) tenantBudgetError(n int) *api.Error {
 		return e
 	}
 	next, id := c.cheapestAttempt(), c.tenant.ID
+	refused := ""
+	if r := c.tenantRefused.Load(); r != nil {
+		refused = *r
+	}
 	var pending *tenantSpan
 	spans := c.tenantSpanList()
 	for i := range spans {
 		s := &spans[i]
-		if s.ceiling <= 0 {
+		if s.ceiling <= 0 && s.name != refused { // (limits kept elsewhere may refuse without one)
 			continue
 		}
 		if charged := s.lim.Charged(id); charged+next > s.ceiling {
@@ -130,11 +134,9 @@ func (c *call) tenantBudgetError(n int) *api.Error {
 	}
 	if pending == nil { // kept elsewhere, allowances leave reservations out
 		pending = &spans[len(spans)-1]
-		if r := c.tenantRefused.Load(); r != nil {
-			for i := range spans {
-				if spans[i].name == *r {
-					pending = &spans[i]
-				}
+		for i := range spans {
+			if spans[i].name == refused {
+				pending = &spans[i]
 			}
 		}
 	}
