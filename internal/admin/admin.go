@@ -140,7 +140,13 @@ type PrevView struct {
 type KeySpendView struct {
 	TodayUSD float64 `json:"today_usd"`
 	MonthUSD float64 `json:"month_usd"`
+	// TotalUSD is what the key was charged over its life.
+	TotalUSD float64 `json:"total_usd"`
 }
+
+// maxCostUSD is the largest cost limit a key may set, as for a tenant in
+// the file: nano-USD amounts are int64s.
+const maxCostUSD = 1e9
 
 func timePtr(t time.Time) *time.Time {
 	if t.IsZero() {
@@ -333,7 +339,7 @@ func (a *API) listKeys(w http.ResponseWriter, r *http.Request) {
 		api.StoreUnavailable(err).Write(w, provider.OpenAI, api.Meta{})
 		return
 	}
-	today, month, err := a.keySpends(r.Context())
+	spend, err := a.keySpends(r.Context())
 	if err != nil {
 		api.StoreUnavailable(err).Write(w, provider.OpenAI, api.Meta{})
 		return
@@ -342,19 +348,36 @@ func (a *API) listKeys(w http.ResponseWriter, r *http.Request) {
 	data := make([]KeyView, len(list))
 	for i, k := range list {
 		data[i] = viewOf(k, now)
-		data[i].Spend = &KeySpendView{TodayUSD: gw.NanoUSD(today[k.ID]).USD(), MonthUSD: gw.NanoUSD(month[k.ID]).USD()}
+		data[i].Spend = spend.of(k.ID)
 	}
 	api.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
 
-// keySpends is what each key was charged today and this month.
-func (a *API) keySpends(ctx context.Context) (today, month map[string]int64, err error) {
+// keySpend is what each key was charged today, this month and over its
+// life, in nano-USD.
+type keySpend struct{ today, month, total map[string]int64 }
+
+// of is key id's spend as the API shows it.
+func (s keySpend) of(id string) *KeySpendView {
+	return &KeySpendView{TodayUSD: gw.NanoUSD(s.today[id]).USD(), MonthUSD: gw.NanoUSD(s.month[id]).USD(),
+		TotalUSD: gw.NanoUSD(s.total[id]).USD()}
+}
+
+// keySpends is what each key was charged today, this month and over its
+// life.
+func (a *API) keySpends(ctx context.Context) (s keySpend, err error) {
 	now := a.clock.Now()
-	if today, err = a.store.KeySpend(ctx, gw.Day(now), gw.Day(now)); err != nil {
-		return nil, nil, err
+	if s.today, err = a.store.KeySpend(ctx, gw.Day(now), gw.Day(now)); err != nil {
+		return s, fmt.Errorf("read the keys' spend today: %w", err)
 	}
-	month, err = a.store.KeySpend(ctx, ledger.MonthStart(now), gw.Day(now))
-	return today, month, err
+	if s.month, err = a.store.KeySpend(ctx, ledger.MonthStart(now), gw.Day(now)); err != nil {
+		return s, fmt.Errorf("read the keys' spend this month: %w", err)
+	}
+	from, to := ledger.SpanTotal.Days(0)
+	if s.total, err = a.store.KeySpend(ctx, from, to); err != nil {
+		return s, fmt.Errorf("read the keys' lifetime spend: %w", err)
+	}
+	return s, nil
 }
 
 // storedKey reads the key {id}, or answers 404.
@@ -373,13 +396,13 @@ func (a *API) readKey(w http.ResponseWriter, r *http.Request) {
 	if k == nil {
 		return
 	}
-	today, month, err := a.keySpends(r.Context())
+	spend, err := a.keySpends(r.Context())
 	if err != nil {
 		api.StoreUnavailable(err).Write(w, provider.OpenAI, api.Meta{})
 		return
 	}
 	v := viewOf(k, a.clock.Now())
-	v.Spend = &KeySpendView{TodayUSD: gw.NanoUSD(today[k.ID]).USD(), MonthUSD: gw.NanoUSD(month[k.ID]).USD()}
+	v.Spend = spend.of(k.ID)
 	w.Header().Set("ETag", etagOf(k))
 	api.WriteJSON(w, http.StatusOK, v)
 }

@@ -135,11 +135,6 @@ func (a *API) applyTenant(t *ledger.Tenant, b *tenantBody) *api.Error {
 		if e := checkBudget(*b.Budget, "a team's"); e != nil {
 			return e
 		}
-		if b.Budget.CostUSDPerMonth > 0 {
-			// Held for keys, not yet for tenants: a limit the gateway
-			// would not hold is refused, not stored.
-			return bad("budget.cost_usd_per_month", "a team's cost_usd_per_month is not held yet: set cost_usd_per_day, or cost_usd_per_month on its keys")
-		}
 		t.Spec.Budget = *b.Budget
 	}
 	if b.MaxDataBoundary != nil {
@@ -161,9 +156,18 @@ func (a *API) applyTenant(t *ledger.Tenant, b *tenantBody) *api.Error {
 
 // checkBudget refuses a negative limit; whose names the budget's owner.
 func checkBudget(bu ledger.KeyBudget, whose string) *api.Error {
-	if bu.RequestsPerMinute < 0 || bu.TokensPerMinute < 0 || bu.CostUSDPerDay < 0 || bu.CostUSDPerMonth < 0 || bu.MaxConcurrent < 0 {
+	if bu.RequestsPerMinute < 0 || bu.TokensPerMinute < 0 || bu.CostUSDPerDay < 0 || bu.CostUSDPerMonth < 0 || bu.CostUSDTotal < 0 || bu.MaxConcurrent < 0 {
 		return &api.Error{Code: api.CodeInvalidRequest, Param: "budget",
 			Message: fmt.Sprintf("budget limits cannot be negative (0 or absent: no limit of %s own)", whose)}
+	}
+	for _, c := range []struct {
+		name string
+		usd  float64
+	}{{"cost_usd_per_day", bu.CostUSDPerDay}, {"cost_usd_per_month", bu.CostUSDPerMonth}, {"cost_usd_total", bu.CostUSDTotal}} {
+		if c.usd > maxCostUSD {
+			return &api.Error{Code: api.CodeInvalidRequest, Param: "budget",
+				Message: fmt.Sprintf("budget.%s is $%g: at most $%g (0 or absent: no limit of %s own)", c.name, c.usd, float64(maxCostUSD), whose)}
+		}
 	}
 	return nil
 }

@@ -102,6 +102,9 @@ type Config struct {
 	Log Log `yaml:"log"`
 	// Telemetry configures traces (docs/operations.md).
 	Telemetry Telemetry `yaml:"telemetry"`
+	// Alerts configures the alerts the gateway sends itself, beside its
+	// metrics (docs/operations.md, "Budget alerts").
+	Alerts Alerts `yaml:"alerts"`
 	// DrainTimeout bounds a graceful stop (SIGTERM, SIGINT): how long the
 	// requests and streams in flight may take to finish before the rest
 	// are cut. /readyz says not ready from the drain's first moment.
@@ -184,6 +187,13 @@ type TenantBudget struct {
 	// CostUSDPerDay caps the reserved plus charged cost per UTC day.
 	// 0 (default): no cap.
 	CostUSDPerDay float64 `yaml:"cost_usd_per_day"`
+	// CostUSDPerMonth caps the reserved plus charged cost per UTC month
+	// (it resets on the 1st, 00:00 UTC). 0 (default): no cap.
+	CostUSDPerMonth float64 `yaml:"cost_usd_per_month"`
+	// CostUSDTotal caps the reserved plus charged cost over the tenant's
+	// whole life; it never resets, and deleting old receipts frees none
+	// of it. 0 (default): no cap.
+	CostUSDTotal float64 `yaml:"cost_usd_total"`
 	// MaxConcurrent caps the tenant's requests in progress at once on
 	// each gateway process, refused with 429 before their bodies are
 	// read. 0 (default): no cap.
@@ -524,6 +534,25 @@ type Telemetry struct {
 	// (traces go to its /v1/traces unless the URL names a path). Empty
 	// (the default): no traces are exported.
 	OTLPEndpoint string `yaml:"otlp_endpoint"`
+}
+
+// Alerts configures the alerts the gateway sends itself.
+type Alerts struct {
+	// BudgetWebhook, when its url is set, receives a signed JSON event
+	// each time a tenant's or a virtual key's budget (day, month, total)
+	// crosses 80 % and 100 % of its ceiling (docs/operations.md).
+	BudgetWebhook Webhook `yaml:"budget_webhook"`
+}
+
+// Webhook is an HTTP endpoint events are POSTed to.
+type Webhook struct {
+	// URL receives the events (http or https). Empty (the default): no
+	// events are sent.
+	URL string `yaml:"url"`
+	// SecretEnv names the environment variable holding the secret each
+	// event's body is signed with (HMAC-SHA256, in X-Oncegate-Signature).
+	// Required with url.
+	SecretEnv string `yaml:"secret_env"`
 }
 
 // Conversations configures stored conversations.

@@ -27,6 +27,9 @@ type Secrets struct {
 	GatewaySecret string
 	// AdminKey is the admin key ("" when none is configured).
 	AdminKey string
+	// BudgetWebhookSecret signs the budget alerts ("" when no webhook is
+	// configured).
+	BudgetWebhookSecret string
 }
 
 // MaxSecretFileBytes bounds a file holding one secret.
@@ -135,6 +138,12 @@ func (c *Config) ResolveSecrets(lookup func(string) (string, bool)) (*Secrets, e
 		s.AdminKey = get(secretSource{path: "admin_key_env", env: c.AdminKeyEnv})
 	case c.AdminKeyFile != "":
 		s.AdminKey = get(secretSource{path: "admin_key_file", file: c.AdminKeyFile})
+	}
+	if wh := c.Alerts.BudgetWebhook; wh.URL != "" && wh.SecretEnv != "" {
+		s.BudgetWebhookSecret = get(secretSource{path: "alerts.budget_webhook.secret_env", env: wh.SecretEnv})
+		if s.BudgetWebhookSecret != "" {
+			s.ValueSecrets = append(s.ValueSecrets, s.BudgetWebhookSecret)
+		}
 	}
 	if tenant, dup := s.TenantKeys[s.AdminKey]; dup && s.AdminKey != "" {
 		path := "admin_key_env"

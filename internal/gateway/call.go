@@ -74,6 +74,9 @@ type call struct {
 	turn *turnCall
 	// key is the request's virtual key (docs/keys-and-teams.md); nil for none.
 	key *keyCall
+	// tenantRefused names the tenant's cost ceiling that refused the last
+	// reservation ("day", "month", "total"; nil when none did).
+	tenantRefused atomic.Pointer[string]
 	// rateTaken: the tenant's rate was counted when the flight was
 	// placed (a shared coordinator does it with the claim).
 	rateTaken bool

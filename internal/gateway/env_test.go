@@ -21,6 +21,7 @@ import (
 	oopt2 "github.com/openai/openai-go/v3/option"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/oncegate/oncegate/internal/alerts"
 	"github.com/oncegate/oncegate/internal/breaker"
 	"github.com/oncegate/oncegate/internal/clock"
 	"github.com/oncegate/oncegate/internal/config"
@@ -302,6 +303,8 @@ type envOptions struct {
 	// entra serves the primary mock's Microsoft Entra ID fake over TLS
 	// too, as the gateway's token authority.
 	entra bool
+	// webhook replaces the budget webhook's defaults (its backoff).
+	webhook alerts.WebhookConfig
 }
 
 func newEnvOpts(t *testing.T, o envOptions) *env {
@@ -366,7 +369,7 @@ func newEnvOpts(t *testing.T, o envOptions) *env {
 	}
 	e.dbPath = filepath.Join(t.TempDir(), "ledger.db")
 	e.opts = Options{DrainTimeout: 2 * time.Second, RejoinGrace: time.Second, Clock: o.clock,
-		Breakers: o.breakers, RetryBudget: o.budget, Tenants: o.tenants, Tracer: o.tracer}
+		Breakers: o.breakers, RetryBudget: o.budget, Tenants: o.tenants, Tracer: o.tracer, BudgetWebhook: o.webhook}
 	if e.mem != nil {
 		e.opts.Dial = e.mem.DialContext
 	}
@@ -529,7 +532,7 @@ func (e *env) storePath() string { return e.dbPath }
 func (e *env) envKeys() map[string]string {
 	return map[string]string{"KEY_ACME": keyAcme, "KEY_GLOBEX": keyGlobex, "KEY_INITECH": keyInitech, "KEY_HOOLI": keyHooli, "KEY_UMBRELLA": keyUmbrella,
 		"KEY_SPENDER": keySpender, "KEY_UPSTREAM_ONE": primaryProviderKey, "KEY_ADMIN": keyAdmin,
-		"KEY_AZURE": mock.DefaultAzureAPIKey, "KEY_AZURE_BAD": azureBadKey, "KEY_TAG": azureTagSecret}
+		"KEY_AZURE": mock.DefaultAzureAPIKey, "KEY_AZURE_BAD": azureBadKey, "KEY_TAG": azureTagSecret, "KEY_WEBHOOK": webhookSecret}
 }
 
 func oaParams(model, text string) openai.ChatCompletionNewParams {

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -11,37 +10,6 @@ import (
 	"github.com/oncegate/oncegate/internal/receipt"
 	"github.com/oncegate/oncegate/internal/retry"
 )
-
-// tenantBudgetError is the refusal of a request whose next attempt's
-// worst case does not fit under its tenant's daily ceiling, after n
-// attempts. If what the tenant was charged leaves room for it, only
-// reservations of requests in flight are in the way, and they settle for
-// less than they hold: 429 tenant_budget_pending, come back in about the
-// time they take. Only charges that leave no room are the day's answer,
-// 429 tenant_budget_exceeded until midnight UTC (docs/overload.md). A
-// request that already made attempts has its terminal replayed to its
-// key, so it is not told to come back: 503 upstream_unavailable.
-func (c *call) tenantBudgetError(n int) *api.Error {
-	if e := c.keyBudgetError(n); e != nil {
-		return e
-	}
-	ceiling, next := c.tenant.CostPerDay, c.cheapestAttempt()
-	charged := c.g.tenants.Charged(c.tenant.ID)
-	switch {
-	case charged+next <= ceiling && n == 0:
-		e := api.Errorf(api.CodeTenantPending, "tenant %s's requests in flight hold what is left of its daily cost ceiling of $%g ($%g charged so far); retry once they finish",
-			c.tenant.ID, ceiling.USD(), charged.USD())
-		e.RetryAfter = api.PendingRetryAfter(c.alias.Engine.Deadline)
-		return e
-	case charged+next <= ceiling:
-		return api.Errorf(api.CodeUpstreamUnavailable, "no provider answered, and the requests tenant %s has in flight hold what is left of its daily cost ceiling after %d attempts", c.tenant.ID, n)
-	}
-	e := api.Errorf(api.CodeTenantBudget, "tenant %s has reached its daily cost ceiling of $%g ($%g charged; the next attempt's worst case does not fit); it resets at 00:00 UTC",
-		c.tenant.ID, ceiling.USD(), charged.USD())
-	now := c.g.clock.Now()
-	e.RetryAfter = int(math.Ceil(api.NextUTCDay(now).Sub(now).Seconds()))
-	return e
-}
 
 // terminalError is the client error for a logical request that ended
 // without an answer and before any output (docs/errors.md). Each names the

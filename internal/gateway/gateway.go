@@ -28,6 +28,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/oncegate/oncegate/internal/accesslog"
+	"github.com/oncegate/oncegate/internal/alerts"
 	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/breaker"
 	"github.com/oncegate/oncegate/internal/clock"
@@ -108,6 +109,16 @@ type Options struct {
 	// changed, and this one what changed elsewhere (docs/keys-and-teams.md).
 	KeyLimits keyring.Limits
 	KeyFeed   keyring.Feed
+	// TenantSpans enforce the tenants' month and lifetime cost ceilings,
+	// by tenant id (default: in this process, seeded from the store).
+	TenantSpans quota.Spans
+	// AlertsOnce decides which replica sends a budget alert (the Redis
+	// coordination); nil: the store remembers what this gateway sent.
+	AlertsOnce alerts.Once
+	// BudgetWebhook's non-zero Client, Queue, Tries and Backoff replace
+	// the budget webhook's defaults; its URL and secret come from the
+	// configuration (alerts.budget_webhook).
+	BudgetWebhook alerts.WebhookConfig
 	// Load is the routes' load that a tier's strategy chooses by
 	// (docs/routing.md): attempts in flight, time to first token and
 	// rate-limit headroom (default: this process's view alone; replicas
@@ -196,9 +207,13 @@ type Gateway struct {
 	breakers    breaker.Admitter
 	budget      breaker.Retries
 	tenants     quota.Ceiling
+	tenantSpans quota.Spans
 	keys        *keyring.Ring
-	load        *load.Table
-	metrics     *metrics.Metrics
+	// budgets keeps the budget gauges and sends the budget alerts.
+	budgets *alerts.Watcher
+	webhook *alerts.Webhook // nil: no budget webhook
+	load    *load.Table
+	metrics *metrics.Metrics
 	// reload re-reads the configuration (Options.Reload).
 	reload func() error
 	// metricsElsewhere: metrics_listen serves /metrics with no key.
@@ -289,7 +304,7 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 	g.metricsHTTP = g.metrics.Handler()
 	// What requests left in progress reserved matters only under a
 	// daily ceiling; without one, start-up does not read them.
-	ceiling := slices.ContainsFunc(pol.Tenants, func(t *policy.Tenant) bool { return t.CostPerDay > 0 })
+	ceiling := slices.ContainsFunc(pol.Tenants, func(t *policy.Tenant) bool { return t.CostPerDay+t.CostPerMonth+t.CostTotal > 0 })
 	if err := g.seedSpend(context.Background(), ceiling); err != nil {
 		return nil, err
 	}
@@ -313,6 +328,7 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 	}
 	g.keys = keyring.New(g.ledger, g.clock, g.log, g.metrics, g.secret, g.policy, opts.KeyLimits, opts.KeyFeed)
 	g.keys.OnTeams(g.setTenantLimits)
+	g.watchBudgets(pol, secrets, opts)
 	g.routes()
 	n, err := g.recovery.SettleLapsed(context.Background())
 	if err != nil {
@@ -339,6 +355,9 @@ func (g *Gateway) guards(pol *policy.Policy, opts Options) {
 	if g.tenants == nil {
 		g.tenants = quota.New(g.clock, pol.TenantLimits())
 	}
+	g.tenantSpans = opts.TenantSpans
+	g.tenantSpans.Fill(g.clock)
+	g.tenantSpans.SetCosts(pol.TenantCosts())
 	if g.load = opts.Load; g.load == nil {
 		g.load = load.New(g.clock, pol.LoadLimits())
 	}
@@ -366,11 +385,9 @@ type refusingStore interface{ Refused() int }
 // a start (inFlight) that includes what requests the last process left in
 // progress reserved; after recovery has charged them, the charges alone.
 func (g *Gateway) seedSpend(ctx context.Context, inFlight bool) error {
-	s, ok := g.tenants.(interface {
-		Seed(day int64, charged map[string]gw.NanoUSD)
-	})
+	s, ok := g.tenants.(spendSeeder)
 	if !ok {
-		return nil
+		return g.seedSpans(ctx, inFlight)
 	}
 	day := gw.Day(g.clock.Now())
 	spend, err := g.ledger.Spend(ctx, day)
@@ -380,12 +397,8 @@ func (g *Gateway) seedSpend(ctx context.Context, inFlight bool) error {
 	if err != nil {
 		return fmt.Errorf("read today's spend from the store: %w", err)
 	}
-	charged := make(map[string]gw.NanoUSD, len(spend))
-	for t, v := range spend {
-		charged[t] = gw.NanoUSD(v)
-	}
-	s.Seed(day, charged)
-	return nil
+	s.Seed(day, nanoOf(spend))
+	return g.seedSpans(ctx, inFlight)
 }
 
 func (g *Gateway) initSecret(opt []byte, configured string) error {
@@ -415,6 +428,7 @@ func (g *Gateway) startJobs() {
 	g.jobs.Start(g.giveUp)
 	g.jobs.Start(jobs.Job{Name: "recovery", Every: jobs.Fixed(g.lease / 2), Run: g.settleLapsed})
 	g.jobs.Start(jobs.Retention(g.ledger, g.clock, g.log, g.policy))
+	g.startBudgetJobs()
 }
 
 // heldLeases are the requests whose calls this gateway runs.

@@ -14,7 +14,8 @@ type permit struct {
 	route    string
 	ticket   breaker.Ticket
 	reserved quota.Reservation
-	key      keyReservations // under the request's virtual key
+	spans    quota.SpanReservations // under the tenant's month and lifetime
+	key      keyReservations        // under the request's virtual key
 }
 
 // admission snapshots the fleet's state for the engine: open breakers,
@@ -36,7 +37,7 @@ func (c *call) admission(retrying bool) retry.Admission {
 			adm.RetryRefused[p] = true
 		}
 	}
-	adm.TenantAllowance, adm.TenantCapped = c.g.tenants.Allowance(c.tenant.ID)
+	adm.TenantAllowance, adm.TenantCapped = c.tenantAllowance()
 	c.keyAdmission(&adm)
 	ids := make([]string, len(c.alias.Routes))
 	for i, r := range c.alias.Routes {
@@ -65,6 +66,7 @@ func (c *call) acquire(d retry.Decision, first bool, adm *retry.Admission, inFli
 	if c.key != nil {
 		c.key.refused.Store(0) // a refusal is this acquisition's, if any
 	}
+	var spans quota.SpanReservations
 	t, ok := c.g.breakers.Acquire(d.Route)
 	if !ok {
 		if adm.Refused == nil {
@@ -74,9 +76,17 @@ func (c *call) acquire(d retry.Decision, first bool, adm *retry.Admission, inFli
 		return nil, false
 	}
 	res, ok := c.g.tenants.Reserve(c.tenant.ID, d.Reserve, c.deadline.Add(c.g.lease))
+	refused := "day"
+	if ok {
+		if spans, refused = c.g.tenantSpans.Reserve(c.tenant.ID, d.Reserve, c.deadline.Add(c.g.lease)); refused != "" {
+			c.g.tenants.Settle(res, 0)
+			ok = false
+		}
+	}
 	if !ok {
+		c.tenantRefused.Store(&refused)
 		c.g.breakers.Done(d.Route, t, breaker.Ignore)
-		a, _ := c.g.tenants.Allowance(c.tenant.ID)
+		a, _ := c.tenantAllowance()
 		adm.TenantCapped, adm.TenantAllowance = true, min(a, max(0, d.Reserve-1))
 		return nil, false
 	}
@@ -84,6 +94,7 @@ func (c *call) acquire(d retry.Decision, first bool, adm *retry.Admission, inFli
 	if !ok {
 		c.g.breakers.Done(d.Route, t, breaker.Ignore)
 		c.g.tenants.Settle(res, 0)
+		c.g.tenantSpans.Settle(spans, 0)
 		a := adm.TenantAllowance
 		if !adm.TenantCapped {
 			a = d.Reserve
@@ -95,6 +106,7 @@ func (c *call) acquire(d retry.Decision, first bool, adm *retry.Admission, inFli
 		if !c.g.budget.Retry(prov) {
 			c.g.breakers.Done(d.Route, t, breaker.Ignore)
 			c.g.tenants.Settle(res, 0)
+			c.g.tenantSpans.Settle(spans, 0)
 			c.settleKey(kres, 0, gw.Usage{})
 			if adm.RetryRefused == nil {
 				adm.RetryRefused = map[string]bool{}
@@ -107,7 +119,7 @@ func (c *call) acquire(d retry.Decision, first bool, adm *retry.Admission, inFli
 	}
 	c.g.load.Begin(d.Route)
 	c.g.metrics.ObserveRouteSelected(c.alias.Name, d.Route, c.alias.StrategyName())
-	return &permit{route: d.Route, ticket: t, reserved: res, key: kres}, true
+	return &permit{route: d.Route, ticket: t, reserved: res, spans: spans, key: kres}, true
 }
 
 // providerOf is the provider of one of the alias's routes.
@@ -175,6 +187,8 @@ func (c *call) release(p *permit, res *attemptResult) {
 	c.g.load.End(p.route, tokens)
 	c.g.breakers.Done(p.route, p.ticket, outcome)
 	c.g.tenants.Settle(p.reserved, cost)
+	c.g.tenantSpans.Settle(p.spans, cost)
+	c.g.watchBudget(scopeTenant, c.tenant.ID)
 	c.settleKey(p.key, cost, usage)
 }
 

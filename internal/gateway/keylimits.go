@@ -20,7 +20,7 @@ import (
 // are held here too, as a key's are, since every request of a team
 // comes with one of its keys — enforced before dispatch with
 // the tenants' machinery — each attempt's worst case reserved under the
-// key's day, month and minute as under the tenant's day, and settled at
+// key's day, month, lifetime and minute as under the tenant's, and settled at
 // its real cost and tokens. The tenant's limits hold over all its keys.
 
 // keyCall is a logical request's virtual key.
@@ -38,6 +38,7 @@ const (
 	keyTokens keyLimit = iota + 1 // tokens_per_minute
 	keyDay                        // cost_usd_per_day
 	keyMonth                      // cost_usd_per_month
+	keyTotal                      // cost_usd_total
 )
 
 // teamTokens is the key's team's tokens_per_minute (docs/keys-and-teams.md,
@@ -102,6 +103,9 @@ func (c *call) keyRefusal(cost, tokens gw.NanoUSD) *api.Error {
 	if a, capped := l.Month.Allowance(id); capped && cost > a {
 		return c.keyLimitError(keyMonth, cost, tokens)
 	}
+	if a, capped := l.Total.Allowance(id); capped && cost > a {
+		return c.keyLimitError(keyTotal, cost, tokens)
+	}
 	return nil
 }
 
@@ -130,9 +134,12 @@ func (c *call) keyLimitError(which keyLimit, cost, tokens gw.NanoUSD) *api.Error
 		return e
 	}
 	c.g.metrics.ObserveTenantRejection(k.Tenant, api.CodeKeyBudget)
-	lim, what, usd, period, resets := l.Day, "daily", k.Spec.Budget.CostUSDPerDay, gw.Day, "it resets at 00:00 UTC"
-	if which == keyMonth {
-		lim, what, usd, period, resets = l.Month, "monthly", k.Spec.Budget.CostUSDPerMonth, quota.Month, "it resets on the 1st, 00:00 UTC"
+	lim, what, usd, span, resets := l.Day, "daily", k.Spec.Budget.CostUSDPerDay, "day", "it resets at 00:00 UTC"
+	switch which {
+	case keyMonth:
+		lim, what, usd, span, resets = l.Month, "monthly", k.Spec.Budget.CostUSDPerMonth, "month", "it resets on the 1st, 00:00 UTC"
+	case keyTotal:
+		lim, what, usd, span, resets = l.Total, "lifetime", k.Spec.Budget.CostUSDTotal, "total", "it never resets: raise the key's cost_usd_total or issue another key"
 	}
 	charged := lim.Charged(k.ID)
 	if charged+cost <= gw.NanoFromUSD(usd) {
@@ -143,7 +150,8 @@ func (c *call) keyLimitError(which keyLimit, cost, tokens gw.NanoUSD) *api.Error
 	}
 	e := api.Errorf(api.CodeKeyBudget, "key %s has reached its %s cost limit of $%g ($%g charged; the next attempt's worst case does not fit); %s",
 		k.ID, what, usd, charged.USD(), resets)
-	e.RetryAfter = until(period)
+	e.RetryAfter = quota.Until(now, span) // none for a lifetime
+	c.g.budgetRefused(scopeKey, k.ID, span)
 	return e
 }
 
@@ -186,6 +194,9 @@ func (c *call) keyAdmission(adm *retry.Admission) {
 	if a, capped := l.Month.Allowance(id); capped {
 		narrow(a)
 	}
+	if a, capped := l.Total.Allowance(id); capped {
+		narrow(a)
+	}
 	if a, capped := l.Tokens.Allowance(id); capped && c.keyTokens() > a {
 		narrow(0)
 	}
@@ -197,9 +208,9 @@ func (c *call) keyAdmission(adm *retry.Admission) {
 
 // keyReservations are an attempt's reservations under its key.
 type keyReservations struct {
-	day, month, tokens quota.Reservation
-	teamTokens         quota.Reservation // the key's team's tokens per minute
-	held               bool
+	day, month, total, tokens quota.Reservation
+	teamTokens                quota.Reservation // the key's team's tokens per minute
+	held                      bool
 }
 
 // reserveKey reserves an attempt's worst case under its key, until the
@@ -236,7 +247,11 @@ func (c *call) reserveKey(cost gw.NanoUSD, until time.Time) (keyReservations, bo
 	if !ok {
 		return refuse(keyMonth, undoTokens, undoTeam, func() { l.Day.Settle(day, 0) })
 	}
-	return keyReservations{day: day, month: month, tokens: tokens, teamTokens: teamTok, held: true}, true
+	total, ok := l.Total.Reserve(id, cost, until)
+	if !ok {
+		return refuse(keyTotal, undoTokens, undoTeam, func() { l.Day.Settle(day, 0) }, func() { l.Month.Settle(month, 0) })
+	}
+	return keyReservations{day: day, month: month, total: total, tokens: tokens, teamTokens: teamTok, held: true}, true
 }
 
 // settleKey releases an attempt's reservations under its key and
@@ -250,6 +265,8 @@ func (c *call) settleKey(r keyReservations, cost gw.NanoUSD, u gw.Usage) {
 	l.Tokens.Settle(r.teamTokens, gw.NanoUSD(u.InputTokens+u.OutputTokens))
 	l.Day.Settle(r.day, cost)
 	l.Month.Settle(r.month, cost)
+	l.Total.Settle(r.total, cost)
+	c.g.watchBudget(scopeKey, c.key.lk.Stored.ID)
 }
 
 // keyIDOf is the id of the virtual key a request authenticated with, ""

@@ -164,7 +164,7 @@ func (g *Gateway) Reload(pol *policy.Policy, secrets *config.Secrets) error {
 		same bool
 	}{{"store", a.Store == b.Store}, {"coordination", a.Coordination == b.Coordination}, {"listen", a.Listen == b.Listen},
 		{"metrics_listen", a.MetricsListen == b.MetricsListen}, {"lease", a.Lease == b.Lease},
-		{"telemetry", a.Telemetry == b.Telemetry}, {"secret_env", a.SecretEnv == b.SecretEnv},
+		{"telemetry", a.Telemetry == b.Telemetry}, {"alerts", a.Alerts == b.Alerts}, {"secret_env", a.SecretEnv == b.SecretEnv},
 		{"secret_file", a.SecretFile == b.SecretFile}, {"the fingerprint secret (secret_file's content)", old.gatewaySecret == secrets.GatewaySecret},
 		{"retry_budget", a.RetryBudget == b.RetryBudget}, {"breaker", a.Breaker == b.Breaker}} {
 		if !f.same {

@@ -29,13 +29,15 @@ func (g *Gateway) tenantsInForce() []*policy.Tenant {
 // today, so that a team learnt after the start is not handed a fresh
 // day.
 func (g *Gateway) setTenantLimits() {
+	in := g.tenantsInForce()
+	g.tenantSpans.SetCosts(policy.TenantCostsOf(in))
 	t, ok := g.tenants.(interface {
 		SetLimits(map[string]quota.Tenant)
 	})
 	if !ok {
 		return
 	}
-	t.SetLimits(policy.TenantLimitsOf(g.tenantsInForce()))
+	t.SetLimits(policy.TenantLimitsOf(in))
 	if err := g.seedSpend(context.Background(), false); err != nil {
 		g.log.Warn("could not read today's spend for a team's limits", "err", err)
 	}

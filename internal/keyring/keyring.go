@@ -37,6 +37,8 @@ type Limits struct {
 	Day quota.Ceiling
 	// Month holds cost_usd_per_month (its ceiling is per UTC month).
 	Month quota.Ceiling
+	// Total holds cost_usd_total (its ceiling never resets).
+	Total quota.Ceiling
 	// Tokens holds tokens_per_minute, reserved as tokens.
 	Tokens quota.Ceiling
 	// Running counts each key's requests in progress against its
@@ -96,8 +98,12 @@ type Ring struct {
 	cache   map[string]*Key // by digest
 	missing map[string]bool // digests the store does not know
 	gen     uint64          // bumped by every change; a lookup begun before is not cached
+	// OnSeed, when not nil, is called with a key's id once its limits
+	// are set and its spend seeded (the budget gauges start there). Set
+	// it before the ring is used.
+	OnSeed func(id string)
 	// limited are the keys whose limits the Limits hold, by id.
-	limited map[string][3]quota.Tenant // day, month, tokens
+	limited map[string][4]quota.Tenant // day, month, tokens, total
 	// teams are the teams read from the store, by id (teams.go);
 	// limiting, the live ones' tenants as last read, which a change told
 	// does not drop (their limits stay until a read replaces them);
@@ -115,7 +121,7 @@ const maxMissing = 10000
 // one gateway) tells it the keys changed elsewhere.
 func New(store Store, c clock.Clock, log *slog.Logger, m *metrics.Metrics, secret []byte, policy func() *policy.Policy, limits Limits, feed Feed) *Ring {
 	s := &Ring{Limits: limits, feed: feed, store: store, clock: c, log: log, metrics: m, secret: secret, policy: policy,
-		cache: map[string]*Key{}, missing: map[string]bool{}, limited: map[string][3]quota.Tenant{}, teams: map[string]*team{},
+		cache: map[string]*Key{}, missing: map[string]bool{}, limited: map[string][4]quota.Tenant{}, teams: map[string]*team{},
 		limiting: newLimiting()}
 	ks := &s.Limits
 	if ks.Day == nil {
@@ -123,6 +129,9 @@ func New(store Store, c clock.Clock, log *slog.Logger, m *metrics.Metrics, secre
 	}
 	if ks.Month == nil {
 		ks.Month = quota.NewPeriodic(c, quota.Month, nil)
+	}
+	if ks.Total == nil {
+		ks.Total = quota.NewPeriodic(c, quota.Lifetime, nil)
 	}
 	if ks.Tokens == nil {
 		ks.Tokens = quota.NewPeriodic(c, quota.Minute, nil)
@@ -259,19 +268,20 @@ func newLiveKey(k *ledger.Key, digest string) *Key {
 }
 
 // limitOf is a key's limits as the Limits take them.
-func limitOf(b ledger.KeyBudget) (day, month, tokens quota.Tenant) {
-	day = quota.Tenant{RequestsPerMinute: b.RequestsPerMinute, CostPerDay: gw.NanoFromUSD(b.CostUSDPerDay)}
-	month = quota.Tenant{CostPerDay: gw.NanoFromUSD(b.CostUSDPerMonth)}
-	tokens = quota.Tenant{CostPerDay: gw.NanoUSD(b.TokensPerMinute)}
-	return day, month, tokens
+func limitOf(b ledger.KeyBudget) [4]quota.Tenant {
+	return [4]quota.Tenant{
+		{RequestsPerMinute: b.RequestsPerMinute, CostPerDay: gw.NanoFromUSD(b.CostUSDPerDay)},
+		{CostPerDay: gw.NanoFromUSD(b.CostUSDPerMonth)},
+		{CostPerDay: gw.NanoUSD(b.TokensPerMinute)},
+		{CostPerDay: gw.NanoFromUSD(b.CostUSDTotal)},
+	}
 }
 
 // limit gives the Limits a key's limits (when they changed), and
 // limits kept in process what the store says it spent today and this
 // month, so that a restart hands no key a fresh budget.
 func (s *Ring) limit(ctx context.Context, k *ledger.Key) {
-	day, month, tokens := limitOf(k.Spec.Budget)
-	lim := [3]quota.Tenant{day, month, tokens}
+	lim := limitOf(k.Spec.Budget)
 	s.mu.Lock()
 	known := s.setLimited(k.ID, lim)
 	s.mu.Unlock()
@@ -283,13 +293,13 @@ func (s *Ring) limit(ctx context.Context, k *ledger.Key) {
 // setLimited gives the Limits id's limits (a key's, or a team's tokens
 // per minute under TeamChange + its id) when they changed, and reports
 // whether id had limits before; s.mu is held.
-func (s *Ring) setLimited(id string, lim [3]quota.Tenant) (known bool) {
+func (s *Ring) setLimited(id string, lim [4]quota.Tenant) (known bool) {
 	old, known := s.limited[id]
 	if known && old == lim {
 		return true
 	}
 	s.limited[id] = lim
-	for i, l := range []quota.Ceiling{s.Limits.Day, s.Limits.Month, s.Limits.Tokens} {
+	for i, l := range []quota.Ceiling{s.Limits.Day, s.Limits.Month, s.Limits.Tokens, s.Limits.Total} {
 		if ls, ok := l.(limitSetter); ok {
 			m := make(map[string]quota.Tenant, len(s.limited))
 			for id, v := range s.limited {
@@ -302,20 +312,41 @@ func (s *Ring) setLimited(id string, lim [3]quota.Tenant) (known bool) {
 }
 
 // seed gives in-process key limits what the store says key id was
-// charged today and this month (Redis seeds itself from the store).
+// charged today, this month and over its life (Redis seeds itself from
+// the store).
 func (s *Ring) seed(ctx context.Context, id string) {
 	now := s.clock.Now()
-	today := gw.Day(now)
-	if sd, ok := s.Limits.Day.(spendSeeder); ok {
-		if spend, err := s.store.KeySpend(ctx, today, today); err == nil {
-			sd.Seed(today, map[string]gw.NanoUSD{id: gw.NanoUSD(spend[id])})
+	for _, p := range []struct {
+		lim    quota.Ceiling
+		span   ledger.Span
+		period int64
+	}{
+		{s.Limits.Day, ledger.SpanDay, gw.Day(now)},
+		{s.Limits.Month, ledger.SpanMonth, quota.Month(now)},
+		{s.Limits.Total, ledger.SpanTotal, quota.Lifetime(now)},
+	} {
+		sd, ok := p.lim.(spendSeeder)
+		if !ok {
+			continue
+		}
+		from, to := p.span.Days(p.period)
+		if spend, err := s.store.KeySpend(ctx, from, to); err == nil {
+			sd.Seed(p.period, map[string]gw.NanoUSD{id: gw.NanoUSD(spend[id])})
 		}
 	}
-	if sd, ok := s.Limits.Month.(spendSeeder); ok {
-		if spend, err := s.store.KeySpend(ctx, ledger.MonthStart(now), today); err == nil {
-			sd.Seed(quota.Month(now), map[string]gw.NanoUSD{id: gw.NanoUSD(spend[id])})
-		}
+	if s.OnSeed != nil {
+		s.OnSeed(id)
 	}
+}
+
+// Costs are key id's cost ceilings per day, month and lifetime in
+// nano-USD (0: none), as the limits hold them; known is false for a
+// key whose limits were never set here.
+func (s *Ring) Costs(id string) (day, month, total gw.NanoUSD, known bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	l, known := s.limited[id]
+	return l[0].CostPerDay, l[1].CostPerDay, l[3].CostPerDay, known
 }
 
 // Tenant is the key's tenant in the policy in force, else the team of

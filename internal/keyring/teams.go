@@ -39,7 +39,8 @@ type team struct {
 func TeamTenant(t *ledger.Tenant) *policy.Tenant {
 	b := t.Spec.Budget
 	pt := &policy.Tenant{ID: t.ID, MaxBoundary: gw.BoundaryExternal, RequestsPerMinute: b.RequestsPerMinute,
-		CostPerDay: gw.NanoFromUSD(b.CostUSDPerDay), MaxConcurrent: b.MaxConcurrent}
+		CostPerDay: gw.NanoFromUSD(b.CostUSDPerDay), CostPerMonth: gw.NanoFromUSD(b.CostUSDPerMonth), CostTotal: gw.NanoFromUSD(b.CostUSDTotal),
+		MaxConcurrent: b.MaxConcurrent}
 	if bd, err := gw.ParseDataBoundary(t.Spec.MaxDataBoundary); err == nil {
 		pt.MaxBoundary = bd
 	}
@@ -103,7 +104,7 @@ func (s *Ring) team(ctx context.Context, id string) (*team, error) {
 		s.limiting[id] = tm.tenant
 		// tokens_per_minute, which file tenants do not have, is held as a
 		// key's is, under the team's own name.
-		s.setLimited(TeamChange+id, [3]quota.Tenant{2: {CostPerDay: gw.NanoUSD(tm.stored.Spec.Budget.TokensPerMinute)}})
+		s.setLimited(TeamChange+id, [4]quota.Tenant{2: {CostPerDay: gw.NanoUSD(tm.stored.Spec.Budget.TokensPerMinute)}})
 	} else {
 		delete(s.limiting, id)
 	}

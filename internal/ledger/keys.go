@@ -90,7 +90,10 @@ type KeyBudget struct {
 	TokensPerMinute   int64   `json:"tokens_per_minute,omitempty"`
 	CostUSDPerDay     float64 `json:"cost_usd_per_day,omitempty"`
 	CostUSDPerMonth   float64 `json:"cost_usd_per_month,omitempty"`
-	MaxConcurrent     int     `json:"max_concurrent,omitempty"`
+	// CostUSDTotal caps what the key is charged over its whole life;
+	// deleting old receipts frees none of it.
+	CostUSDTotal  float64 `json:"cost_usd_total,omitempty"`
+	MaxConcurrent int     `json:"max_concurrent,omitempty"`
 }
 
 // Revoked reports whether the key was revoked.

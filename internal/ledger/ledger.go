@@ -228,6 +228,10 @@ type Store interface {
 	// the Unix epoch, see Day), in nano-USD: the charges of the receipts
 	// stored that day.
 	Spend(ctx context.Context, day int64) (map[string]int64, error)
+	// TenantSpend returns what each tenant was charged over the UTC days
+	// [fromDay, toDay], in nano-USD: a month's or (from FirstDay) a
+	// lifetime's spend. Like Spend it is never swept.
+	TenantSpend(ctx context.Context, fromDay, toDay int64) (map[string]int64, error)
 	// Secret returns the gateway's fingerprint secret, creating it once.
 	Secret(ctx context.Context) ([]byte, error)
 	// SaveState keeps a small named value a gateway wants back after a

@@ -47,6 +47,8 @@ type Metrics struct {
 	orphans          prometheus.Counter
 	branches         prometheus.Counter
 	turnRatio        prometheus.GaugeFunc
+	budgetRatio      *prometheus.GaugeVec
+	budgetAlerts     *prometheus.CounterVec
 	// all are the live panel's counts of every tenant; tenants each
 	// tenant's (tenant id → *liveCounts), so that a tenant's key sees
 	// only its own.
@@ -161,7 +163,22 @@ func New(reg *prometheus.Registry) *Metrics {
 		Help: "Assistant turns ÷ user turns this process wrote: 1.0 when every turn got one answer, below when some failed, never above."},
 		m.all.ratio)
 	f(m.turnRatio)
+	m.budgetRatio = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "oncegate", Name: "budget_used_ratio",
+		Help: "Spend ÷ ceiling of each cost budget that is set, by scope (tenant, key), id and period (day, month, total); 1 is the ceiling."},
+		[]string{"scope", "id", "period"})
+	f(m.budgetRatio)
+	m.budgetAlerts = counter("budget_alerts_total", "Budget alert events by result: sent (the webhook took it), failed (every try failed) or dropped (the queue was full).", "result")
 	return m
+}
+
+// SetBudgetRatio sets the gauge of one budget: spend ÷ ceiling.
+func (m *Metrics) SetBudgetRatio(scope, id, period string, ratio float64) {
+	m.budgetRatio.WithLabelValues(scope, id, period).Set(ratio)
+}
+
+// ObserveBudgetAlert counts one budget alert event by result.
+func (m *Metrics) ObserveBudgetAlert(result string) {
+	m.budgetAlerts.WithLabelValues(result).Inc()
 }
 
 // Handler serves the metrics in the Prometheus text format.

@@ -83,3 +83,16 @@ func TenantLimitsOf(tenants []*Tenant) map[string]quota.Tenant {
 	}
 	return lim
 }
+
+// TenantCosts is each tenant's month and lifetime cost ceilings as the
+// limits take them (quota.Spans.SetCosts).
+func (pol *Policy) TenantCosts() map[string]quota.Costs { return TenantCostsOf(pol.Tenants) }
+
+// TenantCostsOf is TenantCosts of any tenants: the file's and the teams.
+func TenantCostsOf(tenants []*Tenant) map[string]quota.Costs {
+	c := map[string]quota.Costs{}
+	for _, t := range tenants {
+		c[t.ID] = quota.Costs{Month: t.CostPerMonth, Total: t.CostTotal}
+	}
+	return c
+}

@@ -54,6 +54,8 @@ type Tenant struct {
 	MaxBoundary       gw.DataBoundary
 	RequestsPerMinute int
 	CostPerDay        gw.NanoUSD // 0: no ceiling
+	CostPerMonth      gw.NanoUSD // per UTC month; 0: no ceiling
+	CostTotal         gw.NanoUSD // over the tenant's life; 0: no ceiling
 	MaxConcurrent     int        // per gateway process; 0: no cap
 	// DropParams, when set, is drop_params for the tenant's requests,
 	// over the alias's (docs/translation.md).

@@ -191,6 +191,11 @@ func TestValidationRules(t *testing.T) {
 		{"negative cache write price", "max_attempts: 1,", "max_attempts: 1, price: {cache_write_usd_per_mtok: -1},", "cache_write_usd_per_mtok: must not be negative"},
 		{"duplicate alias", "models:\n  - name: chat\n    routes: [a, b]", "models:\n  - name: chat\n    routes: [a, b]\n  - name: chat\n    routes: [a]", "duplicate model alias"},
 		{"negative default output tokens", "routes: [a, b]", "routes: [a, b]\n    default_output_tokens: -1", "default_output_tokens: must not be negative"},
+		{"negative monthly budget", "tenants: [{id: acme, api_key_env: K}]", "tenants: [{id: acme, api_key_env: K, budget: {cost_usd_per_month: -1}}]", "tenants[0].budget.cost_usd_per_month: must be a cost in USD, not negative"},
+		{"lifetime budget past int64", "tenants: [{id: acme, api_key_env: K}]", "tenants: [{id: acme, api_key_env: K, budget: {cost_usd_total: 1e12}}]", "tenants[0].budget.cost_usd_total: must be at most 1e+09 USD"},
+		{"budget webhook scheme", "models:", "alerts: {budget_webhook: {url: \"ftp://x/hook\", secret_env: S}}\nmodels:", "alerts.budget_webhook.url: scheme must be http or https"},
+		{"budget webhook without a secret", "models:", "alerts: {budget_webhook: {url: \"https://x/hook\"}}\nmodels:", "alerts.budget_webhook.secret_env: required with url"},
+		{"budget webhook secret without a url", "models:", "alerts: {budget_webhook: {secret_env: S}}\nmodels:", "alerts.budget_webhook.secret_env: names a secret but"},
 		{"may_drop a field that cannot be dropped", "routes: [a, b]", "routes: [a, b]\n    may_drop: [seed, temperature]", `may_drop[1]: "temperature" is not a field a route may drop`},
 	}
 	for _, tc := range tests {

@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -60,6 +61,37 @@ func (v *validator) nonNegative(path string, x float64) {
 	}
 }
 
+// webhook checks a webhook's URL and that its secret is named.
+func (v *validator) webhook(path string, w config.Webhook) {
+	switch {
+	case w.URL == "" && w.SecretEnv != "":
+		v.fail(path+".secret_env", "names a secret but %s.url is empty: set the url, or remove secret_env", path)
+	case w.URL == "":
+	case w.SecretEnv == "":
+		v.fail(path+".secret_env", "required with url: events are signed with the secret it names")
+		fallthrough
+	default:
+		if err := validURL(w.URL); err != nil {
+			v.fail(path+".url", "%v", err)
+		}
+	}
+}
+
+// maxCostUSD is the largest cost ceiling a budget may set: nano-USD
+// amounts are int64s, and sums of a few such ceilings must not overflow.
+const maxCostUSD = 1e9
+
+// cost checks a budget's cost ceiling in USD: finite, not negative, and
+// at most maxCostUSD.
+func (v *validator) cost(path string, x float64) {
+	switch {
+	case math.IsNaN(x) || x < 0:
+		v.fail(path, "must be a cost in USD, not negative; found %v", x)
+	case x > maxCostUSD:
+		v.fail(path, "must be at most %g USD (0 for no cap); found %g", maxCostUSD, x)
+	}
+}
+
 func (v *validator) modalities(path string, in []string) {
 	for i, m := range in {
 		v.oneOf(fmt.Sprintf("%s[%d]", path, i), m, InputText, InputImage, InputAudio)
@@ -84,6 +116,7 @@ func (v *validator) globals() {
 			v.fail("telemetry.otlp_endpoint", "want an http:// or https:// URL of an OTLP/HTTP collector, found %q", ep)
 		}
 	}
+	v.webhook("alerts.budget_webhook", c.Alerts.BudgetWebhook)
 	v.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	v.nonNegative("retry_budget.ratio", c.RetryBudget.Ratio)
 	v.nonNegative("retry_budget.min_per_second", c.RetryBudget.MinPerSecond)
@@ -124,11 +157,14 @@ func (v *validator) tenants() []*Tenant {
 		}
 		seen[t.ID] = path
 		v.nonNegative(path+".budget.requests_per_minute", float64(t.Budget.RequestsPerMinute))
-		v.nonNegative(path+".budget.cost_usd_per_day", t.Budget.CostUSDPerDay)
+		v.cost(path+".budget.cost_usd_per_day", t.Budget.CostUSDPerDay)
+		v.cost(path+".budget.cost_usd_per_month", t.Budget.CostUSDPerMonth)
+		v.cost(path+".budget.cost_usd_total", t.Budget.CostUSDTotal)
 		v.nonNegative(path+".budget.max_concurrent", float64(t.Budget.MaxConcurrent))
 		out = append(out, &Tenant{ID: t.ID, APIKeyEnv: t.APIKeyEnv,
 			MaxBoundary:       v.boundary(path+".max_data_boundary", t.MaxDataBoundary),
 			RequestsPerMinute: t.Budget.RequestsPerMinute, CostPerDay: gw.NanoFromUSD(t.Budget.CostUSDPerDay),
+			CostPerMonth: gw.NanoFromUSD(t.Budget.CostUSDPerMonth), CostTotal: gw.NanoFromUSD(t.Budget.CostUSDTotal),
 			MaxConcurrent: t.Budget.MaxConcurrent, DropParams: t.DropParams})
 	}
 	if a := v.cfg.AdminTenant; a != "" {

@@ -35,10 +35,18 @@ func Share(ctx context.Context, pol *policy.Policy, url string, store ledger.Sto
 	opts.Breakers = co.NewBreakers(pol.BreakerConfig(), pol.RouteIDs())
 	opts.RetryBudget = co.NewBudget(pol.BudgetConfig())
 	opts.Tenants = co.NewTenants(pol.TenantLimits(), seedSpend(store))
+	// The tenants' month and lifetime, seeded from the store's spend
+	// (with what requests in flight reserved) when Redis lacks them.
+	opts.TenantSpans = quota.Spans{
+		Month: co.NewPeriodic("tenantmonth:", quota.Month, nil, ledger.TenantSpendSeed(store, ledger.SpanMonth)),
+		Total: co.NewPeriodic("tenanttotal:", quota.Lifetime, nil, ledger.TenantSpendSeed(store, ledger.SpanTotal)),
+	}
+	opts.AlertsOnce = co // one replica sends each budget alert
 	// Virtual keys' limits and the feed of their changes (docs/keys-and-teams.md).
 	opts.KeyLimits = keyring.Limits{
-		Day:    co.NewPeriodic("key:", gw.Day, nil, ledger.KeySpendSeed(store, false)),
-		Month:  co.NewPeriodic("keymonth:", quota.Month, nil, ledger.KeySpendSeed(store, true)),
+		Day:    co.NewPeriodic("key:", gw.Day, nil, ledger.KeySpendSeed(store, ledger.SpanDay)),
+		Month:  co.NewPeriodic("keymonth:", quota.Month, nil, ledger.KeySpendSeed(store, ledger.SpanMonth)),
+		Total:  co.NewPeriodic("keytotal:", quota.Lifetime, nil, ledger.KeySpendSeed(store, ledger.SpanTotal)),
 		Tokens: co.NewPeriodic("keytpm:", quota.Minute, nil, noSpend),
 		// max_concurrent: leases of the lease's TTL, across replicas.
 		Running: co.NewRunning("keyrun:"),

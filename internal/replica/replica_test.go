@@ -203,7 +203,12 @@ func startPair(t *testing.T, redisURL, pgURL, name, yaml string) (a, b replica, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	secrets, err := pol.Config.ResolveSecrets(func(string) (string, bool) { return "sk-acme", true })
+	secrets, err := pol.Config.ResolveSecrets(func(name string) (string, bool) {
+		if name == "K" {
+			return "sk-acme", true
+		}
+		return "sk-" + strings.ToLower(name), true // another tenant's key
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

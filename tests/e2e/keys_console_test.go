@@ -16,7 +16,7 @@ import (
 
 // The keys and spend pages in a real browser: the admin issues a key
 // (its secret shown once), the key answers a request, the list shows its
-// limit and its spend today against it; Rotate shows a new secret and
+// limits and its spend per period (day, month, total) against them; Rotate shows a new secret and
 // Revoke refuses it; the spend page draws a bar for today's model and
 // the totals per model.
 func TestKeysAndSpendPagesInABrowser(t *testing.T) {
@@ -53,6 +53,7 @@ func TestKeysAndSpendPagesInABrowser(t *testing.T) {
 		chromedp.SendKeys(chromedp.CSS(`#issueform input[name="tenant"]`), "e2e"),
 		chromedp.SendKeys(chromedp.CSS(`#issueform input[name="name"]`), "browser-app"),
 		chromedp.SendKeys(chromedp.CSS(`#issueform input[name="cost_usd_per_day"]`), "1"),
+		chromedp.SendKeys(chromedp.CSS(`#issueform input[name="cost_usd_total"]`), "5"),
 		chromedp.Click(chromedp.CSS("#issueform button")), chromedp.WaitVisible(chromedp.CSS("#secret")),
 		chromedp.WaitVisible(chromedp.CSS(`#keytable tbody tr`)))
 	secret := text("#secretvalue")
@@ -65,7 +66,8 @@ func TestKeysAndSpendPagesInABrowser(t *testing.T) {
 	}
 	run("reload the list", chromedp.Navigate(g.url+"/ui/keys.html"), chromedp.WaitVisible(chromedp.CSS(`#keytable tbody tr td.status`)))
 	if limits, spend := text("#keytable tbody tr td.limits"), text("#keytable tbody tr td.spend"); !strings.Contains(limits, "$1/day") ||
-		!strings.Contains(spend, "of $1") || strings.HasPrefix(spend, "$0.000000") {
+		!strings.Contains(limits, "$5 in total") || !strings.Contains(spend, "of $1") || !strings.Contains(spend, "of $5") ||
+		!strings.Contains(spend, "month $") || strings.Contains(spend, "day $0.000000") || strings.Contains(spend, "total $0.000000") {
 		t.Fatalf("the key's row: limits %q, spend %q", limits, spend)
 	}
 	// Rotating draws the list again: the revoke button clicked next must

@@ -1,6 +1,7 @@
 // The keys page: issue, list, rotate and revoke virtual keys through
 // /admin/keys (docs/keys-and-teams.md). A secret is shown once, when issued or
-// rotated; the list shows each key's limits and its spend today.
+// rotated; the list shows each key's limits and its spend per period
+// (today, this month, its lifetime), against the key's cap for each.
 "use strict";
 
 const usd = (v) => "$" + Number(v).toFixed(6);
@@ -11,14 +12,23 @@ function limitsText(b) {
   if (b.tokens_per_minute) parts.push(b.tokens_per_minute + " tok/min");
   if (b.cost_usd_per_day) parts.push("$" + b.cost_usd_per_day + "/day");
   if (b.cost_usd_per_month) parts.push("$" + b.cost_usd_per_month + "/month");
+  if (b.cost_usd_total) parts.push("$" + b.cost_usd_total + " in total");
   if (b.max_concurrent) parts.push(b.max_concurrent + " concurrent");
   return parts.join(" · ") || "the tenant's";
 }
 
+// spendCell shows a key's spend today, this month and over its life,
+// each with a meter against the key's cap for that period when it has one.
 function spendCell(k) {
-  const today = k.spend ? k.spend.today_usd : 0, cap = k.budget.cost_usd_per_day;
-  const td = el("td", { class: "spend" }, usd(today) + (cap ? " of $" + cap : ""));
-  if (cap) td.append(" ", el("meter", { min: 0, max: cap, value: Math.min(today, cap), title: Math.round(100 * today / cap) + " % of the day" }));
+  const td = el("td", { class: "spend" });
+  const periods = [["day", "today_usd", "cost_usd_per_day", "the day"], ["month", "month_usd", "cost_usd_per_month", "the month"],
+    ["total", "total_usd", "cost_usd_total", "the lifetime"]];
+  for (const [name, field, capField, what] of periods) {
+    const spent = k.spend ? k.spend[field] : 0, cap = k.budget[capField];
+    const line = el("div", { class: "period", "data-period": name }, name + " " + usd(spent) + (cap ? " of $" + cap : ""));
+    if (cap) line.append(" ", el("meter", { min: 0, max: cap, value: Math.min(spent, cap), title: Math.round(100 * spent / cap) + " % of " + what }));
+    td.append(line);
+  }
   return td;
 }
 
@@ -63,7 +73,7 @@ $("#issueform").addEventListener("submit", async (ev) => {
   const models = String(f.get("models")).split(",").map((s) => s.trim()).filter(Boolean);
   if (models.length) body.models = models;
   for (const n of ["requests_per_minute", "tokens_per_minute", "max_concurrent"]) if (f.get(n)) body.budget[n] = parseInt(f.get(n), 10);
-  for (const n of ["cost_usd_per_day", "cost_usd_per_month"]) if (f.get(n)) body.budget[n] = parseFloat(f.get(n));
+  for (const n of ["cost_usd_per_day", "cost_usd_per_month", "cost_usd_total"]) if (f.get(n)) body.budget[n] = parseFloat(f.get(n));
   if (f.get("expires_at")) body.expires_at = f.get("expires_at");
   try {
     showSecret(await admin("POST", "/admin/keys", body));

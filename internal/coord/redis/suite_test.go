@@ -36,6 +36,7 @@ var conformance = []struct {
 	{"RoutesLoadIsSharedAcrossGateways", testRoutesLoadIsSharedAcrossGateways},
 	{"ARoutesCoolingIsSharedAcrossGateways", testARoutesCoolingIsSharedAcrossGateways},
 	{"RequestsInProgressAreCountedAcrossReplicas", testRequestsInProgressAreCountedAcrossReplicas},
+	{"OneReplicaIsFirst", testOneReplicaIsFirst},
 	{"RequestsInProgressNeverPastTheLimit", testRequestsInProgressNeverPastTheLimit},
 	{"LeasesLapseUnlessRenewed", testLeasesLapseUnlessRenewed},
 	{"KeyFeedTellsTheOtherReplica", testKeyFeedTellsTheOtherReplica},

@@ -139,5 +139,23 @@ func runKeys(t *testing.T, open Opener) {
 		if spend, _ := s.Spend(ctx, day); spend["acme"] != 6000 {
 			t.Fatalf("the tenant's day: %v, want 6000 (keys' charges are the tenant's too)", spend)
 		}
+		if got, err := s.TenantSpend(ctx, day, day+2); err != nil || got["acme"] != 6500 || len(got) != 1 {
+			t.Fatalf("the tenant's three days: %v %v, want acme 6500", got, err)
+		}
+		// Retention deletes the receipts; a lifetime's spend stays.
+		far := t0.Add(1000 * time.Hour)
+		if _, err := s.Expire(ctx, far); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := s.Sweep(ctx, far); err != nil || n == 0 {
+			t.Fatalf("sweep: %d %v, want the requests' histories deleted", n, err)
+		}
+		from, to := ledger.SpanTotal.Days(0)
+		if got, err := s.TenantSpend(ctx, from, to); err != nil || got["acme"] != 6500 {
+			t.Fatalf("the tenant's lifetime after the sweep: %v %v, want acme 6500", got, err)
+		}
+		if got, err := s.KeySpend(ctx, from, to); err != nil || got["vk1"] != 3500 {
+			t.Fatalf("the key's lifetime after the sweep: %v %v, want vk1 3500", got, err)
+		}
 	})
 }

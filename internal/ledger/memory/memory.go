@@ -470,6 +470,24 @@ func (s *Store) Spend(_ context.Context, day int64) (map[string]int64, error) {
 	return out, nil
 }
 
+// TenantSpend sums each tenant's charges over the days [fromDay, toDay].
+func (s *Store) TenantSpend(_ context.Context, fromDay, toDay int64) (map[string]int64, error) {
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	out := map[string]int64{}
+	for d, m := range s.spend {
+		if d < fromDay || d > toDay {
+			continue
+		}
+		for t, v := range m {
+			out[t] += v
+		}
+	}
+	return out, nil
+}
+
 // Secret returns the fingerprint secret, generating it once.
 func (s *Store) Secret(context.Context) ([]byte, error) {
 	if err := s.lock(); err != nil {

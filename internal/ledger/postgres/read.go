@@ -135,6 +135,25 @@ func (s *Store) Spend(ctx context.Context, day int64) (map[string]int64, error) 
 	return out, rows.Err()
 }
 
+// TenantSpend sums each tenant's charges over the UTC days [fromDay, toDay].
+func (s *Store) TenantSpend(ctx context.Context, fromDay, toDay int64) (map[string]int64, error) {
+	rows, err := s.pool.Query(ctx, `SELECT tenant, sum(charged)::bigint FROM tenant_spend WHERE day >= $1 AND day <= $2 GROUP BY tenant`, fromDay, toDay)
+	if err != nil {
+		return nil, fmt.Errorf("tenant spend: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var t string
+		var v int64
+		if err := rows.Scan(&t, &v); err != nil {
+			return nil, err
+		}
+		out[t] = v
+	}
+	return out, rows.Err()
+}
+
 // State returns a named value from the meta table.
 func (s *Store) State(ctx context.Context, name string) ([]byte, error) {
 	var v []byte

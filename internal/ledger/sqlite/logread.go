@@ -75,6 +75,14 @@ func (s *LogStore) Spend(ctx context.Context, day int64) (map[string]int64, erro
 	return s.db.Spend(ctx, day)
 }
 
+// TenantSpend sums each tenant's charges over the UTC days [fromDay, toDay], once the database has applied the log's records before the call.
+func (s *LogStore) TenantSpend(ctx context.Context, fromDay, toDay int64) (map[string]int64, error) {
+	if err := s.barrier(ctx); err != nil {
+		return nil, err
+	}
+	return s.db.TenantSpend(ctx, fromDay, toDay)
+}
+
 // Secret returns the fingerprint secret, generating it once, once the database has applied the log's records before the call.
 func (s *LogStore) Secret(ctx context.Context) ([]byte, error) {
 	if err := s.barrier(ctx); err != nil {
