@@ -130,7 +130,7 @@ func TestTeamAdminRefusals(t *testing.T) {
 		{"POST", "/admin/tenants", `{"id":"t1","models":["chat","gpt-nope"]}`, 400, api.CodeInvalidRequest, "gpt-nope"},
 		{"POST", "/admin/tenants", `{"id":"t1","budget":{"cost_usd_per_day":-1}}`, 400, api.CodeInvalidRequest, "negative"},
 		{"POST", "/admin/tenants", `{"id":"t1","max_data_boundary":"moon"}`, 400, api.CodeInvalidRequest, "moon"},
-		{"POST", "/admin/tenants", `{"id":"t1","budget":{"cost_usd_per_month":5}}`, 400, api.CodeInvalidRequest, "cost_usd_per_month"},
+		{"POST", "/admin/tenants", `{"id":"t1","budget":{"cost_usd_total":2e9}}`, 400, api.CodeInvalidRequest, "cost_usd_total"},
 		{"POST", "/admin/tenants", `{"name":"no id"}`, 400, api.CodeInvalidRequest, "id"},
 		{"POST", "/admin/tenants", `{"id":"a b"}`, 400, api.CodeInvalidRequest, "id"},
 		{"GET", "/admin/tenants/nope", ``, 404, api.CodeNotFound, "nope"},
@@ -260,5 +260,37 @@ func TestTeamTokensPerMinuteOverItsKeys(t *testing.T) {
 	}
 	if n := e.primary.Stats().Requests; n != sent {
 		t.Fatalf("a refused request reached the primary (%d → %d)", sent, n)
+	}
+}
+
+// A team's month and lifetime budgets are held as a file tenant's: each
+// refuses before dispatch once spent, and the lifetime one sends no
+// Retry-After (it never resets).
+func TestTeamMonthAndLifetimeBudgets(t *testing.T) {
+	e := newEnv(t, mock.Config{})
+	ctx := context.Background()
+	for _, c := range []struct{ team, budget string }{{"team-m", `{"cost_usd_per_month":0.0005}`}, {"team-l", `{"cost_usd_total":0.0005}`}} {
+		e.createTeam(`{"id":"` + c.team + `","budget":` + c.budget + `}`)
+		v := e.issue(`{"tenant":"` + c.team + `"}`)
+		cl := e.openai(nil, oopt2.WithAPIKey(v.Key))
+		p := oaParams("chat", "cost of "+c.team)
+		p.MaxTokens = openai.Int(100)
+		var err error
+		for range 50 {
+			if _, err = cl.Chat.Completions.New(ctx, p); err != nil {
+				break
+			}
+		}
+		st, code, h := apiErrorOf(t, err)
+		if st != 429 || code != api.CodeTenantBudget || h.Get("x-should-retry") != "false" || (c.team == "team-m") != (h.Get("Retry-After") != "") {
+			t.Fatalf("%s over its budget: %d %s %v", c.team, st, code, h)
+		}
+		sent := e.primary.Stats().Requests
+		if _, err = cl.Chat.Completions.New(ctx, p); err == nil {
+			t.Fatalf("%s: a request after the budget was spent was answered", c.team)
+		}
+		if n := e.primary.Stats().Requests - sent; n != 0 {
+			t.Fatalf("%s: a refused request reached the primary %d times", c.team, n)
+		}
 	}
 }
