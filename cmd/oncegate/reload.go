@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/oncegate/oncegate/internal/config"
-	"github.com/oncegate/oncegate/internal/gateway"
 	"github.com/oncegate/oncegate/internal/policy"
 )
 
@@ -25,20 +24,6 @@ func loadConfig(path string, stderr io.Writer) (*policy.Policy, *config.Secrets,
 		return nil, nil, reportConfigError(stderr, path, err)
 	}
 	return pol, secrets, 0
-}
-
-// reloadFrom re-reads the configuration file, validates it whole and
-// swaps it into g; an invalid file changes nothing.
-func reloadFrom(path string, g *gateway.Gateway) error {
-	pol, err := policy.Load(path)
-	if err != nil {
-		return err
-	}
-	secrets, err := pol.Config.ResolveSecrets(os.LookupEnv)
-	if err != nil {
-		return err
-	}
-	return g.Reload(pol, secrets)
 }
 
 // reloadCmd asks a running gateway to reload its configuration: it checks

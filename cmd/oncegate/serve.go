@@ -12,14 +12,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/google/uuid"
-
+	"github.com/oncegate/oncegate"
 	"github.com/oncegate/oncegate/internal/coord/redis"
-	"github.com/oncegate/oncegate/internal/gateway"
 	"github.com/oncegate/oncegate/internal/logsink"
 	"github.com/oncegate/oncegate/internal/memtune"
 	"github.com/oncegate/oncegate/internal/policy"
-	"github.com/oncegate/oncegate/internal/replica"
 )
 
 // serve runs the gateway until interrupted, then drains in-flight requests.
@@ -49,7 +46,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "oncegate serve: --config FILE is required")
 		return 2
 	}
-	pol, secrets, code := loadConfig(*path, stderr)
+	pol, _, code := loadConfig(*path, stderr)
 	if pol == nil {
 		return code
 	}
@@ -81,32 +78,20 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			redis.Redact(coordURL), storeURL)
 		return 1
 	}
-	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	store, err := openStore(openCtx, storeURL, pol.Config.Ledger.Sync, false, stderr)
-	if err != nil {
-		fmt.Fprintf(stderr, "oncegate serve: %v\n", err)
-		return 1
-	}
-	defer store.Close()
-	if r, ok := store.(interface{ Refused() int }); ok && r.Refused() > 0 {
-		log.Warn("the ledger's intent log held records the database refused; they are set aside in its meta table (docs/durability.md)",
-			"records", r.Refused())
-	}
 	metricsAddr := pol.Config.MetricsListen
 	if *metricsListen != "" {
 		metricsAddr = *metricsListen
 	}
-	opts := gateway.Options{Logger: log, AccessLog: newAccessLog(logOut, pol.Config.Log), Ledger: store, Owner: uuid.Must(uuid.NewV7()).String(), MetricsListen: metricsAddr}
-	var g *gateway.Gateway
-	opts.Reload = func() error { return reloadFrom(*path, g) }
+	// serve is the library's first user (docs/library.md): the same Open
+	// a Go program calls, with a listener, signals and profiles around it.
+	o := oncegate.Options{ConfigFile: *path, Store: storeURL, Coordination: coordURL, Logger: log, AccessLog: logOut, MetricsListen: metricsAddr}
 	if ep := pol.Config.Telemetry.OTLPEndpoint; ep != "" {
 		tracer, stopTracing, err := startTracing(ctx, ep)
 		if err != nil {
 			fmt.Fprintf(stderr, "oncegate serve: %v\n", err)
 			return 1
 		}
-		opts.Tracer = tracer
+		o.Tracer = tracer
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -115,17 +100,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 		}()
 	}
-	if policy.IsRedis(coordURL) {
-		co, err := replica.Share(openCtx, pol, coordURL, store, log, &opts)
-		if err != nil {
-			fmt.Fprintf(stderr, "oncegate serve: %v\n", err)
-			return 1
-		}
-		defer co.Close()
-	}
-	g, err = gateway.New(pol, secrets, opts)
+	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	g, err := oncegate.Open(openCtx, o)
 	if err != nil {
-		fmt.Fprintf(stderr, "oncegate serve: %v\n", err)
+		fmt.Fprintf(stderr, "oncegate serve: %v\n", strings.TrimPrefix(err.Error(), "oncegate: "))
 		return 1
 	}
 	defer g.Close()
@@ -134,7 +113,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer signal.Stop(hup)
 	go func() {
 		for range hup {
-			if err := reloadFrom(*path, g); err != nil {
+			if err := g.Reload(); err != nil {
 				log.Error("configuration not reloaded: the old one stays", "err", err.Error())
 			}
 		}
@@ -159,12 +138,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		defer msrv.Close()
 		fmt.Fprintf(stdout, "oncegate metrics on http://%s/metrics\n", mln.Addr())
 	}
-	fmt.Fprintf(stdout, "oncegate listening on http://%s (policy %s, gateway %s)\n", ln.Addr(), pol.Digest[:12], opts.Owner)
+	fmt.Fprintf(stdout, "oncegate listening on http://%s (policy %s, gateway %s)\n", ln.Addr(), pol.Digest[:12], g.ID())
 	coordText := coordURL
 	if policy.IsRedis(coordURL) {
 		coordText = redis.Redact(coordURL) // a Sentinel's password may be in its query
 	}
-	log.Info("listening", "addr", ln.Addr().String(), "policy", pol.Digest[:12], "gateway", opts.Owner,
+	log.Info("listening", "addr", ln.Addr().String(), "policy", pol.Digest[:12], "gateway", g.ID(),
 		"store", redactURL(storeURL), "coordination", coordText, "version", strings.SplitN(versionText(), "\n", 2)[0],
 		"models", len(pol.Aliases), "tenants", len(pol.Tenants), "gogc", gcText(mem), "memory_limit", limitText(mem))
 	if err := g.Serve(ctx, ln); err != nil {

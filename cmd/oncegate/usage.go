@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/oncegate/oncegate/internal/logline"
 	"io"
 	"log/slog"
 	"net/url"
@@ -50,12 +49,6 @@ func logLevel(c config.Log) slog.Level {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.Level)) // validated by check: debug, info, warn, error
 	return level
-}
-
-// newAccessLog writes the access log's lines as newLogger's handler
-// would, without slog's work per field (docs/performance.md).
-func newAccessLog(w io.Writer, c config.Log) *logline.Writer {
-	return logline.New(w, c.Format, logLevel(c))
 }
 
 // newLogger makes the gateway's logger as log configures it.

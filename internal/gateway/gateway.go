@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -139,6 +140,9 @@ type Options struct {
 	// /readyz reports and whose outage turns refusals into 503
 	// coordination_unavailable.
 	Coordination Health
+	// Lookup reads the environment for what providers take from it
+	// (cloud credentials, docs/providers.md); default os.LookupEnv.
+	Lookup func(string) (string, bool)
 	// MetricsListen, when set, is the address serving /metrics with no
 	// key (serve --metrics-listen), over the configuration's
 	// metrics_listen: the API port then does not serve /metrics without
@@ -191,6 +195,7 @@ type Gateway struct {
 	running     sync.Map
 	dial        func(ctx context.Context, network, addr string) (net.Conn, error)
 	authority   *provider.TokenAuthority
+	lookup      func(string) (string, bool) // the environment (Options.Lookup)
 	ledger      ledger.Store
 	flights     Flights
 	remotes     Remotes // nil: no other gateways
@@ -225,6 +230,10 @@ type Gateway struct {
 	metricsHTTP http.Handler
 	// draining is set when the drain begins: /readyz says not ready.
 	draining atomic.Bool
+	// gate counts the requests being served and refuses new ones once
+	// the drain has begun (Handler).
+	gate     *drain.Gate
+	gateOnce sync.Once
 	mux      *http.ServeMux
 	inflight sync.WaitGroup
 	// recovery settles the requests whose owners are gone.
@@ -254,11 +263,14 @@ type tenantKey struct {
 // New builds a gateway for a compiled policy and its resolved secrets. With
 // a ledger it first recovers what a previous process left unfinished.
 func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, error) {
-	g := &Gateway{dial: opts.Dial, authority: opts.TokenAuthority, ledger: opts.Ledger,
+	g := &Gateway{dial: opts.Dial, authority: opts.TokenAuthority, ledger: opts.Ledger, lookup: opts.Lookup,
 		clock: opts.Clock, log: opts.Logger, drain: opts.DrainTimeout, lease: opts.Lease, rejoinGrace: opts.RejoinGrace,
 		flights: opts.Flights, owner: opts.Owner, coordHealth: opts.Coordination, jobs: jobs.NewRunner()}
 	if g.owner == "" {
 		g.owner = uuid.Must(uuid.NewV7()).String()
+	}
+	if g.lookup == nil {
+		g.lookup = os.LookupEnv
 	}
 	if g.flights == nil {
 		g.flights = coord.NewLocal(int(pol.Limits.MaxStreamBufferBytes))
@@ -544,15 +556,37 @@ func (g *Gateway) Close() {
 	}
 }
 
-// Serve runs the gateway on ln until ctx ends, then drains: /readyz
-// answers 503 draining, new requests are refused (503 draining,
-// x-should-retry: true), the requests and streams in flight — and the
-// work they left running — finish for up to the drain timeout, and the
-// rest are cut. The listener stays open until the drain ends, so a
-// load balancer's health probes are answered throughout.
+// Handler is the gateway's whole HTTP surface behind its drain gate:
+// what Serve serves, for a caller that serves it itself or calls it in
+// process (the library, docs/library.md). Every call returns the same
+// gate, so Drain stops every server of it at once.
+func (g *Gateway) Handler() http.Handler {
+	g.gateOnce.Do(func() { g.gate = drain.NewGate(g, g.refuseDraining) })
+	return g.gate
+}
+
+// Drain begins the graceful stop (docs/operations.md, "Stopping"):
+// /readyz answers 503 draining, new requests are refused (503 draining,
+// x-should-retry: true), and it waits until the requests and streams in
+// flight — and the work they left running — have finished, or ctx ends
+// (false). It may be called more than once.
+func (g *Gateway) Drain(ctx context.Context) bool {
+	if !g.draining.Swap(true) { // not ready from the first moment of the drain
+		g.log.Info("draining", "timeout", g.drain.String())
+	}
+	return g.Handler().(*drain.Gate).Drain(ctx) && g.runsFinish(ctx)
+}
+
+// DrainTimeout is how long a drain waits for the requests in flight
+// (Options.DrainTimeout, else the configuration's drain_timeout).
+func (g *Gateway) DrainTimeout() time.Duration { return g.drain }
+
+// Serve runs the gateway on ln until ctx ends, then drains (Drain) for up
+// to the drain timeout, and the requests still in flight are cut. The
+// listener stays open until the drain ends, so a load balancer's health
+// probes are answered throughout.
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
-	gate := drain.NewGate(g, g.refuseDraining)
-	srv := &http.Server{Handler: gate, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	srv := &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(httpfront.Listener{Listener: ln}) }()
 	select {
@@ -560,12 +594,10 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	g.draining.Store(true) // not ready from the first moment of the drain
 	srv.SetKeepAlivesEnabled(false)
-	g.log.Info("draining", "timeout", g.drain.String())
 	dctx, cancel := context.WithTimeout(context.Background(), g.drain)
 	defer cancel()
-	drained := gate.Drain(dctx) && g.runsFinish(dctx)
+	drained := g.Drain(dctx)
 	if drained {
 		err := srv.Shutdown(dctx)
 		drained = !errors.Is(err, context.DeadlineExceeded)

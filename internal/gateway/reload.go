@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -74,7 +73,7 @@ func (g *Gateway) newLive(pol *policy.Policy, secrets *config.Secrets, prev *liv
 				continue
 			}
 		}
-		c, err := openProvider(p, secrets, os.LookupEnv, g.dial, g.authority)
+		c, err := openProvider(p, secrets, g.lookup, g.dial, g.authority)
 		if err != nil {
 			return nil, err
 		}

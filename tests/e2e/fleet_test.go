@@ -60,6 +60,9 @@ type fleet struct {
 	pg                *proxy // between the replicas and PostgreSQL, when a test cuts it
 	lease             string // the configuration's lease ("": fleetLease)
 	gws               []*gateway
+	// front, when set before the mocks start, stands in front of the
+	// primary mock.
+	front func(http.Handler) http.Handler
 }
 
 // newFleet starts n replicas; extra is appended to the configuration.
@@ -84,7 +87,11 @@ func newFleetWith(t *testing.T, n int, mcfg mock.Config, extra string, setup fun
 	f.primary, f.fallback = mock.New(mcfg), mock.New(mcfg)
 	urls := map[string]string{}
 	for name, m := range map[string]*mock.Mock{"PRIMARY": f.primary, "FALLBACK": f.fallback} {
-		srv := httptest.NewServer(m)
+		var h http.Handler = m
+		if name == "PRIMARY" && f.front != nil {
+			h = f.front(m)
+		}
+		srv := httptest.NewServer(h)
 		t.Cleanup(srv.Close)
 		t.Cleanup(m.Close)
 		urls[name] = srv.URL
