@@ -1,4 +1,4 @@
-package chaos
+package chaos_test
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+
+	"github.com/oncegate/oncegate/internal/chaos"
 )
 
 // TestShortSoak is CI's soak: 2,000 logical requests (CHAOS_REQUESTS
@@ -48,7 +50,7 @@ func soak(t *testing.T, replicas int, pg string) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	var progress bytes.Buffer
-	rep, err := Run(context.Background(), Config{Binary: bin, Dir: dir, Requests: n, Workers: 16, Kills: 3, Seed: 1, Progress: &progress,
+	rep, err := chaos.Run(context.Background(), chaos.Config{Binary: bin, Dir: dir, Requests: n, Workers: 16, Kills: 3, Seed: 1, Progress: &progress,
 		Replicas: replicas, Postgres: pg})
 	if err != nil {
 		t.Fatalf("soak: %v\n%s", err, progress.String())

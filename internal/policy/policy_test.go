@@ -1,23 +1,24 @@
-package policy
+package policy_test
 
 import (
 	"errors"
-	"github.com/oncegate/oncegate/internal/retry"
 	"os"
 	"strings"
 	"testing"
 
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/gw"
+	"github.com/oncegate/oncegate/internal/policy"
+	"github.com/oncegate/oncegate/internal/retry"
 )
 
-func mustCompile(t *testing.T, file, yaml string) *Policy {
+func mustCompile(t *testing.T, file, yaml string) *policy.Policy {
 	t.Helper()
 	cfg, err := config.Parse(file, []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := Compile(cfg)
+	p, err := policy.Compile(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,7 +26,7 @@ func mustCompile(t *testing.T, file, yaml string) *Policy {
 }
 
 func TestExampleCompiles(t *testing.T) {
-	p, err := Load("../../examples/oncegate.yaml")
+	p, err := policy.Load("../../examples/oncegate.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +43,7 @@ func TestExampleCompiles(t *testing.T) {
 		t.Fatalf("digests: %q %q", chat.Digest, private.Digest)
 	}
 	var out strings.Builder
-	if err := WriteTable(&out, p); err != nil {
+	if err := policy.WriteTable(&out, p); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"PRIORITY", "private-primary", "gpt-4o-2024-08-06", "continue_final_message", "2.5/10", chat.Digest, p.Digest} {
@@ -77,7 +78,7 @@ func TestDigestIgnoresFormattingButNotMeaning(t *testing.T) {
 }
 
 func TestInvalidExampleNamesEveryViolation(t *testing.T) {
-	_, err := Load("../../examples/invalid.yaml")
+	_, err := policy.Load("../../examples/invalid.yaml")
 	var errs config.Errors
 	if !errors.As(err, &errs) {
 		t.Fatalf("want config.Errors, got %v", err)
@@ -121,14 +122,14 @@ func TestDefaultOutputTokensKeepAFallbackReachable(t *testing.T) {
 	capped := base + `    retry: {max_cost_usd: 0.5}
 `
 	capped = strings.Replace(capped, "max_context_tokens: 32000}}", "max_context_tokens: 32000, max_output_tokens: 64000}, price: {input_usd_per_mtok: 3, output_usd_per_mtok: 15}}", 1)
-	_, err := Parse("x.yaml", []byte(capped))
+	_, err := policy.Parse("x.yaml", []byte(capped))
 	var errs config.Errors
 	if !errors.As(err, &errs) || len(errs) != 1 || errs[0].Pos.Line == 0 ||
 		!strings.Contains(errs[0].Error(), `route "b" can never be tried for a request without max_tokens: one attempt at 64000 output tokens costs $0.96`) {
 		t.Fatalf("an unreachable fallback, named with its position: %v", err)
 	}
 	for _, fix := range []string{"    default_output_tokens: 4096\n", "    accept_unreachable_routes: true\n"} {
-		p, err := Parse("x.yaml", []byte(capped+fix))
+		p, err := policy.Parse("x.yaml", []byte(capped+fix))
 		if err != nil {
 			t.Fatalf("%q: %v", fix, err)
 		}
@@ -208,7 +209,7 @@ func TestValidationRules(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = Compile(cfg)
+			_, err = policy.Compile(cfg)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("want a violation containing %q, got:\n%v", tc.want, err)
 			}
@@ -249,16 +250,16 @@ func TestIneligible(t *testing.T) {
 	a := mustCompile(t, "ok.yaml", base).Alias("chat")
 	tests := []struct {
 		name  string
-		needs Needs
+		needs policy.Needs
 		limit gw.DataBoundary
 		want  string // "route=reason-fragment", sorted, comma-joined
 	}{
-		{"plain text", Needs{}, gw.BoundaryExternal, ""},
-		{"image skips text-only", Needs{Images: true}, gw.BoundaryExternal, "b=no image input"},
-		{"tools", Needs{Tools: true}, gw.BoundaryExternal, "b=no tool support"},
-		{"tenant boundary", Needs{}, gw.BoundaryPrivate, "b=data boundary external exceeds"},
-		{"context too large for the small route", Needs{ContextTokens: 10000}, gw.BoundaryExternal, "a=context 10000"},
-		{"context too large for all: largest still tried", Needs{ContextTokens: 99999}, gw.BoundaryExternal, "a=context 99999"},
+		{"plain text", policy.Needs{}, gw.BoundaryExternal, ""},
+		{"image skips text-only", policy.Needs{Images: true}, gw.BoundaryExternal, "b=no image input"},
+		{"tools", policy.Needs{Tools: true}, gw.BoundaryExternal, "b=no tool support"},
+		{"tenant boundary", policy.Needs{}, gw.BoundaryPrivate, "b=data boundary external exceeds"},
+		{"context too large for the small route", policy.Needs{ContextTokens: 10000}, gw.BoundaryExternal, "a=context 10000"},
+		{"context too large for all: largest still tried", policy.Needs{ContextTokens: 99999}, gw.BoundaryExternal, "a=context 99999"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -284,7 +285,7 @@ func TestIneligible(t *testing.T) {
 func TestTheCatalogueFillsWhatARouteLeavesOut(t *testing.T) {
 	yaml := strings.Replace(base, "model: m, behavior_class: c, data_boundary: private", "model: gpt-4o-mini, behavior_class: c, data_boundary: private", 1)
 	yaml = strings.Replace(yaml, "max_context_tokens: 8000}}", "max_output_tokens: 100}}", 1)
-	p, err := Parse("x.yaml", []byte(yaml))
+	p, err := policy.Parse("x.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +301,7 @@ func TestTheCatalogueFillsWhatARouteLeavesOut(t *testing.T) {
 	}
 	over := strings.Replace(yaml, "max_output_tokens: 100}}", "max_output_tokens: 100}, price: {input_usd_per_mtok: 1.5, output_usd_per_mtok: 0.6}}", 1)
 	over = strings.Replace(over, "data_boundary: external, max_attempts: 1,", "data_boundary: external, max_attempts: 1, price: {input_usd_per_mtok: 0, output_usd_per_mtok: 0},", 1)
-	p, err = Parse("x.yaml", []byte(over))
+	p, err = policy.Parse("x.yaml", []byte(over))
 	if err != nil {
 		t.Fatal(err)
 	}
