@@ -1,6 +1,7 @@
 package oncegate
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -77,7 +78,7 @@ func (t *inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
 	in.Header.Del("api-key")
 	in.Header.Set("Authorization", "Bearer "+t.key)
 	pr, pw := io.Pipe()
-	w := &pipeWriter{header: http.Header{}, pw: pw, head: make(chan *http.Response, 1), req: req}
+	w := &pipeWriter{header: http.Header{}, pw: pw, buf: bufio.NewWriterSize(pw, 4096), head: make(chan *http.Response, 1), req: req}
 	t.running.add(&cancel)
 	go func() {
 		defer t.running.done(&cancel)
@@ -117,10 +118,14 @@ func (b *body) Close() error {
 }
 
 // pipeWriter is the handler's http.ResponseWriter: the head goes to
-// RoundTrip at the first write, flush or end; the body into the pipe.
+// RoundTrip at the first write, flush or end; the body into the pipe,
+// gathered as net/http gathers it (4 KB, or until the handler flushes):
+// each write through the pipe waits for the reader, so small writes one
+// by one would cost a switch of goroutines each.
 type pipeWriter struct {
 	header http.Header
 	pw     *io.PipeWriter
+	buf    *bufio.Writer
 	head   chan *http.Response
 	req    *http.Request
 	sent   bool
@@ -149,21 +154,34 @@ func (w *pipeWriter) Write(p []byte) (int, error) {
 	if !w.sent {
 		w.WriteHeader(http.StatusOK)
 	}
-	return w.pw.Write(p)
+	return w.buf.Write(p)
 }
 
-// Flush sends the head if it was not: what was written is already in
-// the pipe, read as soon as it is written.
+// Flush sends the head if it was not, and what was written since the
+// last flush.
 func (w *pipeWriter) Flush() {
 	if !w.sent {
 		w.WriteHeader(http.StatusOK)
 	}
+	_ = w.buf.Flush()
+}
+
+// FlushError is Flush reporting a reader that went away (for
+// http.ResponseController).
+func (w *pipeWriter) FlushError() error {
+	if !w.sent {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.buf.Flush()
 }
 
 // finish ends the body once the handler returned.
 func (w *pipeWriter) finish() {
 	if !w.sent {
 		w.WriteHeader(http.StatusOK)
+	}
+	if err := w.buf.Flush(); err != nil {
+		return // the reader went away: the pipe is closed
 	}
 	_ = w.pw.Close()
 }

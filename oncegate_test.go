@@ -73,7 +73,7 @@ func (h *held) release() { close(h.open) }
 
 // openLib opens an embedded gateway over a mock behind front (nil: the
 // mock itself).
-func openLib(t *testing.T, m *mock.Mock, front func(http.Handler) http.Handler, extra string) *oncegate.Gateway {
+func openLib(t testing.TB, m *mock.Mock, front func(http.Handler) http.Handler, extra string) *oncegate.Gateway {
 	t.Helper()
 	var h http.Handler = m
 	if front != nil {
