@@ -45,6 +45,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/coord/redis"
 	"github.com/oncegate/oncegate/internal/gateway"
 	"github.com/oncegate/oncegate/internal/logline"
 	"github.com/oncegate/oncegate/internal/policy"
@@ -134,7 +135,7 @@ func Open(ctx context.Context, o Options) (*Gateway, error) {
 		return nil, fmt.Errorf("oncegate: coordination %q: want local or redis://…", coordURL)
 	case shared && !policy.IsPostgres(storeURL):
 		return nil, fmt.Errorf("oncegate: coordination %s shares state between gateways, but store %s can be opened by one process only: use postgres://…",
-			coordURL, storeURL)
+			redis.Redact(coordURL), storeURL)
 	}
 	log := o.Logger
 	if log == nil {

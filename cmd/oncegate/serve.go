@@ -73,11 +73,6 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	if policy.IsRedis(coordURL) && !policy.IsPostgres(storeURL) {
-		fmt.Fprintf(stderr, "oncegate serve: coordination %s shares state between gateways, but store %s can be opened by one process only: use postgres://…\n",
-			redis.Redact(coordURL), storeURL)
-		return 1
-	}
 	metricsAddr := pol.Config.MetricsListen
 	if *metricsListen != "" {
 		metricsAddr = *metricsListen
