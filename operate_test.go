@@ -297,7 +297,7 @@ func TestTracerRecordsTheRequestAndItsAttempts(t *testing.T) {
 	attr := func(s sdktrace.ReadOnlySpan, k string) string {
 		for _, a := range s.Attributes() {
 			if string(a.Key) == k {
-				return a.Value.Emit()
+				return a.Value.String()
 			}
 		}
 		return ""
