@@ -71,7 +71,8 @@ func libraryChild(mode string, in io.Reader, out io.Writer) error {
 	memtune.Start(os.LookupEnv, 0, 0, "/sys/fs/cgroup")
 	var client *http.Client
 	var url string
-	auth := true
+	model := os.Getenv(libraryModelEnv)
+	auth := model == "bench" // the gateways' model, for the tenant's key; the mock's needs none
 	switch mode {
 	case "inprocess":
 		// As serve opens it: its events and access log gathered into few
@@ -89,11 +90,9 @@ func libraryChild(mode string, in io.Reader, out io.Writer) error {
 		// Enough idle connections for the load, as load's client keeps.
 		client = &http.Client{Transport: &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096, DisableCompression: true}}
 		url = os.Getenv(libraryURLEnv) + "/v1/chat/completions"
-		auth = os.Getenv(libraryModelEnv) == "bench"
 	default:
 		return fmt.Errorf("%s=%q: want inprocess or http", libraryEnv, mode)
 	}
-	model := os.Getenv(libraryModelEnv)
 	fmt.Fprintln(out, "ready")
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
