@@ -141,8 +141,8 @@ type Options struct {
 	// provider's export and shutdown are the caller's. Default: no spans,
 	// at no cost.
 	Tracer trace.Tracer
-	// Clock, when set, is the gateway's time — deadlines, leases, budget
-	// windows, timestamps — for tests; default the system's.
+	// Clock, when set, is the time the gateway reads (tests); default the
+	// system's.
 	Clock interface{ Now() time.Time }
 	// DrainTimeout, when set, replaces the configuration's drain_timeout:
 	// how long Close waits for the requests in flight.
