@@ -464,6 +464,12 @@ func coordinationDown() *api.Error {
 	return e
 }
 
+// Allows reports whether key lk may use model alias: its own models
+// and, if its tenant is a team, the team's.
+func (s *Ring) Allows(lk *Key, alias string) bool {
+	return lk.Allows(alias) && s.teamAllows(lk, alias) == nil
+}
+
 // Gate checks a request of key lk for model alias before anything of
 // it is placed: the model allow-list (403 model_not_allowed) and the
 // key's request rate (429 key_rate_limited). Every endpoint a key may
