@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/ledger/ledgertest"
+	"github.com/oncegate/oncegate/internal/ledger/spendsql"
 	"github.com/oncegate/oncegate/internal/ledger/postgres/pgtest"
 )
 
@@ -143,4 +145,41 @@ func TestMigrationAddsTeams(t *testing.T) {
 	if got, err := s.Tenant(ctx, "team-a"); err != nil || got.Version != 1 || got.Spec.Budget.CostUSDPerDay != 1 {
 		t.Fatalf("a team created after the migration: %+v %v", got, err)
 	}
+}
+
+// A database written before spend facts (schema 10) gains them for every
+// receipt it holds (more than one page of the migration's), and the
+// report sums them as the receipts do.
+func TestMigrationAddsSpendFacts(t *testing.T) {
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs := []string{`CREATE TABLE oncegate_schema (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`}
+	qs = append(qs, migrations[:10]...)
+	qs = append(qs, `INSERT INTO oncegate_schema (version) SELECT generate_series(1, 10)`)
+	for _, q := range qs {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	old := ledgertest.OldReceipts(t, 2*spendsql.BackfillPage+10)
+	var ids, tenants []string
+	var bodies [][]byte
+	for _, o := range old {
+		ids, tenants, bodies = append(ids, o.RequestID), append(tenants, o.Tenant), append(bodies, o.Body)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO receipts (request_id, tenant, body) SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[])`,
+		ids, tenants, bodies); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.Close(ctx)
+	s, err := Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ledgertest.CheckMigratedSpend(t, s, old)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncegate/oncegate/internal/ledger/keysql"
+	"github.com/oncegate/oncegate/internal/ledger/spendsql"
 	"github.com/oncegate/oncegate/internal/ledger/turnsql"
 )
 
@@ -106,6 +107,40 @@ var migrations = []string{
 	// 10: teams, tenants created at run time (docs/keys-and-teams.md,
 	// "Teams").
 	keysql.TenantSchema("bytea", "bigint"),
+
+	// 11: the spend facts of each receipt (docs/spend.md, "How the report
+	// reads"), read by tenant and creation time. The facts of receipts
+	// stored before are derived in the migration's transaction
+	// (backfillSpend).
+	spendsql.Table(dialect, "PRIMARY KEY (request_id)", "") + `;
+	CREATE INDEX receipt_spend_by_tenant ON receipt_spend (tenant, created_at)`,
+}
+
+// dialect is PostgreSQL's spend SQL.
+var dialect = spendsql.Dialect{Integer: "bigint", Contains: "strpos(tags, ?) > 0", Sum: func(e string) string { return "SUM(" + e + ")::bigint" }}
+
+// steps run after a migration's SQL, in its transaction, by its number.
+var steps = map[int]func(ctx context.Context, tx pgx.Tx) error{11: backfillSpend}
+
+// backfillSpend derives the spend facts of the receipts stored before
+// migration 11.
+func backfillSpend(ctx context.Context, tx pgx.Tx) error {
+	insert := turnsql.Dollar(spendsql.Insert)
+	return spendsql.Backfill(func(after string) ([]spendsql.Stored, error) {
+		rows, err := tx.Query(ctx, `SELECT request_id, tenant, body FROM receipts WHERE request_id > $1 ORDER BY request_id LIMIT $2`,
+			after, spendsql.BackfillPage)
+		if err != nil {
+			return nil, err
+		}
+		return pgx.CollectRows(rows, func(row pgx.CollectableRow) (spendsql.Stored, error) {
+			var rc spendsql.Stored
+			err := row.Scan(&rc.RequestID, &rc.Tenant, &rc.Body)
+			return rc, err
+		})
+	}, func(args []any) error {
+		_, err := tx.Exec(ctx, insert, args...)
+		return err
+	})
 }
 
 // spendShards is how many rows a tenant's day is spread over.
@@ -157,6 +192,11 @@ func migrateOne(ctx context.Context, pool *pgxpool.Pool) (applied int, done bool
 		}
 		if _, err := tx.Exec(ctx, migrations[v]); err != nil {
 			return fmt.Errorf("migration %d: %w", v+1, err)
+		}
+		if step := steps[v+1]; step != nil {
+			if err := step(ctx, tx); err != nil {
+				return fmt.Errorf("migration %d: %w", v+1, err)
+			}
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO oncegate_schema (version) VALUES ($1)`, v+1); err != nil {
 			return err
