@@ -11,8 +11,8 @@ import (
 
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/ledgertest"
-	"github.com/oncegate/oncegate/internal/ledger/spendsql"
 	"github.com/oncegate/oncegate/internal/ledger/postgres/pgtest"
+	"github.com/oncegate/oncegate/internal/ledger/spendsql"
 )
 
 // A database written before a response could be continued more than once
