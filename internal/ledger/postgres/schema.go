@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/keysql"
 	"github.com/oncegate/oncegate/internal/ledger/spendsql"
 	"github.com/oncegate/oncegate/internal/ledger/turnsql"
@@ -125,7 +126,6 @@ var steps = map[int]func(ctx context.Context, tx pgx.Tx) error{11: backfillSpend
 // backfillSpend derives the spend facts of the receipts stored before
 // migration 11.
 func backfillSpend(ctx context.Context, tx pgx.Tx) error {
-	insert := turnsql.Dollar(spendsql.Insert)
 	return spendsql.Backfill(func(after string) ([]spendsql.Stored, error) {
 		rows, err := tx.Query(ctx, `SELECT request_id, tenant, body FROM receipts WHERE request_id > $1 ORDER BY request_id LIMIT $2`,
 			after, spendsql.BackfillPage)
@@ -137,8 +137,19 @@ func backfillSpend(ctx context.Context, tx pgx.Tx) error {
 			err := row.Scan(&rc.RequestID, &rc.Tenant, &rc.Body)
 			return rc, err
 		})
-	}, func(args []any) error {
-		_, err := tx.Exec(ctx, insert, args...)
+	}, func(facts []*ledger.SpendFacts) error {
+		var ids, tenants, keys, names, users, models, tags []string
+		var created, attempts, in, out, cost, orphans []int64
+		for _, f := range facts {
+			ids, tenants, keys, names, users, models, tags = append(ids, f.RequestID), append(tenants, f.Tenant), append(keys, f.KeyID),
+				append(names, f.KeyName), append(users, f.User), append(models, f.Model), append(tags, f.Tags)
+			created, attempts, in, out, cost, orphans = append(created, f.Created), append(attempts, f.Attempts), append(in, f.InputTokens),
+				append(out, f.OutputTokens), append(cost, f.Cost), append(orphans, f.Orphans)
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO receipt_spend (`+ledger.SpendFactCols+`) SELECT * FROM unnest($1::text[], $2::text[],
+			$3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::bigint[],
+			$12::bigint[], $13::bigint[]) ON CONFLICT (request_id) DO NOTHING`,
+			ids, tenants, created, keys, names, users, models, tags, attempts, in, out, cost, orphans)
 		return err
 	})
 }

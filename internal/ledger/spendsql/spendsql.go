@@ -131,23 +131,27 @@ type Stored struct {
 const BackfillPage = 1000
 
 // Backfill derives the facts of every stored receipt (ledger.ReceiptFacts)
-// and writes them with put (Insert): the migration that adds the facts,
-// in its transaction. page lists up to BackfillPage receipts by request
-// id after `after`.
-func Backfill(page func(after string) ([]Stored, error), put func(args []any) error) error {
+// and writes them with put, a page at a time: the migration that adds
+// the facts, in its transaction. page lists up to BackfillPage receipts
+// by request id after `after`.
+func Backfill(page func(after string) ([]Stored, error), put func([]*ledger.SpendFacts) error) error {
 	after := ""
 	for {
 		rcs, err := page(after)
 		if err != nil {
 			return err
 		}
+		facts := make([]*ledger.SpendFacts, 0, len(rcs))
 		for _, rc := range rcs {
 			if f, ok := ledger.ReceiptFacts(rc.Tenant, rc.RequestID, rc.Body); ok {
-				if err := put(f.Args()); err != nil {
-					return err
-				}
+				facts = append(facts, f)
 			}
 			after = rc.RequestID
+		}
+		if len(facts) > 0 {
+			if err := put(facts); err != nil {
+				return err
+			}
 		}
 		if len(rcs) < BackfillPage {
 			return nil

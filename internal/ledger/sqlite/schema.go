@@ -6,6 +6,7 @@ import (
 
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
 
+	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/keysql"
 	"github.com/oncegate/oncegate/internal/ledger/spendsql"
 	"github.com/oncegate/oncegate/internal/ledger/turnsql"
@@ -204,9 +205,13 @@ func backfillSpend(tx *sql.Tx) error {
 			out = append(out, rc)
 		}
 		return out, rows.Err()
-	}, func(args []any) error {
-		_, err := put.Exec(args...)
-		return err
+	}, func(facts []*ledger.SpendFacts) error {
+		for _, f := range facts {
+			if _, err := put.Exec(f.Args()...); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }
 
