@@ -29,6 +29,9 @@ import (
 // conversation's turn the provider kept, docs/conversations.md) are
 // charged to the tenant apart from receipts' totals: orphans_cost_usd
 // shows what the receipts' attempts recorded of them, never in cost_usd.
+// It sums the spend facts each store keeps beside its receipts, derived
+// from them (docs/spend.md, "How the report reads"); by route, the
+// receipts themselves.
 
 // SpendRow is one group of the spend report.
 type SpendRow struct {
