@@ -276,6 +276,8 @@ func runSpend(t *testing.T, open Opener) {
 			}
 			all = append(all, q)
 		}
+		// No tenant at all: nothing.
+		all = append(all, ledger.SpendQuery{Tenants: []string{}, From: start, To: start.Add(72 * time.Hour)})
 		// The edges of [from, to): a receipt created at from counts, one
 		// at to does not.
 		edge := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)

@@ -78,7 +78,10 @@ func Query(d Dialect, q ledger.SpendQuery) (string, []any) {
 	}
 	var where []string
 	var args []any
-	if q.Tenants != nil {
+	switch {
+	case q.Tenants != nil && len(q.Tenants) == 0:
+		where = append(where, "1 = 0") // no tenant: PostgreSQL has no empty IN ()
+	case q.Tenants != nil:
 		where = append(where, "tenant IN ("+strings.TrimSuffix(strings.Repeat("?,", len(q.Tenants)), ",")+")")
 		for _, t := range q.Tenants {
 			args = append(args, t)
