@@ -29,6 +29,9 @@ import (
 // conversation's turn the provider kept, docs/conversations.md) are
 // charged to the tenant apart from receipts' totals: orphans_cost_usd
 // shows what the receipts' attempts recorded of them, never in cost_usd.
+// It sums the spend facts each store keeps beside its receipts, derived
+// from them (docs/spend.md, "How the report reads"); by route, the
+// receipts themselves.
 
 // SpendRow is one group of the spend report.
 type SpendRow struct {
@@ -63,8 +66,8 @@ const (
 )
 
 // spendSlack is how far before `from` the scan of a tenant's receipts
-// (newest first, by request id) goes on, for ids and creation times
-// taken from clocks a little apart.
+// by route (newest first, by request id) goes on, for ids and creation
+// times taken from clocks a little apart.
 const spendSlack = 10 * time.Minute
 
 // SpendFilter keeps the receipts that match every field set; "" keeps all.
@@ -209,7 +212,11 @@ func (a *API) Spend(ctx context.Context, by string, from, to time.Time, f SpendF
 
 // SpendReport sums the receipts created in [from, to) that f keeps by
 // group (one of spendGroups), of every tenant configured or owning a
-// key. Rows come sorted by group.
+// key. Rows come sorted by group. Every grouping but route sums the
+// spend facts the store keeps beside each receipt (ledger.SpendStore),
+// by tenant and creation time in its index; by route it reads the
+// receipts themselves, whose attempts name the routes (docs/spend.md,
+// "How the report reads").
 func (a *API) SpendReport(ctx context.Context, by string, from, to time.Time, f SpendFilter) (*SpendReport, error) {
 	tenants, err := a.spendTenants(ctx, f.Tenant)
 	if err != nil {
@@ -223,17 +230,13 @@ func (a *API) SpendReport(ctx context.Context, by string, from, to time.Time, f 
 		return groups[k]
 	}
 	var total SpendRow
-	for _, t := range tenants {
-		err := a.eachReceipt(ctx, t, from, func(rc *spendFacts) {
-			if rc.CreatedAt.Before(from) || !rc.CreatedAt.Before(to) || !f.keep(rc) {
-				return
-			}
-			addReceipt(by, rc, row)
-			addReceipt("", rc, func(string) *SpendRow { return &total })
-		})
-		if err != nil {
-			return nil, err
-		}
+	if by == "route" {
+		err = a.routeSpend(ctx, tenants, from, to, f, row, &total)
+	} else if len(tenants) > 0 {
+		err = a.factSpend(ctx, by, tenants, from, to, f, row, &total)
+	}
+	if err != nil {
+		return nil, err
 	}
 	names := map[string]string{}
 	if by == "key" && len(groups) > 0 {
@@ -259,8 +262,98 @@ func (a *API) SpendReport(ctx context.Context, by string, from, to time.Time, f 
 	return rep, nil
 }
 
-// spendFacts is what the report reads of a receipt: decoding only these
-// members is several times faster than the whole receipt.
+// factGroupings are the store's groupings (ledger.SpendQuery.By) each of
+// the report's but route sums: a month is its days', a tag's row each
+// set of tags' that holds it.
+var factGroupings = map[string]string{"tenant": ledger.ByTenant, "key": ledger.ByKey, "key_name": ledger.ByKeyName,
+	"user": ledger.ByUser, "model": ledger.ByModel, "day": ledger.ByDay, "month": ledger.ByDay, "tag": ledger.ByTags}
+
+// factSpend adds the store's sums of spend facts to the groups row
+// returns and to total, which counts each request once.
+func (a *API) factSpend(ctx context.Context, by string, tenants []string, from, to time.Time, f SpendFilter,
+	row func(string) *SpendRow, total *SpendRow) error {
+	sums, err := a.store.SpendSums(ctx, ledger.SpendQuery{Tenants: tenants, From: from, To: to, By: factGroupings[by],
+		Key: f.Key, KeyName: f.KeyName, User: f.User, Model: f.Model, Tag: f.Tag})
+	if err != nil {
+		return err
+	}
+	// A key's receipts may carry more than one name: its row keeps the
+	// one of its least request id, as the receipts read newest first left it.
+	first := map[string]string{}
+	for _, s := range sums {
+		addSum(total, &s)
+		switch by {
+		case "tag":
+			tags := ledger.SplitTags(s.Group)
+			if len(tags) == 0 {
+				tags = []string{""}
+			}
+			for _, t := range tags {
+				addSum(row(t), &s)
+			}
+		case "day", "month":
+			layout := time.DateOnly
+			if by == "month" {
+				layout = "2006-01"
+			}
+			addSum(row(time.Unix(0, s.Day*int64(24*time.Hour)).UTC().Format(layout)), &s)
+		case "key":
+			r := row(s.Group)
+			if at, ok := first[s.Group]; !ok || s.First < at {
+				first[s.Group], r.Name = s.First, s.Name
+			}
+			addSum(r, &s)
+		default:
+			addSum(row(s.Group), &s)
+		}
+	}
+	return nil
+}
+
+// addSum adds a group of spend facts to r.
+func addSum(r *SpendRow, s *ledger.SpendSum) {
+	r.Requests += int(s.Requests)
+	r.Attempts += int(s.Attempts)
+	r.InputTokens += s.InputTokens
+	r.OutputTokens += s.OutputTokens
+	r.cost += gw.NanoUSD(s.Cost)
+	r.orphans += gw.NanoUSD(s.Orphans)
+}
+
+// routeSpend adds the receipts' attempts to the group of each one's
+// route, and each receipt once to total: the routes are in the
+// receipts alone.
+func (a *API) routeSpend(ctx context.Context, tenants []string, from, to time.Time, f SpendFilter, row func(string) *SpendRow, total *SpendRow) error {
+	for _, t := range tenants {
+		err := a.eachReceipt(ctx, t, from, func(rc *spendFacts) {
+			if rc.CreatedAt.Before(from) || !rc.CreatedAt.Before(to) || !f.keep(rc) {
+				return
+			}
+			seen := map[string]bool{}
+			for _, at := range rc.Attempts {
+				r := row(at.Route)
+				if !seen[at.Route] {
+					seen[at.Route] = true
+					r.Requests++
+				}
+				r.Attempts++
+				r.InputTokens += at.Usage.InputTokens
+				r.OutputTokens += at.Usage.OutputTokens
+				r.cost += gw.NanoFromUSD(at.CostUSD)
+				r.orphans += gw.NanoFromUSD(at.OrphansCostUSD)
+			}
+			addWhole(total, rc)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// spendFacts is what the report grouped by route reads of a receipt:
+// decoding only these members is several times faster than the whole
+// receipt.
 type spendFacts struct {
 	RequestID string    `json:"request_id"`
 	Tenant    string    `json:"tenant"`
@@ -283,55 +376,6 @@ type spendFacts struct {
 		Attempts int     `json:"attempts"`
 		CostUSD  float64 `json:"cost_usd"`
 	} `json:"totals"`
-}
-
-// addReceipt adds a receipt to its group (to each of its routes' or
-// tags' groups); by "" adds it to the one row row returns.
-func addReceipt(by string, rc *spendFacts, row func(string) *SpendRow) {
-	switch by {
-	case "route":
-		seen := map[string]bool{}
-		for _, a := range rc.Attempts {
-			r := row(a.Route)
-			if !seen[a.Route] {
-				seen[a.Route] = true
-				r.Requests++
-			}
-			r.Attempts++
-			r.InputTokens += a.Usage.InputTokens
-			r.OutputTokens += a.Usage.OutputTokens
-			r.cost += gw.NanoFromUSD(a.CostUSD)
-			r.orphans += gw.NanoFromUSD(a.OrphansCostUSD)
-		}
-		return
-	case "tag":
-		if len(rc.Tags) == 0 {
-			addWhole(row(""), rc)
-		}
-		for _, t := range rc.Tags {
-			addWhole(row(t), rc)
-		}
-		return
-	}
-	var key string
-	switch by {
-	case "tenant":
-		key = rc.Tenant
-	case "key":
-		key = rc.KeyID
-		row(key).Name = rc.KeyName // the name it had, if the key is gone
-	case "key_name":
-		key = rc.KeyName
-	case "user":
-		key = rc.User
-	case "model":
-		key = rc.Model
-	case "day":
-		key = rc.CreatedAt.UTC().Format(time.DateOnly)
-	case "month":
-		key = rc.CreatedAt.UTC().Format("2006-01")
-	}
-	addWhole(row(key), rc)
 }
 
 // addWhole adds a whole receipt to r.

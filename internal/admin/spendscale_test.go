@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"net/http"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/oncegate/oncegate/internal/clock"
 	"github.com/oncegate/oncegate/internal/gw"
@@ -52,12 +55,22 @@ func TestSpendReportOfAMonth(t *testing.T) {
 		t.Skip("-short: a month of receipts takes a while to write")
 	}
 	t.Run("sqlite", func(t *testing.T) {
-		s, err := sqlite.Open(filepath.Join(t.TempDir(), "spend.db"))
+		path := filepath.Join(t.TempDir(), "spend.db")
+		s, err := sqlite.Open(path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		reportAMonth(t, s, n)
+		reportAMonth(t, s, n, func() (int64, error) {
+			db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+			if err != nil {
+				return 0, err
+			}
+			defer db.Close()
+			var size int64
+			err = db.QueryRow(`SELECT SUM(pgsize) FROM dbstat WHERE name IN ('receipt_spend', 'receipt_spend_by_request')`).Scan(&size)
+			return size, err
+		})
 	})
 	t.Run("postgres", func(t *testing.T) {
 		url := pgtest.URL(t)
@@ -66,11 +79,22 @@ func TestSpendReportOfAMonth(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		reportAMonth(t, s, n)
+		reportAMonth(t, s, n, func() (int64, error) {
+			conn, err := pgx.Connect(context.Background(), url)
+			if err != nil {
+				return 0, err
+			}
+			defer conn.Close(context.Background())
+			var size int64
+			err = conn.QueryRow(context.Background(), `SELECT pg_total_relation_size('receipt_spend')`).Scan(&size)
+			return size, err
+		})
 	})
 }
 
-func reportAMonth(t *testing.T, s ledger.Store, n int) {
+// reportAMonth writes n receipts and reports on them; factsSize says
+// how many bytes the store's spend facts take (its table and indexes).
+func reportAMonth(t *testing.T, s ledger.Store, n int, factsSize func() (int64, error)) {
 	ctx := context.Background()
 	month := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 	keys := []struct{ id, name, team string }{
@@ -125,6 +149,11 @@ func reportAMonth(t *testing.T, s ledger.Store, n int) {
 		t.Fatal(err)
 	}
 	t.Logf("%d receipts written in %s", n, time.Since(start).Round(time.Millisecond))
+	if size, err := factsSize(); err != nil {
+		t.Logf("the spend facts' size: %v", err)
+	} else {
+		t.Logf("the spend facts take %d bytes, %.0f a receipt", size, float64(size)/float64(n))
+	}
 	a := New(Deps{Gateway: teamsHost{}, Store: s, Clock: clock.System{}})
 	for _, by := range []string{"tag", "key_name", "tenant", "user"} {
 		began := time.Now()

@@ -166,6 +166,7 @@ type Store interface {
 	TurnStore
 	KeyStore
 	TenantStore
+	SpendStore
 	// Claim creates rec (state in_progress, generation 1) with its first
 	// events in one durable commit, unless a record for rec.Identity
 	// exists: then it returns that record and created false, writing

@@ -49,6 +49,7 @@ func Run(t *testing.T, open Opener) {
 	runKeys(t, open)
 	runTenants(t, open)
 	runRetention(t, open)
+	runSpend(t, open)
 	t.Run("claim creates once", func(t *testing.T) {
 		s := open(t, false)
 		got, created, err := s.Claim(ctx, rec("k:a", "r1"), []ledger.Event{ev("r1", 1, 1, ledger.EvCreated)})

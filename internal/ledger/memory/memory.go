@@ -57,6 +57,14 @@ type data struct {
 type storedReceipt struct {
 	tenant string
 	body   []byte
+	// facts are the receipt's spend facts (nil: the body has none).
+	facts *ledger.SpendFacts
+}
+
+// stored is a receipt with its spend facts.
+func stored(tenant, id string, body []byte) storedReceipt {
+	f, _ := ledger.ReceiptFacts(tenant, id, body)
+	return storedReceipt{tenant: tenant, body: slices.Clone(body), facts: f}
 }
 
 var _ ledger.Store = (*Store)(nil)
@@ -261,11 +269,11 @@ func (s *Store) charge(tenant string, nanoUSD int64, at time.Time) {
 func (s *Store) putReceipt(tenant, id string, body []byte, replace bool) bool {
 	if _, ok := s.receipts[id]; ok {
 		if replace {
-			s.receipts[id] = storedReceipt{tenant: tenant, body: slices.Clone(body)}
+			s.receipts[id] = stored(tenant, id, body)
 		}
 		return false
 	}
-	s.receipts[id] = storedReceipt{tenant: tenant, body: slices.Clone(body)}
+	s.receipts[id] = stored(tenant, id, body)
 	ids := s.byTenant[tenant]
 	i, _ := slices.BinarySearch(ids, id)
 	s.byTenant[tenant] = slices.Insert(ids, i, id)

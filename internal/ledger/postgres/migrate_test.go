@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -10,7 +11,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/ledger/ledgertest"
 	"github.com/oncegate/oncegate/internal/ledger/postgres/pgtest"
+	"github.com/oncegate/oncegate/internal/ledger/spendsql"
 )
 
 // A database written before a response could be continued more than once
@@ -143,4 +146,57 @@ func TestMigrationAddsTeams(t *testing.T) {
 	if got, err := s.Tenant(ctx, "team-a"); err != nil || got.Version != 1 || got.Spec.Budget.CostUSDPerDay != 1 {
 		t.Fatalf("a team created after the migration: %+v %v", got, err)
 	}
+}
+
+// A database written before spend facts (schema 10) gains them for every
+// receipt it holds (more than one page of the migration's), and the
+// report sums them as the receipts do.
+func TestMigrationAddsSpendFacts(t *testing.T) {
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs := []string{`CREATE TABLE oncegate_schema (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`}
+	qs = append(qs, migrations[:10]...)
+	qs = append(qs, `INSERT INTO oncegate_schema (version) SELECT generate_series(1, 10)`)
+	for _, q := range qs {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	old := ledgertest.OldReceipts(t, migratedReceipts(t))
+	var ids, tenants []string
+	var bodies [][]byte
+	for _, o := range old {
+		ids, tenants, bodies = append(ids, o.RequestID), append(tenants, o.Tenant), append(bodies, o.Body)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO receipts (request_id, tenant, body) SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[])`,
+		ids, tenants, bodies); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.Close(ctx)
+	began := time.Now()
+	s, err := Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	t.Logf("migrated %d receipts in %s", len(old), time.Since(began).Round(time.Millisecond))
+	ledgertest.CheckMigratedSpend(t, s, old)
+}
+
+// migratedReceipts is how many receipts TestMigrationAddsSpendFacts
+// stores before the migration: more than two of its pages, or
+// ONCEGATE_MIGRATE_RECEIPTS (docs/spend.md gives the time at 1,000,000).
+func migratedReceipts(t *testing.T) int {
+	if s := os.Getenv("ONCEGATE_MIGRATE_RECEIPTS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatalf("ONCEGATE_MIGRATE_RECEIPTS=%q: %v", s, err)
+		}
+		return n
+	}
+	return 2*spendsql.BackfillPage + 10
 }

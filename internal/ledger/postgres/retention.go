@@ -29,6 +29,8 @@ const qSweep = `WITH old AS (
 		DELETE FROM receipts WHERE request_id IN (SELECT request_id FROM old)
 	), st AS (
 		DELETE FROM stale_events WHERE request_id IN (SELECT request_id FROM old)
+	), sf AS (
+		DELETE FROM receipt_spend WHERE request_id IN (SELECT request_id FROM old)
 	) SELECT count(*) FROM old`
 
 // Sweep deletes the histories of requests created before cutoff that

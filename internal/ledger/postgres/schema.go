@@ -7,7 +7,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/keysql"
+	"github.com/oncegate/oncegate/internal/ledger/spendsql"
 	"github.com/oncegate/oncegate/internal/ledger/turnsql"
 )
 
@@ -106,6 +108,50 @@ var migrations = []string{
 	// 10: teams, tenants created at run time (docs/keys-and-teams.md,
 	// "Teams").
 	keysql.TenantSchema("bytea", "bigint"),
+
+	// 11: the spend facts of each receipt (docs/spend.md, "How the report
+	// reads"), read by tenant and creation time. The facts of receipts
+	// stored before are derived in the migration's transaction
+	// (backfillSpend).
+	spendsql.Table(dialect, "PRIMARY KEY (request_id)", "") + `;
+	CREATE INDEX receipt_spend_by_tenant ON receipt_spend (tenant, created_at)`,
+}
+
+// dialect is PostgreSQL's spend SQL.
+var dialect = spendsql.Dialect{Integer: "bigint", Contains: "strpos(tags, ?) > 0", Sum: func(e string) string { return "SUM(" + e + ")::bigint" }}
+
+// steps run after a migration's SQL, in its transaction, by its number.
+var steps = map[int]func(ctx context.Context, tx pgx.Tx) error{11: backfillSpend}
+
+// backfillSpend derives the spend facts of the receipts stored before
+// migration 11.
+func backfillSpend(ctx context.Context, tx pgx.Tx) error {
+	return spendsql.Backfill(func(after string) ([]spendsql.Stored, error) {
+		rows, err := tx.Query(ctx, `SELECT request_id, tenant, body FROM receipts WHERE request_id > $1 ORDER BY request_id LIMIT $2`,
+			after, spendsql.BackfillPage)
+		if err != nil {
+			return nil, err
+		}
+		return pgx.CollectRows(rows, func(row pgx.CollectableRow) (spendsql.Stored, error) {
+			var rc spendsql.Stored
+			err := row.Scan(&rc.RequestID, &rc.Tenant, &rc.Body)
+			return rc, err
+		})
+	}, func(facts []*ledger.SpendFacts) error {
+		var ids, tenants, keys, names, users, models, tags []string
+		var created, attempts, in, out, cost, orphans []int64
+		for _, f := range facts {
+			ids, tenants, keys, names, users, models, tags = append(ids, f.RequestID), append(tenants, f.Tenant), append(keys, f.KeyID),
+				append(names, f.KeyName), append(users, f.User), append(models, f.Model), append(tags, f.Tags)
+			created, attempts, in, out, cost, orphans = append(created, f.Created), append(attempts, f.Attempts), append(in, f.InputTokens),
+				append(out, f.OutputTokens), append(cost, f.Cost), append(orphans, f.Orphans)
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO receipt_spend (`+ledger.SpendFactCols+`) SELECT * FROM unnest($1::text[], $2::text[],
+			$3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::bigint[],
+			$12::bigint[], $13::bigint[]) ON CONFLICT (request_id) DO NOTHING`,
+			ids, tenants, created, keys, names, users, models, tags, attempts, in, out, cost, orphans)
+		return err
+	})
 }
 
 // spendShards is how many rows a tenant's day is spread over.
@@ -157,6 +203,11 @@ func migrateOne(ctx context.Context, pool *pgxpool.Pool) (applied int, done bool
 		}
 		if _, err := tx.Exec(ctx, migrations[v]); err != nil {
 			return fmt.Errorf("migration %d: %w", v+1, err)
+		}
+		if step := steps[v+1]; step != nil {
+			if err := step(ctx, tx); err != nil {
+				return fmt.Errorf("migration %d: %w", v+1, err)
+			}
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO oncegate_schema (version) VALUES ($1)`, v+1); err != nil {
 			return err

@@ -199,10 +199,39 @@ func finishStmt(f *ledger.Finish, resp []byte, lapsed bool) (string, []any) {
 			INSERT INTO key_spend (day, key_id, shard, charged) SELECT $15::bigint, $18::text, $17::smallint, $16::bigint
 			WHERE $16::bigint <> 0 AND $18::text <> '' AND EXISTS (SELECT 1 FROM done)
 			ON CONFLICT (day, key_id, shard) DO UPDATE SET charged = key_spend.charged + excluded.charged
+		), fa AS (` + factsFrom(`$7::text, $13::text`, 19) + ` AND $14::bytea IS NOT NULL AND EXISTS (SELECT 1 FROM done)
+			` + factsConflict + `
 		) SELECT count(*) FROM done`
 	args := append(arrays(f.Events).args(), f.RequestID, f.Generation, string(f.State), ns(f.At), resp, gen,
 		f.Tenant, receipt, ledger.Day(f.At), f.Charge, shardOf(f.RequestID), f.Key)
-	return q, args
+	return q, append(args, factParams(f.Tenant, f.RequestID, f.Receipt)...)
+}
+
+// factsFrom inserts a receipt's spend facts: its request id and tenant
+// (SQL expressions), then the rest of factParams at $n…$n+10, if there
+// are any (the statement goes on with more conditions).
+func factsFrom(idTenant string, n int) string {
+	return fmt.Sprintf(`INSERT INTO receipt_spend (`+ledger.SpendFactCols+`) SELECT %s, $%d::bigint, $%d::text, $%d::text, $%d::text,
+			$%d::text, $%d::text, $%d::bigint, $%d::bigint, $%d::bigint, $%d::bigint, $%d::bigint WHERE $%d::bigint IS NOT NULL`,
+		idTenant, n, n+1, n+2, n+3, n+4, n+5, n+6, n+7, n+8, n+9, n+10, n)
+}
+
+// factsConflict replaces the spend facts of an earlier copy of a receipt.
+const factsConflict = `ON CONFLICT (request_id) DO UPDATE SET tenant = excluded.tenant, created_at = excluded.created_at,
+	key_id = excluded.key_id, key_name = excluded.key_name, end_user = excluded.end_user, model = excluded.model, tags = excluded.tags,
+	attempts = excluded.attempts, input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens,
+	cost = excluded.cost, orphans = excluded.orphans`
+
+// factParams are a receipt's spend facts after its request id and tenant
+// (ledger.SpendFacts.Args), for factsFrom: all NULL if it has none.
+// Derived on the caller's goroutine.
+func factParams(tenant, requestID string, receipt []byte) []any {
+	if receipt != nil {
+		if f, ok := ledger.ReceiptFacts(tenant, requestID, receipt); ok {
+			return f.Args()[2:]
+		}
+	}
+	return make([]any, 11)
 }
 
 // shardOf is the tenant_spend row a request's charge goes to.
@@ -272,10 +301,13 @@ func (s *Store) PutReceipt(ctx context.Context, rc *ledger.StoredReceipt) error 
 			INSERT INTO key_spend (day, key_id, shard, charged) SELECT $4::bigint, $7::text, $6::smallint, $5::bigint
 			WHERE $5::bigint <> 0 AND $7::text <> '' AND EXISTS (SELECT 1 FROM ins)
 			ON CONFLICT (day, key_id, shard) DO UPDATE SET charged = key_spend.charged + excluded.charged
+		), fa AS (`+factsFrom(`$1::text, $2::text`, 8)+` AND EXISTS (SELECT 1 FROM ins)
+			`+factsConflict+`
 		) INSERT INTO tenant_spend (day, tenant, shard, charged) SELECT $4::bigint, $2::text, $6::smallint, $5::bigint
 		WHERE $5::bigint <> 0 AND EXISTS (SELECT 1 FROM ins)
 		ON CONFLICT (day, tenant, shard) DO UPDATE SET charged = tenant_spend.charged + excluded.charged`,
-		rc.RequestID, rc.Tenant, rc.Body, ledger.Day(rc.At), rc.Charge, shardOf(rc.RequestID), rc.Key)
+		append([]any{rc.RequestID, rc.Tenant, rc.Body, ledger.Day(rc.At), rc.Charge, shardOf(rc.RequestID), rc.Key},
+			factParams(rc.Tenant, rc.RequestID, rc.Body)...)...)
 	if err != nil {
 		return fmt.Errorf("put receipt: %w", err)
 	}

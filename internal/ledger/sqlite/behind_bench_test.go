@@ -51,7 +51,7 @@ func todayBehind(s *Store) *behindWriter {
 			if err != nil {
 				return err
 			}
-			return finish(tx, f, resp, eventArgs(f.Events))
+			return finish(tx, f, resp, eventArgs(f.Events), factArgs(f.Tenant, f.RequestID, f.Receipt))
 		}}
 }
 

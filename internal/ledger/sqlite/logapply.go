@@ -170,7 +170,7 @@ func applyRecord(tx wtx, lr *logRecord) error {
 		}
 		insertEvents(tx, eventArgs(lr.events))
 	case kindFinish:
-		return finish(tx, lr.fin, lr.resp, eventArgs(lr.fin.Events))
+		return finish(tx, lr.fin, lr.resp, eventArgs(lr.fin.Events), lr.factArgs())
 	}
 	return nil
 }

@@ -33,6 +33,18 @@ type logRecord struct {
 	resp   []byte         // finish: the stored response, encoded (nil: none)
 	raw    []byte         // the record as the log holds it
 	bad    error          // it could not be decoded (readRecord): applying it fails with this
+	// facts are a finish's receipt's spend facts (factArgs), once derived.
+	facts   []any
+	derived bool
+}
+
+// factArgs derives a finish's receipt's spend facts once: LogStore.apply
+// derives them on its goroutine before the writer's takes the records.
+func (lr *logRecord) factArgs() []any {
+	if !lr.derived && lr.fin != nil {
+		lr.facts, lr.derived = factArgs(lr.fin.Tenant, lr.fin.RequestID, lr.fin.Receipt), true
+	}
+	return lr.facts
 }
 
 // newRecord starts a record of kind with room for size more bytes: its

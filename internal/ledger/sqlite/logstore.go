@@ -418,6 +418,7 @@ func (s *LogStore) apply(batch [][]byte) error {
 		if err != nil {
 			return err
 		}
+		lr.factArgs()
 		recs[i] = lr
 	}
 	last := recs[len(recs)-1].lsn

@@ -4,12 +4,15 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/ledger/ledgertest"
+	"github.com/oncegate/oncegate/internal/ledger/spendsql"
 )
 
 // A database written by the first schema keeps its events and receipts
@@ -238,4 +241,60 @@ func checkMigratedTeams(t *testing.T, s ledger.Store) {
 	if list, err := s.Keys(ctx, ledger.KeyFilter{Tenant: "team-a"}); err != nil || len(list) != 1 || list[0].ID != "k2" {
 		t.Fatalf("the team's keys: %+v %v", list, err)
 	}
+}
+
+// A database written before spend facts (schema 12) gains them for every
+// receipt it holds (more than one page of the migration's), and the
+// report sums them as the receipts do.
+func TestMigrationAddsSpendFacts(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "v12.db")
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs := []string{`CREATE TABLE schema_version (version INTEGER NOT NULL)`}
+	qs = append(qs, migrations[:12]...)
+	qs = append(qs, `INSERT INTO schema_version (version) VALUES (12)`)
+	for _, q := range qs {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	old := ledgertest.OldReceipts(t, migratedReceipts(t))
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range old {
+		if _, err := tx.Exec(`INSERT INTO events (request_id, seq, last_seq, generation, type, at, tenant, data) VALUES (?,0,0,0,'receipt',0,?,?)`,
+			o.RequestID, o.Tenant, o.Body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	_ = db.Close()
+	began := time.Now()
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	t.Logf("migrated %d receipts in %s", len(old), time.Since(began).Round(time.Millisecond))
+	ledgertest.CheckMigratedSpend(t, s, old)
+}
+
+// migratedReceipts is how many receipts TestMigrationAddsSpendFacts
+// stores before the migration: more than two of its pages, or
+// ONCEGATE_MIGRATE_RECEIPTS (docs/spend.md gives the time at 1,000,000).
+func migratedReceipts(t *testing.T) int {
+	if s := os.Getenv("ONCEGATE_MIGRATE_RECEIPTS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatalf("ONCEGATE_MIGRATE_RECEIPTS=%q: %v", s, err)
+		}
+		return n
+	}
+	return 2*spendsql.BackfillPage + 10
 }

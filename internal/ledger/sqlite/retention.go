@@ -76,6 +76,9 @@ func sweepBatch(tx wtx, cutoff int64) (int, error) {
 	if _, err := tx.Exec(`DELETE FROM stale_events WHERE request_id IN (`+in+`)`, ids...); err != nil {
 		return 0, err
 	}
+	if _, err := tx.Exec(`DELETE FROM receipt_spend WHERE request_id IN (`+in+`)`, ids...); err != nil {
+		return 0, err
+	}
 	return len(ids), nil
 }
 

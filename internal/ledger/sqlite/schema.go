@@ -6,7 +6,9 @@ import (
 
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
 
+	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/keysql"
+	"github.com/oncegate/oncegate/internal/ledger/spendsql"
 	"github.com/oncegate/oncegate/internal/ledger/turnsql"
 )
 
@@ -161,6 +163,56 @@ var migrations = []string{
 	// 12: teams, tenants created at run time (docs/keys-and-teams.md,
 	// "Teams").
 	keysql.TenantSchema("BLOB", "INTEGER"),
+
+	// 13: the spend facts of each receipt (docs/spend.md, "How the report
+	// reads"), clustered by tenant and creation time so a month's report
+	// reads a tenant's rows in one range; found by request id to be
+	// replaced or swept. The facts of receipts stored before are derived
+	// in the migration's transaction (backfillSpend).
+	spendsql.Table(dialect, "PRIMARY KEY (tenant, created_at, request_id)", " WITHOUT ROWID") + `;
+	CREATE UNIQUE INDEX receipt_spend_by_request ON receipt_spend(request_id);`,
+}
+
+// dialect is SQLite's spend SQL.
+var dialect = spendsql.Dialect{Integer: "INTEGER", Contains: "instr(tags, ?) > 0", Sum: func(e string) string { return "SUM(" + e + ")" }}
+
+// steps run after a migration's SQL, in its transaction, by its number.
+var steps = map[int]func(tx *sql.Tx) error{13: backfillSpend}
+
+// backfillSpend derives the spend facts of the receipts stored before
+// migration 13.
+func backfillSpend(tx *sql.Tx) error {
+	put, err := tx.Prepare(spendsql.Insert)
+	if err != nil {
+		return err
+	}
+	defer put.Close()
+	return spendsql.Backfill(func(after string) ([]spendsql.Stored, error) {
+		rows, err := tx.Query(`SELECT request_id, tenant, data FROM events WHERE seq = 0 AND request_id > ? ORDER BY request_id LIMIT ?`,
+			after, spendsql.BackfillPage)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		var out []spendsql.Stored
+		for rows.Next() {
+			var rc spendsql.Stored
+			var tenant sql.NullString
+			if err := rows.Scan(&rc.RequestID, &tenant, &rc.Body); err != nil {
+				return nil, err
+			}
+			rc.Tenant = tenant.String
+			out = append(out, rc)
+		}
+		return out, rows.Err()
+	}, func(facts []*ledger.SpendFacts) error {
+		for _, f := range facts {
+			if _, err := put.Exec(f.Args()...); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 func migrate(db *sql.DB) error {
@@ -185,6 +237,12 @@ func migrate(db *sql.DB) error {
 		if _, err := tx.Exec(migrations[i]); err != nil {
 			_ = tx.Rollback()
 			return fmt.Errorf("migration %d: %w", i+1, err)
+		}
+		if step := steps[i+1]; step != nil {
+			if err := step(tx); err != nil {
+				_ = tx.Rollback()
+				return fmt.Errorf("migration %d: %w", i+1, err)
+			}
 		}
 		if _, err := tx.Exec(`INSERT INTO schema_version (version) VALUES (?)`, i+1); err != nil {
 			_ = tx.Rollback()

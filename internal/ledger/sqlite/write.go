@@ -144,11 +144,12 @@ func (s *Store) Finish(ctx context.Context, f *ledger.Finish) error {
 			return fmt.Errorf("encode the stored response of %s: %w", f.RequestID, err)
 		}
 	}
-	evArgs := eventArgs(f.Events)
-	return s.write(ctx, true, func(tx wtx) error { return finish(tx, f, resp, evArgs) })
+	evArgs, facts := eventArgs(f.Events), factArgs(f.Tenant, f.RequestID, f.Receipt)
+	return s.write(ctx, true, func(tx wtx) error { return finish(tx, f, resp, evArgs, facts) })
 }
 
-func finish(tx wtx, f *ledger.Finish, resp []byte, evArgs []any) error {
+// finish writes a terminal; facts are its receipt's spend facts (factArgs).
+func finish(tx wtx, f *ledger.Finish, resp []byte, evArgs, facts []any) error {
 	// The fence is in the statement: only the current generation, in
 	// progress, is finished.
 	var res sql.Result
@@ -176,6 +177,7 @@ func finish(tx wtx, f *ledger.Finish, resp []byte, evArgs []any) error {
 	insertEvents(tx, evArgs)
 	if f.Receipt != nil {
 		tx.rows.receipts = append(tx.rows.receipts, f.RequestID, f.Tenant, f.Receipt)
+		tx.rows.facts = append(tx.rows.facts, facts...)
 	}
 	tx.charge(f.Tenant, f.Charge, f.At)
 	tx.chargeKey(f.Key, f.Charge, f.At)
@@ -236,9 +238,9 @@ func settleChunkOf(tx wtx, fs []*ledger.Finish) ([]string, error) {
 		}
 	}
 	rows.Close()
-	var del, evs, rcs []any
+	var del, evs, rcs, fas []any
 	var settled []string
-	nDel, nEv, nRc := 0, 0, 0
+	nDel, nEv, nRc, nFa := 0, 0, 0, 0
 	for _, f := range fs {
 		if r, ok := live[f.RequestID]; !ok || r.gen != f.Generation || r.lease >= ns(f.At) {
 			continue // another owner moved it on, or its owner is alive
@@ -264,6 +266,10 @@ func settleChunkOf(tx wtx, fs []*ledger.Finish) ([]string, error) {
 		if f.Receipt != nil {
 			rcs = append(rcs, f.RequestID, f.Tenant, f.Receipt)
 			nRc++
+			if fa := factArgs(f.Tenant, f.RequestID, f.Receipt); fa != nil {
+				fas = append(fas, fa...)
+				nFa++
+			}
 		}
 		tx.charge(f.Tenant, f.Charge, f.At)
 		tx.chargeKey(f.Key, f.Charge, f.At)
@@ -278,6 +284,7 @@ func settleChunkOf(tx wtx, fs []*ledger.Finish) ([]string, error) {
 		{nRc, `INSERT INTO events (request_id, tenant, data, seq, last_seq, generation, type, at) VALUES ` +
 			strings.TrimSuffix(strings.Repeat(`(?,?,?,0,0,0,'receipt',0),`, nRc), ",") +
 			` ON CONFLICT(request_id, seq) DO UPDATE SET data = excluded.data`, rcs},
+		{nFa, factsInsert(nFa), fas},
 	}
 	for _, st := range stmts {
 		if st.n == 0 {
@@ -292,6 +299,7 @@ func settleChunkOf(tx wtx, fs []*ledger.Finish) ([]string, error) {
 
 // PutReceipt stores a receipt, and charges it, unless one exists.
 func (s *Store) PutReceipt(ctx context.Context, rc *ledger.StoredReceipt) error {
+	facts := factArgs(rc.Tenant, rc.RequestID, rc.Body)
 	return s.write(ctx, false, func(tx wtx) error {
 		res, err := tx.Exec(`INSERT INTO events (request_id, seq, last_seq, generation, type, at, tenant, data) VALUES (?,0,0,0,'receipt',0,?,?)
 			ON CONFLICT(request_id, seq) DO NOTHING`, rc.RequestID, rc.Tenant, rc.Body)
@@ -299,6 +307,7 @@ func (s *Store) PutReceipt(ctx context.Context, rc *ledger.StoredReceipt) error 
 			return err
 		}
 		if n, _ := res.RowsAffected(); n == 1 {
+			tx.rows.facts = append(tx.rows.facts, facts...)
 			tx.charge(rc.Tenant, rc.Charge, rc.At)
 			tx.chargeKey(rc.Key, rc.Charge, rc.At)
 		}

@@ -11,6 +11,7 @@ import (
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
 
 	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/ledger/spendsql"
 )
 
 // maxBatch bounds how many queued writes share one commit.
@@ -43,7 +44,7 @@ const (
 var writes = func() []string {
 	out := []string{qInsertRecord, qSelectByID, qInsertStale, qFence, qFinish, qRelease, qSettle, qCharge, qKeyCharge, qRenew, qBegin, qCommit, qRollback}
 	for n := 1; n <= maxRowsPerInsert; n++ {
-		out = append(out, eventsInsert(n), receiptsInsert(n))
+		out = append(out, eventsInsert(n), receiptsInsert(n), factsInsert(n))
 	}
 	return out
 }()
@@ -65,6 +66,7 @@ type wtx struct {
 type batchRows struct {
 	events   []any // eventCols values, 9 per row
 	receipts []any // (request_id, tenant, data), 3 per row
+	facts    []any // the receipts' spend facts, factWidth per row
 	// charges sum what the batch's writes charge each tenant per day.
 	charges map[spendKey]int64
 	err     error // putting them in failed: the batch fails
@@ -139,6 +141,9 @@ func (w wtx) put() error {
 	if err := w.putRows(&w.rows.receipts, 3, receiptsInsert); err != nil {
 		return fmt.Errorf("receipts: %w", err)
 	}
+	if err := w.putRows(&w.rows.facts, factWidth, factsInsert); err != nil {
+		return fmt.Errorf("spend facts: %w", err)
+	}
 	for k, v := range w.rows.charges {
 		q := qCharge
 		if k.key {
@@ -178,6 +183,28 @@ func receiptsInsert(n int) string {
 	return `INSERT INTO events (request_id, tenant, data, seq, last_seq, generation, type, at) VALUES ` +
 		strings.TrimSuffix(strings.Repeat(`(?,?,?,0,0,0,'receipt',0),`, n), ",") +
 		` ON CONFLICT(request_id, seq) DO UPDATE SET data = excluded.data`
+}
+
+// factWidth is how many values a row of spend facts has.
+const factWidth = 13
+
+// factsInsert writes n receipts' spend facts, replacing those of earlier
+// copies of the receipts (as receiptsInsert replaces their bodies).
+func factsInsert(n int) string {
+	return strings.Replace(spendsql.Upsert, placeholders(1, factWidth), placeholders(n, factWidth), 1)
+}
+
+// factArgs are the spend facts of a receipt for factsInsert (nil: the
+// body has none). Derived on the caller's goroutine, never the writer's.
+func factArgs(tenant, requestID string, receipt []byte) []any {
+	if receipt == nil {
+		return nil
+	}
+	f, ok := ledger.ReceiptFacts(tenant, requestID, receipt)
+	if !ok {
+		return nil
+	}
+	return f.Args()
 }
 
 func (w wtx) exec(q string, args ...any) (sql.Result, error) {
@@ -344,7 +371,7 @@ func (s *Store) apply(batch []*op) error {
 	if _, err := s.stmts[qBegin].Exec(); err != nil {
 		return err
 	}
-	s.rows = batchRows{events: s.rows.events[:0], receipts: s.rows.receipts[:0], charges: s.rows.charges}
+	s.rows = batchRows{events: s.rows.events[:0], receipts: s.rows.receipts[:0], facts: s.rows.facts[:0], charges: s.rows.charges}
 	clear(s.rows.charges)
 	w := wtx{s.wc, s.stmts, &s.rows}
 	for _, o := range batch {
