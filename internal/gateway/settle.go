@@ -124,7 +124,7 @@ func (c *call) commit(state ledger.State, stored *ledger.Response) error {
 		}
 	}
 	return storeErr(c.g.ledger.Finish(context.Background(), &ledger.Finish{Identity: c.identity, RequestID: c.id, Generation: c.log.gen,
-		State: state, Response: stored, At: now, Events: append(c.log.take(true), term), Receipt: body, Tenant: c.tenant.ID, Key: r.KeyID,
+		State: state, Response: stored, At: now, Events: append(c.log.take(true), term), Receipt: body, Facts: r.SpendFacts(), Tenant: c.tenant.ID, Key: r.KeyID,
 		Charge: int64(gw.NanoFromUSD(r.Totals.CostUSD)), Release: release}))
 }
 

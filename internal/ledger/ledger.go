@@ -118,7 +118,12 @@ type Finish struct {
 	At         time.Time
 	Events     []Event // the remaining events, terminal_committed last
 	Receipt    []byte  // receipt JSON
-	Tenant     string
+	// Facts, when not nil, are Receipt's spend facts as its writer knows
+	// them (its RequestID and Tenant are the Finish's): the store keeps
+	// them beside it without decoding it. They must be ReceiptFacts of
+	// Receipt; nil has the store derive them.
+	Facts  *SpendFacts
+	Tenant string
 	// Charge is what the request cost its tenant, in nano-USD: added to
 	// the tenant's spend for the UTC day of At in the same commit, so the
 	// day's spend survives a restart (see Spend).

@@ -86,6 +86,21 @@ func ReceiptFacts(tenant, requestID string, body []byte) (f *SpendFacts, ok bool
 	return f, true
 }
 
+// SpendFacts are the spend facts of f's receipt: those its writer gave
+// (f.Facts), else derived from it (ReceiptFacts); ok is false when it has
+// no receipt, or its receipt has none.
+func (f *Finish) SpendFacts() (*SpendFacts, bool) {
+	if f.Receipt == nil {
+		return nil, false
+	}
+	if f.Facts != nil {
+		c := *f.Facts
+		c.RequestID, c.Tenant = f.RequestID, f.Tenant
+		return &c, true
+	}
+	return ReceiptFacts(f.Tenant, f.RequestID, f.Receipt)
+}
+
 // Args are f's values in SpendFactCols order.
 func (f *SpendFacts) Args() []any {
 	return []any{f.RequestID, f.Tenant, f.Created, f.KeyID, f.KeyName, f.User, f.Model, f.Tags, f.Attempts,

@@ -344,6 +344,37 @@ func runSpend(t *testing.T, open Opener) {
 			checkSums(t, s, []*spendReceipt{a, b, c2}, ledger.SpendQuery{From: created.Add(-48 * time.Hour), To: t0, By: by})
 		}
 	})
+	t.Run("a finish's own facts are kept as given, its receipt not decoded", func(t *testing.T) {
+		s := open(t, false)
+		created := time.Date(2026, 11, 2, 12, 0, 0, 0, time.UTC)
+		r := randomReceipt(rand.New(rand.NewPCG(1, 2)), "sp-given", "acme", created)
+		rr := rec("k:sp-given", "sp-given")
+		rr.Tenant = "acme"
+		if _, _, err := s.Claim(ctx, rr, []ledger.Event{ev("sp-given", 1, 1, ledger.EvCreated)}); err != nil {
+			t.Fatal(err)
+		}
+		f := finish("sp-given", 1, 2)
+		// Facts unlike the receipt's, and with another id and tenant,
+		// which the finish's own replace: the store must keep these.
+		given := ledger.SpendFacts{RequestID: "elsewhere", Tenant: "other", Created: ledger.UnixNano(created), KeyName: "given",
+			Attempts: 7, InputTokens: 11, OutputTokens: 13, Cost: 777, Orphans: 5}
+		f.Tenant, f.Receipt, f.Charge, f.Facts = "acme", r.body(t), 1, &given
+		if err := s.Finish(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+		settled(t, s)
+		var got []ledger.SpendSum
+		waitFor(t, func() bool {
+			got, _ = s.SpendSums(ctx, ledger.SpendQuery{From: created, To: created.Add(time.Second), By: ledger.ByKeyName})
+			return len(got) == 1
+		})
+		if g := got[0]; g.Group != "given" || g.Requests != 1 || g.Attempts != 7 || g.InputTokens != 11 || g.OutputTokens != 13 || g.Cost != 777 || g.Orphans != 5 {
+			t.Fatalf("the finish's facts summed as %+v", g)
+		}
+		if other, _ := s.SpendSums(ctx, ledger.SpendQuery{Tenants: []string{"other"}, From: created, To: created.Add(time.Second), By: ledger.ByTenant}); len(other) != 0 {
+			t.Fatalf("the facts' own tenant was kept: %+v", other)
+		}
+	})
 	t.Run("the sweep deletes a receipt's facts with it", func(t *testing.T) {
 		s := open(t, false)
 		rng := rand.New(rand.NewPCG(3, 4))

@@ -61,9 +61,15 @@ type storedReceipt struct {
 	facts *ledger.SpendFacts
 }
 
-// stored is a receipt with its spend facts.
-func stored(tenant, id string, body []byte) storedReceipt {
-	f, _ := ledger.ReceiptFacts(tenant, id, body)
+// stored is a receipt with its spend facts: the finish's (fin: nil, or
+// one without them, has them derived).
+func stored(tenant, id string, body []byte, fin *ledger.Finish) storedReceipt {
+	var f *ledger.SpendFacts
+	if fin != nil {
+		f, _ = fin.SpendFacts()
+	} else {
+		f, _ = ledger.ReceiptFacts(tenant, id, body)
+	}
 	return storedReceipt{tenant: tenant, body: slices.Clone(body), facts: f}
 }
 
@@ -246,7 +252,7 @@ func (s *Store) finish(f *ledger.Finish) error {
 	}
 	s.addEvents(f.Events)
 	if f.Receipt != nil {
-		s.putReceipt(f.Tenant, f.RequestID, f.Receipt, true)
+		s.putReceipt(f.Tenant, f.RequestID, f.Receipt, f, true)
 	}
 	s.charge(f.Tenant, f.Charge, f.At)
 	s.chargeKey(f.Key, f.Charge, f.At)
@@ -264,16 +270,17 @@ func (s *Store) charge(tenant string, nanoUSD int64, at time.Time) {
 	s.spend[day][tenant] += nanoUSD
 }
 
-// putReceipt stores a receipt (replacing one if replace) and reports
+// putReceipt stores a receipt (replacing one if replace), with the
+// spend facts of the finish that wrote it (nil: derived), and reports
 // whether it was new.
-func (s *Store) putReceipt(tenant, id string, body []byte, replace bool) bool {
+func (s *Store) putReceipt(tenant, id string, body []byte, f *ledger.Finish, replace bool) bool {
 	if _, ok := s.receipts[id]; ok {
 		if replace {
-			s.receipts[id] = stored(tenant, id, body)
+			s.receipts[id] = stored(tenant, id, body, f)
 		}
 		return false
 	}
-	s.receipts[id] = stored(tenant, id, body)
+	s.receipts[id] = stored(tenant, id, body, f)
 	ids := s.byTenant[tenant]
 	i, _ := slices.BinarySearch(ids, id)
 	s.byTenant[tenant] = slices.Insert(ids, i, id)
@@ -355,7 +362,7 @@ func (s *Store) PutReceipt(_ context.Context, rc *ledger.StoredReceipt) error {
 		return err
 	}
 	defer s.mu.Unlock()
-	if s.putReceipt(rc.Tenant, rc.RequestID, rc.Body, false) {
+	if s.putReceipt(rc.Tenant, rc.RequestID, rc.Body, nil, false) {
 		s.charge(rc.Tenant, rc.Charge, rc.At)
 		s.chargeKey(rc.Key, rc.Charge, rc.At)
 	}

@@ -204,7 +204,7 @@ func finishStmt(f *ledger.Finish, resp []byte, lapsed bool) (string, []any) {
 		) SELECT count(*) FROM done`
 	args := append(arrays(f.Events).args(), f.RequestID, f.Generation, string(f.State), ns(f.At), resp, gen,
 		f.Tenant, receipt, ledger.Day(f.At), f.Charge, shardOf(f.RequestID), f.Key)
-	return q, append(args, factParams(f.Tenant, f.RequestID, f.Receipt)...)
+	return q, append(args, finishParams(f)...)
 }
 
 // factsFrom inserts a receipt's spend facts: its request id and tenant
@@ -230,6 +230,15 @@ func factParams(tenant, requestID string, receipt []byte) []any {
 		if f, ok := ledger.ReceiptFacts(tenant, requestID, receipt); ok {
 			return f.Args()[2:]
 		}
+	}
+	return make([]any, 11)
+}
+
+// finishParams are factParams of a finish's receipt: the facts its
+// writer gave, else derived.
+func finishParams(f *ledger.Finish) []any {
+	if sf, ok := f.SpendFacts(); ok {
+		return sf.Args()[2:]
 	}
 	return make([]any, 11)
 }

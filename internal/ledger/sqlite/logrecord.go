@@ -42,7 +42,7 @@ type logRecord struct {
 // derives them on its goroutine before the writer's takes the records.
 func (lr *logRecord) factArgs() []any {
 	if !lr.derived && lr.fin != nil {
-		lr.facts, lr.derived = factArgs(lr.fin.Tenant, lr.fin.RequestID, lr.fin.Receipt), true
+		lr.facts, lr.derived = finishFacts(lr.fin), true
 	}
 	return lr.facts
 }
@@ -90,6 +90,9 @@ func encodeAppend(evs []ledger.Event) []byte {
 func encodeFinish(f *ledger.Finish, resp []byte) []byte {
 	size := len(f.Identity) + len(f.RequestID) + len(f.State) + len(f.Tenant) + len(f.Key) + len(resp) + len(f.Receipt) +
 		12*binary.MaxVarintLen64 + eventsSize(f.RequestID, f.Events)
+	if sf := f.Facts; sf != nil {
+		size += len(sf.KeyID) + len(sf.KeyName) + len(sf.User) + len(sf.Model) + len(sf.Tags) + 11*binary.MaxVarintLen64
+	}
 	b := newRecord(kindFinish, size)
 	for _, v := range []string{f.Identity, f.RequestID, string(f.State), f.Tenant, f.Key} {
 		b = appendString(b, v)
@@ -107,12 +110,27 @@ func encodeFinish(f *ledger.Finish, resp []byte) []byte {
 	if f.Receipt != nil {
 		flags |= 8
 	}
+	if f.Facts != nil && f.Receipt != nil {
+		flags |= 16
+	}
 	for _, v := range []int64{f.Generation, ns(f.At), f.Charge, flags} {
 		b = binary.AppendVarint(b, v)
 	}
 	b = appendBytes(b, resp)
 	b = appendBytes(b, f.Receipt)
-	return appendEvents(b, f.RequestID, f.Events)
+	b = appendEvents(b, f.RequestID, f.Events)
+	if flags&16 != 0 {
+		// The receipt's spend facts, as the gateway gave them: the
+		// applier stores them without decoding the receipt.
+		sf := f.Facts
+		for _, v := range []string{sf.KeyID, sf.KeyName, sf.User, sf.Model, sf.Tags} {
+			b = appendString(b, v)
+		}
+		for _, v := range []int64{sf.Created, sf.Attempts, sf.InputTokens, sf.OutputTokens, sf.Cost, sf.Orphans} {
+			b = binary.AppendVarint(b, v)
+		}
+	}
+	return b
 }
 
 func appendEvents(b []byte, requestID string, evs []ledger.Event) []byte {
@@ -243,6 +261,11 @@ func decodeRecord(b []byte) (*logRecord, error) {
 			f.Receipt = receipt
 		}
 		f.Events = d.events()
+		if flags&16 != 0 {
+			sf := &ledger.SpendFacts{KeyID: d.string(), KeyName: d.string(), User: d.string(), Model: d.string(), Tags: d.string()}
+			sf.Created, sf.Attempts, sf.InputTokens, sf.OutputTokens, sf.Cost, sf.Orphans = d.varint(), d.varint(), d.varint(), d.varint(), d.varint(), d.varint()
+			f.Facts = sf
+		}
 		lr.fin = f
 	default:
 		return nil, fmt.Errorf("%w: kind %q", errBadRecord, lr.kind)

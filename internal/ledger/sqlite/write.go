@@ -144,7 +144,7 @@ func (s *Store) Finish(ctx context.Context, f *ledger.Finish) error {
 			return fmt.Errorf("encode the stored response of %s: %w", f.RequestID, err)
 		}
 	}
-	evArgs, facts := eventArgs(f.Events), factArgs(f.Tenant, f.RequestID, f.Receipt)
+	evArgs, facts := eventArgs(f.Events), finishFacts(f)
 	return s.write(ctx, true, func(tx wtx) error { return finish(tx, f, resp, evArgs, facts) })
 }
 
@@ -266,7 +266,7 @@ func settleChunkOf(tx wtx, fs []*ledger.Finish) ([]string, error) {
 		if f.Receipt != nil {
 			rcs = append(rcs, f.RequestID, f.Tenant, f.Receipt)
 			nRc++
-			if fa := factArgs(f.Tenant, f.RequestID, f.Receipt); fa != nil {
+			if fa := finishFacts(f); fa != nil {
 				fas = append(fas, fa...)
 				nFa++
 			}

@@ -207,6 +207,16 @@ func factArgs(tenant, requestID string, receipt []byte) []any {
 	return f.Args()
 }
 
+// finishFacts are the spend facts of a finish's receipt for factsInsert
+// (nil: it has none): those its writer gave, else derived, on the
+// caller's goroutine.
+func finishFacts(f *ledger.Finish) []any {
+	if sf, ok := f.SpendFacts(); ok {
+		return sf.Args()
+	}
+	return nil
+}
+
 func (w wtx) exec(q string, args ...any) (sql.Result, error) {
 	if st, ok := w.st[q]; ok {
 		return st.Exec(args...)
