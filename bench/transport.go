@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -317,7 +318,7 @@ func transportRun(ctx context.Context, o options, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		cpu := medianCPU(rounds[p.name])
+		cpu := cpuPer(medianCPU(rounds[p.name]))
 		fmt.Fprintf(out, "%s: transport %.0f %% of its profile's CPU, background collector %.0f %%, its own work and the scheduler %.0f %%: %.0f + %.0f + %.0f of its %.0f µs a request\n",
 			p.name, 100*tr, 100*gc, 100*(1-tr-gc), tr*cpu, gc*cpu, (1-tr-gc)*cpu, cpu)
 	}
@@ -332,13 +333,14 @@ func cpuPer(r *result) float64 {
 	return float64((r.user + r.sys).Microseconds()) / float64(r.requests)
 }
 
-// medianCPU is the median of the rounds' server CPU per request, in µs.
-func medianCPU(rs []*result) float64 {
-	xs := make([]float64, len(rs))
-	for i, r := range rs {
-		xs[i] = cpuPer(r)
+// medianCPU is the round with the median server CPU per request.
+func medianCPU(rs []*result) *result {
+	if len(rs) == 0 {
+		return &result{elapsed: 1}
 	}
-	return medianOf(xs)
+	s := slices.Clone(rs)
+	slices.SortFunc(s, func(a, b *result) int { return cmp.Compare(cpuPer(a), cpuPer(b)) })
+	return s[len(s)/2]
 }
 
 // medianOf is the median of xs (the upper one of an even count).
@@ -351,17 +353,17 @@ func medianOf(xs []float64) float64 {
 	return s[len(s)/2]
 }
 
-// transportTable prints, for each path, the median over rounds of its
-// server CPU per request; the round with the median throughput for
-// requests/s, latency, the user/kernel split, goroutines and switches
-// (as report does); and each ratio to the bare proxy taken within one
+// transportTable prints, for each path, the round with the median
+// server CPU per request for the CPU and its user/kernel split; the round
+// with the median throughput for requests/s, latency, goroutines and
+// switches (as report does); and each ratio to the bare proxy taken within one
 // round, then its median over rounds (the load of a shared machine
 // changes between rounds more than within one).
 func transportTable(out io.Writer, paths []path, rounds map[string][]*result) {
 	bare := rounds["bare proxy"]
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "path\tserver CPU µs/request (user + kernel)\t÷ bare proxy\tsaved against bare\trequests/s\t÷ bare proxy\tp50\tp99\terrors\tgoroutines/request\tswitches/request\t")
-	bareCPU := medianCPU(bare)
+	bareCPU := cpuPer(medianCPU(bare))
 	for _, p := range paths {
 		rs := rounds[p.name]
 		var cpuRatios, rpsRatios []float64
@@ -371,8 +373,8 @@ func transportTable(out io.Writer, paths []path, rounds map[string][]*result) {
 				rpsRatios = append(rpsRatios, r.rps()/bare[i].rps())
 			}
 		}
-		m := median(rs)
-		cpu := medianCPU(rs)
+		m, c := median(rs), medianCPU(rs)
+		cpu := cpuPer(c)
 		var errs int64
 		for _, r := range rs {
 			errs += r.errors
@@ -383,8 +385,8 @@ func transportTable(out io.Writer, paths []path, rounds map[string][]*result) {
 			}
 			return fmt.Sprintf("%.1f", float64(n)/float64(m.requests))
 		}
-		us := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(max(m.requests, 1)) }
-		fmt.Fprintf(tw, "%s\t%.0f (%.0f + %.0f)\t%.2f\t%+.0f µs\t%.0f\t%.2f\t%v\t%v\t%d\t%s\t%s\t\n", p.name, cpu, us(m.user), us(m.sys),
+		us := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(max(c.requests, 1)) }
+		fmt.Fprintf(tw, "%s\t%.0f (%.0f + %.0f)\t%.2f\t%+.0f µs\t%.0f\t%.2f\t%v\t%v\t%d\t%s\t%s\t\n", p.name, cpu, us(c.user), us(c.sys),
 			medianOf(cpuRatios), bareCPU-cpu, m.rps(), medianOf(rpsRatios), round(pct(m.latencies, 0.5)), round(pct(m.latencies, 0.99)),
 			errs, per(m.goroutines), per(m.switches))
 	}
