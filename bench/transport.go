@@ -218,8 +218,9 @@ func startHop(name, kind, target, logDir string) (*child, error) {
 // transportRun is the -transport comparison: the bare proxy, the hops of
 // fasthttp and the gateway paths -only names (default: memory and full)
 // in interleaved rounds of -requests at -concurrency, each path's median
-// round; then, with -profiles, the in-memory gateway's CPU split into its
-// transport and the rest.
+// round; then, with -profiles, each gateway's CPU split into its
+// transport, its collector and the rest. Paths without a process of
+// their own (direct, an in-process replica) are left out.
 func transportRun(ctx context.Context, o options, out io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -263,6 +264,9 @@ func transportRun(ctx context.Context, o options, out io.Writer) error {
 	stops = append(stops, func() { _ = os.RemoveAll(dir) })
 	var withHops []path
 	for _, p := range paths {
+		if p.proc == nil {
+			continue // direct, or in this process: no CPU of its own to read
+		}
 		withHops = append(withHops, p)
 		if p.name != "bare proxy" {
 			continue
