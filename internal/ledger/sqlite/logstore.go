@@ -56,6 +56,9 @@ type LogStore struct {
 	// rebuild (logknown.go).
 	forgotten atomic.Int64
 	rebuild   sync.Mutex
+	// purge is held by a direct delete of finished records (deleting)
+	// and, to read, by a Replace from its check to its append.
+	purge sync.RWMutex
 
 	amu       sync.Mutex
 	pending   map[int64][]byte // durable records not yet applied, by LSN

@@ -307,23 +307,47 @@ func (s *LogStore) holdAll(ctx context.Context, ids []string) ([]*entry, error) 
 	return held, nil
 }
 
-// Replace swaps the identity's record for a new request in the database,
-// holding the identity across it; the new request is indexed.
+// Replace swaps the identity's record for a new request with one log
+// record, as Claim writes one: the identity is held from the check until
+// the record is durable, and the new request is indexed. Which request
+// holds the identity is the index's answer while it has an entry for it
+// (its writes may not be applied yet); without one, every write of the
+// identity is applied, and the database's.
 func (s *LogStore) Replace(ctx context.Context, prev string, rec *ledger.Record, events []ledger.Event) (bool, error) {
+	h := s.identityHash(rec.Identity)
 	e, err := s.holdIdentity(ctx, rec.Identity)
 	if err != nil {
 		return false, err
 	}
-	sh := s.idShard(rec.Identity)
+	// No delete of a finished record runs between the check and the
+	// append (LogStore.deleting).
+	s.purge.RLock()
+	defer s.purge.RUnlock()
+	sh := s.shardOf(h)
 	sh.mu.Lock()
-	sh.know(s.identityHash(rec.Identity)) // before the database can have it
+	sh.know(h) // before the database can have it
+	cur, placeholder := e.rec.RequestID, e.rec.RequestID == ""
+	if e.released {
+		cur = "" // its finish, durable, deletes the record
+	}
 	sh.mu.Unlock()
-	ok, err := false, s.barrier(ctx)
-	if err == nil {
-		ok, err = s.db.Replace(ctx, prev, rec, events)
+	if placeholder {
+		existing, gerr := scanRecord(s.get.QueryRowContext(ctx, rec.Identity))
+		switch {
+		case gerr == nil:
+			cur = existing.RequestID
+		case !errors.Is(gerr, ledger.ErrNotFound):
+			err = fmt.Errorf("replace %s: %w", prev, gerr)
+		}
+	}
+	ok := err == nil && prev != "" && cur == prev
+	if ok {
+		if _, err = s.appendRecord(encodeReplace(prev, rec, events)); err != nil {
+			ok, err = false, fmt.Errorf("replace %s: %w", prev, err)
+		}
 	}
 	sh.mu.Lock()
-	if ok || e.rec.RequestID == "" {
+	if ok || placeholder {
 		s.drop(e) // the request replaced, or the place held
 	}
 	if ok {
