@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -196,18 +197,34 @@ func startPaths(ctx context.Context, o options) ([]path, func(), error) {
 		stops = append(stops, px.stop)
 		paths = append(paths, path{name: "bare proxy", url: px.url, model: "bench-model", proc: px})
 	}
-	gateways := []struct{ name, extra string }{
-		{"oncegate memory", "store: memory://\n"},
-		{"oncegate full", "store: sqlite://ledger-full.db\nledger: {sync: full}\n"},
-		{"oncegate normal", "store: sqlite://ledger-normal.db\nledger: {sync: normal}\n"},
+	gateways := []struct{ name, extra, preload string }{
+		{"oncegate memory", "store: memory://\n", ""},
+		{"oncegate full", "store: sqlite://ledger-full.db\nledger: {sync: full}\n", ""},
+		{"oncegate normal", "store: sqlite://ledger-normal.db\nledger: {sync: normal}\n", ""},
 	}
-	var bin string
+	if o.steady > 0 {
+		// The same gateways on a ledger that has run for a day.
+		gateways = append(gateways,
+			struct{ name, extra, preload string }{steadyName("oncegate full", o.steady), "store: sqlite://ledger-full-steady.db\nledger: {sync: full}\n", "ledger-full-steady.db"},
+			struct{ name, extra, preload string }{steadyName("oncegate normal", o.steady), "store: sqlite://ledger-normal-steady.db\nledger: {sync: normal}\n", "ledger-normal-steady.db"})
+	}
+	var bin, steady string
 	for _, gw := range gateways {
 		if !want(gw.name) {
 			continue
 		}
 		if bin == "" {
 			if bin, err = buildGateway(ctx, dir); err != nil {
+				return nil, cleanup, err
+			}
+		}
+		if gw.preload != "" {
+			if steady == "" {
+				if steady, err = steadyLedger(ctx, bin, o.steadyCache, dir, mockURL, o.steady, os.Stdout); err != nil {
+					return nil, cleanup, fmt.Errorf("preload a ledger: %w", err)
+				}
+			}
+			if err := copyFile(steady, filepath.Join(dir, gw.preload)); err != nil {
 				return nil, cleanup, err
 			}
 		}
