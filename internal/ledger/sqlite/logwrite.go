@@ -65,7 +65,7 @@ func (s *LogStore) Claim(ctx context.Context, rec *ledger.Record, events []ledge
 // (maybe; logknown.go).
 func (s *LogStore) create(ctx context.Context, e *entry, rec *ledger.Record, events []ledger.Event, maybe bool) (*ledger.Record, bool, error) {
 	if maybe {
-		existing, err := scanRecord(s.get.QueryRowContext(ctx, rec.Identity))
+		existing, err := s.record(ctx, rec.Identity)
 		if err == nil || !errors.Is(err, ledger.ErrNotFound) {
 			s.abandon(e)
 			return existing, false, err
@@ -86,6 +86,15 @@ func (s *LogStore) create(ctx context.Context, e *entry, rec *ledger.Record, eve
 	}
 	s.release(e)
 	return nil, true, nil
+}
+
+// record reads the identity's record from the database (a point read of
+// a few pages). It is not interrupted when ctx ends: with a context that
+// can end, database/sql and the driver each start a goroutine per query
+// to watch it — two goroutines per read, which a Claim that finds a
+// finished twin and the Replace that follows it paid twice.
+func (s *LogStore) record(ctx context.Context, identity string) (*ledger.Record, error) {
+	return scanRecord(s.get.QueryRowContext(context.WithoutCancel(ctx), identity))
 }
 
 // abandon drops e (held) and releases it.
@@ -332,7 +341,7 @@ func (s *LogStore) Replace(ctx context.Context, prev string, rec *ledger.Record,
 	}
 	sh.mu.Unlock()
 	if placeholder {
-		existing, gerr := scanRecord(s.get.QueryRowContext(ctx, rec.Identity))
+		existing, gerr := s.record(ctx, rec.Identity)
 		switch {
 		case gerr == nil:
 			cur = existing.RequestID
