@@ -54,10 +54,12 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	}
 	for round := range o.rounds {
 		for _, p := range paths {
-			fmt.Fprintf(out, "round %d: %-22s ...", round+1, p.name)
-			r := measure(p, func() *result { return load(ctx, o.concurrency, o.requests, p, false, &seq) })
-			fmt.Fprintf(out, " %6.0f requests/s, %d errors\n", r.rps(), r.errors)
-			rounds[p.name] = append(rounds[p.name], r)
+			if !o.noDistinct {
+				fmt.Fprintf(out, "round %d: %-22s ...", round+1, p.name)
+				r := measure(p, func() *result { return load(ctx, o.concurrency, o.requests, p, false, &seq) })
+				fmt.Fprintf(out, " %6.0f requests/s, %d errors\n", r.rps(), r.errors)
+				rounds[p.name] = append(rounds[p.name], r)
+			}
 			if !o.again {
 				continue
 			}
@@ -66,7 +68,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 			// replaces it (a keyless body, no replay window).
 			fmt.Fprintf(out, "round %d: %-22s ...", round+1, p.name+", again")
 			var n atomic.Int64
-			r = measure(p, func() *result {
+			r := measure(p, func() *result {
 				return loadBodies(ctx, o.concurrency, o.requests, p, false, &n, "Ask the same question again, number ")
 			})
 			fmt.Fprintf(out, " %6.0f requests/s, %d errors\n", r.rps(), r.errors)
@@ -83,7 +85,11 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		}
 	}
 	fmt.Fprintln(out)
-	report(out, paths, rounds, lone)
+	if o.noDistinct {
+		report(out, paths, again, lone) // the only rounds
+	} else {
+		report(out, paths, rounds, lone)
+	}
 	fmt.Fprintln(out)
 	drift(out, paths, rounds, again)
 	return nil
@@ -120,13 +126,13 @@ func measure(p path, round func() *result) *result {
 // (distinct questions) or as finished requests are replaced by the same
 // questions asked again (repeated).
 func drift(out io.Writer, paths []path, rounds, again map[string][]*result) {
-	if len(rounds["bare proxy"]) == 0 {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	n := max(len(rounds["bare proxy"]), len(again["bare proxy"]))
+	if n == 0 {
 		return
 	}
-	proxy := rounds["bare proxy"]
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(tw, "workload\tpath\t")
-	for i := range proxy {
+	for i := range n {
 		fmt.Fprintf(tw, "round %d ÷ bare proxy\t", i+1)
 	}
 	fmt.Fprintln(tw, "round N ÷ round 1\tserver CPU/request, round 1 → N\t")
@@ -137,7 +143,7 @@ func drift(out io.Writer, paths []path, rounds, again map[string][]*result) {
 		proxy := w.rs["bare proxy"] // the same round of the same workload
 		for _, p := range paths {
 			rs := w.rs[p.name]
-			if len(rs) != len(proxy) || p.name == "bare proxy" || p.name == "direct" {
+			if len(rs) == 0 || len(rs) != len(proxy) || p.name == "bare proxy" || p.name == "direct" {
 				continue
 			}
 			fmt.Fprintf(tw, "%s\t%s\t", w.name, p.name)
