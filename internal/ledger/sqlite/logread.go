@@ -289,6 +289,8 @@ func (s *LogStore) Ping(ctx context.Context) error {
 func (s *LogStore) deleting(ctx context.Context, del func() (int, error)) (int, error) {
 	s.purge.Lock()
 	defer s.purge.Unlock()
+	s.purges.Add(1)       // odd: no Claim's read leaves a hint now
+	defer s.purges.Add(1) // even again, and every hint before is stale
 	if err := s.barrier(ctx); err != nil {
 		return 0, err
 	}

@@ -146,3 +146,99 @@ func TestLogReplaceIsReplayedAfterACrash(t *testing.T) {
 		t.Fatalf("the replay refused %d records", n)
 	}
 }
+
+// A Replace after a Claim that read the identity's record trusts that
+// read only while nothing has changed the record since: another arrival
+// that replaced it, or a delete and a new claim in its place, make the
+// first arrival's Replace fail, as the database would answer.
+func TestLogReplaceAfterAClaimSeesWhatChangedSince(t *testing.T) {
+	ctx := context.Background()
+	s := openLogStore(t, filepath.Join(t.TempDir(), "ledger.db"), true)
+	finished := func(id, identity string) {
+		t.Helper()
+		r := logRec(id)
+		r.Identity = identity
+		existing, created, err := s.Claim(ctx, r, []ledger.Event{logEv(id, 1, 1, ledger.EvCreated)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !created {
+			if ok, err := s.Replace(ctx, existing.RequestID, r, []ledger.Event{logEv(id, 1, 1, ledger.EvCreated)}); err != nil || !ok {
+				t.Fatalf("replace %s by %s: %v %v", existing.RequestID, id, ok, err)
+			}
+		}
+		f := logFinish(id, 1, 2)
+		f.Identity = identity
+		if err := s.Finish(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.barrier(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	arrive := func(id, identity string) string {
+		t.Helper()
+		r := logRec(id)
+		r.Identity = identity
+		existing, created, err := s.Claim(ctx, r, nil)
+		if err != nil || created {
+			t.Fatalf("claim %s: %v %v", id, created, err)
+		}
+		return existing.RequestID
+	}
+	replace := func(prev, id, identity string) bool {
+		t.Helper()
+		r := logRec(id)
+		r.Identity = identity
+		ok, err := s.Replace(ctx, prev, r, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+
+	// Another arrival replaced the request the first one read.
+	finished("p1", "k:x")
+	seen := arrive("a1", "k:x")
+	finished("b1", "k:x") // reads p1 too, replaces it, finishes
+	if replace(seen, "a1", "k:x") {
+		t.Fatalf("a1 replaced %s, which b1 had replaced", seen)
+	}
+
+	// The request read was deleted and another claimed its identity.
+	finished("p2", "k:y")
+	seen = arrive("a2", "k:y")
+	if n, err := s.Expire(ctx, logT0.Add(time.Hour)); err != nil || n == 0 {
+		t.Fatalf("expire: %d %v", n, err)
+	}
+	finished("b2", "k:y") // a new claim in the place
+	if replace(seen, "a2", "k:y") {
+		t.Fatalf("a2 replaced %s, deleted since", seen)
+	}
+
+	// The request read was deleted, nothing in its place.
+	finished("p3", "k:z")
+	seen = arrive("a3", "k:z")
+	if n, err := s.Expire(ctx, logT0.Add(time.Hour)); err != nil || n == 0 {
+		t.Fatalf("expire: %d %v", n, err)
+	}
+	if replace(seen, "a3", "k:z") {
+		t.Fatalf("a3 replaced %s, deleted since", seen)
+	}
+
+	// Nothing changed: the Replace takes the claim's word and replaces.
+	finished("p4", "k:w")
+	seen = arrive("a4", "k:w")
+	if !replace(seen, "a4", "k:w") {
+		t.Fatalf("a4 did not replace %s", seen)
+	}
+	if err := s.barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := s.Get(ctx, "k:w"); err != nil || rec.RequestID != "a4" {
+		t.Fatalf("k:w holds %+v (%v), want a4", rec, err)
+	}
+	if n := s.Refused(); n != 0 {
+		t.Fatalf("the database refused %d records", n)
+	}
+}

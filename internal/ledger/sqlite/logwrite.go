@@ -29,6 +29,7 @@ func (s *LogStore) Claim(ctx context.Context, rec *ledger.Record, events []ledge
 		case e == nil:
 			e = &entry{rec: indexed(rec), busy: make(chan struct{})}
 			sh.m[rec.Identity] = e
+			delete(sh.seen, rec.Identity) // whatever this claim makes of it
 			maybe := sh.mayHave(h)
 			sh.know(h)
 			sh.mu.Unlock()
@@ -65,8 +66,13 @@ func (s *LogStore) Claim(ctx context.Context, rec *ledger.Record, events []ledge
 // (maybe; logknown.go).
 func (s *LogStore) create(ctx context.Context, e *entry, rec *ledger.Record, events []ledger.Event, maybe bool) (*ledger.Record, bool, error) {
 	if maybe {
+		p0 := s.purges.Load()
 		existing, err := s.record(ctx, rec.Identity)
-		if err == nil || !errors.Is(err, ledger.ErrNotFound) {
+		if err == nil {
+			s.abandonSeen(e, existing.RequestID, p0)
+			return existing, false, nil
+		}
+		if !errors.Is(err, ledger.ErrNotFound) {
 			s.abandon(e)
 			return existing, false, err
 		}
@@ -95,6 +101,28 @@ func (s *LogStore) create(ctx context.Context, e *entry, rec *ledger.Record, eve
 // finished twin and the Replace that follows it paid twice.
 func (s *LogStore) record(ctx context.Context, identity string) (*ledger.Record, error) {
 	return scanRecord(s.get.QueryRowContext(context.WithoutCancel(ctx), identity))
+}
+
+// abandonSeen is abandon after a read found the identity held by
+// request id in the database, which it remembers for a Replace that
+// follows (seen): no entry of the identity was made since the read began
+// (e was held across it), and no delete ran (purges was even and still is
+// when the read began and the hint is used).
+func (s *LogStore) abandonSeen(e *entry, id string, purges int64) {
+	sh := s.idShard(e.rec.Identity)
+	sh.mu.Lock()
+	s.drop(e)
+	if purges%2 == 0 {
+		if len(sh.seen) >= seenMax {
+			clear(sh.seen) // the hints of arrivals that were not replaced
+		}
+		if sh.seen == nil {
+			sh.seen = map[string]seen{}
+		}
+		sh.seen[e.rec.Identity] = seen{requestID: id, purges: purges}
+	}
+	sh.mu.Unlock()
+	s.release(e)
 }
 
 // abandon drops e (held) and releases it.
@@ -339,6 +367,12 @@ func (s *LogStore) Replace(ctx context.Context, prev string, rec *ledger.Record,
 	if e.released {
 		cur = "" // its finish, durable, deletes the record
 	}
+	if hint, ok := sh.seen[rec.Identity]; ok && placeholder && hint.purges == s.purges.Load() {
+		// The claim before this Replace read the database, and nothing
+		// has changed the identity's record since (abandonSeen).
+		cur, placeholder = hint.requestID, false
+	}
+	delete(sh.seen, rec.Identity)
 	sh.mu.Unlock()
 	if placeholder {
 		existing, gerr := s.record(ctx, rec.Identity)
@@ -356,7 +390,7 @@ func (s *LogStore) Replace(ctx context.Context, prev string, rec *ledger.Record,
 		}
 	}
 	sh.mu.Lock()
-	if ok || placeholder {
+	if ok || e.rec.RequestID == "" {
 		s.drop(e) // the request replaced, or the place held
 	}
 	if ok {
