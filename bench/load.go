@@ -233,6 +233,12 @@ func startPaths(ctx context.Context, o options) ([]path, func(), error) {
 			if err := copyFile(steady, filepath.Join(dir, gw.preload)); err != nil {
 				return nil, cleanup, err
 			}
+			// A gateway that has run for a day finds its ledger's pages
+			// in the operating system's cache; a copy made a moment ago
+			// would be read from the disk.
+			if err := readAll(filepath.Join(dir, gw.preload)); err != nil {
+				return nil, cleanup, err
+			}
 		}
 		extra := gw.extra
 		if o.gcHeadroom > 0 {

@@ -117,3 +117,14 @@ func copyFile(src, dst string) error {
 	}
 	return out.Close()
 }
+
+// readAll reads the file at path once, into the operating system's cache.
+func readAll(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(io.Discard, f)
+	return err
+}
