@@ -1,32 +1,86 @@
 // Package oncegate is the oncegate LLM gateway as a Go library: the retry
 // owner in your own process, with every guarantee `oncegate serve` gives
-// (docs/library.md).
+// (docs/library.md). serve itself is a thin user of this package.
 //
 // One user action becomes one logical request, a bounded and recorded
 // set of attempts, at most one committed answer and one receipt — through
-// provider outages, dropped streams, re-sent requests and crashes. Open a
-// Gateway from the same configuration file `serve` reads, then either
-// serve its HTTP surface (Handler, Serve) or call it in process through
-// HTTPClient, which the official OpenAI and Anthropic SDKs take unchanged:
+// provider outages, dropped streams, re-sent requests and crashes.
+//
+// # Opening
+//
+// Open a Gateway from the same configuration file `serve` reads
+// (docs/configuration.md; Options.Config takes the YAML itself). Open
+// checks it as `oncegate check` does and every error names what is
+// wrong; Options override the store, the coordination and where secrets
+// are read from (Options.Env), and attach a logger, an access log and a
+// tracer.
 //
 //	gw, err := oncegate.Open(ctx, oncegate.Options{ConfigFile: "oncegate.yaml"})
-//	if err != nil { … }
+//	if err != nil {
+//		log.Fatal(err)
+//	}
 //	defer gw.Close() // drains the requests in flight, like SIGTERM
+//
+// # Calling it in process
+//
+// HTTPClient returns an *http.Client that hands each request to the
+// gateway in this process, with no socket: give it to the official
+// OpenAI or Anthropic SDK with any host in the base URL, and the SDK's
+// own retries off.
+//
 //	client := openai.NewClient(
 //		option.WithBaseURL("http://oncegate/v1/"),
 //		option.WithHTTPClient(gw.HTTPClient("sk-tenant-key")),
 //		option.WithMaxRetries(0), // the gateway owns retries
 //	)
 //
-// The SDK's own retries must be off: the gateway retries, falls back and
-// resumes within the request's deadline, and an SDK retry on top would
-// only multiply the attempts (the gateway would join it to the same
-// logical request, but it costs a round trip and hides the bound).
+// The gateway retries, falls back and resumes within the request's
+// deadline; an SDK retry on top would be joined to the same logical
+// request (it cannot make a second generation) but costs a round trip
+// and hides the bound. The answer of a logical request carries its id in
+// X-Oncegate-Request-Id, and its receipt, every attempt listed, is GET
+// /v1/receipts/{id} through HTTPClient(adminKey) or Handler. The same
+// request re-sent with the same Idempotency-Key joins the first while it
+// runs and replays its answer after — across goroutines, replicas and,
+// with a ledger on disk, restarts.
 //
-// Nothing under internal/ needs importing: a Gateway is configured by the
-// YAML file documented in docs/configuration.md, and reports through
-// receipts (GET /v1/receipts/{id} through its own surface), its logger
-// and its Prometheus metrics.
+// A call in process costs less CPU than the same call to `serve` over
+// loopback, client and gateway counted together: `go run ./bench
+// -library` measures it (docs/library.md has the numbers).
+//
+// # Serving it
+//
+// Handler is the whole HTTP surface `serve` answers — the OpenAI and
+// Anthropic APIs, receipts, admin, console, metrics, probes — to mount in
+// your own server or mux; Serve runs it on a listener.
+//
+// # Operating it
+//
+// Reload reads the configuration file again, as SIGHUP does to `serve`
+// (POST /v1/admin/reload with the admin key calls it too). Metrics are
+// the oncegate_* Prometheus series (docs/operations.md, "Metrics"):
+// MetricsHandler serves them with no key, for a private port; Handler
+// serves them at /metrics to the admin key only. Options.Tracer records
+// a span per logical request and per attempt; Options.Logger receives
+// the gateway's events, and Options.AccessLog (or else the Logger) one
+// line per HTTP exchange.
+//
+// # Replicas
+//
+// With Options.Store "postgres://…" and Options.Coordination
+// "redis://…", a Gateway is one replica of a fleet that `serve`
+// processes may be part of: the same request sent to two replicas is one
+// generation (docs/replicas.md). ID is its name among them.
+//
+// # Closing
+//
+// Close drains like SIGTERM: new requests are refused with 503 draining,
+// those in flight and their streams finish for up to the drain timeout,
+// then the ledger and coordination close. A ledger on disk keeps every
+// receipt; a Gateway opened again on it recovers what was left
+// unfinished.
+//
+// Nothing under internal/ needs importing.
 package oncegate
 
 import (
@@ -59,9 +113,9 @@ type Options struct {
 	// ConfigFile is the path of the configuration (docs/configuration.md),
 	// read at Open and again by Reload.
 	ConfigFile string
-	// Config is the configuration itself, when it is not in a file.
-	// Relative paths in it (api_key_file) are relative to the working
-	// directory.
+	// Config is the configuration itself, when it is not in a file
+	// (Reload then has nothing to read). Relative paths in it
+	// (api_key_file, sqlite://) are relative to the working directory.
 	Config []byte
 	// Env, when not nil, is the whole environment the configuration's
 	// *_env names and the providers' credentials are read from, instead
@@ -75,29 +129,43 @@ type Options struct {
 	// local, or redis://… to be one replica of a fleet (with a postgres
 	// store), which `serve` processes may be part of.
 	Coordination string
-	// Logger receives the gateway's events and its access log (default:
-	// discarded).
+	// Logger receives the gateway's events — start, reloads, warnings,
+	// recovery — and, unless AccessLog is set, its access log (default:
+	// discarded). The configuration's log.level and log.format apply
+	// to AccessLog only; the Logger's handler decides its own.
 	Logger *slog.Logger
-	// Tracer, when set, records a span per logical request and a child per
-	// attempt.
+	// Tracer, when set, records a server span per logical request (a
+	// child of the caller's trace when the request carried a
+	// traceparent) and a client span per attempt under it, whose context
+	// is sent to the provider (docs/operations.md, "Traces"). Its
+	// provider's export and shutdown are the caller's. Default: no spans,
+	// at no cost.
 	Tracer trace.Tracer
-	// Clock, when set, is the gateway's time (tests); default the system's.
+	// Clock, when set, is the time the gateway reads (tests); default the
+	// system's.
 	Clock interface{ Now() time.Time }
 	// DrainTimeout, when set, replaces the configuration's drain_timeout:
 	// how long Close waits for the requests in flight.
 	DrainTimeout time.Duration
-	// AccessLog, when set, receives one line per HTTP exchange in the
-	// configuration's log format (docs/operations.md, "Logs"), written
-	// without slog's work per field; default: through Logger.
+	// AccessLog, when set, receives one line per HTTP exchange —
+	// method, path, status, request id, tenant, model, attempts, routes,
+	// tokens, cost, terminal — in the configuration's log.format and at
+	// its log.level (docs/operations.md, "Logs"), written without slog's
+	// work per field: one Write per line, from many goroutines at once,
+	// so it must be safe for concurrent use (an *os.File is). Default:
+	// through Logger.
 	AccessLog io.Writer
-	// MetricsListen, when set, says that the metrics are served on that
-	// address (with MetricsHandler): the API's /metrics then asks for the
-	// admin key and says where they are.
+	// MetricsListen, when set, replaces the configuration's
+	// metrics_listen: the address where the caller serves MetricsHandler
+	// (Open listens on nothing). Handler's /metrics stays the admin
+	// key's; a gateway with no admin key then answers there that the
+	// metrics are served on metrics_listen.
 	MetricsListen string
 }
 
-// Gateway is an open gateway: its ledger, coordination and providers.
-// It is safe for concurrent use. Close it to drain and release them.
+// Gateway is an open gateway: its ledger, coordination and providers,
+// and the requests in flight. It is safe for concurrent use. Close it to
+// drain and release them.
 type Gateway struct {
 	gw       *gateway.Gateway
 	owner    string
@@ -216,8 +284,10 @@ func load(o Options, lookup func(string) (string, bool)) (*policy.Policy, *confi
 // begun, it refuses new requests with 503 draining.
 func (g *Gateway) Handler() http.Handler { return g.gw.Handler() }
 
-// MetricsHandler serves the gateway's Prometheus metrics with no key, for
-// a private port.
+// MetricsHandler serves the gateway's Prometheus metrics at GET
+// /metrics (and GET /healthz) with no key, for a private port: the
+// oncegate_* series (docs/operations.md, "Metrics") count every request,
+// through HTTPClient as through Handler, beside the Go runtime's.
 func (g *Gateway) MetricsHandler() http.Handler { return g.gw.MetricsHandler() }
 
 // HTTPClient returns a client whose transport hands each request to the
@@ -250,8 +320,8 @@ func (g *Gateway) Reload() error {
 	return g.gw.Reload(pol, secrets)
 }
 
-// ID is this gateway's id: the owner its ledger records name, as a
-// replica of a fleet.
+// ID is this gateway's id, new at each Open: the owner its ledger
+// records name, by which the other replicas of a fleet reach it.
 func (g *Gateway) ID() string { return g.owner }
 
 // Close drains the gateway like SIGTERM does to `serve` — new requests

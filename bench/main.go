@@ -66,6 +66,7 @@ func main() {
 	flag.Float64Var(&o.budget.MinPerSecond, "budget-min-per-second", 10, "oncegate's retry_budget.min_per_second for -amplification")
 	flag.DurationVar(&o.budget.Window, "budget-window", 10*time.Second, "oncegate's retry_budget.window for -amplification")
 	flag.BoolVar(&o.replicated, "replicated", false, "also run a gateway on PostgreSQL and Redis, as one of several replicas, in this process (-postgres, -redis)")
+	flag.BoolVar(&o.library, "library", false, "instead: the CPU per request of client + gateway, an embedded gateway called through HTTPClient against serve over loopback (and the bare proxy, and the client alone), at -concurrency, ledger sqlite at sync full")
 	flag.BoolVar(&o.join, "join", false, "instead: how long a chunk takes to reach a client that joined the stream on another replica (-postgres, -redis)")
 	flag.StringVar(&o.postgres, "postgres", envOr("ONCEGATE_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL for -replicated and -join (a schema of the benchmark's own is created and dropped)")
 	flag.StringVar(&o.redis, "redis", envOr("ONCEGATE_TEST_REDIS", "redis://127.0.0.1:6379/0"), "Redis for -replicated and -join (a key prefix of the benchmark's own)")
@@ -127,6 +128,8 @@ func main() {
 		do = amplification
 	case o.join:
 		do = joinLatency
+	case o.library:
+		do = libraryRun
 	case o.streams > 0:
 		do = streamsRun
 	case o.bodies > 0:
@@ -161,6 +164,7 @@ type options struct {
 	budget      breaker.BudgetConfig
 	replicated  bool
 	join        bool
+	library     bool
 	postgres    string
 	redis       string
 	again       bool   // each round, also the same questions as every round before

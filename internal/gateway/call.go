@@ -10,6 +10,7 @@ import (
 	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/coord"
 	"github.com/oncegate/oncegate/internal/gw"
+	"github.com/oncegate/oncegate/internal/keyring"
 	"github.com/oncegate/oncegate/internal/policy"
 	"github.com/oncegate/oncegate/internal/provider"
 	"github.com/oncegate/oncegate/internal/receipt"
@@ -72,8 +73,9 @@ type call struct {
 	// turn is the conversation turn this request is a try of (POST
 	// /v1/responses); nil for chat.
 	turn *turnCall
-	// key is the request's virtual key (docs/keys-and-teams.md); nil for none.
-	key *keyCall
+	// key is the request's use of its virtual key's limits
+	// (docs/keys-and-teams.md); nil for none.
+	key *keyring.Use
 	// tenantRefused names the tenant's cost ceiling that refused the last
 	// reservation ("day", "month", "total"; nil when none did).
 	tenantRefused atomic.Pointer[string]

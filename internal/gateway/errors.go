@@ -43,7 +43,14 @@ func (c *call) terminalError(d retry.Decision, last *attemptResult) *api.Error {
 	case r == gw.ReasonRetryBudget:
 		return api.Errorf(api.CodeRetryBudget, "the fleet retry budget is exhausted (an outage is being contained); %d attempts were made and none is retried", n)
 	case r == gw.ReasonCostBudget && d.TenantBound:
-		return c.tenantBudgetError(n)
+		if e := c.key.BudgetError(n, c.cheapestAttempt(), c.keyTokens()); e != nil {
+			return e
+		}
+		refused := ""
+		if r := c.tenantRefused.Load(); r != nil {
+			refused = *r
+		}
+		return c.g.costs.Refusal(c.tenant, c.cheapestAttempt(), refused, n, c.alias.Engine.Deadline)
 	case r == gw.ReasonCostBudget && n == 0:
 		e := api.Errorf(api.CodeInvalidRequest, "the worst case of one attempt (~%d prompt tokens plus %d output tokens) costs more than model %q allows per request (max_cost_usd $%g); lower max_tokens or shorten the prompt",
 			c.rec.R.Request.EstimatedInputTokens, c.maxOutput(), c.alias.Name, pol.MaxCost.USD())

@@ -32,11 +32,11 @@ import (
 	"github.com/oncegate/oncegate/internal/alerts"
 	"github.com/oncegate/oncegate/internal/api"
 	"github.com/oncegate/oncegate/internal/breaker"
+	"github.com/oncegate/oncegate/internal/budget"
 	"github.com/oncegate/oncegate/internal/clock"
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/coord"
 	"github.com/oncegate/oncegate/internal/drain"
-	"github.com/oncegate/oncegate/internal/gw"
 	"github.com/oncegate/oncegate/internal/health"
 	"github.com/oncegate/oncegate/internal/httpfront"
 	"github.com/oncegate/oncegate/internal/jobs"
@@ -212,8 +212,9 @@ type Gateway struct {
 	breakers    breaker.Admitter
 	budget      breaker.Retries
 	tenants     quota.Ceiling
-	tenantSpans quota.Spans
-	keys        *keyring.Ring
+	// costs are the tenants' cost ceilings (day, month, lifetime).
+	costs *budget.Tenants
+	keys  *keyring.Ring
 	// budgets keeps the budget gauges and sends the budget alerts.
 	budgets *alerts.Watcher
 	webhook *alerts.Webhook // nil: no budget webhook
@@ -317,7 +318,7 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 	// What requests left in progress reserved matters only under a
 	// daily ceiling; without one, start-up does not read them.
 	ceiling := slices.ContainsFunc(pol.Tenants, func(t *policy.Tenant) bool { return t.CostPerDay+t.CostPerMonth+t.CostTotal > 0 })
-	if err := g.seedSpend(context.Background(), ceiling); err != nil {
+	if err := g.costs.Seed(context.Background(), ceiling); err != nil {
 		return nil, err
 	}
 	if rk, ok := g.tenants.(jobs.RateKeeper); ok {
@@ -331,7 +332,7 @@ func New(pol *policy.Policy, secrets *config.Secrets, opts Options) (*Gateway, e
 	}
 	g.cur.Store(l)
 	g.recovery = &recovery.Recovery{Store: g.ledger, Clock: g.clock, Log: g.log, Policy: g.policy,
-		Charged: func(ctx context.Context) error { return g.seedSpend(ctx, false) }}
+		Charged: func(ctx context.Context) error { return g.costs.Seed(ctx, false) }}
 	if g.remotes != nil {
 		g.recovery.Seen = g.remotes.Seen
 	}
@@ -367,9 +368,9 @@ func (g *Gateway) guards(pol *policy.Policy, opts Options) {
 	if g.tenants == nil {
 		g.tenants = quota.New(g.clock, pol.TenantLimits())
 	}
-	g.tenantSpans = opts.TenantSpans
-	g.tenantSpans.Fill(g.clock)
-	g.tenantSpans.SetCosts(pol.TenantCosts())
+	g.costs = &budget.Tenants{Day: g.tenants, Spans: opts.TenantSpans, Store: g.ledger, Clock: g.clock}
+	g.costs.Spans.Fill(g.clock)
+	g.costs.Spans.SetCosts(pol.TenantCosts())
 	if g.load = opts.Load; g.load == nil {
 		g.load = load.New(g.clock, pol.LoadLimits())
 	}
@@ -391,27 +392,6 @@ func (g *Gateway) guards(pol *policy.Policy, opts Options) {
 // its database then refused (a SQLite ledger written through its intent
 // log; docs/durability.md).
 type refusingStore interface{ Refused() int }
-
-// seedSpend gives the tenant limits today's spend from the store, so that
-// a restart does not hand a tenant a fresh budget (docs/overload.md). At
-// a start (inFlight) that includes what requests the last process left in
-// progress reserved; after recovery has charged them, the charges alone.
-func (g *Gateway) seedSpend(ctx context.Context, inFlight bool) error {
-	s, ok := g.tenants.(spendSeeder)
-	if !ok {
-		return g.seedSpans(ctx, inFlight)
-	}
-	day := gw.Day(g.clock.Now())
-	spend, err := g.ledger.Spend(ctx, day)
-	if inFlight {
-		spend, err = ledger.DaySpend(ctx, g.ledger, day)
-	}
-	if err != nil {
-		return fmt.Errorf("read today's spend from the store: %w", err)
-	}
-	s.Seed(day, nanoOf(spend))
-	return g.seedSpans(ctx, inFlight)
-}
 
 func (g *Gateway) initSecret(opt []byte, configured string) error {
 	switch {

@@ -2,20 +2,20 @@ package gateway
 
 import (
 	"github.com/oncegate/oncegate/internal/breaker"
+	"github.com/oncegate/oncegate/internal/budget"
 	"github.com/oncegate/oncegate/internal/gw"
+	"github.com/oncegate/oncegate/internal/keyring"
 	"github.com/oncegate/oncegate/internal/ledger"
-	"github.com/oncegate/oncegate/internal/quota"
 	"github.com/oncegate/oncegate/internal/retry"
 )
 
 // permit is what a dispatched attempt holds until it is observed: its
 // route's breaker ticket and the tenant's reservation.
 type permit struct {
-	route    string
-	ticket   breaker.Ticket
-	reserved quota.Reservation
-	spans    quota.SpanReservations // under the tenant's month and lifetime
-	key      keyReservations        // under the request's virtual key
+	route  string
+	ticket breaker.Ticket
+	tenant budget.Reservation   // under the tenant's day, month and lifetime
+	key    keyring.Reservations // under the request's virtual key
 }
 
 // admission snapshots the fleet's state for the engine: open breakers,
@@ -37,8 +37,8 @@ func (c *call) admission(retrying bool) retry.Admission {
 			adm.RetryRefused[p] = true
 		}
 	}
-	adm.TenantAllowance, adm.TenantCapped = c.tenantAllowance()
-	c.keyAdmission(&adm)
+	adm.TenantAllowance, adm.TenantCapped = c.g.costs.Allowance(c.tenant.ID)
+	adm.TenantAllowance, adm.TenantCapped = c.key.Narrow(adm.TenantAllowance, adm.TenantCapped, c.keyTokens())
 	ids := make([]string, len(c.alias.Routes))
 	for i, r := range c.alias.Routes {
 		ids[i] = r.ID
@@ -63,10 +63,7 @@ func (c *call) admission(retrying bool) retry.Admission {
 // of it since the snapshot), it gives back what it took, tightens adm
 // accordingly and returns false.
 func (c *call) acquire(d retry.Decision, first bool, adm *retry.Admission, inFlight ...string) (*permit, bool) {
-	if c.key != nil {
-		c.key.refused.Store(0) // a refusal is this acquisition's, if any
-	}
-	var spans quota.SpanReservations
+	c.key.ForgetRefusal() // a refusal is this acquisition's, if any
 	t, ok := c.g.breakers.Acquire(d.Route)
 	if !ok {
 		if adm.Refused == nil {
@@ -75,26 +72,18 @@ func (c *call) acquire(d retry.Decision, first bool, adm *retry.Admission, inFli
 		adm.Refused[d.Route] = true
 		return nil, false
 	}
-	res, ok := c.g.tenants.Reserve(c.tenant.ID, d.Reserve, c.deadline.Add(c.g.lease))
-	refused := "day"
-	if ok {
-		if spans, refused = c.g.tenantSpans.Reserve(c.tenant.ID, d.Reserve, c.deadline.Add(c.g.lease)); refused != "" {
-			c.g.tenants.Settle(res, 0)
-			ok = false
-		}
-	}
-	if !ok {
+	res, refused := c.g.costs.Reserve(c.tenant.ID, d.Reserve, c.deadline.Add(c.g.lease))
+	if refused != "" {
 		c.tenantRefused.Store(&refused)
 		c.g.breakers.Done(d.Route, t, breaker.Ignore)
-		a, _ := c.tenantAllowance()
+		a, _ := c.g.costs.Allowance(c.tenant.ID)
 		adm.TenantCapped, adm.TenantAllowance = true, min(a, max(0, d.Reserve-1))
 		return nil, false
 	}
-	kres, ok := c.reserveKey(d.Reserve, c.deadline.Add(c.g.lease))
+	kres, ok := c.key.Reserve(d.Reserve, c.keyTokens(), c.deadline.Add(c.g.lease))
 	if !ok {
 		c.g.breakers.Done(d.Route, t, breaker.Ignore)
-		c.g.tenants.Settle(res, 0)
-		c.g.tenantSpans.Settle(spans, 0)
+		c.g.costs.Release(res)
 		a := adm.TenantAllowance
 		if !adm.TenantCapped {
 			a = d.Reserve
@@ -105,9 +94,8 @@ func (c *call) acquire(d retry.Decision, first bool, adm *retry.Admission, inFli
 	if prov := c.providerOf(d.Route); !first && c.triedProvider(prov, inFlight...) {
 		if !c.g.budget.Retry(prov) {
 			c.g.breakers.Done(d.Route, t, breaker.Ignore)
-			c.g.tenants.Settle(res, 0)
-			c.g.tenantSpans.Settle(spans, 0)
-			c.settleKey(kres, 0, gw.Usage{})
+			c.g.costs.Release(res)
+			c.key.Settle(kres, 0, gw.Usage{})
 			if adm.RetryRefused == nil {
 				adm.RetryRefused = map[string]bool{}
 			}
@@ -119,7 +107,7 @@ func (c *call) acquire(d retry.Decision, first bool, adm *retry.Admission, inFli
 	}
 	c.g.load.Begin(d.Route)
 	c.g.metrics.ObserveRouteSelected(c.alias.Name, d.Route, c.alias.StrategyName())
-	return &permit{route: d.Route, ticket: t, reserved: res, spans: spans, key: kres}, true
+	return &permit{route: d.Route, ticket: t, tenant: res, key: kres}, true
 }
 
 // providerOf is the provider of one of the alias's routes.
@@ -186,10 +174,8 @@ func (c *call) release(p *permit, res *attemptResult) {
 	}
 	c.g.load.End(p.route, tokens)
 	c.g.breakers.Done(p.route, p.ticket, outcome)
-	c.g.tenants.Settle(p.reserved, cost)
-	c.g.tenantSpans.Settle(p.spans, cost)
-	c.g.watchBudget(scopeTenant, c.tenant.ID)
-	c.settleKey(p.key, cost, usage)
+	c.g.costs.Settle(c.tenant.ID, p.tenant, cost)
+	c.key.Settle(p.key, cost, usage)
 }
 
 // cool cools an observed attempt's route down, fleet-wide, when its

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/oncegate/oncegate/internal/accesslog"
 	"github.com/oncegate/oncegate/internal/admin"
 	"github.com/oncegate/oncegate/internal/breaker"
 	"github.com/oncegate/oncegate/internal/policy"
@@ -56,6 +57,12 @@ func (h apiHost) Caller(r *http.Request) (*policy.Tenant, string) {
 		return nil, ""
 	}
 	return t, keyIDOf(r)
+}
+
+// MayUse reports whether r's virtual key, if any, may use model alias.
+func (h apiHost) MayUse(r *http.Request, alias string) bool {
+	lk := accesslog.KeyOf(r.Context())
+	return lk == nil || h.g.keys.Allows(lk, alias)
 }
 
 // Receipt loads one of tenant's receipts, rebuilt if recovery settled

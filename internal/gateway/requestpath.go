@@ -92,7 +92,7 @@ func (p requestPath) Identify(r *http.Request, t *policy.Tenant, alias *policy.A
 	if lk := accesslog.KeyOf(r.Context()); lk != nil {
 		// Each attempt reserves its worst case under the key as well
 		// (docs/keys-and-teams.md); one that does not fit ends the try refused.
-		c.key = &keyCall{lk: lk}
+		c.key = g.keys.Use(lk, c.alias.Engine.Deadline)
 	}
 	h := c.rec.R
 	try.Describe(h)

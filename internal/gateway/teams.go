@@ -5,7 +5,6 @@ import (
 	"slices"
 
 	"github.com/oncegate/oncegate/internal/policy"
-	"github.com/oncegate/oncegate/internal/quota"
 )
 
 // Teams (docs/keys-and-teams.md, "Teams") are tenants kept in the store.
@@ -29,16 +28,26 @@ func (g *Gateway) tenantsInForce() []*policy.Tenant {
 // today, so that a team learnt after the start is not handed a fresh
 // day.
 func (g *Gateway) setTenantLimits() {
-	in := g.tenantsInForce()
-	g.tenantSpans.SetCosts(policy.TenantCostsOf(in))
-	t, ok := g.tenants.(interface {
-		SetLimits(map[string]quota.Tenant)
-	})
-	if !ok {
+	if !g.costs.SetTenants(g.tenantsInForce()) {
 		return
 	}
-	t.SetLimits(policy.TenantLimitsOf(in))
-	if err := g.seedSpend(context.Background(), false); err != nil {
+	if err := g.costs.Seed(context.Background(), false); err != nil {
 		g.log.Warn("could not read today's spend for a team's limits", "err", err)
 	}
+}
+
+// tenantInForce is tenant id of the policy or a team the key ring knows;
+// nil if neither has it.
+func (g *Gateway) tenantInForce(id string) *policy.Tenant {
+	if t := g.policy().Tenant(id); t != nil {
+		return t
+	}
+	if g.keys != nil {
+		for _, team := range g.keys.Teams() {
+			if team.ID == id {
+				return team
+			}
+		}
+	}
+	return nil
 }

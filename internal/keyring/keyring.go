@@ -102,6 +102,12 @@ type Ring struct {
 	// are set and its spend seeded (the budget gauges start there). Set
 	// it before the ring is used.
 	OnSeed func(id string)
+	// OnSpent, when not nil, is told a key's id each time an attempt
+	// settled a charge under its limits; OnRefused, when one of its cost
+	// limits (period "day", "month" or "total") refused a request for
+	// lack of room. Set them before the ring is used.
+	OnSpent   func(id string)
+	OnRefused func(id, period string)
 	// limited are the keys whose limits the Limits hold, by id.
 	limited map[string][4]quota.Tenant // day, month, tokens, total
 	// teams are the teams read from the store, by id (teams.go);
@@ -456,6 +462,12 @@ func coordinationDown() *api.Error {
 	e := api.Errorf(api.CodeCoordinationUnavailable, "the gateway's shared coordination (Redis) is unreachable; nothing was sent, retry shortly")
 	e.RetryAfter = 1
 	return e
+}
+
+// Allows reports whether key lk may use model alias: its own models
+// and, if its tenant is a team, the team's.
+func (s *Ring) Allows(lk *Key, alias string) bool {
+	return lk.Allows(alias) && s.teamAllows(lk, alias) == nil
 }
 
 // Gate checks a request of key lk for model alias before anything of

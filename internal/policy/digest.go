@@ -71,6 +71,7 @@ type aliasDoc struct {
 	MayDrop             []string `json:"may_drop,omitempty"`
 	DropParams          bool     `json:"drop_params,omitempty"`
 	Strategy            string   `json:"strategy,omitempty"`
+	KeylessJoin         *bool    `json:"keyless_join,omitempty"`
 }
 
 func aliasDigest(a *Alias) (string, error) {
@@ -80,7 +81,7 @@ func aliasDigest(a *Alias) (string, error) {
 		RetryAfterCapMS: e.RetryAfterCap.Milliseconds(), Jitter: string(e.Jitter), DeadlineMS: e.Deadline.Milliseconds(),
 		MaxCostNanoUSD: int64(e.MaxCost), AfterOutput: string(e.AfterOutput), RestartMaxTokens: e.RestartMaxTokens,
 		ResumeRoutes: string(e.ResumeRoutes), Buffer: a.Buffer, HedgeAfterMS: a.HedgeAfter.Milliseconds(), Routes: []routeDoc{},
-		DefaultOutputTokens: e.DefaultOutputTokens, MayDrop: a.MayDrop, DropParams: a.DropParams}
+		DefaultOutputTokens: e.DefaultOutputTokens, MayDrop: a.MayDrop, DropParams: a.DropParams, KeylessJoin: a.KeylessJoin}
 	if e.Tiered {
 		doc.Strategy = string(e.Strategy)
 	}
@@ -122,6 +123,8 @@ type tenantDoc struct {
 	// Omitted at 0, so that policies without it keep their digests.
 	MaxConcurrent int   `json:"max_concurrent,omitempty"`
 	DropParams    *bool `json:"drop_params,omitempty"`
+	CostPerMonth  int64 `json:"cost_nano_usd_per_month,omitempty"`
+	CostTotal     int64 `json:"cost_nano_usd_total,omitempty"`
 }
 
 type policyDoc struct {
@@ -140,7 +143,8 @@ func policyDigest(p *Policy) (string, error) {
 		doc.Aliases[a.Name] = a.Digest
 	}
 	for _, t := range p.Tenants {
-		doc.Tenants = append(doc.Tenants, tenantDoc{t.ID, t.MaxBoundary.String(), t.RequestsPerMinute, int64(t.CostPerDay), t.MaxConcurrent, t.DropParams})
+		doc.Tenants = append(doc.Tenants, tenantDoc{t.ID, t.MaxBoundary.String(), t.RequestsPerMinute, int64(t.CostPerDay), t.MaxConcurrent, t.DropParams,
+			int64(t.CostPerMonth), int64(t.CostTotal)})
 	}
 	return identity.CanonicalSHA256(doc)
 }

@@ -312,3 +312,26 @@ func TestTheCatalogueFillsWhatARouteLeavesOut(t *testing.T) {
 		t.Fatalf("warnings %v", p.Warnings)
 	}
 }
+
+// Every setting that changes what a request may do or cost changes a
+// digest a receipt records: the policy's for a tenant's limits, the
+// alias's for how its requests are identified and retried.
+func TestEveryBehaviourSettingChangesADigest(t *testing.T) {
+	compiled := mustCompile(t, "base.yaml", base)
+	for _, c := range []struct{ name, from, to string }{
+		{"a tenant's month", "{id: acme, api_key_env: K}", "{id: acme, api_key_env: K, budget: {cost_usd_per_month: 5}}"},
+		{"a tenant's lifetime", "{id: acme, api_key_env: K}", "{id: acme, api_key_env: K, budget: {cost_usd_total: 5}}"},
+		{"a tenant's day", "{id: acme, api_key_env: K}", "{id: acme, api_key_env: K, budget: {cost_usd_per_day: 5}}"},
+		{"an alias's keyless_join", "    routes: [a, b]\n", "    routes: [a, b]\n    keyless_join: false\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if !strings.Contains(base, c.from) {
+				t.Fatalf("the base has no %q", c.from)
+			}
+			p := mustCompile(t, "changed.yaml", strings.Replace(base, c.from, c.to, 1))
+			if p.Digest == compiled.Digest && p.Alias("chat").Digest == compiled.Alias("chat").Digest {
+				t.Fatalf("%s changed neither the policy's digest nor the alias's", c.name)
+			}
+		})
+	}
+}

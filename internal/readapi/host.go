@@ -38,6 +38,10 @@ type Gateway interface {
 	// carries (nil: none it knows), and that virtual key's id ("" for a
 	// tenant's own key). It notes the tenant in r's access line.
 	Caller(r *http.Request) (tenant *policy.Tenant, keyID string)
+	// MayUse reports whether the virtual key r carries, if any, may use
+	// model alias: its models and its team's (a tenant's own key and the
+	// admin key may use any the boundary lets through).
+	MayUse(r *http.Request, alias string) bool
 	// Receipt loads one of tenant's receipts: ledger.ErrNotFound when it
 	// has none by that id. A request recovery settled before its receipt
 	// was written has it rebuilt (docs/receipts.md).

@@ -36,7 +36,7 @@ func usable(al *policy.Alias, t *policy.Tenant) bool {
 func (a *API) serveModel(w http.ResponseWriter, r *http.Request, t *policy.Tenant) {
 	p := api.ProtocolOf(r)
 	al := a.gw.Policy().Alias(r.PathValue("id"))
-	if al == nil || !usable(al, t) {
+	if al == nil || !usable(al, t) || !a.gw.MayUse(r, al.Name) {
 		api.ModelNotFound(r.PathValue("id")).Write(w, p, api.Meta{})
 		return
 	}
@@ -47,9 +47,9 @@ func (a *API) serveModel(w http.ResponseWriter, r *http.Request, t *policy.Tenan
 	api.WriteJSON(w, http.StatusOK, map[string]any{"id": al.Name, "object": "model", "created": 1767225600, "owned_by": "oncegate"})
 }
 
-// serveModels lists the aliases the tenant may use: those with at least
-// one route inside the tenant's data boundary; to the admin key, every
-// alias.
+// serveModels lists the aliases the caller may use: those with at least
+// one route inside the tenant's data boundary, and, for a virtual key,
+// among its models and its team's; to the admin key, every alias.
 func (a *API) serveModels(w http.ResponseWriter, r *http.Request, t *policy.Tenant) {
 	type model struct {
 		ID          string `json:"id"`
@@ -63,7 +63,7 @@ func (a *API) serveModels(w http.ResponseWriter, r *http.Request, t *policy.Tena
 	anthropic := api.ProtocolOf(r) == provider.Anthropic
 	data := []model{}
 	for _, al := range a.gw.Policy().Aliases {
-		if !usable(al, t) {
+		if !usable(al, t) || !a.gw.MayUse(r, al.Name) {
 			continue
 		}
 		if anthropic {

@@ -36,7 +36,12 @@ func (s *Store) checkpoints() {
 			_, _ = s.cp.Exec(`PRAGMA wal_checkpoint(PASSIVE)`)
 			return
 		case <-s.committed:
-			<-t.C
+			select {
+			case <-t.C:
+			case <-s.stop: // Close waits for no tick
+				_, _ = s.cp.Exec(`PRAGMA wal_checkpoint(PASSIVE)`)
+				return
+			}
 			restart := time.Since(restarted) >= restartEvery
 			s.checkpoint(restart)
 			if restart {

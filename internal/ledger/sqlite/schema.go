@@ -171,11 +171,17 @@ func migrate(db *sql.DB) error {
 	if err := db.QueryRow(`SELECT COALESCE(MAX(version), 0) FROM schema_version`).Scan(&v); err != nil {
 		return err
 	}
+	if v >= len(migrations) {
+		return nil
+	}
+	// Every pending migration in one transaction: a new database is made
+	// with one commit (one sync) instead of one per migration, and an
+	// upgrade cut short leaves the schema as it was.
+	tx, err := db.Begin()
+	if err != nil {
+		return err
+	}
 	for i := v; i < len(migrations); i++ {
-		tx, err := db.Begin()
-		if err != nil {
-			return err
-		}
 		if _, err := tx.Exec(migrations[i]); err != nil {
 			_ = tx.Rollback()
 			return fmt.Errorf("migration %d: %w", i+1, err)
@@ -184,11 +190,8 @@ func migrate(db *sql.DB) error {
 			_ = tx.Rollback()
 			return err
 		}
-		if err := tx.Commit(); err != nil {
-			return err
-		}
 	}
-	return nil
+	return tx.Commit()
 }
 
 // Version is the schema version this binary migrates to.
