@@ -36,9 +36,10 @@ import (
 // copied as they are (text and blobs with the template's ids and times
 // in them replaced; whole numbers within a day of the template's start,
 // times in Unix nanoseconds, moved), so what a later schema adds to a
-// request's rows is copied too. Each copy's charge is added to its
-// tenant's spend on its UTC day (and a virtual key's, if its template
-// had one), as a finish adds it.
+// request's rows is copied too. Each copy's charge — what the templates'
+// spend comes to per receipt — is added to its tenant's spend on its UTC
+// day, as a finish adds it (and to each virtual key's, by the same rule,
+// if the templates charged keys).
 //
 // It writes without a journal, in large transactions: a failure leaves
 // the database unusable, which a benchmark's fixture can afford.
@@ -107,7 +108,6 @@ type template struct {
 	record                                []any   // its requests row
 	events                                [][]any // its events rows (the receipt among them)
 	tenant                                string
-	key                                   string // the virtual key charged (key_spend), if known
 	requestID, identity, fingerprint, sha string
 	patterns                              map[string]*pattern       // by the bytes cut
 	unpacked                              map[string][]ledger.Event // packed rows, by their bytes
