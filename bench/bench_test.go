@@ -3,10 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -123,5 +128,125 @@ func TestTheAmplificationTableMeasuresAFallbackProvider(t *testing.T) {
 		if !regexp.MustCompile(`(?m)^\s*50%\s+` + stack + `\s+[\d.]+%\s+[\d.]+\s+[\d.]+\s+\d+\s+\d+\s`).MatchString(out.String()) {
 			t.Errorf("no row for %s at 50 %% in:\n%s", stack, out.String())
 		}
+	}
+}
+
+// -steady's ledger, built small: the copies are what the gateway's own
+// requests left — a record with its stored response, its claim's and its
+// finish's rows of events, a receipt, their charge in the day's spend —
+// with ids and times of their own; the gateway serves on it (a copy's
+// identity is one it knows), `oncegate ledger check` finds it intact and
+// `oncegate verify` accepts a copy's receipt.
+func TestTheSteadyLedgerIsTheGatewaysOwn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds cmd/oncegate and runs it twice")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, mockURL, err := startMock(ctx, 0, 0, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	bin, err := buildGateway(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 320
+	var out bytes.Buffer
+	built, err := steadyLedger(ctx, bin, t.TempDir(), dir, mockURL, n, &out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	db := filepath.Join(dir, "steady.db")
+	if err := copyFile(built, db); err != nil {
+		t.Fatal(err)
+	}
+	q := func(path, query string, args ...any) []string {
+		t.Helper()
+		h, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		rows, err := h.Query(query, args...)
+		if err != nil {
+			t.Fatalf("%s: %v", query, err)
+		}
+		defer rows.Close()
+		var got []string
+		for rows.Next() {
+			var s string
+			if err := rows.Scan(&s); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, s)
+		}
+		return got
+	}
+	// A request's shape: its record's state and stored response, its
+	// rows of events (seq, type, dispatch and observation counts), its
+	// receipt's tenant — the same for the gateway's requests and the
+	// copies.
+	const shape = `SELECT r.state || '|' || (r.response IS NOT NULL) || '|' || r.owner || '|' ||
+		(SELECT group_concat(e.seq || ':' || e.last_seq || ':' || e.type || ':' || e.dispatched || ':' || e.observed || ':' || COALESCE(e.tenant, '') || ':' || (e.at > 0), ',')
+		 FROM events e WHERE e.request_id = r.request_id) AS s
+		FROM requests r`
+	template := q(filepath.Join(dir, "template.db"), shape+` LIMIT 1`)
+	shapes := q(db, `SELECT DISTINCT s FROM (`+shape+`)`)
+	if len(template) != 1 || len(shapes) != 1 || shapes[0] != template[0] {
+		t.Errorf("the copies' shapes %q, the gateway's request's %q", shapes, template)
+	}
+	count := func(query string) string { return strings.Join(q(db, query), ",") }
+	if got, want := count(`SELECT COUNT(*) FROM requests`), strconv.Itoa(n+steadyTemplates); got != want {
+		t.Errorf("%s records, want %s", got, want)
+	}
+	if got := count(`SELECT COUNT(DISTINCT identity) || ',' || COUNT(DISTINCT request_id) || ',' || COUNT(DISTINCT request_sha256) FROM requests`); got != fmt.Sprintf("%d,%d,%d", n+steadyTemplates, n+steadyTemplates, n+steadyTemplates) {
+		t.Errorf("distinct identities, request ids, bodies: %s", got)
+	}
+	perRequest := q(filepath.Join(dir, "template.db"), `SELECT SUM(charged) / 16 FROM tenant_spend`)
+	if got := q(db, `SELECT SUM(charged) / `+strconv.Itoa(n+steadyTemplates)+` FROM tenant_spend`); len(perRequest) != 1 || len(got) != 1 || got[0] != perRequest[0] {
+		t.Errorf("spend per request %v, the gateway's %v", got, perRequest)
+	}
+	if got := count(`PRAGMA integrity_check`); got != "ok" {
+		t.Errorf("integrity check: %s", got)
+	}
+	oldest := q(db, `SELECT request_id || ' ' || identity FROM requests ORDER BY created_at LIMIT 1`)
+	if len(oldest) != 1 || !strings.Contains(count(`SELECT data FROM events WHERE seq = 0 AND request_id = '`+strings.Fields(oldest[0])[0]+`'`), strings.TrimPrefix(strings.Fields(oldest[0])[1], "f:")) {
+		t.Fatalf("the oldest copy's receipt does not name its fingerprint: %v", oldest)
+	}
+	copyID := strings.Fields(oldest[0])[0]
+
+	// The gateway serves on it.
+	c, err := startServe(bin, dir, "", "", "steady", mockURL, "store: sqlite://steady.db\nledger: {sync: full}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seq atomic.Int64
+	r := load(ctx, 4, 40, path{name: "steady", url: c.url, model: "bench", auth: true}, false, &seq)
+	c.stop()
+	if r.errors != 0 || r.requests != 40 {
+		t.Fatalf("the gateway on the steady ledger answered %d of 40 (%d errors)", r.requests, r.errors)
+	}
+	cfg := filepath.Join(dir, "steady.yaml")
+	run := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), "BENCH_KEY="+benchKey, "BENCH_ADMIN_KEY="+benchAdminKey)
+		b, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("oncegate %s: %v\n%s", strings.Join(args, " "), err, b)
+		}
+		return string(b)
+	}
+	if got := run("ledger", "check", "--config", cfg); !strings.Contains(got, "steady.db") {
+		t.Errorf("ledger check: %s", got)
+	}
+	rc := filepath.Join(dir, "receipt.json")
+	if err := os.WriteFile(rc, []byte(run("receipts", "--config", cfg, copyID)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := run("verify", "--config", cfg, rc); !strings.Contains(got, "OK — request "+copyID) {
+		t.Errorf("verify: %s", got)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,34 +47,32 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	fmt.Fprintln(out)
 	var seq atomic.Int64
 	rounds := map[string][]*result{}
+	again := map[string][]*result{} // the repeated questions' rounds
 	for _, p := range paths {
 		// Warm up: connections, caches, the ledger's first pages.
 		load(ctx, o.concurrency, min(o.requests, 2000), p, false, &seq)
 	}
 	for round := range o.rounds {
 		for _, p := range paths {
-			fmt.Fprintf(out, "round %d: %-22s ...", round+1, p.name)
-			var u0, s0 time.Duration
-			var g0, w0 int64
-			if p.proc != nil {
-				u0, s0 = p.proc.cpu()
-				g0, w0 = p.proc.goroutines(), p.proc.switches()
+			if !o.noDistinct {
+				fmt.Fprintf(out, "round %d: %-22s ...", round+1, p.name)
+				r := measure(p, func() *result { return load(ctx, o.concurrency, o.requests, p, false, &seq) })
+				fmt.Fprintf(out, " %6.0f requests/s, %d errors\n", r.rps(), r.errors)
+				rounds[p.name] = append(rounds[p.name], r)
 			}
-			var rt0 int64
-			if p.roundTrips != nil {
-				rt0 = p.roundTrips()
+			if !o.again {
+				continue
 			}
-			r := load(ctx, o.concurrency, o.requests, p, false, &seq)
-			if p.proc != nil {
-				u1, s1 := p.proc.cpu()
-				r.user, r.sys = u1-u0, s1-s0
-				r.goroutines, r.switches = delta(g0, p.proc.goroutines()), delta(w0, p.proc.switches())
-			}
-			if p.roundTrips != nil {
-				r.redisRTs = roundTrips(p.roundTrips()-rt0, r.requests)
-			}
+			// The same o.requests questions every round: from the
+			// second, each arrives after its twin finished and
+			// replaces it (a keyless body, no replay window).
+			fmt.Fprintf(out, "round %d: %-22s ...", round+1, p.name+", again")
+			var n atomic.Int64
+			r := measure(p, func() *result {
+				return loadBodies(ctx, o.concurrency, o.requests, p, false, &n, "Ask the same question again, number ")
+			})
 			fmt.Fprintf(out, " %6.0f requests/s, %d errors\n", r.rps(), r.errors)
-			rounds[p.name] = append(rounds[p.name], r)
+			again[p.name] = append(again[p.name], r)
 		}
 	}
 	lone := map[string]*result{}
@@ -86,8 +85,81 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		}
 	}
 	fmt.Fprintln(out)
-	report(out, paths, rounds, lone)
+	if o.noDistinct {
+		report(out, paths, again, lone) // the only rounds
+	} else {
+		report(out, paths, rounds, lone)
+	}
+	fmt.Fprintln(out)
+	drift(out, paths, rounds, again)
 	return nil
+}
+
+// measure runs one round on p, with the server's CPU, goroutines,
+// switches and Redis round trips over it.
+func measure(p path, round func() *result) *result {
+	var u0, s0 time.Duration
+	var g0, w0 int64
+	if p.proc != nil {
+		u0, s0 = p.proc.cpu()
+		g0, w0 = p.proc.goroutines(), p.proc.switches()
+	}
+	var rt0 int64
+	if p.roundTrips != nil {
+		rt0 = p.roundTrips()
+	}
+	r := round()
+	if p.proc != nil {
+		u1, s1 := p.proc.cpu()
+		r.user, r.sys = u1-u0, s1-s0
+		r.goroutines, r.switches = delta(g0, p.proc.goroutines()), delta(w0, p.proc.switches())
+	}
+	if p.roundTrips != nil {
+		r.redisRTs = roundTrips(p.roundTrips()-rt0, r.requests)
+	}
+	return r
+}
+
+// drift prints, for each workload, each path's throughput round by round
+// as a share of the bare proxy's in the same round, and the last round's
+// share over the first's: whether the gateway slows as its ledger fills
+// (distinct questions) or as finished requests are replaced by the same
+// questions asked again (repeated).
+func drift(out io.Writer, paths []path, rounds, again map[string][]*result) {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	n := max(len(rounds["bare proxy"]), len(again["bare proxy"]))
+	if n == 0 {
+		return
+	}
+	fmt.Fprint(tw, "workload\tpath\t")
+	for i := range n {
+		fmt.Fprintf(tw, "round %d ÷ bare proxy\t", i+1)
+	}
+	fmt.Fprintln(tw, "round N ÷ round 1\tserver CPU/request, round 1 → N\t")
+	for _, w := range []struct {
+		name string
+		rs   map[string][]*result
+	}{{"distinct", rounds}, {"repeated", again}} {
+		proxy := w.rs["bare proxy"] // the same round of the same workload
+		for _, p := range paths {
+			rs := w.rs[p.name]
+			if len(rs) == 0 || len(rs) != len(proxy) || p.name == "bare proxy" || p.name == "direct" {
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%s\t", w.name, p.name)
+			for i, r := range rs {
+				fmt.Fprintf(tw, "%.2f\t", r.rps()/proxy[i].rps())
+			}
+			first, last := rs[0].rps()/proxy[0].rps(), rs[len(rs)-1].rps()/proxy[len(rs)-1].rps()
+			cpu := "–"
+			if p.proc != nil && rs[0].requests > 0 && rs[len(rs)-1].requests > 0 {
+				us := func(r *result) float64 { return float64((r.user + r.sys).Microseconds()) / float64(r.requests) }
+				cpu = fmt.Sprintf("%.0f → %.0f µs", us(rs[0]), us(rs[len(rs)-1]))
+			}
+			fmt.Fprintf(tw, "%.2f\t%s\t\n", last/first, cpu)
+		}
+	}
+	_ = tw.Flush()
 }
 
 // startPaths starts the mock (its latency from o) and what the paths in
@@ -131,18 +203,40 @@ func startPaths(ctx context.Context, o options) ([]path, func(), error) {
 		stops = append(stops, px.stop)
 		paths = append(paths, path{name: "bare proxy", url: px.url, model: "bench-model", proc: px})
 	}
-	gateways := []struct{ name, extra string }{
-		{"oncegate memory", "store: memory://\n"},
-		{"oncegate full", "store: sqlite://ledger-full.db\nledger: {sync: full}\n"},
-		{"oncegate normal", "store: sqlite://ledger-normal.db\nledger: {sync: normal}\n"},
+	gateways := []struct{ name, extra, preload string }{
+		{"oncegate memory", "store: memory://\n", ""},
+		{"oncegate full", "store: sqlite://ledger-full.db\nledger: {sync: full}\n", ""},
+		{"oncegate normal", "store: sqlite://ledger-normal.db\nledger: {sync: normal}\n", ""},
 	}
-	var bin string
+	if o.steady > 0 {
+		// The same gateways on a ledger that has run for a day.
+		gateways = append(gateways,
+			struct{ name, extra, preload string }{steadyName("oncegate full", o.steady), "store: sqlite://ledger-full-steady.db\nledger: {sync: full}\n", "ledger-full-steady.db"},
+			struct{ name, extra, preload string }{steadyName("oncegate normal", o.steady), "store: sqlite://ledger-normal-steady.db\nledger: {sync: normal}\n", "ledger-normal-steady.db"})
+	}
+	var bin, steady string
 	for _, gw := range gateways {
 		if !want(gw.name) {
 			continue
 		}
 		if bin == "" {
 			if bin, err = buildGateway(ctx, dir); err != nil {
+				return nil, cleanup, err
+			}
+		}
+		if gw.preload != "" {
+			if steady == "" {
+				if steady, err = steadyLedger(ctx, bin, o.steadyCache, dir, mockURL, o.steady, os.Stdout); err != nil {
+					return nil, cleanup, fmt.Errorf("preload a ledger: %w", err)
+				}
+			}
+			if err := copyFile(steady, filepath.Join(dir, gw.preload)); err != nil {
+				return nil, cleanup, err
+			}
+			// A gateway that has run for a day finds its ledger's pages
+			// in the operating system's cache; a copy made a moment ago
+			// would be read from the disk.
+			if err := readAll(filepath.Join(dir, gw.preload)); err != nil {
 				return nil, cleanup, err
 			}
 		}
@@ -179,6 +273,12 @@ func startPaths(ctx context.Context, o options) ([]path, func(), error) {
 // load sends n distinct requests on p from c clients, each sending its
 // next request as soon as its last one finished.
 func load(ctx context.Context, c, n int, p path, stream bool, seq *atomic.Int64) *result {
+	return loadBodies(ctx, c, n, p, stream, seq, "Benchmark the relay, request ")
+}
+
+// loadBodies is load with the questions text + the next number of seq:
+// the same seq and text ask the same questions again.
+func loadBodies(ctx context.Context, c, n int, p path, stream bool, seq *atomic.Int64, text string) *result {
 	tr := &http.Transport{MaxIdleConns: c * 2, MaxIdleConnsPerHost: c * 2, DisableCompression: true}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
@@ -197,7 +297,7 @@ func load(ctx context.Context, c, n int, p path, stream bool, seq *atomic.Int64)
 				// A distinct body per request: identical ones would join
 				// in flight and flatter the gateway.
 				body := []byte(`{"model":"` + p.model + `","stream":` + strconv.FormatBool(stream) +
-					`,"messages":[{"role":"user","content":"Benchmark the relay, request ` + strconv.FormatInt(seq.Add(1), 10) + `."}]}`)
+					`,"messages":[{"role":"user","content":"` + text + strconv.FormatInt(seq.Add(1), 10) + `."}]}`)
 				t0 := time.Now()
 				first, err := once(client, url, body, p.auth, stream)
 				if err != nil {

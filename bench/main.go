@@ -43,6 +43,10 @@ func main() {
 	o := options{}
 	flag.IntVar(&o.requests, "requests", 20000, "distinct requests per path and round at -concurrency")
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds over every path; each path's median round is reported")
+	flag.BoolVar(&o.noDistinct, "no-distinct", false, "skip the distinct requests of each round (with -repeated: only the same questions again)")
+	flag.BoolVar(&o.again, "repeated", true, "each round, after the distinct requests, ask the same -requests questions on each path again (from round 2 each replaces its finished twin)")
+	flag.IntVar(&o.steady, "steady", 0, "also measure each SQLite gateway on a ledger preloaded with this many finished requests (a day's: 1000000), beside a fresh one")
+	flag.StringVar(&o.steadyCache, "steady-cache", "", "keep the preloaded ledger in this directory between runs (default: $TMPDIR/oncegate-bench-steady)")
 	flag.IntVar(&o.lone, "lone", 2000, "requests per path from a lone client (added latency); 0 skips")
 	flag.IntVar(&o.concurrency, "concurrency", 32, "concurrent clients")
 	flag.IntVar(&o.streams, "streams", 0, "instead: open this many streams at once on each path and report time to first token, RSS per stream and file descriptors")
@@ -167,6 +171,10 @@ type options struct {
 	transport   bool
 	postgres    string
 	redis       string
+	again       bool   // each round, also the same questions as every round before
+	noDistinct  bool   // each round, no distinct questions
+	steady      int    // preload the SQLite ledgers of a second set of paths with this many requests
+	steadyCache string // where the preloaded ledger is kept between runs
 }
 
 // result is one run's measurements.

@@ -163,6 +163,20 @@ func applyRecord(tx wtx, lr *logRecord) error {
 			return errRefused
 		}
 		insertEvents(tx, eventArgs(lr.events))
+	case kindReplace:
+		// The index admitted it only while prev's record held the
+		// identity, as Store.Replace's statement checks.
+		res, err := tx.exec(qReplaceDelete, lr.rec.Identity, lr.prev)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return errRefused
+		}
+		if _, err := insertRecord(tx, recordArgs(lr.rec)); err != nil {
+			return err
+		}
+		insertEvents(tx, eventArgs(lr.events))
 	case kindAppend:
 		if err := fence(tx, lr.events[0].RequestID, lr.events[0].Generation); err != nil {
 			insertStale(tx, lr.events)

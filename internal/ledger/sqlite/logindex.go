@@ -25,7 +25,21 @@ type idShard struct {
 	// have a record of; building, while the set is rebuilt, the new one
 	// (logknown.go).
 	known, building *hashFilter
+	// seen holds, by identity, the request a Claim's read of the
+	// database found holding it (abandonSeen): the Replace that follows
+	// need not read it again.
+	seen map[string]seen
 }
+
+// seen is what a Claim's read found: the request holding the identity,
+// and LogStore.purges when the read began.
+type seen struct {
+	requestID string
+	purges    int64
+}
+
+// seenMax bounds an idShard's seen.
+const seenMax = 512
 
 // reqShard is a part of the index by request id (taken after an idShard's
 // mu, never before).

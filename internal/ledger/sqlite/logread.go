@@ -100,13 +100,10 @@ func (s *LogStore) State(ctx context.Context, name string) ([]byte, error) {
 }
 
 // Expire deletes records finished before cutoff, once the database has
-// applied the log's records before the call; the identities the database
+// applied the log's records before the call (deleting); the identities the database
 // may hold are counted again once a quarter of them are gone.
 func (s *LogStore) Expire(ctx context.Context, cutoff time.Time) (int, error) {
-	if err := s.barrier(ctx); err != nil {
-		return 0, err
-	}
-	n, err := s.db.Expire(ctx, cutoff)
+	n, err := s.deleting(ctx, func() (int, error) { return s.db.Expire(ctx, cutoff) })
 	if err != nil {
 		return n, err
 	}
@@ -149,12 +146,15 @@ func (s *LogStore) TurnByFingerprint(ctx context.Context, tenant, fingerprint, p
 	return s.db.TurnByFingerprint(ctx, tenant, fingerprint, parent)
 }
 
-// DeleteTurn marks a turn deleted with its tries' records, once the database has applied the log's records before the call.
+// DeleteTurn marks a turn deleted with its tries' records, once the
+// database has applied the log's records before the call (deleting).
 func (s *LogStore) DeleteTurn(ctx context.Context, t *ledger.Turn, from ledger.TurnState, fromTry int) (bool, error) {
-	if err := s.barrier(ctx); err != nil {
-		return false, err
-	}
-	ok, err := s.db.DeleteTurn(ctx, t, from, fromTry)
+	ok := false
+	_, err := s.deleting(ctx, func() (int, error) {
+		var err error
+		ok, err = s.db.DeleteTurn(ctx, t, from, fromTry)
+		return 0, err
+	})
 	if ok {
 		s.forget(len(ledger.TryIdentities(t))) // at most: counts a rebuild
 	}
@@ -278,4 +278,21 @@ func (s *LogStore) Ping(ctx context.Context) error {
 		return err
 	}
 	return s.db.Ping(ctx)
+}
+
+// deleting runs del, which deletes finished records from the database
+// directly, once the database has applied every record appended before
+// it — Replace's among them. A Replace admitted to the log checked which
+// request held the identity and must find that record when it is
+// applied: deleting holds Replaces off from the barrier until del has
+// committed, so none is checked before a delete and applied after it.
+func (s *LogStore) deleting(ctx context.Context, del func() (int, error)) (int, error) {
+	s.purge.Lock()
+	defer s.purge.Unlock()
+	s.purges.Add(1)       // odd: no Claim's read leaves a hint now
+	defer s.purges.Add(1) // even again, and every hint before is stale
+	if err := s.barrier(ctx); err != nil {
+		return 0, err
+	}
+	return del()
 }

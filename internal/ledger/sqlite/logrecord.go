@@ -18,6 +18,7 @@ const (
 	kindClaim     = 'C'
 	kindAppend    = 'A'
 	kindFinish    = 'F'
+	kindReplace   = 'R' // a claim in the place of a finished request (Replace)
 	kindHeartbeat = 'H'
 	lsnOff        = 1
 	recordHead    = 1 + 8
@@ -27,8 +28,9 @@ const (
 type logRecord struct {
 	kind   byte
 	lsn    int64
-	rec    *ledger.Record // claim
-	events []ledger.Event // claim, append (the finish's are in fin)
+	rec    *ledger.Record // claim, replace
+	prev   string         // replace: the request id whose record it replaces
+	events []ledger.Event // claim, replace, append (the finish's are in fin)
 	fin    *ledger.Finish // finish
 	resp   []byte         // finish: the stored response, encoded (nil: none)
 	raw    []byte         // the record as the log holds it
@@ -67,9 +69,23 @@ func eventsSize(requestID string, evs []ledger.Event) int {
 func setLSN(b []byte, lsn int64) { binary.LittleEndian.PutUint64(b[lsnOff:], uint64(lsn)) }
 
 func encodeClaim(r *ledger.Record, evs []ledger.Event) []byte {
-	size := len(r.Identity) + len(r.RequestID) + len(r.Tenant) + len(r.Operation) + len(r.RequestSHA256) + len(r.State) + len(r.Owner) +
+	return appendClaim(newRecord(kindClaim, claimSize(r, evs)), r, evs)
+}
+
+// encodeReplace is a claim of r in the place of request prev's record:
+// prev, then the claim's fields.
+func encodeReplace(prev string, r *ledger.Record, evs []ledger.Event) []byte {
+	b := newRecord(kindReplace, len(prev)+binary.MaxVarintLen64+claimSize(r, evs))
+	return appendClaim(appendString(b, prev), r, evs)
+}
+
+// claimSize bounds the bytes appendClaim adds.
+func claimSize(r *ledger.Record, evs []ledger.Event) int {
+	return len(r.Identity) + len(r.RequestID) + len(r.Tenant) + len(r.Operation) + len(r.RequestSHA256) + len(r.State) + len(r.Owner) +
 		12*binary.MaxVarintLen64 + eventsSize(r.RequestID, evs)
-	b := newRecord(kindClaim, size)
+}
+
+func appendClaim(b []byte, r *ledger.Record, evs []ledger.Event) []byte {
 	for _, v := range []string{r.Identity, r.RequestID, r.Tenant, r.Operation, r.RequestSHA256, string(r.State), r.Owner} {
 		b = appendString(b, v)
 	}
@@ -240,7 +256,10 @@ func decodeRecord(b []byte) (*logRecord, error) {
 	d := &decoder{b: b[recordHead:]}
 	switch lr.kind {
 	case kindHeartbeat:
-	case kindClaim:
+	case kindClaim, kindReplace:
+		if lr.kind == kindReplace {
+			lr.prev = d.string()
+		}
 		r := &ledger.Record{Identity: d.string(), RequestID: d.string(), Tenant: d.string(), Operation: d.string(),
 			RequestSHA256: d.string(), State: ledger.State(d.string()), Owner: d.string()}
 		r.Stream = d.varint() == 1

@@ -210,7 +210,7 @@ func (s *Store) planLost(ctx context.Context, ls *logScan, ranges []lsnRange, p 
 			continue
 		}
 		switch lr.kind {
-		case kindClaim:
+		case kindClaim, kindReplace:
 			claimed[lr.rec.RequestID] = true
 			if lr.lsn < lastLost {
 				p.InProgress = append(p.InProgress, lr.rec.RequestID)

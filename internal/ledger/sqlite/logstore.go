@@ -56,6 +56,12 @@ type LogStore struct {
 	// rebuild (logknown.go).
 	forgotten atomic.Int64
 	rebuild   sync.Mutex
+	// purge is held by a direct delete of finished records (deleting)
+	// and, to read, by a Replace from its check to its append.
+	purge sync.RWMutex
+	// purges counts the starts and ends of such deletes: odd while one
+	// runs (a Claim's read then leaves no hint; see abandonSeen).
+	purges atomic.Int64
 
 	amu       sync.Mutex
 	pending   map[int64][]byte // durable records not yet applied, by LSN

@@ -29,6 +29,7 @@ func (s *LogStore) Claim(ctx context.Context, rec *ledger.Record, events []ledge
 		case e == nil:
 			e = &entry{rec: indexed(rec), busy: make(chan struct{})}
 			sh.m[rec.Identity] = e
+			delete(sh.seen, rec.Identity) // whatever this claim makes of it
 			maybe := sh.mayHave(h)
 			sh.know(h)
 			sh.mu.Unlock()
@@ -65,8 +66,13 @@ func (s *LogStore) Claim(ctx context.Context, rec *ledger.Record, events []ledge
 // (maybe; logknown.go).
 func (s *LogStore) create(ctx context.Context, e *entry, rec *ledger.Record, events []ledger.Event, maybe bool) (*ledger.Record, bool, error) {
 	if maybe {
-		existing, err := scanRecord(s.get.QueryRowContext(ctx, rec.Identity))
-		if err == nil || !errors.Is(err, ledger.ErrNotFound) {
+		p0 := s.purges.Load()
+		existing, err := s.record(ctx, rec.Identity)
+		if err == nil {
+			s.abandonSeen(e, existing.RequestID, p0)
+			return existing, false, nil
+		}
+		if !errors.Is(err, ledger.ErrNotFound) {
 			s.abandon(e)
 			return existing, false, err
 		}
@@ -86,6 +92,37 @@ func (s *LogStore) create(ctx context.Context, e *entry, rec *ledger.Record, eve
 	}
 	s.release(e)
 	return nil, true, nil
+}
+
+// record reads the identity's record from the database (a point read of
+// a few pages). It is not interrupted when ctx ends: with a context that
+// can end, database/sql and the driver each start a goroutine per query
+// to watch it — two goroutines per read, which a Claim that finds a
+// finished twin and the Replace that follows it paid twice.
+func (s *LogStore) record(ctx context.Context, identity string) (*ledger.Record, error) {
+	return scanRecord(s.get.QueryRowContext(context.WithoutCancel(ctx), identity))
+}
+
+// abandonSeen is abandon after a read found the identity held by
+// request id in the database, which it remembers for a Replace that
+// follows (seen): no entry of the identity was made since the read began
+// (e was held across it), and no delete ran (purges was even and still is
+// when the read began and the hint is used).
+func (s *LogStore) abandonSeen(e *entry, id string, purges int64) {
+	sh := s.idShard(e.rec.Identity)
+	sh.mu.Lock()
+	s.drop(e)
+	if purges%2 == 0 {
+		if len(sh.seen) >= seenMax {
+			clear(sh.seen) // the hints of arrivals that were not replaced
+		}
+		if sh.seen == nil {
+			sh.seen = map[string]seen{}
+		}
+		sh.seen[e.rec.Identity] = seen{requestID: id, purges: purges}
+	}
+	sh.mu.Unlock()
+	s.release(e)
 }
 
 // abandon drops e (held) and releases it.
@@ -307,20 +344,50 @@ func (s *LogStore) holdAll(ctx context.Context, ids []string) ([]*entry, error) 
 	return held, nil
 }
 
-// Replace swaps the identity's record for a new request in the database,
-// holding the identity across it; the new request is indexed.
+// Replace swaps the identity's record for a new request with one log
+// record, as Claim writes one: the identity is held from the check until
+// the record is durable, and the new request is indexed. Which request
+// holds the identity is the index's answer while it has an entry for it
+// (its writes may not be applied yet); without one, every write of the
+// identity is applied, and the database's.
 func (s *LogStore) Replace(ctx context.Context, prev string, rec *ledger.Record, events []ledger.Event) (bool, error) {
+	h := s.identityHash(rec.Identity)
 	e, err := s.holdIdentity(ctx, rec.Identity)
 	if err != nil {
 		return false, err
 	}
-	sh := s.idShard(rec.Identity)
+	// No delete of a finished record runs between the check and the
+	// append (LogStore.deleting).
+	s.purge.RLock()
+	defer s.purge.RUnlock()
+	sh := s.shardOf(h)
 	sh.mu.Lock()
-	sh.know(s.identityHash(rec.Identity)) // before the database can have it
+	sh.know(h) // before the database can have it
+	cur, placeholder := e.rec.RequestID, e.rec.RequestID == ""
+	if e.released {
+		cur = "" // its finish, durable, deletes the record
+	}
+	if hint, ok := sh.seen[rec.Identity]; ok && placeholder && hint.purges == s.purges.Load() {
+		// The claim before this Replace read the database, and nothing
+		// has changed the identity's record since (abandonSeen).
+		cur, placeholder = hint.requestID, false
+	}
+	delete(sh.seen, rec.Identity)
 	sh.mu.Unlock()
-	ok, err := false, s.barrier(ctx)
-	if err == nil {
-		ok, err = s.db.Replace(ctx, prev, rec, events)
+	if placeholder {
+		existing, gerr := s.record(ctx, rec.Identity)
+		switch {
+		case gerr == nil:
+			cur = existing.RequestID
+		case !errors.Is(gerr, ledger.ErrNotFound):
+			err = fmt.Errorf("replace %s: %w", prev, gerr)
+		}
+	}
+	ok := err == nil && prev != "" && cur == prev
+	if ok {
+		if _, err = s.appendRecord(encodeReplace(prev, rec, events)); err != nil {
+			ok, err = false, fmt.Errorf("replace %s: %w", prev, err)
+		}
 	}
 	sh.mu.Lock()
 	if ok || e.rec.RequestID == "" {

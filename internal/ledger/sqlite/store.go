@@ -153,6 +153,9 @@ func (s *Store) endLeases() error {
 	return nil
 }
 
+// readers is how many connections read a writable store at once.
+const readers = 8
+
 func open(path string, o Options) (*Store, error) {
 	dsn, err := dsn(path, o)
 	if err != nil {
@@ -175,7 +178,12 @@ func open(path string, o Options) (*Store, error) {
 		_ = w.Close()
 		return nil, fmt.Errorf("open ledger readers %s: %w", path, err)
 	}
-	r.SetMaxOpenConns(8)
+	// Every reader stays open: database/sql keeps two idle by default,
+	// so under load it closed the others as they were put back and
+	// opened them again at the next read — a new connection's pragmas,
+	// its statements prepared again, its page cache empty.
+	r.SetMaxOpenConns(readers)
+	r.SetMaxIdleConns(readers)
 	cp, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		_ = w.Close()
@@ -235,6 +243,7 @@ func OpenReadOnly(path string) (*Store, error) {
 		return nil, fmt.Errorf("open ledger %s: %w", path, err)
 	}
 	r.SetMaxOpenConns(4)
+	r.SetMaxIdleConns(4)
 	return &Store{r: r, path: path}, nil
 }
 

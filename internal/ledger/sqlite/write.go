@@ -100,7 +100,7 @@ func (s *Store) Replace(ctx context.Context, prev string, rec *ledger.Record, ev
 	ok := false
 	recArgs, evArgs := recordArgs(rec), eventArgs(events)
 	err := s.write(ctx, true, func(tx wtx) error {
-		res, err := tx.Exec(`DELETE FROM requests WHERE identity = ? AND request_id = ?`, rec.Identity, prev)
+		res, err := tx.exec(qReplaceDelete, rec.Identity, prev)
 		if err != nil {
 			return err
 		}

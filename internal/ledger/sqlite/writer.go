@@ -20,16 +20,17 @@ const maxBatch = 1024
 // The writer's statements, prepared once on its one connection: compiling
 // SQL on every write would cost more than the writes.
 const (
-	qInsertRecord = `INSERT INTO requests (` + recordCols + `) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,NULL) ON CONFLICT(identity) DO NOTHING`
-	qSelectByID   = `SELECT ` + recordCols + ` FROM requests WHERE identity = ?`
-	qInsertStale  = `INSERT INTO stale_events (request_id, generation, type, at, data) VALUES (?,?,?,?,?)`
-	qFence        = `SELECT generation, state FROM requests WHERE request_id = ?`
-	qFinish       = `UPDATE requests SET state = ?, finished_at = ?, response = ?, generation = ? WHERE request_id = ? AND generation = ? AND state = 'in_progress'`
-	qRelease      = `DELETE FROM requests WHERE request_id = ? AND generation = ? AND state = 'in_progress'`
-	qSettle       = `UPDATE requests SET state = ?, finished_at = ?, generation = ? WHERE request_id = ?`
-	qCharge       = `INSERT INTO tenant_spend (day, tenant, charged) VALUES (?,?,?) ON CONFLICT(day, tenant) DO UPDATE SET charged = charged + excluded.charged`
-	qKeyCharge    = `INSERT INTO key_spend (day, key_id, charged) VALUES (?,?,?) ON CONFLICT(day, key_id) DO UPDATE SET charged = charged + excluded.charged`
-	qRenew        = `UPDATE requests SET lease_until = ? WHERE request_id = ? AND owner = ? AND state = 'in_progress' AND lease_until >= ?`
+	qInsertRecord  = `INSERT INTO requests (` + recordCols + `) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,NULL) ON CONFLICT(identity) DO NOTHING`
+	qSelectByID    = `SELECT ` + recordCols + ` FROM requests WHERE identity = ?`
+	qInsertStale   = `INSERT INTO stale_events (request_id, generation, type, at, data) VALUES (?,?,?,?,?)`
+	qFence         = `SELECT generation, state FROM requests WHERE request_id = ?`
+	qFinish        = `UPDATE requests SET state = ?, finished_at = ?, response = ?, generation = ? WHERE request_id = ? AND generation = ? AND state = 'in_progress'`
+	qRelease       = `DELETE FROM requests WHERE request_id = ? AND generation = ? AND state = 'in_progress'`
+	qReplaceDelete = `DELETE FROM requests WHERE identity = ? AND request_id = ?`
+	qSettle        = `UPDATE requests SET state = ?, finished_at = ?, generation = ? WHERE request_id = ?`
+	qCharge        = `INSERT INTO tenant_spend (day, tenant, charged) VALUES (?,?,?) ON CONFLICT(day, tenant) DO UPDATE SET charged = charged + excluded.charged`
+	qKeyCharge     = `INSERT INTO key_spend (day, key_id, charged) VALUES (?,?,?) ON CONFLICT(day, key_id) DO UPDATE SET charged = charged + excluded.charged`
+	qRenew         = `UPDATE requests SET lease_until = ? WHERE request_id = ? AND owner = ? AND state = 'in_progress' AND lease_until >= ?`
 	// A batch's transaction: IMMEDIATE takes the write lock at BEGIN, as
 	// a writer that is the database's only one should.
 	qBegin    = `BEGIN IMMEDIATE`
@@ -42,7 +43,7 @@ const (
 )
 
 var writes = func() []string {
-	out := []string{qInsertRecord, qSelectByID, qInsertStale, qFence, qFinish, qRelease, qSettle, qCharge, qKeyCharge, qRenew, qBegin, qCommit, qRollback}
+	out := []string{qInsertRecord, qSelectByID, qInsertStale, qFence, qFinish, qRelease, qReplaceDelete, qSettle, qCharge, qKeyCharge, qRenew, qBegin, qCommit, qRollback}
 	for n := 1; n <= maxRowsPerInsert; n++ {
 		out = append(out, eventsInsert(n), receiptsInsert(n), factsInsert(n))
 	}
