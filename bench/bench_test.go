@@ -208,6 +208,13 @@ func TestTheSteadyLedgerIsTheGatewaysOwn(t *testing.T) {
 	if got := q(db, `SELECT SUM(charged) / `+strconv.Itoa(n+steadyTemplates)+` FROM tenant_spend`); len(perRequest) != 1 || len(got) != 1 || got[0] != perRequest[0] {
 		t.Errorf("spend per request %v, the gateway's %v", got, perRequest)
 	}
+	// Every receipt has its spend facts, as a finish writes them.
+	if got, want := count(`SELECT COUNT(*) FROM receipt_spend`), count(`SELECT COUNT(*) FROM events WHERE seq = 0 AND type = 'receipt'`); got != want {
+		t.Errorf("%s receipts have spend facts, of %s", got, want)
+	}
+	if got := count(`SELECT COUNT(*) FROM receipt_spend s JOIN events e ON e.request_id = s.request_id AND e.seq = 0 WHERE s.tenant != e.tenant`); got != "0" {
+		t.Errorf("%s receipts' facts name another tenant", got)
+	}
 	if got := count(`PRAGMA integrity_check`); got != "ok" {
 		t.Errorf("integrity check: %s", got)
 	}

@@ -262,6 +262,12 @@ func (p *preloader) write(ctx context.Context, n int, span time.Duration) error 
 		return err
 	}
 	defer insEv.Close()
+	insFacts, err := p.c.PrepareContext(ctx, factsInsert(1))
+	if err != nil {
+		return err
+	}
+	defer insFacts.Close()
+	typeAt, dataAt, idAt := slices.Index(p.evCols, "type"), slices.Index(p.evCols, "data"), slices.Index(p.evCols, "request_id")
 	first := p.templates[0].start
 	step := int64(span) / int64(n)
 	spend := map[spendKey]int64{}
@@ -283,9 +289,22 @@ func (p *preloader) write(ctx context.Context, n int, span time.Duration) error 
 				return fmt.Errorf("copy %d of %s: %w", k, t.requestID, err)
 			}
 			for _, ev := range t.events {
-				if _, err := insEv.ExecContext(ctx, cp.subst(ev, p.evCols)...); err != nil {
+				row := cp.subst(ev, p.evCols)
+				if _, err := insEv.ExecContext(ctx, row...); err != nil {
 					_, _ = p.c.ExecContext(ctx, `ROLLBACK`)
 					return fmt.Errorf("copy %d of %s's events: %w", k, t.requestID, err)
+				}
+				// A receipt has its spend facts beside it, as a finish
+				// writes them (factArgs).
+				if typeAt < 0 || dataAt < 0 || idAt < 0 || fmt.Sprint(row[typeAt]) != receiptType {
+					continue
+				}
+				body, _ := row[dataAt].([]byte)
+				if fa := factArgs(t.tenant, fmt.Sprint(row[idAt]), body); fa != nil {
+					if _, err := insFacts.ExecContext(ctx, fa...); err != nil {
+						_, _ = p.c.ExecContext(ctx, `ROLLBACK`)
+						return fmt.Errorf("copy %d of %s's spend facts: %w", k, t.requestID, err)
+					}
 				}
 			}
 			day := ledger.Day(fromNS(at))
@@ -490,3 +509,7 @@ func asString(v any) string {
 	}
 	return ""
 }
+
+// receiptType is the events row type a receipt is stored under (with seq
+// 0; events.go).
+const receiptType = "receipt"
