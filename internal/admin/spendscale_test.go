@@ -170,7 +170,7 @@ func reportAMonth(t *testing.T, s ledger.Store, n int, factsSize func() (int64, 
 			if r.cost != want[by][r.Group] {
 				t.Errorf("by %s, %q: report %d nano-USD, receipts %d", by, r.Group, r.cost, want[by][r.Group])
 			}
-			line += fmt.Sprintf(" %s=$%.6f", r.Group, r.CostUSD)
+			line += fmt.Sprintf(" %s=$%.6f (receipts $%.6f)", r.Group, r.CostUSD, want[by][r.Group].USD())
 		}
 		t.Logf("by %-8s %6.2f s over %d receipts:%s", by, took.Seconds(), n, line)
 	}
