@@ -203,8 +203,7 @@ func (u *Use) Reserve(cost, tokens gw.NanoUSD, until time.Time) (Reservations, b
 	l, id := u.ring.Limits, u.key.Stored.ID
 	team, _ := u.ring.TeamTokens(u.key)
 	var r Reservations
-	var held []func()
-	steps := []struct {
+	steps := [...]struct {
 		lim   quota.Ceiling
 		id    string
 		need  gw.NanoUSD
@@ -217,18 +216,16 @@ func (u *Use) Reserve(cost, tokens gw.NanoUSD, until time.Time) (Reservations, b
 		{l.Month, id, cost, &r.month, keyMonth},
 		{l.Total, id, cost, &r.total, keyTotal},
 	}
-	for _, s := range steps {
+	for i, s := range steps {
 		res, ok := s.lim.Reserve(s.id, s.need, until)
 		if !ok {
-			for _, undo := range held {
-				undo()
+			for _, took := range steps[:i] { // give back what the earlier limits hold
+				took.lim.Settle(*took.into, 0)
 			}
 			u.refused.Store(int32(s.which))
 			return Reservations{}, false
 		}
 		*s.into = res
-		lim := s.lim
-		held = append(held, func() { lim.Settle(res, 0) })
 	}
 	r.held = true
 	return r, true

@@ -5,6 +5,7 @@
 package spendsql
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/oncegate/oncegate/internal/ledger"
@@ -106,6 +107,29 @@ func Query(d Dialect, q ledger.SpendQuery) (string, []any) {
 
 // Scanner is a row of Query's answer.
 type Scanner interface{ Scan(dest ...any) error }
+
+// Rows are the rows of Query's answer (*sql.Rows, pgx.Rows).
+type Rows interface {
+	Scanner
+	Next() bool
+	Err() error
+}
+
+// ScanAll reads every row of Query's answer for q.
+func ScanAll(q ledger.SpendQuery, rows Rows) ([]ledger.SpendSum, error) {
+	var out []ledger.SpendSum
+	for rows.Next() {
+		sum, err := Scan(q, rows)
+		if err != nil {
+			return nil, fmt.Errorf("spend: %w", err)
+		}
+		out = append(out, sum)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("spend: %w", err)
+	}
+	return out, nil
+}
 
 // Scan reads one row of Query's answer for q.
 func Scan(q ledger.SpendQuery, row Scanner) (ledger.SpendSum, error) {

@@ -18,18 +18,7 @@ func (s *Store) SpendSums(ctx context.Context, q ledger.SpendQuery) ([]ledger.Sp
 		return nil, fmt.Errorf("spend: %w", err)
 	}
 	defer rows.Close()
-	var out []ledger.SpendSum
-	for rows.Next() {
-		sum, err := spendsql.Scan(q, rows)
-		if err != nil {
-			return nil, fmt.Errorf("spend: %w", err)
-		}
-		out = append(out, sum)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("spend: %w", err)
-	}
-	return out, nil
+	return spendsql.ScanAll(q, rows)
 }
 
 // SpendSums sums spend facts, once the database has applied the log's records before the call.
